@@ -1,0 +1,182 @@
+"""Settings for Modelyard, every one read from the environment.
+
+Local defaults work out of the box (SQLite, Redis on 127.0.0.1, an S3 stand-in on
+127.0.0.1:9000, Prometheus on 127.0.0.1:9090). With ``MODELYARD_DEBUG=false`` a
+missing secret key is a startup error rather than a silent default.
+"""
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from modelyard.env import env_bool, env_float, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("MODELYARD_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("MODELYARD_DEBUG", True)
+SECRET_KEY = env_str("MODELYARD_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured("MODELYARD_SECRET_KEY must be set when MODELYARD_DEBUG is false")
+    SECRET_KEY = "insecure-local-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env_list("MODELYARD_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("MODELYARD_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "registry",
+    "deployments",
+    "monitoring",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "modelyard.urls"
+WSGI_APPLICATION = "modelyard.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'modelyard.sqlite3'}"),
+        conn_max_age=env_int("MODELYARD_DB_CONN_MAX_AGE", 60),
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "registry:model-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+
+# Uploads: Django spools anything above 2.5 MB to a temp file, so a large
+# artifact never sits in the web process's memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10_485_760
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "PAGE_SIZE": 50,
+    "EXCEPTION_HANDLER": "modelyard.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Modelyard API",
+    "DESCRIPTION": "Model registry and rollout orchestration for Triton and BentoML serving hosts.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Celery: JSON only, late acknowledgement, so a worker killed mid-task hands
+# the message back to the broker instead of losing it.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_TIME_LIMIT = env_int("MODELYARD_TASK_TIME_LIMIT", 1800)
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("MODELYARD_TASK_SOFT_TIME_LIMIT", 1700)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
+
+# S3 artifact store. Locally an S3 stand-in listens on 127.0.0.1:9000.
+S3_ENDPOINT_URL = env_str("MODELYARD_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+S3_BUCKET = env_str("MODELYARD_S3_BUCKET", "modelyard-artifacts")
+S3_REGION = env_str("MODELYARD_S3_REGION", "us-east-1")
+S3_ACCESS_KEY_ID = env_str("MODELYARD_S3_ACCESS_KEY_ID", "modelyard")
+S3_SECRET_ACCESS_KEY = env_str("MODELYARD_S3_SECRET_ACCESS_KEY", "modelyard-secret")
+S3_PRESIGN_SECONDS = env_int("MODELYARD_S3_PRESIGN_SECONDS", 3600)
+S3_CONNECT_TIMEOUT = env_float("MODELYARD_S3_CONNECT_TIMEOUT", 5.0)
+S3_READ_TIMEOUT = env_float("MODELYARD_S3_READ_TIMEOUT", 60.0)
+S3_CREATE_BUCKET = env_bool("MODELYARD_S3_CREATE_BUCKET", DEBUG)
+
+# Artifact limits, checked before anything is stored.
+MAX_ARTIFACT_BYTES = env_int("MODELYARD_MAX_ARTIFACT_BYTES", 2 * 1024**3)
+MAX_UNPACKED_BYTES = env_int("MODELYARD_MAX_UNPACKED_BYTES", 8 * 1024**3)
+MAX_COMPRESSION_RATIO = env_int("MODELYARD_MAX_COMPRESSION_RATIO", 200)
+MAX_ARCHIVE_MEMBERS = env_int("MODELYARD_MAX_ARCHIVE_MEMBERS", 10_000)
+
+# Prometheus, queried with prometheus-api-client.
+PROMETHEUS_URL = env_str("MODELYARD_PROMETHEUS_URL", "http://127.0.0.1:9090")
+PROMETHEUS_TIMEOUT = env_float("MODELYARD_PROMETHEUS_TIMEOUT", 5.0)
+
+# Host agent (runs on a serving host; needs no database or S3 write access).
+AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))
+AGENT_LOAD_TIMEOUT = env_float("MODELYARD_AGENT_LOAD_TIMEOUT", 600.0)
+AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("MODELYARD_LOG_LEVEL", "INFO")},
+    "loggers": {"botocore": {"level": "WARNING"}, "urllib3": {"level": "WARNING"}},
+}
+
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = env_int("MODELYARD_HSTS_SECONDS", 31_536_000)
+    SECURE_SSL_REDIRECT = env_bool("MODELYARD_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
