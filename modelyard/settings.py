@@ -71,9 +71,14 @@ TEMPLATES = [
     },
 ]
 
+DATABASE_URL = env_str("DATABASE_URL")
+if not DATABASE_URL:
+    # The embedded default for a laptop: SQLite under var/.
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASE_URL = f"sqlite:///{VAR_DIR / 'modelyard.sqlite3'}"
 DATABASES = {
     "default": dj_database_url.parse(
-        env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'modelyard.sqlite3'}"),
+        DATABASE_URL,
         conn_max_age=env_int("MODELYARD_DB_CONN_MAX_AGE", 60),
     )
 }
@@ -109,7 +114,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "DEFAULT_PAGINATION_CLASS": "modelyard.api.CursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "modelyard.api.exception_handler",
 }

@@ -1,0 +1,39 @@
+# The Modelyard application image: one image for the web app (gunicorn), the
+# orchestrator worker, celery beat and host agents; the command picks the role.
+FROM python:3.11.10-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    MODELYARD_VAR_DIR=/app/var
+
+WORKDIR /app
+
+# A fixed, unprivileged uid, so volumes shared with other containers (the model
+# repository) can be given to it explicitly.
+RUN groupadd --system --gid 10001 modelyard \
+    && useradd --system --uid 10001 --gid modelyard --home-dir /app --shell /usr/sbin/nologin modelyard
+
+COPY requirements.txt ./
+RUN pip install -r requirements.txt
+
+COPY manage.py ./
+COPY modelyard ./modelyard
+COPY registry ./registry
+COPY deployments ./deployments
+COPY monitoring ./monitoring
+COPY templates ./templates
+COPY static ./static
+
+# Static files are collected at build time and served by WhiteNoise; the key is a
+# throwaway that only lets settings load (no database is touched).
+RUN MODELYARD_SECRET_KEY=collectstatic-only MODELYARD_DEBUG=false python manage.py collectstatic --noinput -v 0 \
+    && mkdir -p /app/var /models \
+    && chown -R modelyard:modelyard /app/var /models
+
+USER modelyard
+EXPOSE 8080
+
+CMD ["gunicorn", "modelyard.wsgi", "--bind", "0.0.0.0:8080", "--workers", "4", "--timeout", "300", \
+     "--access-logfile", "-", "--error-logfile", "-"]

@@ -1,0 +1,71 @@
+# Local development entry points. Every step is idempotent and skips itself
+# quickly when its work is already done.
+#
+#   make install   virtualenv + Python deps, Prometheus (Debian), Triton (.stack/)
+#   make run       install, then start the whole local stack (scripts/stack.sh)
+#   make stop      stop what `make run` started
+#   make status    one line per service, up or down
+#   make test      install, then lint and the test suite (scripts/test.sh)
+#   make lint      ruff and the migrations check
+#   make bench     benchmarks (bench/run.sh), when present
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PYTHON := $(VENV)/bin/python
+# Rebuilt whenever a requirements file is newer than the last install.
+VENV_MARKER := $(VENV)/.requirements-installed
+
+.PHONY: help install install-python install-prometheus install-triton run stop status test lint bench
+
+help:
+	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
+
+install: install-python install-prometheus install-triton
+
+install-python: $(VENV_MARKER)
+
+$(PYTHON):
+	python3 -m venv $(VENV)
+
+$(VENV_MARKER): requirements.txt requirements-dev.txt | $(PYTHON)
+	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
+	touch $@
+
+install-prometheus:
+	@if command -v prometheus >/dev/null 2>&1; then \
+		echo "prometheus: already installed ($$(command -v prometheus))"; \
+	else \
+		apt-get update && apt-get install -y --no-install-recommends prometheus; \
+	fi
+
+# The script keeps its own marker in .stack/ and exits at once when done.
+install-triton:
+	scripts/install_triton.sh
+
+run: install
+	scripts/stack.sh start
+
+stop:
+	scripts/stack.sh stop
+
+status:
+	scripts/stack.sh status
+
+test: install
+	scripts/test.sh
+
+lint: install-python
+	$(PYTHON) -m ruff check .
+	$(PYTHON) manage.py makemigrations --check --dry-run
+
+bench:
+	@if [ -x bench/run.sh ]; then \
+		bench/run.sh; \
+	elif [ -f bench/run.sh ]; then \
+		bash bench/run.sh; \
+	else \
+		echo "bench: no bench/run.sh yet, nothing to run"; \
+	fi

@@ -1,0 +1,260 @@
+"""Host-side work of a Triton host agent: stage a model version, load it, cut over.
+
+Runs on the serving host. It needs no database or S3 credentials: everything
+comes in the payload built by ``deployments.services.build_agent_payload``.
+
+Layout on the host::
+
+    <repo>/<model>/<version>/...              Triton model repository (immutable version dirs)
+    <repo>/<model>/config.pbtxt               written once, when the model dir is created
+    <repo-parent>/.<repo-name>.modelyard/     agent state, same file system as the repository
+        tmp/                                  downloads and extractions in progress
+        versions/<model>/<version>/sha256     what a staged version dir was built from
+        versions/<model>/<version>/config.pbtxt
+
+The rolling swap follows Triton's explicit model control (DESIGN.md): load the
+new version beside the old ones with ``version_policy: specific``, check that
+exact version is READY, load again with only the new version, then wait until
+the old versions are really gone, since unload is asynchronous.
+"""
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+
+from deployments.runtimes.base import ServingRuntimeError
+from deployments.runtimes.triton import TritonRuntime
+from deployments.runtimes.triton_config import render_load_config
+from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
+
+logger = logging.getLogger(__name__)
+
+DOWNLOAD_CHUNK_BYTES = 1024 * 1024
+DISK_MARGIN_BYTES = 64 * 1024 * 1024
+
+
+class StagingError(Exception):
+    """A version could not be placed in the model repository; the message says why.
+
+    Attributes:
+        retryable: True for network failures, False for bad content.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class AgentPaths:
+    """Where the agent keeps the model repository and its own state."""
+
+    model_repository: Path
+
+    @property
+    def state_dir(self) -> Path:
+        repo = self.model_repository.resolve()
+        return repo.parent / f".{repo.name}.modelyard"
+
+    def version_dir(self, model: str, version: int) -> Path:
+        return self.model_repository / model / str(version)
+
+    def version_state(self, model: str, version: int) -> Path:
+        return self.state_dir / "versions" / model / str(version)
+
+
+def _download(url: str, dest: Path, *, sha256: str, size: int, timeout: float) -> None:
+    """Stream ``url`` into ``dest`` checking size (bytes) and sha256 as it goes."""
+    digest = hashlib.sha256()
+    seen = 0
+    try:
+        with requests.get(url, stream=True, timeout=(5, timeout)) as answer:
+            if answer.status_code != 200:
+                raise StagingError(
+                    f"artifact download failed: HTTP {answer.status_code}", retryable=answer.status_code >= 500
+                )
+            with dest.open("wb") as out:
+                for chunk in answer.iter_content(DOWNLOAD_CHUNK_BYTES):
+                    seen += len(chunk)
+                    if seen > size:
+                        raise StagingError(f"artifact download is larger than the registered {size} bytes")
+                    digest.update(chunk)
+                    out.write(chunk)
+    except requests.RequestException as exc:
+        raise StagingError(f"artifact download failed: {exc}", retryable=True) from exc
+    if seen != size:
+        raise StagingError(f"artifact download has {seen} bytes; the registry recorded {size}", retryable=True)
+    if digest.hexdigest() != sha256:
+        raise StagingError(f"artifact sha256 {digest.hexdigest()} does not match the registered {sha256}")
+
+
+def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -> bool:
+    """Place the version's files at ``<repo>/<model>/<version>/``, atomically.
+
+    Idempotent: a version dir already staged from the same sha256 is kept.
+    The archive is downloaded and extracted in the agent's state dir (same
+    file system) and renamed into place, so Triton never sees a partial dir.
+
+    Args:
+        payload: the agent payload (model, version, artifact_url, sha256, size, config_text).
+        paths: the agent's directories.
+        timeout: seconds allowed between bytes of the download.
+
+    Returns:
+        True when files were placed, False when the version was already staged.
+
+    Raises:
+        StagingError: download failed, content differs from the registry's
+            record, the archive is unsafe, the disk is too full, or the
+            repository holds a different dir under that version number.
+    """
+    model, version, sha256 = payload["model"], int(payload["version"]), payload["sha256"]
+    target = paths.version_dir(model, version)
+    state = paths.version_state(model, version)
+    marker = state / "sha256"
+    if target.exists():
+        if marker.exists() and marker.read_text().strip() == sha256:
+            return False
+        raise StagingError(
+            f"the model repository already holds {model}/{version} with other content; "
+            "version directories are never edited in place"
+        )
+    tmp_root = paths.state_dir / "tmp"
+    tmp_root.mkdir(parents=True, exist_ok=True)
+    work = tmp_root / uuid.uuid4().hex
+    work.mkdir()
+    try:
+        archive = work / "artifact"
+        _download(payload["artifact_url"], archive, sha256=sha256, size=int(payload["size"]), timeout=timeout)
+        limits = ArchiveLimits.from_settings()
+        try:
+            layout = inspect_triton_archive(archive, limits)
+        except ArchiveError as exc:
+            raise StagingError(f"artifact refused: {exc}") from exc
+        free = shutil.disk_usage(tmp_root).free
+        if free < layout.unpacked_bytes + DISK_MARGIN_BYTES:
+            raise StagingError(
+                f"not enough disk: {layout.unpacked_bytes} bytes to unpack, {free} bytes free", retryable=True
+            )
+        unpacked = work / "version"
+        try:
+            extract_version_dir(archive, layout, unpacked, limits)
+        except ArchiveError as exc:
+            raise StagingError(f"artifact refused: {exc}") from exc
+        state.mkdir(parents=True, exist_ok=True)
+        (state / "config.pbtxt").write_text(payload["config_text"])
+        target.parent.mkdir(parents=True, exist_ok=True)
+        model_config = target.parent / "config.pbtxt"
+        if not model_config.exists():
+            staged_config = work / "config.pbtxt"
+            staged_config.write_text(payload["config_text"])
+            os.replace(staged_config, model_config)
+        os.rename(unpacked, target)
+        marker.write_text(sha256)
+        return True
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _config_text_for(paths: AgentPaths, model: str, version: int, fallback: str) -> str:
+    saved = paths.version_state(model, version) / "config.pbtxt"
+    return saved.read_text() if saved.exists() else fallback
+
+
+def deploy_triton_version(
+    payload: dict,
+    *,
+    model_repository: Path,
+    report: Callable[[str], None] = lambda state: None,
+    load_timeout: float = 600.0,
+    unload_timeout: float = 120.0,
+) -> dict:
+    """Stage one model version on this host and make it the one Triton serves.
+
+    Old versions keep serving until the new one is READY; a failed load
+    leaves them serving (and reloads them should Triton have dropped them).
+
+    Args:
+        payload: built by ``build_agent_payload`` (model, version, artifact_url,
+            sha256, size in bytes, config_text, parameters, inference_url).
+        model_repository: the host's Triton model repository.
+        report: called with "staging" and "loading" as the work proceeds.
+        load_timeout: seconds allowed for one Triton load call.
+        unload_timeout: seconds to wait for replaced versions to unload.
+
+    Returns:
+        ``{"state": "ready", "details": {...}}`` or
+        ``{"state": "failed", "error": "...", "retryable": bool, "details": {...}}``;
+        details hold ``previous_versions`` and step durations in seconds.
+    """
+    paths = AgentPaths(Path(model_repository))
+    model, version = payload["model"], int(payload["version"])
+    parameters = payload.get("parameters") or {}
+    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout)
+    details: dict = {}
+
+    def config_for(versions: list[int], text_version: int) -> str:
+        text = _config_text_for(paths, model, text_version, payload["config_text"])
+        return render_load_config(text, model_name=model, versions=sorted(versions), parameters=parameters)
+
+    def failed(message: str, *, retryable: bool = False) -> dict:
+        logger.warning("deploy %s v%s failed: %s", model, version, message)
+        return {"state": "failed", "error": message, "retryable": retryable, "details": details}
+
+    report("staging")
+    started = time.monotonic()
+    try:
+        details["staged"] = stage_version(payload, paths, timeout=load_timeout)
+    except StagingError as exc:
+        return failed(exc.message, retryable=exc.retryable)
+    details["stage_seconds"] = round(time.monotonic() - started, 3)
+
+    report("loading")
+    started = time.monotonic()
+    try:
+        previous = [v for v in runtime.ready_versions(model) if v != version]
+    except ServingRuntimeError as exc:
+        return failed(f"Triton is not reachable: {exc.message}", retryable=exc.retryable)
+    details["previous_versions"] = previous
+    try:
+        runtime.load(model, config_for(previous + [version], version))
+        if not runtime.is_version_ready(model, version):
+            raise ServingRuntimeError(
+                f"Triton answered the load of {model} version {version} but that version is not READY",
+                retryable=False,
+            )
+    except ServingRuntimeError as exc:
+        _restore(runtime, model, previous, config_for)
+        return failed(f"Triton could not load {model} version {version}: {exc.message}", retryable=exc.retryable)
+    details["load_seconds"] = round(time.monotonic() - started, 3)
+
+    if previous:
+        started = time.monotonic()
+        try:
+            runtime.load(model, config_for([version], version))
+            runtime.wait_versions_gone(model, previous, timeout=unload_timeout)
+        except ServingRuntimeError as exc:
+            return failed(f"cut-over to {model} version {version} failed: {exc.message}", retryable=exc.retryable)
+        details["cutover_seconds"] = round(time.monotonic() - started, 3)
+    return {"state": "ready", "details": details}
+
+
+def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for) -> None:
+    """Make sure the versions that served before a failed load still serve."""
+    if not previous:
+        return
+    try:
+        if all(runtime.is_version_ready(model, v) for v in previous):
+            return
+        runtime.load(model, config_for(previous, max(previous)))
+    except ServingRuntimeError as exc:
+        logger.error("could not restore %s versions %s: %s", model, previous, exc.message)

@@ -1,0 +1,108 @@
+"""Serving hosts, deployments and the per-host state of each deployment."""
+
+from django.conf import settings
+from django.db import models
+
+from deployments.choices import DeploymentStatus, Runtime, TargetState
+from registry.models import ModelVersion, RegisteredModel
+
+
+class ServingHost(models.Model):
+    """A machine running a serving runtime, with a host agent on queue ``host.<name>``.
+
+    ``config_overrides`` holds per-host model config overrides applied at load
+    time, e.g. ``{"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}}``.
+    """
+
+    name = models.CharField(max_length=63, unique=True)
+    runtime = models.CharField(max_length=16, choices=Runtime.choices, default=Runtime.TRITON)
+    inference_url = models.URLField(help_text="Base URL of the runtime's HTTP endpoint, e.g. http://gpu-0:8000")
+    metrics_url = models.URLField(blank=True, help_text="Prometheus metrics URL, e.g. http://gpu-0:8002/metrics")
+    config_overrides = models.JSONField(default=dict, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def queue(self) -> str:
+        """The Celery queue this host's agent consumes."""
+        return f"host.{self.name}"
+
+
+class Deployment(models.Model):
+    """A request to serve one model version on a set of hosts.
+
+    Its status is derived from its targets: failed when any host failed,
+    ready when every host is ready, in progress otherwise.
+    """
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="deployments")
+    version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="deployments")
+    hosts = models.ManyToManyField(ServingHost, through="DeploymentTarget", related_name="deployments")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"deployment {self.pk} of {self.version}"
+
+    def status_from(self, states) -> str:
+        """Return the ``DeploymentStatus`` for the given target states."""
+        states = list(states)
+        if any(s == TargetState.FAILED for s in states):
+            return DeploymentStatus.FAILED
+        if states and all(s == TargetState.READY for s in states):
+            return DeploymentStatus.READY
+        return DeploymentStatus.IN_PROGRESS
+
+    @property
+    def status(self) -> str:
+        """The overall ``DeploymentStatus`` (uses prefetched targets when present)."""
+        return self.status_from(t.state for t in self.targets.all())
+
+
+class DeploymentTarget(models.Model):
+    """One host's part of a deployment and where it stands.
+
+    ``details`` holds what the host agent reported: the versions it replaced,
+    step durations in seconds.
+    """
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="targets")
+    host = models.ForeignKey(ServingHost, on_delete=models.PROTECT, related_name="targets")
+    state = models.CharField(max_length=16, choices=TargetState.choices, default=TargetState.PENDING)
+    error = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["host__name"]
+        constraints = [models.UniqueConstraint(fields=["deployment", "host"], name="unique_deployment_host")]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}@{self.host_id}: {self.state}"
+
+
+class TargetEvent(models.Model):
+    """One state change of a deployment target: the history behind its state."""
+
+    target = models.ForeignKey(DeploymentTarget, on_delete=models.CASCADE, related_name="events")
+    from_state = models.CharField(max_length=16, choices=TargetState.choices)
+    to_state = models.CharField(max_length=16, choices=TargetState.choices)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.target_id}: {self.from_state} -> {self.to_state}"

@@ -1,0 +1,275 @@
+"""Adapter for NVIDIA Triton Inference Server over its HTTP/REST API (KServe v2).
+
+The only module that talks to Triton through ``tritonclient``. Every call opens
+a short-lived client with explicit connection and network timeouts, so one
+TritonRuntime can be shared between threads, and maps every failure onto
+ServingRuntimeError: retryable for connection errors, timeouts and 408/429/5xx
+answers that mean "busy or unavailable", not retryable when Triton refused the
+request (bad config, model failed to initialise, unknown model).
+
+Triton must run with ``--model-control-mode=explicit`` for load and unload.
+"""
+
+import http.client
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+import gevent
+import numpy as np
+import tritonclient.http as triton_http
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
+
+from deployments.runtimes.base import ModelVersionState, ServingRuntimeError
+
+# Statuses that mean "not now" rather than "no".
+_RETRYABLE_STATUSES = {"408", "429", "502", "503", "504"}
+_GONE_STATES = {"READY", "UNLOADING"}
+
+
+class TritonRuntime:
+    """One Triton server, reached at its HTTP endpoint.
+
+    Args:
+        inference_url: base URL of Triton's HTTP endpoint, e.g.
+            ``http://127.0.0.1:8000`` (``https://`` is supported; a path prefix
+            is kept; a bare ``host:port`` means http).
+        timeout: seconds allowed to connect and then for each network read of
+            an ordinary call.
+        load_timeout: seconds allowed for a blocking ``load`` call, which lasts
+            as long as Triton takes to initialise the model; defaults to
+            ``timeout``.
+
+    Raises:
+        ValueError: the URL has a scheme other than http/https or no host, or a
+            timeout is not positive.
+    """
+
+    def __init__(self, inference_url: str, timeout: float = 10.0, *, load_timeout: float | None = None):
+        if "://" not in inference_url:
+            inference_url = f"http://{inference_url}"
+        parts = urlsplit(inference_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"Triton inference_url must be http(s)://host:port, got {inference_url!r}")
+        if timeout <= 0 or (load_timeout is not None and load_timeout <= 0):
+            raise ValueError("Triton timeouts must be positive numbers of seconds")
+        self.inference_url = inference_url
+        self.timeout = float(timeout)
+        self.load_timeout = float(load_timeout) if load_timeout is not None else self.timeout
+        self._address = parts.netloc + parts.path.rstrip("/")
+        self._ssl = parts.scheme == "https"
+
+    def __repr__(self) -> str:
+        return f"TritonRuntime({self.inference_url!r}, timeout={self.timeout})"
+
+    @contextmanager
+    def _client(self, action: str, timeout: float | None = None) -> Iterator[triton_http.InferenceServerClient]:
+        """Yield a fresh client; translate its failures into ServingRuntimeError."""
+        seconds = timeout if timeout is not None else self.timeout
+        try:
+            client = triton_http.InferenceServerClient(
+                self._address,
+                connection_timeout=seconds,
+                network_timeout=seconds,
+                ssl=self._ssl,
+            )
+        except InferenceServerException as exc:
+            raise ServingRuntimeError(f"{action}: {exc.message()}", retryable=False) from exc
+        try:
+            yield client
+        except InferenceServerException as exc:
+            status = exc.status() or ""
+            raise ServingRuntimeError(exc.message(), retryable=status in _RETRYABLE_STATUSES) from exc
+        except (OSError, http.client.HTTPException, gevent.Timeout) as exc:
+            detail = str(exc) or type(exc).__name__
+            raise ServingRuntimeError(
+                f"{action}: cannot reach Triton at {self.inference_url} within {seconds:g} s: {detail}",
+                retryable=True,
+            ) from exc
+        finally:
+            client.close()
+
+    def is_live(self) -> bool:
+        """Ask Triton whether it is live (GET /v2/health/live).
+
+        Returns:
+            True when Triton answers 200; False when it answers otherwise or
+            cannot be reached within ``timeout``.
+
+        Raises:
+            Nothing: an unreachable server is reported as not live.
+        """
+        try:
+            with self._client("check liveness") as client:
+                return bool(client.is_server_live())
+        except ServingRuntimeError:
+            return False
+
+    def server_version(self) -> str:
+        """Return Triton's version string (GET /v2), e.g. ``"2.51.0"``.
+
+        Raises:
+            ServingRuntimeError: Triton is unreachable (retryable) or refused.
+        """
+        with self._client("read server metadata") as client:
+            return str(client.get_server_metadata().get("version", ""))
+
+    def repository_index(self) -> list[ModelVersionState]:
+        """List every model version in Triton's model repository (POST /v2/repository/index).
+
+        Returns:
+            One ModelVersionState per (model, version) Triton reports; a model
+            that was never loaded appears once with version None and empty state.
+
+        Raises:
+            ServingRuntimeError: Triton is unreachable (retryable) or refused
+                (not retryable, e.g. model control mode is not explicit).
+        """
+        with self._client("read the model repository index") as client:
+            entries = client.get_model_repository_index()
+        states = []
+        for entry in entries:
+            version = entry.get("version")
+            states.append(
+                ModelVersionState(
+                    name=str(entry.get("name", "")),
+                    version=int(version) if version not in (None, "") else None,
+                    state=str(entry.get("state", "")),
+                    reason=str(entry.get("reason", "")),
+                )
+            )
+        return states
+
+    def ready_versions(self, model: str) -> list[int]:
+        """Return the versions of ``model`` that are READY, ascending (empty if none).
+
+        Raises:
+            ServingRuntimeError: as repository_index.
+        """
+        return sorted(
+            entry.version
+            for entry in self.repository_index()
+            if entry.name == model and entry.version is not None and entry.state == "READY"
+        )
+
+    def load(self, model: str, config_json: str) -> None:
+        """Load or reload ``model`` with a config override (POST /v2/repository/models/<model>/load).
+
+        Blocks until Triton has finished loading (up to ``load_timeout``
+        seconds). The versions named by the config's version policy are
+        loaded; versions no longer named are unloaded afterwards. When a
+        reload fails, Triton keeps serving the versions it had.
+
+        Args:
+            model: model name, a folder in Triton's model repository.
+            config_json: the full model config as protobuf JSON (see
+                ``triton_config.render_load_config``).
+
+        Raises:
+            ServingRuntimeError: Triton refused or the model failed to load
+                (not retryable; the message is Triton's, e.g. ``load failed for
+                model 'iris': version 2 is at UNAVAILABLE state: ...``), or Triton
+                is unreachable or did not answer in time (retryable; the load may
+                still complete on the server).
+        """
+        with self._client(f"load model {model!r}", timeout=self.load_timeout) as client:
+            client.load_model(model, config=config_json)
+
+    def unload(self, model: str) -> None:
+        """Ask Triton to unload every version of ``model`` (POST .../unload).
+
+        Triton answers before the versions are gone: in-flight requests finish
+        first. Use wait_versions_gone to wait for that. Unloading a model that
+        is not loaded succeeds.
+
+        Raises:
+            ServingRuntimeError: Triton is unreachable (retryable) or refused.
+        """
+        with self._client(f"unload model {model!r}") as client:
+            client.unload_model(model)
+
+    def is_version_ready(self, model: str, version: int) -> bool:
+        """Return True when ``version`` of ``model`` is ready (GET /v2/models/<model>/versions/<version>/ready).
+
+        Returns:
+            False when Triton answers anything but 200, including for an
+            unknown model or version.
+
+        Raises:
+            ServingRuntimeError: Triton is unreachable (retryable).
+        """
+        with self._client(f"check readiness of {model!r} version {version}") as client:
+            return bool(client.is_model_ready(model, model_version=str(version)))
+
+    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.2) -> None:
+        """Block until none of ``versions`` of ``model`` is READY or UNLOADING.
+
+        Args:
+            model: model name.
+            versions: version numbers to wait for.
+            timeout: seconds to wait in total.
+            poll: seconds between two reads of the repository index.
+
+        Raises:
+            ServingRuntimeError: still serving or unloading after ``timeout``
+                seconds (retryable), or the index cannot be read.
+        """
+        waiting_for = set(versions)
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = sorted(
+                entry.version
+                for entry in self.repository_index()
+                if entry.name == model and entry.version in waiting_for and entry.state in _GONE_STATES
+            )
+            if not remaining:
+                return
+            if time.monotonic() >= deadline:
+                raise ServingRuntimeError(
+                    f"model {model!r} versions {remaining} still loaded or unloading after {timeout:g} s",
+                    retryable=True,
+                )
+            time.sleep(poll)
+
+    def infer(
+        self,
+        model: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str],
+        version: int | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run one inference request (POST /v2/models/<model>[/versions/<v>]/infer).
+
+        Args:
+            model: model name.
+            inputs: input tensors by name; each array's dtype gives the Triton
+                data type (float32 -> FP32, int64 -> INT64, ...) and its shape
+                includes the batch dimension for a batching model.
+            outputs: names of the outputs to return.
+            version: the version to run; None lets Triton pick (the highest ready).
+
+        Returns:
+            The requested outputs by name, as numpy arrays.
+
+        Raises:
+            ServingRuntimeError: Triton refused the request, e.g. unknown model
+                or wrong shape (not retryable); the version is known but not
+                ready, which Triton answers with 503 as it may be loading
+                (retryable); or Triton is unreachable (retryable).
+        """
+        request_inputs = []
+        for name, array in inputs.items():
+            array = np.ascontiguousarray(array)
+            tensor = triton_http.InferInput(name, list(array.shape), np_to_triton_dtype(array.dtype))
+            tensor.set_data_from_numpy(array)
+            request_inputs.append(tensor)
+        requested = [triton_http.InferRequestedOutput(name) for name in outputs]
+        with self._client(f"infer on {model!r}") as client:
+            result = client.infer(
+                model,
+                request_inputs,
+                model_version="" if version is None else str(version),
+                outputs=requested,
+            )
+        return {name: result.as_numpy(name) for name in outputs}

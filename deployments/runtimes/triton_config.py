@@ -1,0 +1,120 @@
+"""Read, check and rewrite Triton model configurations (``config.pbtxt``).
+
+Uses Triton's own protobuf schema (``tritonclient.grpc.model_config_pb2``), so
+what passes here is what Triton itself will parse. A load-time override is the
+uploaded config with the deployment's model name, the versions to serve and
+per-host parameters (such as EXECUTION_ENV_PATH) filled in, as protobuf JSON.
+"""
+
+from google.protobuf import json_format, text_format
+from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
+
+
+class ModelConfigError(ValueError):
+    """A model configuration cannot be used; the message says why, in one sentence."""
+
+
+def parse_model_config(text: str) -> ModelConfig:
+    """Parse and check the text of a ``config.pbtxt``.
+
+    Args:
+        text: the protobuf text format of ``inference.ModelConfig``.
+
+    Returns:
+        The parsed ModelConfig.
+
+    Raises:
+        ModelConfigError: the text does not parse (the message gives line and
+            column), names neither a backend nor a platform, declares no input or
+            no output, or has an input/output without a name or data type, or a
+            negative max_batch_size.
+    """
+    cfg = ModelConfig()
+    try:
+        text_format.Parse(text, cfg)
+    except text_format.ParseError as exc:
+        raise ModelConfigError(f"config.pbtxt is not a valid Triton model config: {exc}") from exc
+    if not cfg.backend and not cfg.platform:
+        raise ModelConfigError('config.pbtxt must name a backend (e.g. backend: "python") or a platform')
+    if cfg.max_batch_size < 0:
+        raise ModelConfigError(f"config.pbtxt max_batch_size must be 0 or more, got {cfg.max_batch_size}")
+    for kind, tensors in (("input", cfg.input), ("output", cfg.output)):
+        if not tensors:
+            raise ModelConfigError(f"config.pbtxt must declare at least one {kind}")
+        for position, tensor in enumerate(tensors, start=1):
+            if not tensor.name:
+                raise ModelConfigError(f"config.pbtxt {kind} #{position} has no name")
+            if tensor.data_type == DataType.TYPE_INVALID:
+                raise ModelConfigError(f"config.pbtxt {kind} {tensor.name!r} has no data_type")
+    return cfg
+
+
+def _describe_tensors(tensors) -> list[dict]:
+    return [
+        {
+            "name": tensor.name,
+            "data_type": DataType.Name(tensor.data_type),
+            "dims": [int(d) for d in tensor.dims],
+        }
+        for tensor in tensors
+    ]
+
+
+def describe_signature(cfg: ModelConfig) -> dict:
+    """Summarise a model's tensors as JSON-serialisable data.
+
+    Args:
+        cfg: a parsed ModelConfig (see parse_model_config).
+
+    Returns:
+        ``{"inputs": [{"name", "data_type", "dims"}], "outputs": [...],
+        "max_batch_size": int, "backend": str, "platform": str}``, where
+        data_type is Triton's enum name (``"TYPE_FP32"``), dims are ints
+        without the batch dimension (-1 means variable), and max_batch_size 0
+        means the model takes no batch dimension.
+    """
+    return {
+        "inputs": _describe_tensors(cfg.input),
+        "outputs": _describe_tensors(cfg.output),
+        "max_batch_size": int(cfg.max_batch_size),
+        "backend": cfg.backend,
+        "platform": cfg.platform,
+    }
+
+
+def render_load_config(
+    config_text: str,
+    *,
+    model_name: str,
+    versions: list[int],
+    parameters: dict[str, str] | None = None,
+) -> str:
+    """Build the config override JSON for a Triton repository load.
+
+    Args:
+        config_text: the model's ``config.pbtxt`` text.
+        model_name: the name the model is loaded under on the host.
+        versions: the version numbers to serve (positive ints, at least one);
+            written as a ``specific`` version policy.
+        parameters: extra model parameters, added or replaced as string values
+            (per-host settings such as EXECUTION_ENV_PATH).
+
+    Returns:
+        The config as protobuf JSON with protobuf field names (``data_type``,
+        ``max_batch_size``), which is what Triton's load API accepts.
+
+    Raises:
+        ModelConfigError: the text is not a usable config (see
+            parse_model_config), or versions is empty or holds a number below 1.
+    """
+    if not versions:
+        raise ModelConfigError("at least one model version must be given to load")
+    if any(int(v) < 1 for v in versions):
+        raise ModelConfigError(f"model versions must be 1 or more, got {sorted(versions)}")
+    cfg = parse_model_config(config_text)
+    cfg.name = model_name
+    cfg.version_policy.Clear()
+    cfg.version_policy.specific.versions.extend(sorted({int(v) for v in versions}))
+    for key, value in (parameters or {}).items():
+        cfg.parameters[key].string_value = str(value)
+    return json_format.MessageToJson(cfg, preserving_proto_field_name=True, indent=None)

@@ -1,0 +1,75 @@
+"""Celery tasks of the deployments app: thin wrappers around services.
+
+``dispatch_target`` and ``record_target_report`` run on orchestrator workers
+(queue ``default``); ``deploy_version_on_host`` runs on the host agent of the
+target host (queue ``host.<name>``) and reports back by enqueueing
+``record_target_report``, so the agent never touches the database.
+"""
+
+import logging
+from pathlib import Path
+
+from celery import shared_task
+from django.conf import settings
+
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget
+from deployments.services import build_agent_payload, record_target_progress
+from registry.storage import ArtifactStore, StorageError
+
+logger = logging.getLogger(__name__)
+
+ORCHESTRATOR_QUEUE = "default"
+
+
+@shared_task(
+    name="deployments.dispatch_target", acks_late=True, autoretry_for=(StorageError,),
+    retry_backoff=True, retry_backoff_max=60, max_retries=5,
+)
+def dispatch_target(target_id: int) -> None:
+    """Hand one deployment target to its host's agent; a target already started is left alone."""
+    target = DeploymentTarget.objects.select_related("host", "deployment__version__model").get(pk=target_id)
+    if target.state != TargetState.PENDING:
+        logger.info("target %s is %s; not dispatching again", target_id, target.state)
+        return
+    url = ArtifactStore().presigned_download_url(target.deployment.version.artifact_key)
+    payload = build_agent_payload(target, download_url=url)
+    deploy_version_on_host.apply_async(args=[payload], queue=target.host.queue)
+
+
+@shared_task(name="deployments.record_target_report", acks_late=True)
+def record_target_report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
+    """Record a host agent's progress or result for one target (idempotent)."""
+    record_target_progress(target_id, state, message=message, details=details)
+
+
+def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
+    record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE)
+
+
+@shared_task(name="deployments.deploy_version_on_host", acks_late=True)
+def deploy_version_on_host(payload: dict) -> None:
+    """Host agent: stage, load and cut over one model version, reporting each step.
+
+    Safe to run twice: staging skips a version dir already built from the
+    same sha256 and loading an already-served version is a no-op swap.
+    """
+    from deployments.agent import deploy_triton_version
+
+    target_id = payload["target_id"]
+    try:
+        result = deploy_triton_version(
+            payload,
+            model_repository=Path(settings.AGENT_MODEL_REPOSITORY),
+            report=lambda state: _report(target_id, state),
+            load_timeout=settings.AGENT_LOAD_TIMEOUT,
+            unload_timeout=settings.AGENT_UNLOAD_TIMEOUT,
+        )
+    except Exception as exc:  # the orchestrator must hear of every failure, not only the foreseen ones
+        logger.exception("deploying target %s failed", target_id)
+        _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
+        return
+    if result["state"] == TargetState.READY:
+        _report(target_id, TargetState.READY, details=result["details"])
+    else:
+        _report(target_id, TargetState.FAILED, result["error"], details=result["details"])

@@ -1,0 +1,8 @@
+from django.urls import path
+
+from deployments import views
+
+app_name = "deployments"
+urlpatterns = [
+    path("", views.host_list, name="host-list"),
+]

@@ -1,0 +1,60 @@
+"""REST API wiring shared by the apps: the error handler and upload helpers."""
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rest_framework import pagination
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from modelyard.errors import DomainError
+
+
+def exception_handler(exc, context):
+    """Turn a service's ``DomainError`` into ``{"detail": message}`` with its HTTP status.
+
+    Everything else goes to DRF's own handler (validation errors keep their
+    per-field shape).
+    """
+    if isinstance(exc, DomainError):
+        return Response({"detail": exc.message}, status=exc.status_code)
+    return drf_exception_handler(exc, context)
+
+
+@contextmanager
+def uploaded_file_path(uploaded) -> Iterator[Path]:
+    """Yield a local path holding an uploaded file's bytes.
+
+    Django spools large uploads to a temp file already; small ones live in
+    memory and are copied to one here in 1 MiB chunks. The copy is removed on exit.
+    """
+    if hasattr(uploaded, "temporary_file_path"):
+        yield Path(uploaded.temporary_file_path())
+        return
+    with tempfile.NamedTemporaryFile(prefix="modelyard-upload-", delete=True) as tmp:
+        uploaded.seek(0)
+        shutil.copyfileobj(uploaded, tmp, 1024 * 1024)
+        tmp.flush()
+        yield Path(tmp.name)
+
+
+class CursorPagination(pagination.CursorPagination):
+    """Stable cursor pagination ordered by the view's ``ordering`` attribute.
+
+    A cursor encodes a position, not an offset, so rows inserted while a
+    client pages are neither skipped nor repeated. ``page_size`` (default 50)
+    may be set per request up to ``max_page_size``.
+    """
+
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+    def get_ordering(self, request, queryset, view):
+        ordering = getattr(view, "ordering", None)
+        if ordering:
+            return (ordering,) if isinstance(ordering, str) else tuple(ordering)
+        return super().get_ordering(request, queryset, view)

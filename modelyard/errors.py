@@ -1,0 +1,45 @@
+"""Domain errors shared by every app's services.
+
+Services raise these; the API exception handler (``modelyard.api``) and the
+views turn them into HTTP answers, so no view needs to know which service
+failed how.
+"""
+
+
+class DomainError(Exception):
+    """Base of every error a service raises on purpose.
+
+    Attributes:
+        message: a sentence safe to show to the user.
+        status_code: the HTTP status an API answer should carry.
+    """
+
+    status_code = 400
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(DomainError):
+    """The request itself is wrong (bad archive, bad name, unknown host): HTTP 400."""
+
+    status_code = 400
+
+
+class NotFound(DomainError):
+    """A named object does not exist: HTTP 404."""
+
+    status_code = 404
+
+
+class Conflict(DomainError):
+    """The request clashes with existing state (name taken): HTTP 409."""
+
+    status_code = 409
+
+
+class ServiceUnavailable(DomainError):
+    """A backing service (S3, Prometheus) cannot be reached; retrying may help: HTTP 503."""
+
+    status_code = 503

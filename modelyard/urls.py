@@ -1,0 +1,48 @@
+"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema, admin and health."""
+
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.http import HttpResponse
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from deployments.api.views import DeploymentViewSet, ServingHostViewSet
+from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
+from registry.api.views import ModelVersionViewSet, RegisteredModelViewSet
+
+router = DefaultRouter()
+router.register("models", RegisteredModelViewSet, basename="model")
+router.register("hosts", ServingHostViewSet, basename="host")
+router.register("deployments", DeploymentViewSet, basename="deployment")
+
+version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
+version_detail = ModelVersionViewSet.as_view({"get": "retrieve"})
+
+api_v1 = [
+    path("models/<str:model_name>/versions/", version_list, name="model-version-list"),
+    path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
+    path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
+    path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
+    path("", include(router.urls)),
+]
+
+
+def healthz(request):
+    """Liveness probe: 200 ``ok`` while the web process answers."""
+    return HttpResponse("ok", content_type="text/plain")
+
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="registry:model-list", permanent=False)),
+    path("healthz", healthz, name="healthz"),
+    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/", include((api_v1, "api"), namespace="api")),
+    path("models/", include("registry.urls")),
+    path("hosts/", include("deployments.urls")),
+    path("monitoring/", include("monitoring.urls")),
+]

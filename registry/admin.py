@@ -1,0 +1,25 @@
+from django.contrib import admin
+
+from registry.models import AuditEvent, ModelVersion, RegisteredModel
+
+
+@admin.register(RegisteredModel)
+class RegisteredModelAdmin(admin.ModelAdmin):
+    list_display = ["name", "next_version", "created_at"]
+    search_fields = ["name"]
+
+
+@admin.register(ModelVersion)
+class ModelVersionAdmin(admin.ModelAdmin):
+    list_display = ["model", "version", "status", "artifact_size", "created_at"]
+    list_filter = ["status"]
+    readonly_fields = ["artifact_key", "artifact_sha256", "artifact_size", "config_text", "signature"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "action", "actor_label", "object_type", "object_id"]
+    list_filter = ["action"]
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,65 @@
+"""Serializers of the registry API."""
+
+import json
+
+from rest_framework import serializers
+
+from registry.models import ModelVersion, RegisteredModel
+
+
+class RegisteredModelSerializer(serializers.ModelSerializer):
+    """A registered model as the API shows it."""
+
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    latest_version = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = RegisteredModel
+        fields = ["name", "description", "tags", "latest_version", "created_by", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class RegisteredModelCreateSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/models/``."""
+
+    name = serializers.CharField(max_length=200, trim_whitespace=False)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+
+
+class ModelVersionSerializer(serializers.ModelSerializer):
+    """A model version as the API shows it; sizes in bytes."""
+
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = ModelVersion
+        fields = [
+            "model", "version", "status", "format", "artifact_sha256", "artifact_size", "artifact_filename",
+            "signature", "metadata", "created_by", "created_at",
+        ]
+        read_only_fields = fields
+
+
+class JSONObjectField(serializers.JSONField):
+    """A JSON object given either as JSON or, in multipart forms, as a JSON string."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, str):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as exc:
+                raise serializers.ValidationError(f"not valid JSON: {exc.msg}") from exc
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("must be a JSON object")
+        return data
+
+
+class ModelVersionUploadSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/models/<name>/versions/`` (multipart/form-data)."""
+
+    artifact = serializers.FileField(
+        help_text="A .tar.gz, .tar or .zip of one Triton model directory (config.pbtxt + one version dir)"
+    )
+    metadata = JSONObjectField(required=False, default=dict, help_text="A JSON object of free-form metadata")

@@ -1,0 +1,92 @@
+"""Registered models, their versions and the audit trail."""
+
+from django.conf import settings
+from django.db import models
+
+from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+
+
+class RegisteredModel(models.Model):
+    """A named model whose versions the registry stores.
+
+    ``next_version`` is the number the next registered version gets; it only
+    grows, so a number is never reused, even after a version is deleted.
+    """
+
+    name = models.CharField(max_length=63, unique=True)
+    description = models.TextField(blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    next_version = models.PositiveIntegerField(default=1)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelVersion(models.Model):
+    """One immutable version of a registered model and its artifact in S3.
+
+    The artifact is stored under a content address (``artifact_key`` derived
+    from ``artifact_sha256``); ``artifact_size`` is in bytes. ``signature``
+    holds the inputs and outputs read from the model config, ``config_text``
+    the config.pbtxt as uploaded.
+    """
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="versions")
+    version = models.PositiveIntegerField()
+    status = models.CharField(max_length=16, choices=VersionStatus.choices, default=VersionStatus.READY)
+    format = models.CharField(max_length=16, choices=ArtifactFormat.choices)
+    artifact_key = models.CharField(max_length=200)
+    artifact_sha256 = models.CharField(max_length=64)
+    artifact_size = models.PositiveBigIntegerField(help_text="bytes")
+    artifact_filename = models.CharField(max_length=255, blank=True)
+    config_text = models.TextField(blank=True)
+    signature = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model", "-version"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "version"], name="unique_model_version_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name} v{self.version}"
+
+
+class AuditEvent(models.Model):
+    """One change made to the registry or the fleet: who, when, what.
+
+    ``data`` holds the action's details (for example the version number and
+    sha256 of a registered version).
+    """
+
+    action = models.CharField(max_length=40, choices=AuditAction.choices)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=150, blank=True)
+    model = models.ForeignKey(
+        RegisteredModel, null=True, blank=True, on_delete=models.SET_NULL, related_name="audit_events"
+    )
+    object_type = models.CharField(max_length=40)
+    object_id = models.CharField(max_length=64)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.object_type}:{self.object_id}"

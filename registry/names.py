@@ -1,0 +1,57 @@
+"""The model name grammar, shared by Triton and BentoML.
+
+Triton uses a model's name as a directory name in the model repository and in
+URLs (``/v2/models/<name>``); BentoML lowercases tags and allows only
+``[a-z0-9_.-]``, at most 63 characters, starting with an alphanumeric. The
+registry accepts the intersection, without dots so that no name can read as a
+relative path segment:
+
+    ^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$
+
+Input is NFKC-normalised and trimmed first; upper-case letters are refused
+rather than silently lowercased, so two spellings never map to one name.
+"""
+
+import re
+import unicodedata
+
+NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
+NAME_MAX_LENGTH = 63
+NAME_RULE = (
+    "1-63 characters: lower-case letters, digits, '-' and '_', "
+    "starting and ending with a letter or digit"
+)
+
+
+class InvalidName(ValueError):
+    """A name that breaks the grammar; the message says why."""
+
+
+def normalize_name(raw: str) -> str:
+    """Return ``raw`` NFKC-normalised and trimmed, without validating it."""
+    return unicodedata.normalize("NFKC", raw).strip()
+
+
+def validate_name(raw: str, *, kind: str = "model name") -> str:
+    """Normalise ``raw`` and check it against the grammar.
+
+    Args:
+        raw: the name as the user typed it.
+        kind: what the name is for, used in the error message.
+
+    Returns:
+        The normalised name.
+
+    Raises:
+        InvalidName: the name is empty, too long, or has characters outside the grammar.
+    """
+    name = normalize_name(raw)
+    if not name:
+        raise InvalidName(f"{kind} must not be empty")
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidName(f"{kind} {name!r} is longer than {NAME_MAX_LENGTH} characters")
+    if name.lower() != name:
+        raise InvalidName(f"{kind} {name!r} has upper-case letters; use {name.lower()!r}")
+    if not NAME_PATTERN.match(name):
+        raise InvalidName(f"{kind} {name!r} is not valid: {NAME_RULE}")
+    return name

@@ -1,0 +1,203 @@
+"""Registry operations: create models, register versions.
+
+Each function takes explicit arguments, runs in one transaction where it
+writes, and raises ``modelyard.errors`` exceptions that views map to HTTP.
+"""
+
+import logging
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from deployments.runtimes.triton_config import ModelConfigError, describe_signature, parse_model_config
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, sha256_file
+from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.names import InvalidName, validate_name
+from registry.storage import ArtifactStore, StorageError
+
+logger = logging.getLogger(__name__)
+
+
+def record_audit_event(*, action: str, actor, obj_type: str, obj_id, model=None, data=None) -> AuditEvent:
+    """Write one audit row for a change; call inside the change's transaction.
+
+    Args:
+        action: an ``AuditAction`` value.
+        actor: the user who made the change, or None for the system.
+        obj_type, obj_id: what changed, e.g. ("version", 12).
+        model: the registered model concerned, if any.
+        data: JSON-serialisable details.
+    """
+    return AuditEvent.objects.create(
+        action=action,
+        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor_label=getattr(actor, "username", "") or "system",
+        model=model,
+        object_type=obj_type,
+        object_id=str(obj_id),
+        data=data or {},
+    )
+
+
+def _validate_tags(tags) -> dict[str, str]:
+    if tags is None:
+        return {}
+    if not isinstance(tags, dict):
+        raise InvalidInput("tags must be a JSON object of string keys and string values")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not key.strip() or len(key) > 128:
+            raise InvalidInput(f"tag key {key!r} must be a non-empty string of at most 128 characters")
+        if not isinstance(value, str) or len(value) > 1024:
+            raise InvalidInput(f"tag {key!r} must have a string value of at most 1024 characters")
+    return dict(tags)
+
+
+def create_model(*, name: str, description: str = "", tags=None, actor=None) -> RegisteredModel:
+    """Register a new model name.
+
+    Args:
+        name: the model name; normalised and checked against ``registry.names``.
+        description: free text.
+        tags: a dict of string keys to string values.
+        actor: the requesting user.
+
+    Returns:
+        The new RegisteredModel.
+
+    Raises:
+        InvalidInput: the name or tags are invalid.
+        Conflict: a model with that name exists.
+    """
+    try:
+        clean_name = validate_name(name)
+    except InvalidName as exc:
+        raise InvalidInput(str(exc)) from exc
+    clean_tags = _validate_tags(tags)
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.create(
+                name=clean_name, description=description or "", tags=clean_tags, created_by=_user(actor)
+            )
+            record_audit_event(
+                action=AuditAction.MODEL_CREATED, actor=actor, obj_type="model", obj_id=model.pk, model=model,
+                data={"name": model.name},
+            )
+    except IntegrityError as exc:
+        raise Conflict(f"a model named {clean_name!r} already exists") from exc
+    return model
+
+
+def get_model(name: str) -> RegisteredModel:
+    """Return the model called ``name``.
+
+    Raises:
+        NotFound: there is none.
+    """
+    try:
+        return RegisteredModel.objects.get(name=name)
+    except RegisteredModel.DoesNotExist as exc:
+        raise NotFound(f"no model named {name!r}") from exc
+
+
+def get_version(model_name: str, version: int) -> ModelVersion:
+    """Return version number ``version`` of model ``model_name`` (not deleted).
+
+    Raises:
+        NotFound: the model or the version does not exist.
+    """
+    model = get_model(model_name)
+    try:
+        return model.versions.exclude(status=VersionStatus.DELETED).get(version=version)
+    except ModelVersion.DoesNotExist as exc:
+        raise NotFound(f"model {model_name!r} has no version {version}") from exc
+
+
+def register_version(
+    *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
+    store: ArtifactStore | None = None,
+) -> ModelVersion:
+    """Validate an uploaded artifact, store it in S3 and register it as the next version.
+
+    The artifact must be a .tar.gz/.tar/.zip of one Triton model directory
+    (config.pbtxt plus one numeric version directory). Nothing is written to
+    the database until the object is stored under its content address and
+    verified, so a failure leaves no version row; the version number is
+    allocated under a row lock on the model, so concurrent registrations get
+    distinct consecutive numbers.
+
+    Args:
+        model: the registered model.
+        artifact_path: the uploaded file on local disk.
+        filename: the name the client gave the file (kept for display).
+        metadata: a JSON object of free-form metadata.
+        actor: the requesting user.
+        store: the artifact store; defaults to one built from settings.
+
+    Returns:
+        The new ModelVersion, status READY.
+
+    Raises:
+        InvalidInput: the artifact is not a valid, safe Triton model archive,
+            its config.pbtxt does not parse, or metadata is not an object.
+        ServiceUnavailable: S3 cannot be reached or failed to store the object.
+    """
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise InvalidInput("metadata must be a JSON object")
+    size = artifact_path.stat().st_size
+    if size == 0:
+        raise InvalidInput("the artifact is empty")
+    if size > settings.MAX_ARTIFACT_BYTES:
+        raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
+    try:
+        layout = inspect_triton_archive(artifact_path, ArchiveLimits.from_settings())
+    except ArchiveError as exc:
+        raise InvalidInput(f"artifact refused: {exc}") from exc
+    try:
+        config = parse_model_config(layout.config_text)
+    except ModelConfigError as exc:
+        raise InvalidInput(f"config.pbtxt is invalid: {exc}") from exc
+    if config.name and config.name != model.name:
+        raise InvalidInput(
+            f"config.pbtxt names the model {config.name!r} but it is being registered as {model.name!r}"
+        )
+    sha256, size = sha256_file(artifact_path)
+    store = store or ArtifactStore()
+    try:
+        stored = store.put_artifact(artifact_path, sha256=sha256, size=size)
+    except StorageError as exc:
+        raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
+
+    with transaction.atomic():
+        locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        number = locked.next_version
+        locked.next_version = number + 1
+        locked.save(update_fields=["next_version", "updated_at"])
+        version = ModelVersion.objects.create(
+            model=locked,
+            version=number,
+            status=VersionStatus.READY,
+            format=ArtifactFormat.TRITON_MODEL_DIR,
+            artifact_key=stored.key,
+            artifact_sha256=sha256,
+            artifact_size=size,
+            artifact_filename=filename[:255],
+            config_text=layout.config_text,
+            signature=describe_signature(config),
+            metadata=metadata,
+            created_by=_user(actor),
+        )
+        record_audit_event(
+            action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
+            model=locked, data={"version": number, "sha256": sha256, "size": size},
+        )
+    logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
+    return version
+
+
+def _user(actor):
+    return actor if getattr(actor, "is_authenticated", False) else None

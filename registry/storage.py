@@ -1,0 +1,210 @@
+"""The S3 artifact store: the only module that talks to S3 (through boto3).
+
+Artifacts are content-addressed: the object key is ``sha256/<aa>/<sha256>``,
+so the same bytes are stored once and a key always names the same content.
+Uploads go through boto3's transfer manager (multipart above 8 MiB, parallel
+parts); verification streams the object back in constant memory.
+"""
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import boto3
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+CHUNK_BYTES = 1024 * 1024
+TRANSFER_CONFIG = TransferConfig(
+    multipart_threshold=8 * 1024 * 1024, multipart_chunksize=8 * 1024 * 1024, max_concurrency=4
+)
+
+
+class StorageError(Exception):
+    """S3 failed or disagreed with what was expected.
+
+    Attributes:
+        message: what went wrong, safe to show.
+        retryable: True when the endpoint could not be reached (retrying may
+            help); False when S3 answered and the answer was wrong.
+    """
+
+    def __init__(self, message: str, *, retryable: bool):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """An artifact object in the bucket: its key and size in bytes."""
+
+    key: str
+    size: int
+
+
+def artifact_key(sha256: str) -> str:
+    """Return the content address of an artifact whose sha256 hex digest is ``sha256``."""
+    return f"sha256/{sha256[:2]}/{sha256}"
+
+
+def _wrap(exc: Exception, doing: str) -> StorageError:
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        retryable = code in {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"}
+        return StorageError(f"S3 refused to {doing}: {code or exc}", retryable=retryable)
+    if isinstance(exc, EndpointConnectionError):
+        return StorageError(f"S3 endpoint unreachable while trying to {doing}", retryable=True)
+    return StorageError(f"S3 error while trying to {doing}: {exc}", retryable=True)
+
+
+class ArtifactStore:
+    """The artifact bucket.
+
+    Args:
+        endpoint_url, bucket, region, access_key_id, secret_access_key: where
+            and as whom to connect; default to the ``S3_*`` settings.
+    """
+
+    def __init__(
+        self,
+        *,
+        endpoint_url: str | None = None,
+        bucket: str | None = None,
+        region: str | None = None,
+        access_key_id: str | None = None,
+        secret_access_key: str | None = None,
+    ):
+        self.bucket = bucket or settings.S3_BUCKET
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=endpoint_url or settings.S3_ENDPOINT_URL or None,
+            region_name=region or settings.S3_REGION,
+            aws_access_key_id=access_key_id or settings.S3_ACCESS_KEY_ID,
+            aws_secret_access_key=secret_access_key or settings.S3_SECRET_ACCESS_KEY,
+            config=Config(
+                connect_timeout=settings.S3_CONNECT_TIMEOUT,
+                read_timeout=settings.S3_READ_TIMEOUT,
+                retries={"max_attempts": 3, "mode": "standard"},
+                signature_version="s3v4",
+                s3={"addressing_style": "path"},
+            ),
+        )
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket when it is missing (local and test setups only).
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+            return
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in {"404", "NoSuchBucket", "NotFound"}:
+                raise _wrap(exc, f"open bucket {self.bucket}") from exc
+        except BotoCoreError as exc:
+            raise _wrap(exc, f"open bucket {self.bucket}") from exc
+        try:
+            self.client.create_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"create bucket {self.bucket}") from exc
+
+    def head(self, key: str) -> StoredObject | None:
+        """Return the object at ``key`` with its size, or None when absent.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        try:
+            answer = self.client.head_object(Bucket=self.bucket, Key=key)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return None
+            raise _wrap(exc, f"read {key}") from exc
+        except BotoCoreError as exc:
+            raise _wrap(exc, f"read {key}") from exc
+        return StoredObject(key=key, size=answer["ContentLength"])
+
+    def put_artifact(self, path: Path, *, sha256: str, size: int) -> StoredObject:
+        """Store the file at ``path`` under its content address and verify it.
+
+        Idempotent: an object already stored under that address with the same
+        size is verified and reused instead of uploaded again.
+
+        Args:
+            path: local file to upload.
+            sha256: its hex digest, computed by the caller while receiving it.
+            size: its length in bytes.
+
+        Returns:
+            The stored object.
+
+        Raises:
+            StorageError: S3 is unreachable, refuses, or what it stored does not
+                match ``sha256`` and ``size``.
+        """
+        key = artifact_key(sha256)
+        if settings.S3_CREATE_BUCKET:
+            self.ensure_bucket()
+        existing = self.head(key)
+        if existing is None or existing.size != size:
+            try:
+                self.client.upload_file(
+                    str(path),
+                    self.bucket,
+                    key,
+                    ExtraArgs={"Metadata": {"sha256": sha256}, "ContentType": "application/octet-stream"},
+                    Config=TRANSFER_CONFIG,
+                )
+            except (BotoCoreError, ClientError) as exc:
+                raise _wrap(exc, f"store {key}") from exc
+            except Exception as exc:  # boto3's transfer manager wraps failures in its own types
+                raise StorageError(f"S3 upload of {key} failed: {exc}", retryable=True) from exc
+        self.verify(key, sha256=sha256, size=size)
+        return StoredObject(key=key, size=size)
+
+    def verify(self, key: str, *, sha256: str, size: int) -> None:
+        """Stream the object back and check its size (bytes) and sha256, in constant memory.
+
+        Raises:
+            StorageError: the object is missing, unreadable, or differs.
+        """
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            digest = hashlib.sha256()
+            seen = 0
+            for chunk in body.iter_chunks(CHUNK_BYTES):
+                digest.update(chunk)
+                seen += len(chunk)
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"verify {key}") from exc
+        if seen != size or digest.hexdigest() != sha256:
+            raise StorageError(
+                f"stored object {key} does not match: {seen} bytes, sha256 {digest.hexdigest()}",
+                retryable=False,
+            )
+
+    def presigned_download_url(self, key: str, expires_in: int | None = None) -> str:
+        """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds."""
+        return self.client.generate_presigned_url(
+            "get_object",
+            Params={"Bucket": self.bucket, "Key": key},
+            ExpiresIn=expires_in or settings.S3_PRESIGN_SECONDS,
+        )
+
+    def delete(self, key: str) -> None:
+        """Delete the object at ``key`` (absent is fine).
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=key)
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"delete {key}") from exc

@@ -1,0 +1,40 @@
+"""Registry pages: the models list and a model's page."""
+
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Max, Q
+from django.http import Http404
+from django.shortcuts import render
+
+from deployments.models import Deployment
+from modelyard.errors import NotFound
+from monitoring.views import metrics_panel_context
+from registry.choices import VersionStatus
+from registry.models import RegisteredModel
+from registry.services import get_model
+
+
+@login_required
+def model_list(request):
+    """Every registered model with its latest version number and version count."""
+    live = ~Q(versions__status=VersionStatus.DELETED)
+    models = RegisteredModel.objects.annotate(
+        latest_version=Max("versions__version", filter=live),
+        version_count=Count("versions", filter=live),
+    ).order_by("name")
+    return render(request, "registry/model_list.html", {"models": models})
+
+
+@login_required
+def model_detail(request, name: str):
+    """A model's versions, deployments with per-host state, and live metrics."""
+    try:
+        model = get_model(name)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    versions = model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by").order_by("-version")
+    deployments = (
+        Deployment.objects.filter(model=model).select_related("version", "created_by")
+        .prefetch_related("targets__host").order_by("-id")[:20]
+    )
+    context = {"model": model, "versions": versions, "deployments": deployments, **metrics_panel_context(model)}
+    return render(request, "registry/model_detail.html", context)

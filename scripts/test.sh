@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The CI suite: guard rails (ruff, migrations check) and the whole pytest suite.
+#
+#   scripts/test.sh [PYTEST_ARGS...]
+#
+# Makes sure PostgreSQL and Redis answer (starting them the way the machine's own
+# services are started when they do not), that Prometheus and Triton are installed,
+# then runs the checks against PostgreSQL. pytest's exit status is this script's;
+# "no tests collected" (5) counts as a failure.
+set -euo pipefail
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_DIR"
+PY="$REPO_DIR/.venv/bin/python"
+export PATH="$REPO_DIR/.venv/bin:$PATH"
+
+log() { printf '[test] %s\n' "$*"; }
+die() { printf '[test] error: %s\n' "$*" >&2; exit 1; }
+
+[[ -x "$PY" ]] || die ".venv is missing; run \`make install\`"
+
+wait_for() {
+    local what="$1" timeout="$2"
+    shift 2
+    local deadline=$((SECONDS + timeout))
+    until "$@" >/dev/null 2>&1; do
+        ((SECONDS < deadline)) || die "$what did not come up within ${timeout}s"
+        sleep 0.5
+    done
+}
+
+if ! pg_isready -q -h 127.0.0.1 -p 5432; then
+    # shellcheck disable=SC2012  # cluster names are version numbers
+    cluster="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
+    [[ -n "$cluster" ]] || die "PostgreSQL is not installed (no cluster under /etc/postgresql)"
+    log "starting PostgreSQL $cluster/main"
+    pg_ctlcluster --skip-systemctl-redirect "$cluster" main start
+    wait_for PostgreSQL 30 pg_isready -q -h 127.0.0.1 -p 5432
+fi
+
+if [[ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" != PONG ]]; then
+    log "starting Redis on 127.0.0.1:6379"
+    mkdir -p /var/lib/redis /var/log/redis
+    redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+        --dir /var/lib/redis --logfile /var/log/redis/ci.log
+    wait_for Redis 15 redis-cli -h 127.0.0.1 -p 6379 ping
+fi
+
+if ! command -v prometheus >/dev/null 2>&1; then
+    log "installing Prometheus (Debian package)"
+    apt-get update && apt-get install -y --no-install-recommends prometheus
+fi
+# Exits at once when its marker says Triton is installed.
+scripts/install_triton.sh
+
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/modelyard}"
+
+log "ruff check ."
+"$PY" -m ruff check .
+log "manage.py makemigrations --check --dry-run"
+"$PY" manage.py makemigrations --check --dry-run
+
+log "pytest $*"
+rc=0
+"$PY" -m pytest "$@" || rc=$?
+if ((rc == 5)); then
+    die "pytest collected no tests (exit 5)"
+fi
+exit "$rc"

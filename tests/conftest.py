@@ -1,0 +1,33 @@
+"""Shared fixtures: users and API clients, plus the service fixtures in tests/fixtures."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+pytest_plugins = ["tests.fixtures.triton", "tests.fixtures.services"]
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_broker():
+    """Point the in-process Celery app at the test broker before anything publishes."""
+    from modelyard.celery import app
+    from tests.fixtures.services import TEST_BROKER_URL
+
+    app.conf.broker_url = TEST_BROKER_URL
+    yield
+
+
+@pytest.fixture
+def user(db):
+    """A plain signed-up user."""
+    return get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
+
+
+@pytest.fixture
+def api_client(user) -> APIClient:
+    """An API client authenticated with ``user``'s token, as CI would be."""
+    client = APIClient()
+    token = Token.objects.create(user=user)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client

@@ -1,0 +1,123 @@
+"""Hosts and deployments through the API, and the target state machine."""
+
+import pytest
+
+from deployments.choices import TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
+from deployments.services import IllegalTransition, record_target_progress, transition
+from registry.choices import ArtifactFormat
+from registry.models import ModelVersion, RegisteredModel
+
+pytestmark = pytest.mark.django_db
+
+HOST = {
+    "name": "gpu-0",
+    "runtime": "triton",
+    "inference_url": "http://gpu-0.internal:8000",
+    "metrics_url": "http://gpu-0.internal:8002/metrics",
+    "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}},
+}
+
+
+@pytest.fixture
+def version(db) -> ModelVersion:
+    model = RegisteredModel.objects.create(name="iris", next_version=2)
+    return ModelVersion.objects.create(
+        model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="sha256/ab/ab",
+        artifact_sha256="ab" * 32, artifact_size=10, config_text='backend: "python"',
+    )
+
+
+def test_it_registers_and_lists_a_serving_host(api_client):
+    answer = api_client.post("/api/v1/hosts/", HOST, format="json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["inference_url"] == "http://gpu-0.internal:8000"
+    listing = api_client.get("/api/v1/hosts/").json()
+    assert [h["name"] for h in listing["results"]] == ["gpu-0"]
+    assert ServingHost.objects.get(name="gpu-0").queue == "host.gpu-0"
+
+
+def test_it_refuses_a_second_host_with_the_same_name(api_client):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    assert api_client.post("/api/v1/hosts/", HOST, format="json").status_code == 409
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"name": "GPU 0"},
+        {"inference_url": "ftp://gpu-0:8000"},
+        {"inference_url": "http://user:pw@gpu-0:8000"},
+        {"runtime": "tensorflow-serving"},
+        {"config_overrides": {"files": {"1/model.py": "x"}}},
+        {"config_overrides": {"parameters": {"EXECUTION_ENV_PATH": 3}}},
+    ],
+)
+def test_it_refuses_a_host_with_invalid_fields(api_client, change):
+    answer = api_client.post("/api/v1/hosts/", {**HOST, **change}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert not ServingHost.objects.exists()
+
+
+def test_it_starts_a_deployment_with_one_pending_target_per_host_and_enqueues_on_commit(
+    api_client, version, django_capture_on_commit_callbacks
+):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
+                                 format="json")
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert body["status"] == "in_progress"
+    assert [(t["host"], t["state"]) for t in body["targets"]] == [("gpu-0", "pending")]
+    assert len(callbacks) == 1
+    assert api_client.get(f"/api/v1/deployments/{body['id']}/").json()["targets"][0]["state"] == "pending"
+
+
+def test_it_refuses_a_deployment_to_an_unknown_host_and_writes_nothing(api_client, version):
+    answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["nowhere"]},
+                             format="json")
+    assert answer.status_code == 400
+    assert "nowhere" in answer.json()["detail"]
+    assert not Deployment.objects.exists()
+
+
+def test_it_answers_404_for_a_deployment_of_an_unknown_version(api_client, version):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 9, "hosts": ["gpu-0"]},
+                             format="json")
+    assert answer.status_code == 404
+    assert not Deployment.objects.exists()
+
+
+@pytest.fixture
+def target(version) -> DeploymentTarget:
+    host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    deployment = Deployment.objects.create(model=version.model, version=version)
+    return DeploymentTarget.objects.create(deployment=deployment, host=host)
+
+
+def test_a_target_moves_forward_and_records_each_change(target):
+    assert transition(target.pk, TargetState.STAGING)
+    assert transition(target.pk, TargetState.LOADING)
+    assert transition(target.pk, TargetState.READY, details={"load_seconds": 1.5})
+    target.refresh_from_db()
+    assert target.state == TargetState.READY and target.details == {"load_seconds": 1.5}
+    assert list(TargetEvent.objects.values_list("to_state", flat=True)) == ["staging", "loading", "ready"]
+    assert target.deployment.status == "ready"
+
+
+def test_a_repeated_report_is_a_no_op(target):
+    transition(target.pk, TargetState.STAGING)
+    assert transition(target.pk, TargetState.STAGING) is False
+    assert TargetEvent.objects.count() == 1
+
+
+def test_a_finished_target_refuses_to_move_back(target):
+    transition(target.pk, TargetState.FAILED, message="Triton said no")
+    with pytest.raises(IllegalTransition):
+        transition(target.pk, TargetState.LOADING)
+    record_target_progress(target.pk, TargetState.LOADING)  # a late report is ignored
+    target.refresh_from_db()
+    assert (target.state, target.error) == (TargetState.FAILED, "Triton said no")
+    assert target.deployment.status == "failed"
