@@ -199,10 +199,12 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
     path = Path(path)
     archive_bytes = path.stat().st_size
     entries: list[_Entry] = []
+    junk_parents: set[tuple[str, ...]] = set()
     configs: dict[tuple[str, ...], bytes | None] = {}
     with _open_reader(path) as reader:
         for entry in _scan(reader, limits, archive_bytes):
             if entry.ignored:
+                junk_parents.add(_kept_prefix(entry.parts))
                 continue
             entries.append(entry)
             if _is_config_candidate(entry, configs):
@@ -215,7 +217,7 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
             reader.finish()
         kind = reader.kind
     _check_collisions(entries)
-    return _plan_layout(kind, entries, configs)
+    return _plan_layout(kind, entries, configs, junk_parents)
 
 
 def extract_version_dir(path: Path, layout: TritonModelLayout, dest: Path, limits: ArchiveLimits) -> int:
@@ -598,7 +600,15 @@ def _path_problem(text: str) -> str | None:
 
 def _is_junk(parts: tuple[str, ...]) -> bool:
     """macOS metadata and Python bytecode caches: never part of a model, never extracted."""
-    return any(part in _JUNK_NAMES or part.startswith("._") for part in parts)
+    return len(_kept_prefix(parts)) < len(parts)
+
+
+def _kept_prefix(parts: tuple[str, ...]) -> tuple[str, ...]:
+    """The components before the first junk one: the directory a junk member was found in."""
+    for depth, part in enumerate(parts):
+        if part in _JUNK_NAMES or part.startswith("._"):
+            return parts[:depth]
+    return parts
 
 
 def _fold(part: str) -> str:
@@ -648,7 +658,12 @@ def _is_config_candidate(entry: _Entry, configs: dict[tuple[str, ...], bytes | N
     return not any(len(parts) == len(entry.parts) for parts in configs)
 
 
-def _plan_layout(kind: str, entries: list[_Entry], configs: dict[tuple[str, ...], bytes | None]) -> TritonModelLayout:
+def _plan_layout(
+    kind: str,
+    entries: list[_Entry],
+    configs: dict[tuple[str, ...], bytes | None],
+    junk_parents: set[tuple[str, ...]],
+) -> TritonModelLayout:
     if not entries:
         raise ArchiveError("archive holds no files")
     root = _model_root(entries)
@@ -670,7 +685,12 @@ def _plan_layout(kind: str, entries: list[_Entry], configs: dict[tuple[str, ...]
         raise ArchiveError(f"{prefix + CONFIG_NAME!r} must be a file, not a directory")
     config_entry = config_entries[0][1]
 
-    versions = sorted({rel[0] for rel, _ in below if _is_numeric(rel[0])}, key=int)
+    # A version directory that holds only junk still counts, so that it is reported as empty.
+    names_below = {rel[0] for rel, _ in below}
+    names_below.update(
+        parent[len(root)] for parent in junk_parents if len(parent) > len(root) and parent[: len(root)] == root
+    )
+    versions = sorted((name for name in names_below if _is_numeric(name)), key=int)
     for version in versions:
         if version != str(int(version)) or not 0 < int(version) <= MAX_VERSION:
             raise ArchiveError(

@@ -56,6 +56,8 @@ class ModelVersionViewSet(
     ordering = "-version"
 
     def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # schema generation has no URL kwargs
+            return ModelVersion.objects.none()
         model = services.get_model(self.kwargs["model_name"])
         return (
             ModelVersion.objects.filter(model=model)

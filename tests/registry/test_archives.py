@@ -542,7 +542,7 @@ def test_it_refuses_a_config_larger_than_one_mebibyte(tmp_path, kind):
 
 
 def test_it_refuses_an_archive_without_files(tmp_path):
-    path = write_tar(tmp_path / "upload.tgz", [("resnet/", None)])
+    path = write_tar(tmp_path / "upload.tgz", [("__MACOSX/._resnet", b"junk")])
 
     assert refusal(path) == "archive holds no files"
 
