@@ -195,6 +195,8 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
             member is unsafe (escaping path, link, special file, duplicate); a limit is exceeded;
             or the content is not one Triton model directory with one version directory.
         OSError: ``path`` cannot be opened (for example, it does not exist).
+
+    Reads only; calling it again on the same file gives the same answer.
     """
     path = Path(path)
     archive_bytes = path.stat().st_size
@@ -247,6 +249,9 @@ def extract_version_dir(path: Path, layout: TritonModelLayout, dest: Path, limit
         FileNotFoundError: the parent of ``dest`` or the archive does not exist.
         OSError: a local write failed (for example, the disk is full); ``dest`` has been removed.
             Kept apart from ArchiveError because a retry may succeed and the upload is not at fault.
+
+    Not idempotent by itself: a second call with the same ``dest`` raises FileExistsError, so a
+    caller that retries extracts into a fresh directory (or removes the old one first).
     """
     path = Path(path)
     dest = Path(dest)

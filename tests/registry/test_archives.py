@@ -568,11 +568,17 @@ def test_it_refuses_a_file_that_is_not_a_supported_archive(tmp_path, write):
     assert refusal(path).startswith(NOT_AN_ARCHIVE)
 
 
-@pytest.mark.parametrize("keep_fraction", [0.1, 0.5, 0.9, 0.999])
-@pytest.mark.parametrize("kind", KINDS)
+# A plain tar cut inside its trailing padding loses nothing, so it is only cut where data is lost.
+TRUNCATIONS = [
+    pytest.param(kind, keep_fraction, id=f"{kind}-keeping-{keep_fraction}")
+    for kind in KINDS
+    for keep_fraction in (0.1, 0.5, 0.9, 0.999)
+    if not (kind == "tar" and keep_fraction > 0.9)
+]
+
+
+@pytest.mark.parametrize(("kind", "keep_fraction"), TRUNCATIONS)
 def test_it_reports_a_truncated_archive_as_truncated_or_corrupt(tmp_path, kind, keep_fraction):
-    if kind == "tar" and keep_fraction > 0.9:
-        pytest.skip("a plain tar cut inside its trailing padding loses nothing")
     path = build(tmp_path, kind, model())
     truncate(path, keep_fraction)
 
