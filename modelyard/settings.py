@@ -73,8 +73,12 @@ TEMPLATES = [
 
 DATABASE_URL = env_str("DATABASE_URL")
 if not DATABASE_URL:
-    # The embedded default for a laptop: SQLite under var/.
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    # The embedded default for a laptop: SQLite under var/. Processes that
+    # never touch the database (host agents) may run where var/ is read-only.
+    try:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
     DATABASE_URL = f"sqlite:///{VAR_DIR / 'modelyard.sqlite3'}"
 DATABASES = {
     "default": dj_database_url.parse(

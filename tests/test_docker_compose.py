@@ -17,7 +17,9 @@ COMPOSE_FILE = REPO_DIR / "docker-compose.yml"
 DOCKERFILE = REPO_DIR / "Dockerfile"
 LOCAL_PROMETHEUS_TEMPLATE = REPO_DIR / "deploy" / "prometheus" / "prometheus.local.yml.tmpl"
 
-APP_SERVICES = ("web", "orchestrator", "beat", "agent", "migrate")
+APP_SERVICES = ("web", "orchestrator", "beat", "migrate")
+AGENT_ENV = ("CELERY_BROKER_URL", "MODELYARD_SECRET_KEY", "MODELYARD_AGENT_MODEL_REPOSITORY")
+AGENT_FORBIDDEN_ENV = ("DATABASE_URL", "MODELYARD_S3_SECRET_ACCESS_KEY", "MODELYARD_S3_ACCESS_KEY_ID")
 REQUIRED_APP_ENV = (
     "DATABASE_URL",
     "CELERY_BROKER_URL",
@@ -244,3 +246,11 @@ def test_the_local_prometheus_template_renders_to_a_config_with_the_same_jobs():
     jobs = scrape_targets(yaml.safe_load(rendered))
     assert jobs["triton"] == ["127.0.0.1:8002"]
     assert jobs["modelyard"] == ["127.0.0.1:8080"]
+
+
+def test_the_host_agent_gets_its_settings_but_no_database_or_s3_credentials(services):
+    env = environment(services["agent"])
+    for name in AGENT_ENV:
+        assert env.get(name), f"agent lacks {name}"
+    for name in AGENT_FORBIDDEN_ENV:
+        assert name not in env, f"agent must not receive {name}"

@@ -88,7 +88,9 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     metrics_target = triton.metrics_url.removeprefix("http://").removesuffix("/metrics")
     prometheus = start_prometheus([{"target": metrics_target, "labels": {"host": HOST}}])
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    start_celery_worker(f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})
+    start_celery_worker(
+        f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)}, with_database=False
+    )
 
     user = get_user_model().objects.create_user(username="ci", password="a-long-test-password")
     client = APIClient()
