@@ -31,7 +31,7 @@ from pathlib import Path
 import requests
 
 from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.triton import TritonRuntime
+from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
 from deployments.runtimes.triton_config import render_load_config
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 
@@ -225,6 +225,7 @@ def deploy_triton_version(
     except ServingRuntimeError as exc:
         return failed(f"Triton is not reachable: {exc.message}", retryable=exc.retryable)
     details["previous_versions"] = previous
+    before = _memory(payload)
     try:
         runtime.load(model, config_for(previous + [version], version))
         if not runtime.is_version_ready(model, version):
@@ -236,6 +237,7 @@ def deploy_triton_version(
         _restore(runtime, model, previous, config_for)
         return failed(f"Triton could not load {model} version {version}: {exc.message}", retryable=exc.retryable)
     details["load_seconds"] = round(time.monotonic() - started, 3)
+    details["footprint_bytes"] = _footprint(before, _memory(payload))
 
     if previous:
         started = time.monotonic()
@@ -258,3 +260,29 @@ def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for
         runtime.load(model, config_for(previous, max(previous)))
     except ServingRuntimeError as exc:
         logger.error("could not restore %s versions %s: %s", model, previous, exc.message)
+
+
+def _memory(payload: dict) -> MemoryInUse | None:
+    url = payload.get("metrics_url")
+    if not url:
+        return None
+    try:
+        return read_memory_in_use(url)
+    except ServingRuntimeError as exc:
+        logger.info("footprint not measured: %s", exc.message)
+        return None
+
+
+def _footprint(before: MemoryInUse | None, after: MemoryInUse | None) -> dict:
+    """The memory a new version added while loaded beside the old ones, in bytes.
+
+    A delta of the server's memory gauges around the load (DESIGN.md: the measured
+    footprint that placement uses next time); None where a gauge is missing.
+    """
+    if before is None or after is None:
+        return {"gpu": None, "cpu": None}
+
+    def delta(a, b):
+        return max(0, b - a) if a is not None and b is not None else None
+
+    return {"gpu": delta(before.gpu_bytes, after.gpu_bytes), "cpu": delta(before.cpu_bytes, after.cpu_bytes)}

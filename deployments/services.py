@@ -151,6 +151,18 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
     return deployment
 
 
+def get_host(name: str) -> ServingHost:
+    """Return the serving host called ``name``.
+
+    Raises:
+        NotFound: there is none.
+    """
+    try:
+        return ServingHost.objects.get(name=name)
+    except ServingHost.DoesNotExist as exc:
+        raise NotFound(f"no serving host named {name!r}") from exc
+
+
 def get_deployment(pk: int) -> Deployment:
     """Return deployment ``pk`` with its targets and hosts prefetched.
 
@@ -238,6 +250,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "config_text": version.config_text,
         "parameters": dict(target.host.config_overrides.get("parameters", {})),
         "inference_url": target.host.inference_url,
+        "metrics_url": target.host.metrics_url,
     }
 
 

@@ -5,4 +5,5 @@ from deployments import views
 app_name = "deployments"
 urlpatterns = [
     path("", views.host_list, name="host-list"),
+    path("<str:name>/", views.host_detail, name="host-detail"),
 ]

@@ -1,12 +1,61 @@
-"""Deployments pages: the serving hosts list."""
+"""Deployments pages: the serving hosts list and a host's page."""
 
 from django.contrib.auth.decorators import login_required
+from django.http import Http404
 from django.shortcuts import render
 
-from deployments.models import ServingHost
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget, ServingHost
+from deployments.services import get_host
+from modelyard.errors import NotFound, ServiceUnavailable
+from monitoring import services as monitoring
 
 
 @login_required
 def host_list(request):
     """Every serving host with its runtime and endpoints."""
     return render(request, "deployments/host_list.html", {"hosts": ServingHost.objects.order_by("name")})
+
+
+def _loaded_models(host: ServingHost) -> list[dict]:
+    """The versions this host serves per the registry, with the footprint measured at their load."""
+    latest: dict[int, DeploymentTarget] = {}
+    targets = (
+        DeploymentTarget.objects.filter(host=host, state=TargetState.READY)
+        .select_related("deployment__model", "deployment__version")
+        .order_by("deployment__created_at", "deployment_id")
+    )
+    for target in targets:
+        latest[target.deployment.model_id] = target
+    rows = []
+    for target in sorted(latest.values(), key=lambda t: t.deployment.model.name):
+        footprint = target.details.get("footprint_bytes") or {}
+        rows.append({
+            "model": target.deployment.model.name,
+            "version": target.deployment.version.version,
+            "gpu_bytes": footprint.get("gpu"),
+            "cpu_bytes": footprint.get("cpu"),
+            "since": target.updated_at,
+        })
+    return rows
+
+
+@login_required
+def host_detail(request, name: str):
+    """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
+    try:
+        host = get_host(name)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    context = {"host": host, "models": _loaded_models(host), "gpus": [], "cpu": None, "prometheus_error": "",
+               "headroom": None}
+    try:
+        found = monitoring.host_metrics([host.name])[host.name]
+        context["gpus"], context["cpu"] = found["gpus"], found["cpu"]
+    except ServiceUnavailable as exc:
+        context["prometheus_error"] = exc.message
+    free = [g["memory_total"] - g["memory_used"] for g in context["gpus"]
+            if g["memory_total"] is not None and g["memory_used"] is not None]
+    if free:
+        context["headroom"] = {"total_free": sum(free), "largest_free": max(free)}
+    return render(request, "deployments/host_detail.html", context)

@@ -168,6 +168,9 @@ MAX_ARCHIVE_MEMBERS = env_int("MODELYARD_MAX_ARCHIVE_MEMBERS", 10_000)
 # Prometheus, queried with prometheus-api-client.
 PROMETHEUS_URL = env_str("MODELYARD_PROMETHEUS_URL", "http://127.0.0.1:9090")
 PROMETHEUS_TIMEOUT = env_float("MODELYARD_PROMETHEUS_TIMEOUT", 5.0)
+# The app's own /metrics (counts only) is open unless this is set; then a scrape
+# must send ``Authorization: Bearer <token>``.
+METRICS_TOKEN = env_str("MODELYARD_METRICS_TOKEN")
 
 # Host agent (runs on a serving host; needs no database or S3 write access).
 AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))

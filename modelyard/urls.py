@@ -1,4 +1,4 @@
-"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema, admin and health."""
+"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema, admin, health and /metrics."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
@@ -9,7 +9,9 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from deployments.api.views import DeploymentViewSet, ServingHostViewSet
+from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
+from monitoring.exporter import metrics_view
 from registry.api.views import ModelVersionViewSet, RegisteredModelViewSet
 
 router = DefaultRouter()
@@ -25,6 +27,7 @@ api_v1 = [
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
+    path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
     path("", include(router.urls)),
 ]
 
@@ -37,6 +40,7 @@ def healthz(request):
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="registry:model-list", permanent=False)),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics_view, name="metrics"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

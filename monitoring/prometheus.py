@@ -4,9 +4,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import requests
+import urllib3
 from django.conf import settings
 from prometheus_api_client import PrometheusApiClientException, PrometheusConnect
 from urllib3.util.retry import Retry
+
+
+def _is_timeout(exc: requests.RequestException) -> bool:
+    """True when the request timed out; with retries off, urllib3 wraps timeouts in a ConnectionError."""
+    if isinstance(exc, requests.Timeout):
+        return True
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None
+    if isinstance(reason, urllib3.exceptions.NewConnectionError):  # a refused connection, despite its base class
+        return False
+    return isinstance(reason, TimeoutError | urllib3.exceptions.TimeoutError)
 
 
 class PrometheusUnavailable(Exception):
@@ -45,9 +56,11 @@ class PrometheusClient:
     def _call(self, fn, *args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except requests.Timeout as exc:
-            raise PrometheusUnavailable(f"Prometheus at {self.url} did not answer within {self.timeout} s") from exc
         except requests.RequestException as exc:
+            if _is_timeout(exc):
+                raise PrometheusUnavailable(
+                    f"Prometheus at {self.url} did not answer within {self.timeout} s"
+                ) from exc
             raise PrometheusUnavailable(f"Prometheus at {self.url} is unreachable") from exc
         except PrometheusApiClientException as exc:
             raise PrometheusUnavailable(f"Prometheus refused the query: {exc}") from exc

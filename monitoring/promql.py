@@ -1,15 +1,23 @@
 """The PromQL catalogue: every query the product sends to Prometheus.
 
-Source metrics are Triton's (https://docs.nvidia.com/deeplearning/triton-inference-server/
-user-guide/docs/user_guide/metrics.html). Counters are only read through
-``rate()`` and aggregated ``sum by (model, version)``: per-model series vanish
-on unload and restart from zero on reload, and one model's series split by
-``gpu_uuid`` and by scrape target.
+Each query gives one meaning for both serving runtimes, as ``<Triton> or <BentoML>``:
 
-Every builder takes already-validated values; label values are escaped anyway.
+- Triton series (https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/
+  user_guide/metrics.html) carry ``model`` and ``version`` labels themselves.
+- BentoML series (``bentoml_service_request_*``) carry neither: each BentoML process serves one
+  model version, and its scrape target attaches ``model`` and ``version``. Health and metrics
+  probes (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are excluded.
+
+Counters are only read through ``rate()`` and aggregated ``sum by (model, version)``: per-model
+series vanish on unload and restart from zero on reload, and split by ``gpu_uuid`` and by scrape
+target. Every builder takes a label ``selector`` (``{"model": "iris"}``, or empty for the whole
+fleet) and a rate window in seconds; label values are escaped.
 """
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 RANGE_PATTERN = re.compile(r"^([1-9][0-9]{0,3})([smhd])$")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -18,6 +26,9 @@ MAX_RANGE_SECONDS = 30 * 86400
 MAX_POINTS = 300
 MIN_STEP_SECONDS = 5
 MIN_RATE_WINDOW_SECONDS = 30  # at least 4 samples at the 5 s scrape interval the shipped config uses
+PAGE_RANGES = ("15m", "1h", "6h", "24h", "7d")
+BENTO_PROBES = "/livez|/readyz|/healthz|/metrics"
+BY = "model, version"
 
 
 class InvalidRange(ValueError):
@@ -44,74 +55,188 @@ def step_for(range_seconds: int) -> int:
     return max(MIN_STEP_SECONDS, -(-range_seconds // MAX_POINTS))
 
 
-def _label(value: str) -> str:
+def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "")
 
 
+def _matchers(selector: dict[str, str], *extra: str) -> str:
+    parts = [f'{key}="{_escape(value)}"' for key, value in sorted(selector.items())]
+    parts.extend(extra)
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
 def _window(seconds: int) -> str:
-    return f"{max(seconds, MIN_RATE_WINDOW_SECONDS)}s"
+    return f"{max(int(seconds), MIN_RATE_WINDOW_SECONDS)}s"
 
 
-def throughput(model: str, window_seconds: int) -> str:
-    """Inferences per second per version, from the counter ``nv_inference_count``."""
-    sel = f'{{model="{_label(model)}"}}'
-    return f"sum by (model, version)(rate(nv_inference_count{sel}[{_window(window_seconds)}]))"
+def _bento(selector: dict[str, str], *extra: str) -> str:
+    return _matchers(selector, f'endpoint!~"{BENTO_PROBES}"', *extra)
 
 
-def latency_mean_ms(model: str, window_seconds: int) -> str:
-    """Mean request latency in milliseconds per version.
+def _rate_sum(metric: str, matchers: str, w: str, by: str = BY) -> str:
+    return f"sum by ({by})(rate({metric}{matchers}[{w}]))"
 
-    ``nv_inference_request_duration_us`` (microseconds, cumulative) over
-    ``nv_inference_request_success`` (requests), divided by 1000.
+
+def throughput(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Inferences per second per version.
+
+    Triton: ``nv_inference_count`` (inferences, counting each batch item).
+    BentoML: ``bentoml_service_request_total`` (requests; one request is one inference).
     """
-    sel = f'{{model="{_label(model)}"}}'
-    w = _window(window_seconds)
+    w = _window(window)
     return (
-        f"(sum by (model, version)(rate(nv_inference_request_duration_us{sel}[{w}]))"
-        f" / sum by (model, version)(rate(nv_inference_request_success{sel}[{w}]))) / 1000"
+        f"{_rate_sum('nv_inference_count', _matchers(selector), w)}"
+        f" or {_rate_sum('bentoml_service_request_total', _bento(selector), w)}"
     )
 
 
-def latency_p95_ms(model: str, window_seconds: int, *, over_range: bool) -> str:
-    """95th percentile request latency in milliseconds per version.
+def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Mean request latency in milliseconds per version.
 
-    From Triton's summary ``nv_inference_request_summary_us{quantile="0.95"}``
-    (microseconds; enabled with ``--metrics-config summary_latencies=true``),
-    whose quantiles cover Triton's own sliding window. Summaries cannot be
-    averaged across targets, so the worst target is taken; with
-    ``over_range`` the worst value seen during the window.
+    Triton: ``nv_inference_request_duration_us`` (µs, cumulative) / ``nv_inference_request_success``.
+    BentoML: ``bentoml_service_request_duration_seconds`` histogram ``_sum`` / ``_count`` (s).
     """
-    sel = f'{{model="{_label(model)}",quantile="0.95"}}'
-    inner = f"nv_inference_request_summary_us{sel}"
-    if over_range:
-        inner = f"max_over_time({inner}[{_window(window_seconds)}])"
-    return f"max by (model, version)({inner}) / 1000"
+    w = _window(window)
+    triton = (
+        f"{_rate_sum('nv_inference_request_duration_us', _matchers(selector), w)}"
+        f" / {_rate_sum('nv_inference_request_success', _matchers(selector), w)} / 1000"
+    )
+    bento = (
+        f"{_rate_sum('bentoml_service_request_duration_seconds_sum', _bento(selector), w)}"
+        f" / {_rate_sum('bentoml_service_request_duration_seconds_count', _bento(selector), w)} * 1000"
+    )
+    return f"({triton}) or ({bento})"
 
 
-def error_rate(model: str, window_seconds: int) -> str:
-    """Failed requests as a fraction (0..1) of all requests per version.
+def latency_quantile_ms(
+    selector: dict[str, str], window: int, *, quantile: float, over_window: bool = False
+) -> str:
+    """Request latency quantile (0.5, 0.95, 0.99) in milliseconds per version.
 
-    ``nv_inference_request_failure`` over failure + ``nv_inference_request_success``;
-    0 when there were no requests.
+    Triton: the summary ``nv_inference_request_summary_us{quantile=...}`` (µs; enabled with
+    ``--metrics-config summary_latencies=true``), whose quantiles cover Triton's own sliding
+    window. Summaries cannot be averaged across targets, so the worst target is taken; with
+    ``over_window`` the worst value seen during the window.
+    BentoML: ``histogram_quantile`` over ``bentoml_service_request_duration_seconds_bucket`` (s).
     """
-    sel = f'{{model="{_label(model)}"}}'
-    w = _window(window_seconds)
-    failure = f"sum by (model, version)(rate(nv_inference_request_failure{sel}[{w}]))"
-    success = f"sum by (model, version)(rate(nv_inference_request_success{sel}[{w}]))"
-    return f"{failure} / clamp_min({failure} + {success}, 1e-12)"
+    w = _window(window)
+    quantile_matcher = f'quantile="{quantile}"'
+    summary = f"nv_inference_request_summary_us{_matchers(selector, quantile_matcher)}"
+    if over_window:
+        summary = f"max_over_time({summary}[{w}])"
+    buckets = _rate_sum("bentoml_service_request_duration_seconds_bucket", _bento(selector), w, by=f"{BY}, le")
+    return f"(max by ({BY})({summary}) / 1000) or (histogram_quantile({quantile}, {buckets}) * 1000)"
 
 
-def host_memory_bytes(hosts: list[str]) -> dict[str, str]:
-    """Queries for current memory per host in bytes, keyed by what they measure.
+def error_rate(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Failed requests as a fraction (0..1) of all requests per version; 0 without failures.
 
-    ``nv_gpu_memory_*_bytes`` are per GPU (summed per host); ``nv_cpu_memory_*_bytes``
-    are per server. The ``host`` label is attached by the scrape config.
+    Triton: ``nv_inference_request_failure`` / (failure + ``nv_inference_request_success``).
+    BentoML: requests answered 5xx / all requests, from ``bentoml_service_request_total``.
     """
+    w = _window(window)
+    failure = _rate_sum("nv_inference_request_failure", _matchers(selector), w)
+    success = _rate_sum("nv_inference_request_success", _matchers(selector), w)
+    total = _rate_sum("bentoml_service_request_total", _bento(selector), w)
+    errors = _rate_sum("bentoml_service_request_total", _bento(selector, 'http_response_code=~"5.."'), w)
+    return (
+        f"({failure} / clamp_min({failure} + {success}, 1e-12))"
+        f" or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))"
+    )
+
+
+def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Mean time a request waits in the scheduler queue, in milliseconds (Triton only).
+
+    ``nv_inference_queue_duration_us`` / ``nv_inference_request_success``; BentoML exports no
+    queue time.
+    """
+    w = _window(window)
+    return (
+        f"{_rate_sum('nv_inference_queue_duration_us', _matchers(selector), w)}"
+        f" / {_rate_sum('nv_inference_request_success', _matchers(selector), w)} / 1000"
+    )
+
+
+def compute_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Mean compute time per request in milliseconds (Triton only).
+
+    (``nv_inference_compute_input_duration_us`` + ``..._infer_...`` + ``..._output_...``) /
+    ``nv_inference_request_success``.
+    """
+    w = _window(window)
+    m = _matchers(selector)
+    parts = " + ".join(
+        f"rate(nv_inference_compute_{p}_duration_us{m}[{w}])" for p in ("input", "infer", "output")
+    )
+    return f"sum by ({BY})({parts}) / {_rate_sum('nv_inference_request_success', m, w)} / 1000"
+
+
+def pending_requests(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
+    """Requests waiting or in progress per version (a gauge: the latest value, or the worst in the window).
+
+    Triton: ``nv_inference_pending_request_count``. BentoML: ``bentoml_service_request_in_progress``.
+    """
+    triton = f"nv_inference_pending_request_count{_matchers(selector)}"
+    bento = f"bentoml_service_request_in_progress{_bento(selector)}"
+    if over_window:
+        w = _window(window)
+        triton, bento = f"max_over_time({triton}[{w}])", f"max_over_time({bento}[{w}])"
+    return f"sum by ({BY})({triton}) or sum by ({BY})({bento})"
+
+
+@dataclass(frozen=True)
+class MetricQuery:
+    """One per-version metric: its key, title, unit, and PromQL builder.
+
+    ``build(selector, window_seconds, over_window=False) -> str``; ``over_window`` asks gauges
+    and summaries for the worst value during the window instead of the latest one.
+    """
+
+    key: str
+    title: str
+    unit: str
+    build: Callable[..., str]
+
+
+MODEL_METRICS: tuple[MetricQuery, ...] = (
+    MetricQuery("throughput", "Throughput", "inferences/s", throughput),
+    MetricQuery("latency_mean_ms", "Mean latency", "ms", latency_mean_ms),
+    MetricQuery("latency_p50_ms", "p50 latency", "ms", partial(latency_quantile_ms, quantile=0.5)),
+    MetricQuery("latency_p95_ms", "p95 latency", "ms", partial(latency_quantile_ms, quantile=0.95)),
+    MetricQuery("latency_p99_ms", "p99 latency", "ms", partial(latency_quantile_ms, quantile=0.99)),
+    MetricQuery("error_rate", "Error rate", "fraction", error_rate),
+    MetricQuery("queue_ms", "Queue time", "ms", queue_ms),
+    MetricQuery("compute_ms", "Compute time", "ms", compute_ms),
+    MetricQuery("pending_requests", "Pending requests", "requests", pending_requests),
+)
+METRICS_BY_KEY = {m.key: m for m in MODEL_METRICS}
+
+
+def _host_matchers(hosts: list[str]) -> str:
     names = "|".join(re.escape(h) for h in hosts) or "^$"
-    sel = f'{{host=~"{_label(names)}"}}'
+    return f'{{host=~"{_escape(names)}"}}'
+
+
+def gpu_queries(hosts: list[str]) -> dict[str, str]:
+    """Per-GPU gauges of the given hosts, by ``host`` and ``gpu_uuid``.
+
+    ``nv_gpu_memory_used_bytes`` and ``nv_gpu_memory_total_bytes`` (bytes),
+    ``nv_gpu_utilization`` (0..1). Absent on hosts without GPUs.
+    """
+    m = _host_matchers(hosts)
     return {
-        "gpu_used": f"sum by (host)(nv_gpu_memory_used_bytes{sel})",
-        "gpu_total": f"sum by (host)(nv_gpu_memory_total_bytes{sel})",
-        "cpu_used": f"max by (host)(nv_cpu_memory_used_bytes{sel})",
-        "cpu_total": f"max by (host)(nv_cpu_memory_total_bytes{sel})",
+        "memory_used": f"max by (host, gpu_uuid)(nv_gpu_memory_used_bytes{m})",
+        "memory_total": f"max by (host, gpu_uuid)(nv_gpu_memory_total_bytes{m})",
+        "utilization": f"max by (host, gpu_uuid)(nv_gpu_utilization{m})",
+    }
+
+
+def cpu_queries(hosts: list[str]) -> dict[str, str]:
+    """Per-host CPU gauges: ``nv_cpu_memory_used_bytes``/``_total_bytes`` (bytes), ``nv_cpu_utilization`` (0..1)."""
+    m = _host_matchers(hosts)
+    return {
+        "memory_used": f"max by (host)(nv_cpu_memory_used_bytes{m})",
+        "memory_total": f"max by (host)(nv_cpu_memory_total_bytes{m})",
+        "utilization": f"max by (host)(nv_cpu_utilization{m})",
     }

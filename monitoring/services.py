@@ -1,11 +1,21 @@
-"""Metrics for models and hosts, read from Prometheus through the PromQL catalogue."""
+"""Metrics for models, the fleet and hosts, read from Prometheus through the PromQL catalogue.
 
+Every function issues a fixed number of queries, one per panel, grouped by label: the count
+does not grow with the number of models, versions or hosts.
+"""
+
+from django.db.models import Max
+
+from deployments.choices import TargetState
+from deployments.models import Deployment, DeploymentTarget
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
 from registry.services import get_model
 
-SUMMARY_FIELDS = ("throughput", "latency_mean_ms", "latency_p95_ms", "error_rate")
+FLEET_WINDOW_SECONDS = 300
+SPARKLINE_SECONDS = 3600
+SPARKLINE_STEP_SECONDS = 60
 
 
 def _range_seconds(range_text: str) -> int:
@@ -15,13 +25,18 @@ def _range_seconds(range_text: str) -> int:
         raise InvalidInput(str(exc)) from exc
 
 
-def _queries(model: str, seconds: int, *, over_range: bool) -> dict[str, str]:
-    return {
-        "throughput": promql.throughput(model, seconds),
-        "latency_mean_ms": promql.latency_mean_ms(model, seconds),
-        "latency_p95_ms": promql.latency_p95_ms(model, seconds, over_range=over_range),
-        "error_rate": promql.error_rate(model, seconds),
-    }
+def _version_sort_key(version: str):
+    return (0, int(version), "") if version.isdigit() else (1, 0, version)
+
+
+def _by_model_version(client: PrometheusClient, selector: dict, window: int, *, over_window: bool) -> dict:
+    """Run every MODEL_METRICS query once; return {(model, version): {key: value}}."""
+    rows: dict[tuple[str, str], dict] = {}
+    for metric in promql.MODEL_METRICS:
+        for sample in client.instant(metric.build(selector, window, over_window=over_window)):
+            key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
+            rows.setdefault(key, {m.key: None for m in promql.MODEL_METRICS})[metric.key] = sample.value
+    return rows
 
 
 def model_metrics(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
@@ -33,11 +48,11 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
         client: the Prometheus client; defaults to one from settings.
 
     Returns:
-        ``{"model", "range", "range_seconds", "versions": [{"version": str,
-        "throughput": inferences/s, "latency_mean_ms": ms, "latency_p95_ms": ms,
-        "error_rate": 0..1}]}``, versions in ascending order; a field is None
-        when Prometheus has no data for it. One query per field, whatever the
-        number of versions.
+        ``{"model", "range", "range_seconds", "versions": [{"version": str, "throughput":
+        inferences/s, "latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+        "queue_ms", "compute_ms": ms, "error_rate": 0..1, "pending_requests": requests}]}``,
+        versions ascending; a field is None when Prometheus has no data for it. Quantiles and
+        pending requests are the worst seen during the range.
 
     Raises:
         NotFound: no such model.
@@ -47,26 +62,50 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     model = get_model(model_name)
     seconds = _range_seconds(range_text)
     client = client or PrometheusClient()
-    by_version: dict[str, dict] = {}
     try:
-        for field, query in _queries(model.name, seconds, over_range=True).items():
-            for sample in client.instant(query):
-                version = sample.labels.get("version", "")
-                row = by_version.setdefault(version, {"version": version, **{f: None for f in SUMMARY_FIELDS}})
-                row[field] = sample.value
+        rows = _by_model_version(client, {"model": model.name}, seconds, over_window=True)
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
-    versions = sorted(by_version.values(), key=lambda r: (len(r["version"]), r["version"]))
+    versions = [{"version": version, **values} for (_, version), values in rows.items()]
+    versions.sort(key=lambda row: _version_sort_key(row["version"]))
     return {"model": model.name, "range": range_text, "range_seconds": seconds, "versions": versions}
 
 
-def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
-    """Time series of one model's metrics per version, for charts.
+def deployment_markers(model, *, since_seconds: int) -> list[dict]:
+    """Start and end times (unix seconds) of the model's deployments within the last ``since_seconds``.
 
     Returns:
-        ``{"model", "range", "step": seconds, "series": {field: [{"version": str,
-        "points": [[unix seconds, value], ...]}]}}`` with the fields of
-        ``model_metrics``; at most ``promql.MAX_POINTS`` points per series.
+        ``[{"id", "version", "status", "start": s, "end": s | None}]``, oldest first; ``end`` is
+        the last target change once every target finished, else None.
+    """
+    from django.utils import timezone
+
+    since = timezone.now() - timezone.timedelta(seconds=since_seconds)
+    deployments = (
+        Deployment.objects.filter(model=model, created_at__gte=since)
+        .select_related("version")
+        .prefetch_related("targets")
+        .annotate(last_change=Max("targets__events__created_at"))
+        .order_by("created_at")
+    )
+    markers = []
+    for d in deployments:
+        status = d.status
+        finished = status != "in_progress" and d.last_change is not None
+        markers.append({
+            "id": d.pk, "version": d.version.version, "status": status,
+            "start": d.created_at.timestamp(), "end": d.last_change.timestamp() if finished else None,
+        })
+    return markers
+
+
+def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
+    """Time series of one model's metrics per version, for charts, with deployment markers.
+
+    Returns:
+        ``{"model", "range", "range_seconds", "step": seconds, "series": {key: [{"version": str, "points":
+        [[unix seconds, value], ...]}]}, "units": {key: unit}, "markers": [...]}`` for every key
+        of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS`` points per series.
 
     Raises:
         NotFound, InvalidInput, ServiceUnavailable: as ``model_metrics``.
@@ -77,38 +116,140 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
     client = client or PrometheusClient()
     series: dict[str, list] = {}
     try:
-        for field, query in _queries(model.name, step, over_range=False).items():
-            series[field] = [
-                {"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points]}
-                for s in client.range(query, seconds=seconds, step=step)
-            ]
+        for metric in promql.MODEL_METRICS:
+            found = client.range(metric.build({"model": model.name}, step), seconds=seconds, step=step)
+            rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points]} for s in found]
+            series[metric.key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
-    return {"model": model.name, "range": range_text, "step": step, "series": series}
+    return {
+        "model": model.name, "range": range_text, "range_seconds": seconds, "step": step, "series": series,
+        "units": {m.key: m.unit for m in promql.MODEL_METRICS},
+        "markers": deployment_markers(model, since_seconds=seconds),
+    }
 
 
-def host_memory(host_names: list[str], *, client: PrometheusClient | None = None) -> list[dict]:
-    """Current CPU and GPU memory of the given hosts, in bytes.
+def deployed_versions() -> list[dict]:
+    """The (model, version, hosts) triples that the registry believes are being served.
+
+    A host serves the version of its most recent ready target for each model.
 
     Returns:
-        One dict per host name, in the given order: ``{"host", "gpu_used",
-        "gpu_total", "cpu_used", "cpu_total"}``, a value None when not exported
-        (no GPU: no ``nv_gpu_*`` series).
+        ``[{"model": str, "version": str, "hosts": [str]}]`` sorted by model and version.
+    """
+    latest: dict[tuple[int, int], DeploymentTarget] = {}
+    targets = (
+        DeploymentTarget.objects.filter(state=TargetState.READY)
+        .select_related("host", "deployment__model", "deployment__version")
+        .order_by("deployment__created_at", "deployment_id")
+    )
+    for target in targets:
+        latest[(target.deployment.model_id, target.host_id)] = target
+    grouped: dict[tuple[str, str], set[str]] = {}
+    for target in latest.values():
+        key = (target.deployment.model.name, str(target.deployment.version.version))
+        grouped.setdefault(key, set()).add(target.host.name)
+    return [
+        {"model": model, "version": version, "hosts": sorted(hosts)}
+        for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], _version_sort_key(i[0][1])))
+    ]
+
+
+def fleet_overview(
+    *, window_seconds: int = FLEET_WINDOW_SECONDS, sparkline_seconds: int = SPARKLINE_SECONDS,
+    sparkline_step: int = SPARKLINE_STEP_SECONDS, client: PrometheusClient | None = None,
+) -> dict:
+    """Every deployed model version with its current metrics and a throughput sparkline.
+
+    Metrics cover the last ``window_seconds`` (default 5 minutes); the sparkline the last
+    ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
+    point a minute). Versions Prometheus reports that the registry does not know of are
+    included with ``tracked`` False.
+
+    Returns:
+        ``{"window_seconds", "rows": [{"model", "version", "hosts", "tracked", <metric keys>,
+        "sparkline": [values]}], "prometheus_error": str}``; with Prometheus down the rows carry
+        no metrics and ``prometheus_error`` says why.
+    """
+    client = client or PrometheusClient()
+    rows = {(d["model"], d["version"]): {**d, "tracked": True} for d in deployed_versions()}
+    error = ""
+    metrics: dict = {}
+    sparklines: dict = {}
+    try:
+        metrics = _by_model_version(client, {}, window_seconds, over_window=False)
+        for s in client.range(promql.throughput({}, sparkline_step), seconds=sparkline_seconds, step=sparkline_step):
+            sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [v for _, v in s.points]
+    except PrometheusUnavailable as exc:
+        error = str(exc)
+    for key in metrics:
+        rows.setdefault(key, {"model": key[0], "version": key[1], "hosts": [], "tracked": False})
+    empty = {m.key: None for m in promql.MODEL_METRICS}
+    result = [
+        {**row, **empty, **metrics.get(key, {}), "sparkline": sparklines.get(key, [])}
+        for key, row in rows.items()
+    ]
+    result.sort(key=lambda r: (r["model"], _version_sort_key(r["version"])))
+    return {"window_seconds": window_seconds, "rows": result, "prometheus_error": error}
+
+
+def host_metrics(host_names: list[str], *, client: PrometheusClient | None = None) -> dict[str, dict]:
+    """Current GPU and CPU gauges of the given hosts.
+
+    Returns:
+        ``{host: {"gpus": [{"gpu_uuid", "memory_used", "memory_total" (bytes), "utilization"
+        (0..1)}], "cpu": {"memory_used", "memory_total" (bytes), "utilization" (0..1)}}}``; a
+        host without GPUs has an empty list, a value None when not exported.
 
     Raises:
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
     client = client or PrometheusClient()
-    rows = {name: {"host": name, "gpu_used": None, "gpu_total": None, "cpu_used": None, "cpu_total": None}
-            for name in host_names}
-    if not rows:
-        return []
+    hosts = {name: {"gpus": {}, "cpu": {"memory_used": None, "memory_total": None, "utilization": None}}
+             for name in host_names}
+    if not hosts:
+        return {}
     try:
-        for field, query in promql.host_memory_bytes(host_names).items():
+        for field, query in promql.gpu_queries(host_names).items():
             for sample in client.instant(query):
-                host = sample.labels.get("host")
-                if host in rows:
-                    rows[host][field] = sample.value
+                host = hosts.get(sample.labels.get("host"))
+                if host is not None:
+                    uuid = sample.labels.get("gpu_uuid", "")
+                    gpu = host["gpus"].setdefault(uuid, {"gpu_uuid": uuid, "memory_used": None,
+                                                         "memory_total": None, "utilization": None})
+                    gpu[field] = sample.value
+        for field, query in promql.cpu_queries(host_names).items():
+            for sample in client.instant(query):
+                host = hosts.get(sample.labels.get("host"))
+                if host is not None:
+                    host["cpu"][field] = sample.value
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
-    return [rows[name] for name in host_names]
+    return {
+        name: {"gpus": sorted(h["gpus"].values(), key=lambda g: g["gpu_uuid"]), "cpu": h["cpu"]}
+        for name, h in hosts.items()
+    }
+
+
+def host_memory(host_names: list[str], *, client: PrometheusClient | None = None) -> list[dict]:
+    """Current CPU and GPU memory of the given hosts in bytes, GPUs summed per host.
+
+    Returns:
+        One dict per host, in the given order: ``{"host", "gpu_used", "gpu_total", "cpu_used",
+        "cpu_total"}``; GPU values None on a host without GPUs.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    found = host_metrics(host_names, client=client)
+    rows = []
+    for name in host_names:
+        gpus, cpu = found[name]["gpus"], found[name]["cpu"]
+        rows.append({
+            "host": name,
+            "gpu_used": sum(g["memory_used"] or 0 for g in gpus) if gpus else None,
+            "gpu_total": sum(g["memory_total"] or 0 for g in gpus) if gpus else None,
+            "cpu_used": cpu["memory_used"], "cpu_total": cpu["memory_total"],
+        })
+    return rows
+

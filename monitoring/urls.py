@@ -4,5 +4,7 @@ from monitoring import views
 
 app_name = "monitoring"
 urlpatterns = [
+    path("", views.overview, name="overview"),
+    path("table/", views.overview_table, name="overview-table"),
     path("models/<str:name>/panel/", views.model_metrics_panel, name="model-metrics-panel"),
 ]

@@ -1,30 +1,31 @@
-"""Monitoring pages and fragments."""
+"""Monitoring pages and fragments: the fleet overview and the model metrics panel."""
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
-from monitoring import services
+from monitoring import promql, services
 from registry.models import RegisteredModel
 from registry.services import get_model
 
 PANEL_RANGE = "15m"
+SORT_KEYS = ("model", "throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate",
+             "queue_ms", "pending_requests")
 
 
-def metrics_panel_context(model: RegisteredModel) -> dict:
-    """Context of the model metrics fragment: per-version summary and host memory.
+def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE) -> dict:
+    """Context of the model metrics fragment: per-version summary over ``range_text`` and host memory.
 
-    Never raises for Prometheus trouble: ``prometheus_error`` carries the
-    notice to show instead.
+    Never raises for Prometheus trouble: ``prometheus_error`` carries the notice to show instead.
     """
     host_names = list(
         ServingHost.objects.filter(targets__deployment__model=model).distinct().order_by("name")
         .values_list("name", flat=True)
     )
-    context = {"model": model, "range": PANEL_RANGE, "summary": None, "hosts": [], "prometheus_error": ""}
+    context = {"model": model, "range": range_text, "summary": None, "hosts": [], "prometheus_error": ""}
     try:
-        context["summary"] = services.model_metrics(model.name, PANEL_RANGE)
+        context["summary"] = services.model_metrics(model.name, range_text)
         context["hosts"] = services.host_memory(host_names)
     except ServiceUnavailable as exc:
         context["prometheus_error"] = exc.message
@@ -33,5 +34,50 @@ def metrics_panel_context(model: RegisteredModel) -> dict:
 
 @login_required
 def model_metrics_panel(request, name: str):
-    """The htmx-refreshed metrics fragment of the model page."""
-    return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(get_model(name)))
+    """The htmx-refreshed metrics fragment of the model page (``?range=`` one of the page ranges)."""
+    range_text = request.GET.get("range", PANEL_RANGE)
+    if range_text not in promql.PAGE_RANGES:
+        range_text = PANEL_RANGE
+    return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(get_model(name), range_text))
+
+
+def _overview_context(request) -> dict:
+    query = request.GET.get("q", "").strip()
+    host = request.GET.get("host", "").strip()
+    sort = request.GET.get("sort", "model")
+    sort = sort if sort in SORT_KEYS else "model"
+    descending = request.GET.get("order", "desc" if sort != "model" else "asc") == "desc"
+    overview = services.fleet_overview()
+    rows = [
+        r for r in overview["rows"]
+        if (not query or query.lower() in r["model"]) and (not host or host in r["hosts"])
+    ]
+    present = [r for r in rows if r[sort] is not None]
+    missing = [r for r in rows if r[sort] is None]
+    present.sort(key=lambda r: r[sort], reverse=descending)
+    return {
+        "rows": present + missing,
+        "total": len(overview["rows"]),
+        "window_minutes": overview["window_seconds"] // 60,
+        "prometheus_error": overview["prometheus_error"],
+        "query": query, "host": host, "sort": sort, "order": "desc" if descending else "asc",
+        "hosts": ServingHost.objects.order_by("name").values_list("name", flat=True),
+        "columns": [(key, promql.METRICS_BY_KEY[key].title, promql.METRICS_BY_KEY[key].unit)
+                    for key in SORT_KEYS[1:]],
+    }
+
+
+@login_required
+def overview(request):
+    """The fleet overview: every deployed model version with its live metrics and a sparkline.
+
+    Query parameters: ``q`` (model name substring), ``host``, ``sort`` (a column key) and
+    ``order`` (asc|desc). The table refreshes itself every 15 s through htmx.
+    """
+    return render(request, "monitoring/overview.html", _overview_context(request))
+
+
+@login_required
+def overview_table(request):
+    """The overview's table alone, for the htmx refresh."""
+    return render(request, "monitoring/partials/overview_table.html", _overview_context(request))

@@ -7,7 +7,8 @@ from django.shortcuts import render
 
 from deployments.models import Deployment
 from modelyard.errors import NotFound
-from monitoring.views import metrics_panel_context
+from monitoring.promql import PAGE_RANGES
+from monitoring.views import PANEL_RANGE, metrics_panel_context
 from registry.choices import VersionStatus
 from registry.models import RegisteredModel
 from registry.services import get_model
@@ -36,5 +37,11 @@ def model_detail(request, name: str):
         Deployment.objects.filter(model=model).select_related("version", "created_by")
         .prefetch_related("targets__host").order_by("-id")[:20]
     )
-    context = {"model": model, "versions": versions, "deployments": deployments, **metrics_panel_context(model)}
+    chart_range = request.GET.get("range", PANEL_RANGE)
+    if chart_range not in PAGE_RANGES:
+        chart_range = PANEL_RANGE
+    context = {
+        "model": model, "versions": versions, "deployments": deployments, "ranges": PAGE_RANGES,
+        **metrics_panel_context(model, chart_range),
+    }
     return render(request, "registry/model_detail.html", context)

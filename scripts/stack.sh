@@ -436,10 +436,12 @@ start_beat() {
 render_prometheus_config() {
     [[ -f "$PROMETHEUS_TEMPLATE" ]] || die "$PROMETHEUS_TEMPLATE is missing"
     # Only these names are substituted; anything else in the file stays as written.
+    # Serving hosts (Triton included) are discovered from the web app with the
+    # API token that prepare_django wrote, so their ports are not needed here.
     # shellcheck disable=SC2016
-    local names='${MODELYARD_TRITON_METRICS_PORT} ${MODELYARD_WEB_PORT} ${MODELYARD_PROMETHEUS_PORT}'
-    MODELYARD_TRITON_METRICS_PORT="$TRITON_METRICS_PORT" MODELYARD_WEB_PORT="$WEB_PORT" \
-        MODELYARD_PROMETHEUS_PORT="$PROMETHEUS_PORT" \
+    local names='${MODELYARD_WEB_PORT} ${MODELYARD_PROMETHEUS_PORT} ${MODELYARD_API_TOKEN_FILE}'
+    MODELYARD_WEB_PORT="$WEB_PORT" MODELYARD_PROMETHEUS_PORT="$PROMETHEUS_PORT" \
+        MODELYARD_API_TOKEN_FILE="$TOKEN_FILE" \
         envsubst "$names" <"$PROMETHEUS_TEMPLATE" >"$PROMETHEUS_CONFIG.tmp"
     mv "$PROMETHEUS_CONFIG.tmp" "$PROMETHEUS_CONFIG"
 }

@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-pytest_plugins = ["tests.fixtures.triton", "tests.fixtures.services"]
+pytest_plugins = ["tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions"]
 
 
 @pytest.fixture(autouse=True, scope="session")

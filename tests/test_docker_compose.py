@@ -1,21 +1,54 @@
-"""Static checks of docker-compose.yml, its Dockerfile and the Prometheus configs it mounts.
+"""Static checks of docker-compose.yml, its Dockerfile and the Prometheus and Grafana files it mounts.
 
 Docker cannot run on CI machines, so these read the files: every reference resolves,
 every image is pinned, every app process gets its settings, and the serving host's
-pieces (GPU, shared model repository, scrape targets) fit together.
+pieces (GPU, shared model repository, scrape targets) fit together. The Prometheus
+configs and every dashboard query also go through promtool.
 """
 
+import json
 import re
 import shlex
+import shutil
+import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from django.urls import resolve
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = REPO_DIR / "docker-compose.yml"
 DOCKERFILE = REPO_DIR / "Dockerfile"
 LOCAL_PROMETHEUS_TEMPLATE = REPO_DIR / "deploy" / "prometheus" / "prometheus.local.yml.tmpl"
+STACK_SCRIPT = REPO_DIR / "scripts" / "stack.sh"
+SD_PATH = "/api/v1/prometheus/targets/"
+GRAFANA_IMAGE = "grafana/grafana:11.2.2"
+GRAFANA_PROVISIONING = "/etc/grafana/provisioning"
+# Every series the web app exports on /metrics (monitoring/exporter.py); the dashboard shows each.
+APP_SERIES = (
+    "modelyard_registered_models",
+    "modelyard_model_versions",
+    "modelyard_deployments_total",
+    "modelyard_deployment_targets",
+    "modelyard_target_step_duration_seconds",
+    "modelyard_celery_queue_length",
+    "modelyard_celery_broker_up",
+)
+# Triton series the dashboard must chart (the product's model and host pages).
+TRITON_SERIES = (
+    "nv_inference_count",
+    "nv_inference_request_summary_us",
+    "nv_inference_request_failure",
+    "nv_inference_request_success",
+    "nv_inference_queue_duration_us",
+    "nv_inference_compute_infer_duration_us",
+    "nv_inference_pending_request_count",
+    "nv_gpu_memory_used_bytes",
+    "nv_gpu_memory_total_bytes",
+    "nv_gpu_utilization",
+)
 
 APP_SERVICES = ("web", "orchestrator", "beat", "migrate")
 AGENT_ENV = ("CELERY_BROKER_URL", "MODELYARD_SECRET_KEY", "MODELYARD_AGENT_MODEL_REPOSITORY")
@@ -110,6 +143,94 @@ def scrape_targets(config: dict) -> dict[str, list[str]]:
         targets = [t for static in job.get("static_configs") or [] for t in static.get("targets") or []]
         jobs[job["job_name"]] = targets
     return jobs
+
+
+def job(config: dict, name: str) -> dict:
+    for scrape_config in config.get("scrape_configs") or []:
+        if scrape_config["job_name"] == name:
+            return scrape_config
+    raise AssertionError(f"no scrape job {name!r} in {[j['job_name'] for j in config.get('scrape_configs') or []]}")
+
+
+def check_serving_hosts_job(config: dict, web_address: str) -> dict:
+    """Assert the config discovers serving hosts from the web app; return its http_sd config."""
+    serving = job(config, "serving-hosts")
+    assert not serving.get("static_configs"), "serving hosts must come from service discovery, not a static list"
+    (sd,) = serving["http_sd_configs"]
+    url = urlsplit(sd["url"])
+    assert url.netloc == web_address and url.path == SD_PATH, sd["url"]
+    assert resolve(url.path).func.view_class.__name__ == "ScrapeTargetsView"
+    assert sd["refresh_interval"] == "15s"
+    assert sd["authorization"]["type"] == "Token", "DRF token authentication expects 'Token <key>'"
+    assert sd["authorization"]["credentials_file"].startswith("/"), sd["authorization"]
+    for name, scrape_config in scrape_targets(config).items():
+        assert not any(t.endswith(":8002") for t in scrape_config), f"job {name} still scrapes Triton statically"
+    app = job(config, "modelyard")
+    assert resolve(app["metrics_path"]).url_name == "metrics"
+    assert scrape_targets(config)["modelyard"] == [web_address]
+    return sd
+
+
+def render_local_template(**values: str) -> str:
+    """Render the local Prometheus template as scripts/stack.sh does: only the names it lists."""
+    match = re.search(r"^\s*local names='([^']*)'", STACK_SCRIPT.read_text(), flags=re.MULTILINE)
+    assert match, "scripts/stack.sh no longer lists the template's variable names"
+    names = re.findall(r"\$\{(\w+)\}", match.group(1))
+    assert sorted(names) == sorted(values), names
+    rendered = LOCAL_PROMETHEUS_TEMPLATE.read_text()
+    for name in names:
+        rendered = rendered.replace("${" + name + "}", values[name])
+    assert "${" not in rendered, "the template uses a variable scripts/stack.sh does not substitute"
+    return rendered
+
+
+def promtool() -> str:
+    binary = shutil.which("promtool")
+    if binary is None:
+        pytest.fail("promtool is not installed (it comes with prometheus): run 'make install'")
+    return binary
+
+
+def grafana_mount_sources(services: dict) -> dict[str, Path]:
+    """Return {container path: repository path} of the grafana service's bind mounts."""
+    return {target: REPO_DIR / source for source, target in mounts(services["grafana"]) if source.startswith("./")}
+
+
+def provisioning_files(services: dict, kind: str) -> list[dict]:
+    """Parse every YAML file mounted into Grafana's provisioning/<kind> directory."""
+    source = grafana_mount_sources(services).get(f"{GRAFANA_PROVISIONING}/{kind}")
+    assert source is not None and source.is_dir(), f"grafana mounts no {GRAFANA_PROVISIONING}/{kind} directory"
+    files = sorted(source.glob("*.yml")) + sorted(source.glob("*.yaml"))
+    assert files, f"{source} holds no provisioning file"
+    parsed = [yaml.safe_load(path.read_text()) for path in files]
+    for path, document in zip(files, parsed, strict=True):
+        assert isinstance(document, dict) and document.get("apiVersion") == 1, path
+    return parsed
+
+
+def dashboards(services: dict) -> list[tuple[Path, dict]]:
+    """Every dashboard JSON file the provisioned dashboard providers load, parsed."""
+    sources = grafana_mount_sources(services)
+    found = []
+    for provisioning in provisioning_files(services, "dashboards"):
+        for provider in provisioning["providers"]:
+            assert provider["type"] == "file", provider
+            directory = sources.get(provider["options"]["path"])
+            assert directory is not None, f"no mount provides the dashboards path {provider['options']['path']}"
+            found += [(path, json.loads(path.read_text())) for path in sorted(directory.glob("*.json"))]
+    assert found, "no dashboard is provisioned"
+    return found
+
+
+def dashboard_panels(dashboard: dict) -> list[dict]:
+    """The dashboard's panels, those inside rows included, rows themselves left out."""
+    result = []
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            result += panel.get("panels") or []
+        else:
+            result.append(panel)
+    return result
 
 
 def test_every_depends_on_target_is_a_defined_service(services):
@@ -226,26 +347,151 @@ def test_the_agent_consumes_its_serving_hosts_queue_and_waits_for_triton(service
     assert depends_on(services["agent"])["triton"]["condition"] == "service_healthy"
 
 
-def test_the_mounted_prometheus_config_exists_and_scrapes_triton_and_the_web_app(services):
+def test_the_mounted_prometheus_config_discovers_serving_hosts_from_the_web_app_and_scrapes_it(compose, services):
     config_path = mounted_prometheus_config(services)
     assert config_path.is_file(), f"{config_path} is not in the repository"
-    jobs = scrape_targets(yaml.safe_load(config_path.read_text()))
-    assert "triton:8002" in jobs.get("triton", []), jobs
-    assert any(t.startswith("web:") for t in jobs.get("modelyard", [])), jobs
+    sd = check_serving_hosts_job(yaml.safe_load(config_path.read_text()), "web:8080")
+
+    secret_path = Path(sd["authorization"]["credentials_file"])
+    assert secret_path.parent == Path("/run/secrets"), "the API token is a compose secret"
+    assert secret_path.name in (services["prometheus"].get("secrets") or []), "prometheus does not get the secret"
+    assert secret_path.name in (compose.get("secrets") or {}), f"secret {secret_path.name} is not declared"
+    assert depends_on(services["prometheus"])["web"]["condition"] == "service_healthy"
 
 
-def test_the_local_prometheus_template_renders_to_a_config_with_the_same_jobs():
-    rendered = LOCAL_PROMETHEUS_TEMPLATE.read_text()
-    for name, value in {
-        "MODELYARD_TRITON_METRICS_PORT": "8002",
-        "MODELYARD_WEB_PORT": "8080",
-        "MODELYARD_PROMETHEUS_PORT": "9090",
-    }.items():
-        rendered = rendered.replace("${" + name + "}", value)
-    assert "${" not in rendered
-    jobs = scrape_targets(yaml.safe_load(rendered))
-    assert jobs["triton"] == ["127.0.0.1:8002"]
-    assert jobs["modelyard"] == ["127.0.0.1:8080"]
+def test_the_prometheus_api_token_secret_comes_from_the_environment_and_is_given_to_an_api_user(compose, services):
+    (secret_name,) = compose["secrets"]
+    assert compose["secrets"][secret_name] == {"environment": "MODELYARD_PROMETHEUS_API_TOKEN"}
+    one_shot = services["prometheus-api-token"]
+    assert one_shot["restart"] == "no" and secret_name in one_shot["secrets"]
+    assert depends_on(one_shot)["migrate"]["condition"] == "service_completed_successfully"
+    assert depends_on(services["prometheus"])["prometheus-api-token"]["condition"] == "service_completed_successfully"
+    env = environment(one_shot)
+    assert env["DATABASE_URL"] and env["MODELYARD_SECRET_KEY"]
+
+
+@pytest.mark.django_db
+def test_the_api_token_one_shot_gives_the_prometheus_user_exactly_the_secret_and_can_run_again(services, tmp_path):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from rest_framework.authtoken.models import Token
+
+    args = command_args(services["prometheus-api-token"])
+    assert args[:4] == ["python", "manage.py", "shell", "-c"], args
+    script = args[4]
+    assert script.count("/run/secrets/prometheus_api_token") == 1
+    secret = tmp_path / "prometheus_api_token"
+
+    def run(key: str) -> None:
+        secret.write_text(key + "\n")
+        call_command("shell", command=script.replace("/run/secrets/prometheus_api_token", str(secret)))
+
+    run("a" * 40)
+    run("a" * 40)
+    user = get_user_model().objects.get(username="prometheus")
+    assert list(Token.objects.filter(user=user).values_list("key", flat=True)) == ["a" * 40]
+    assert not user.has_usable_password() and not user.is_staff and not user.is_superuser
+    run("b" * 40)
+    assert list(Token.objects.filter(user=user).values_list("key", flat=True)) == ["b" * 40]
+    with pytest.raises(SystemExit, match="40 characters"):
+        run("too-short")
+
+
+def test_the_local_prometheus_template_renders_to_a_config_that_discovers_serving_hosts():
+    rendered = render_local_template(
+        MODELYARD_WEB_PORT="8080", MODELYARD_PROMETHEUS_PORT="9090", MODELYARD_API_TOKEN_FILE="/srv/my yard/admin.token"
+    )
+    config = yaml.safe_load(rendered)
+    sd = check_serving_hosts_job(config, "127.0.0.1:8080")
+    assert sd["authorization"]["credentials_file"] == "/srv/my yard/admin.token"
+    assert config["global"]["scrape_interval"] == "5s"
+    assert job(config, "serving-hosts").get("scrape_interval", "5s") == "5s"
+    assert scrape_targets(config)["prometheus"] == ["127.0.0.1:9090"]
+
+
+def test_promtool_accepts_both_shipped_prometheus_configs(services, tmp_path):
+    token_file = tmp_path / "admin.token"
+    token_file.write_text("0" * 40 + "\n")
+    local = tmp_path / "prometheus.local.yml"
+    local.write_text(render_local_template(
+        MODELYARD_WEB_PORT="8080", MODELYARD_PROMETHEUS_PORT="9090", MODELYARD_API_TOKEN_FILE=str(token_file)
+    ))
+    for config in (local, mounted_prometheus_config(services)):
+        result = subprocess.run([promtool(), "check", "config", str(config)], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 0, f"{config}: {result.stdout}{result.stderr}"
+
+
+def test_grafana_is_pinned_protected_and_reaches_prometheus(services):
+    grafana = services["grafana"]
+    assert grafana["image"] == GRAFANA_IMAGE
+    assert environment(grafana)["GF_SECURITY_ADMIN_PASSWORD"].startswith("${GRAFANA_ADMIN_PASSWORD:?")
+    assert depends_on(grafana)["prometheus"]["condition"] == "service_healthy"
+    assert set(grafana["networks"]) & set(services["prometheus"]["networks"]), "grafana cannot reach prometheus"
+    for source, target in mounts(grafana):
+        if target.startswith(("/etc/grafana/provisioning", "/etc/grafana/dashboards")):
+            assert source.startswith("./deploy/grafana/"), (source, target)
+
+
+def test_the_provisioned_datasource_is_the_compose_prometheus(services):
+    (provisioning,) = provisioning_files(services, "datasources")
+    (datasource,) = provisioning["datasources"]
+    assert datasource["type"] == "prometheus" and datasource["uid"]
+    url = urlsplit(datasource["url"])
+    assert url.hostname == "prometheus" and url.port == 9090, datasource["url"]
+    assert "prometheus" in services
+
+
+def test_every_provisioned_dashboard_panel_has_a_datasource_a_unit_and_a_query(services):
+    (provisioning,) = provisioning_files(services, "datasources")
+    uids = {datasource["uid"] for datasource in provisioning["datasources"]}
+    for path, dashboard in dashboards(services):
+        panels = dashboard_panels(dashboard)
+        assert panels, path
+        ids = [panel["id"] for panel in dashboard["panels"]]
+        assert len(ids) == len(set(ids)), f"{path}: duplicate panel ids"
+        for panel in panels:
+            where = f"{path.name}: panel {panel.get('title')!r}"
+            assert panel.get("datasource", {}).get("uid") in uids, where
+            assert panel["fieldConfig"]["defaults"].get("unit"), f"{where} has no unit"
+            assert panel.get("targets"), f"{where} has no query"
+            for target in panel["targets"]:
+                assert target.get("expr", "").strip(), f"{where} has an empty query"
+                assert target.get("datasource", panel["datasource"])["uid"] in uids, where
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        assert {"host", "model"} <= set(variables), variables.keys()
+        for variable in variables.values():
+            assert variable["datasource"]["uid"] in uids, variable["name"]
+
+
+def test_the_dashboard_charts_the_serving_metrics_and_every_series_the_app_exports(services):
+    expressions = " ".join(
+        target["expr"] for _path, dashboard in dashboards(services)
+        for panel in dashboard_panels(dashboard) for target in panel["targets"]
+    )
+    for series in TRITON_SERIES + APP_SERIES:
+        assert re.search(rf"\b{series}", expressions), f"no panel charts {series}"
+    for quantile in ("0.5", "0.95", "0.99"):
+        assert f'quantile="{quantile}"' in expressions
+    assert "sum by (model, version)(rate(nv_inference_count" in expressions
+
+
+def test_every_dashboard_query_is_valid_promql(services, tmp_path):
+    rules = []
+    for path, dashboard in dashboards(services):
+        for panel in dashboard_panels(dashboard):
+            for target in panel["targets"]:
+                expr = target["expr"]
+                for variable, value in (("$__rate_interval", "1m"), ("$__range", "1h"), ("$host", ".*"),
+                                        ("$model", ".*")):
+                    expr = expr.replace(variable, value)
+                assert "$" not in expr, f"{path.name}: unknown variable in {target['expr']}"
+                rules.append({"record": f"dashboard:panel_{panel['id']}_{target['refId']}", "expr": expr})
+    rules_file = tmp_path / "dashboard-rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool(), "check", "rules", str(rules_file)], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_the_host_agent_gets_its_settings_but_no_database_or_s3_credentials(services):

@@ -14,11 +14,14 @@ import http.client
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import gevent
 import numpy as np
+import requests
 import tritonclient.http as triton_http
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from deployments.runtimes.base import ModelVersionState, ServingRuntimeError
@@ -273,3 +276,42 @@ class TritonRuntime:
                 outputs=requested,
             )
         return {name: result.as_numpy(name) for name in outputs}
+
+
+@dataclass(frozen=True)
+class MemoryInUse:
+    """Memory a Triton server reports in use, in bytes.
+
+    ``gpu_bytes`` sums ``nv_gpu_memory_used_bytes`` over every GPU (None without GPUs);
+    ``cpu_bytes`` is ``nv_cpu_memory_used_bytes`` (the whole host's, so noisier).
+    """
+
+    gpu_bytes: int | None
+    cpu_bytes: int | None
+
+
+def read_memory_in_use(metrics_url: str, timeout: float = 5.0) -> MemoryInUse:
+    """Read the memory gauges from Triton's Prometheus endpoint.
+
+    Args:
+        metrics_url: e.g. ``http://gpu-0:8002/metrics``.
+        timeout: seconds for the request.
+
+    Returns:
+        The gauges, parsed with prometheus_client's exposition parser.
+
+    Raises:
+        ServingRuntimeError: the endpoint cannot be read (retryable).
+    """
+    try:
+        answer = requests.get(metrics_url, timeout=timeout)
+        answer.raise_for_status()
+    except requests.RequestException as exc:
+        raise ServingRuntimeError(f"cannot read Triton metrics at {metrics_url}: {exc}", retryable=True) from exc
+    gpu, cpu = None, None
+    for family in text_string_to_metric_families(answer.text):
+        if family.name == "nv_gpu_memory_used_bytes":
+            gpu = int(sum(sample.value for sample in family.samples))
+        elif family.name == "nv_cpu_memory_used_bytes" and family.samples:
+            cpu = int(family.samples[0].value)
+    return MemoryInUse(gpu_bytes=gpu, cpu_bytes=cpu)

@@ -1,46 +1,77 @@
-// Draws the model page's throughput and latency charts from the series API.
-// The container's data-series-url points at /api/v1/models/<name>/metrics/series/.
+// Draws the model page's charts from /api/v1/models/<name>/metrics/series/?range=...
+// (the container's data-series-url): throughput, latency quantiles, error rate, queue vs
+// compute time, one line per version, with vertical lines at deployment start (solid) and
+// end (dashed).
 (function () {
   "use strict";
   var COLOURS = ["#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0550ae", "#6e7781"];
+  var QUANTILES = [["latency_p50_ms", "p50", [2, 3]], ["latency_p95_ms", "p95", []], ["latency_p99_ms", "p99", [8, 4]]];
 
-  function timeLabel(seconds) {
+  function timeLabel(seconds, spanSeconds) {
     var d = new Date(seconds * 1000);
+    if (spanSeconds > 86400) {
+      return d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " +
+        d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    }
     return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
   }
 
-  function datasets(rows) {
-    return rows.map(function (row, i) {
-      return {
-        label: "v" + row.version,
-        data: row.points.map(function (p) { return { x: p[0], y: p[1] }; }),
-        borderColor: COLOURS[i % COLOURS.length],
-        backgroundColor: COLOURS[i % COLOURS.length],
-        pointRadius: 0,
-        borderWidth: 2,
-        tension: 0.2,
-      };
-    });
+  function colourOf(versions, version) {
+    var i = versions.indexOf(version);
+    return COLOURS[(i < 0 ? 0 : i) % COLOURS.length];
   }
 
-  function draw(canvasId, rows, unit) {
+  function line(label, rows, colour, dash, scale) {
+    return {
+      label: label,
+      data: rows.points.map(function (p) { return { x: p[0], y: p[1] * (scale || 1) }; }),
+      borderColor: colour, backgroundColor: colour, borderDash: dash || [],
+      pointRadius: 0, borderWidth: 2, tension: 0.2,
+    };
+  }
+
+  // Chart.js plugin: vertical lines for deployments.
+  var markerPlugin = {
+    id: "deploymentMarkers",
+    afterDatasetsDraw: function (chart, args, options) {
+      var markers = options.markers || [];
+      var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+      ctx.save();
+      markers.forEach(function (m) {
+        [[m.start, [], "v" + m.version], [m.end, [5, 4], ""]].forEach(function (edge) {
+          if (edge[0] === null || edge[0] < x.min || edge[0] > x.max) { return; }
+          var px = x.getPixelForValue(edge[0]);
+          ctx.strokeStyle = m.status === "failed" ? "#cf222e" : "#57606a";
+          ctx.setLineDash(edge[1]);
+          ctx.lineWidth = 1;
+          ctx.beginPath(); ctx.moveTo(px, area.top); ctx.lineTo(px, area.bottom); ctx.stroke();
+          if (edge[2]) { ctx.fillStyle = ctx.strokeStyle; ctx.fillText(edge[2], px + 3, area.top + 10); }
+        });
+      });
+      ctx.restore();
+    },
+  };
+
+  function draw(canvasId, datasets, unit, body) {
     var canvas = document.getElementById(canvasId);
-    if (!canvas) { return null; }
-    return new window.Chart(canvas, {
+    if (!canvas) { return; }
+    var now = Date.now() / 1000;
+    var span = body.range_seconds;
+    new window.Chart(canvas, {
       type: "line",
-      data: { datasets: datasets(rows) },
+      data: { datasets: datasets },
+      plugins: [markerPlugin],
       options: {
-        animation: false,
-        parsing: false,
-        maintainAspectRatio: false,
+        animation: false, parsing: false, maintainAspectRatio: false,
         scales: {
-          x: { type: "linear", title: { display: true, text: "time (UTC, local display)" },
-               ticks: { callback: function (v) { return timeLabel(v); }, maxTicksLimit: 8 } },
+          x: { type: "linear", min: now - span, max: now, title: { display: true, text: "time" },
+               ticks: { callback: function (v) { return timeLabel(v, span); }, maxTicksLimit: 7 } },
           y: { beginAtZero: true, title: { display: true, text: unit } },
         },
-        plugins: { legend: { position: "bottom" } },
+        plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } }, deploymentMarkers: { markers: body.markers } },
       },
     });
+    canvas.dataset.points = String(datasets.reduce(function (n, d) { return n + d.data.length; }, 0));
   }
 
   function notice(text) {
@@ -48,20 +79,42 @@
     if (el) { el.textContent = text; el.hidden = false; }
   }
 
+  function render(body) {
+    var s = body.series;
+    var versions = [];
+    Object.keys(s).forEach(function (key) {
+      s[key].forEach(function (row) { if (versions.indexOf(row.version) < 0) { versions.push(row.version); } });
+    });
+    versions.sort(function (a, b) { return Number(a) - Number(b); });
+    if (!s.throughput.length) { notice("No traffic recorded in this range."); }
+    draw("chart-throughput", s.throughput.map(function (r) {
+      return line("v" + r.version, r, colourOf(versions, r.version));
+    }), "inferences/s", body);
+    var latency = [];
+    QUANTILES.forEach(function (q) {
+      (s[q[0]] || []).forEach(function (r) {
+        latency.push(line("v" + r.version + " " + q[1], r, colourOf(versions, r.version), q[2]));
+      });
+    });
+    draw("chart-latency", latency, "ms", body);
+    draw("chart-errors", s.error_rate.map(function (r) {
+      return line("v" + r.version, r, colourOf(versions, r.version), [], 100);
+    }), "% of requests", body);
+    var queue = [];
+    s.queue_ms.forEach(function (r) { queue.push(line("v" + r.version + " queue", r, colourOf(versions, r.version), [4, 3])); });
+    s.compute_ms.forEach(function (r) { queue.push(line("v" + r.version + " compute", r, colourOf(versions, r.version))); });
+    draw("chart-queue", queue, "ms per request", body);
+    document.getElementById("model-charts").dataset.drawn = "true";
+  }
+
   function load() {
     var box = document.getElementById("model-charts");
     if (!box || !window.Chart) { return; }
     fetch(box.dataset.seriesUrl, { credentials: "same-origin", headers: { Accept: "application/json" } })
-      .then(function (r) {
-        return r.json().then(function (body) { return { ok: r.ok, body: body }; });
-      })
+      .then(function (r) { return r.json().then(function (body) { return { ok: r.ok, body: body }; }); })
       .then(function (res) {
         if (!res.ok) { notice("Charts unavailable: " + (res.body.detail || "error")); return; }
-        var s = res.body.series;
-        if (!s.throughput.length && !s.latency_p95_ms.length) { notice("No traffic recorded in this range."); }
-        draw("chart-throughput", s.throughput, "inferences/s");
-        draw("chart-latency", s.latency_p95_ms, "ms");
-        box.dataset.drawn = String(s.throughput.length);
+        render(res.body);
       })
       .catch(function () { notice("Charts unavailable: the metrics API did not answer."); });
   }

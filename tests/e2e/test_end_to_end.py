@@ -157,5 +157,5 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
         html = page.content.decode()
         assert 'data-version="2"' in html
         assert "Metrics unavailable" not in html
-        throughput_cell = html.split('data-version="2"')[1].split('class="throughput">')[1].split("<")[0]
+        throughput_cell = html.split('data-version="2"')[1].split('throughput">')[1].split("<")[0]
         assert float(throughput_cell) > 0

@@ -23,12 +23,34 @@ def test_the_step_keeps_every_series_at_300_points_or_fewer(seconds):
     assert seconds // step <= promql.MAX_POINTS
 
 
-def test_counters_are_read_through_rate_and_summed_by_model_and_version():
-    for query in (promql.throughput("iris", 60), promql.error_rate("iris", 60), promql.latency_mean_ms("iris", 60)):
-        assert "rate(" in query
-        assert "sum by (model, version)" in query
-        assert 'model="iris"' in query
+COUNTER_METRICS = ("throughput", "latency_mean_ms", "error_rate", "queue_ms", "compute_ms")
+
+
+@pytest.mark.parametrize("key", COUNTER_METRICS)
+def test_counters_are_read_through_rate_and_summed_by_model_and_version(key):
+    query = promql.METRICS_BY_KEY[key].build({"model": "iris"}, 60)
+    assert "rate(" in query
+    assert "sum by (model, version)" in query
+    assert 'model="iris"' in query
+
+
+@pytest.mark.parametrize("metric", promql.MODEL_METRICS, ids=lambda m: m.key)
+def test_every_metric_has_a_unit_and_builds_for_one_model_or_the_whole_fleet(metric):
+    assert metric.unit
+    assert 'model="iris"' in metric.build({"model": "iris"}, 60)
+    assert "model=" not in metric.build({}, 60)
+
+
+@pytest.mark.parametrize("key", ["throughput", "latency_mean_ms", "latency_p95_ms", "error_rate", "pending_requests"])
+def test_triton_and_bentoml_series_share_one_meaning(key):
+    query = promql.METRICS_BY_KEY[key].build({}, 60)
+    assert "nv_inference" in query and "bentoml_service_request" in query
+    assert 'endpoint!~"/livez|/readyz|/healthz|/metrics"' in query
+
+
+def test_the_rate_window_never_drops_below_four_scrapes():
+    assert "[30s]" in promql.throughput({}, 5)
 
 
 def test_label_values_are_escaped():
-    assert 'model="a\\"b"' in promql.throughput('a"b', 60)
+    assert 'model="a\\"b"' in promql.throughput({"model": 'a"b'}, 60)

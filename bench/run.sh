@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Run every benchmark and write its results to bench/results/<name>.json and <name>.md.
+#
+#   bench/run.sh [NAME...]      (default: every benchmark listed below)
+#
+# Needs the virtualenv (make install-python), prometheus and promtool (make install-prometheus)
+# and PostgreSQL on 127.0.0.1:5432 (each benchmark creates and drops its own database).
+# A benchmark that misses its target still exits 0: the verdict is in its results file.
+# The exit status is non-zero when a benchmark could not run to the end.
+set -euo pipefail
+
+REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO_DIR"
+PY="$REPO_DIR/.venv/bin/python"
+RESULTS="$REPO_DIR/bench/results"
+BENCHMARKS=(overview)
+
+log() { printf '[bench] %s\n' "$*"; }
+die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
+
+[[ -x "$PY" ]] || die ".venv is missing; run \`make install\`"
+command -v prometheus >/dev/null || die "prometheus is not installed; run \`make install-prometheus\`"
+command -v promtool >/dev/null || die "promtool is not installed; run \`make install-prometheus\`"
+pg_isready -q -h 127.0.0.1 -p 5432 || die "PostgreSQL does not answer on 127.0.0.1:5432"
+
+selected=("$@")
+((${#selected[@]})) || selected=("${BENCHMARKS[@]}")
+mkdir -p "$RESULTS"
+failed=()
+for name in "${selected[@]}"; do
+    [[ -f "bench/$name.py" ]] || die "no benchmark bench/$name.py"
+    log "$name"
+    if "$PY" "bench/$name.py" --json "$RESULTS/$name.json" --markdown "$RESULTS/$name.md"; then
+        log "$name: results in bench/results/$name.md"
+        sed -n 's/^\*\*Verdict: \(.*\)\*\* — \(.*\)$/[bench] \1: \2/p' "$RESULTS/$name.md"
+    else
+        failed+=("$name")
+    fi
+done
+((${#failed[@]} == 0)) || die "did not finish: ${failed[*]}"

@@ -1,0 +1,211 @@
+"""Prometheus HTTP service discovery of serving hosts: GET /api/v1/prometheus/targets/."""
+
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+import yaml
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from deployments.models import ServingHost
+from tests.fixtures.services import TEST_BROKER_URL, free_port, wait_for
+
+pytestmark = pytest.mark.django_db
+
+SD_URL = "/api/v1/prometheus/targets/"
+LOCAL_TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.local.yml.tmpl"
+EXPOSITION = b"""# HELP nv_inference_count Number of inferences performed
+# TYPE nv_inference_count counter
+nv_inference_count{model="iris",version="1"} 42
+"""
+
+
+def register(api_client: APIClient, name: str, **fields) -> None:
+    payload = {"name": name, "runtime": "triton", "inference_url": f"http://{name}:8000", **fields}
+    answer = api_client.post("/api/v1/hosts/", payload, format="json")
+    assert answer.status_code == 201, answer.content
+
+
+def test_it_lists_each_host_with_a_metrics_url_as_one_target_group_with_its_labels(api_client):
+    register(api_client, "gpu-a", metrics_url="http://gpu-a:8002/metrics",
+             labels={"zone": "eu-west-1", "gpu.model": "H200", "team-name": "ml"})
+    register(api_client, "gpu-b", metrics_url="https://metrics.example.com/triton/metrics?format=prometheus")
+    register(api_client, "no-metrics")
+
+    answer = api_client.get(SD_URL)
+
+    assert answer.status_code == 200
+    assert answer["Content-Type"] == "application/json"
+    assert answer.json() == [
+        {
+            "targets": ["gpu-a:8002"],
+            "labels": {
+                "host": "gpu-a",
+                "runtime": "triton",
+                "__scheme__": "http",
+                "__metrics_path__": "/metrics",
+                "label_zone": "eu-west-1",
+                "label_gpu_model": "H200",
+                "label_team_name": "ml",
+            },
+        },
+        {
+            "targets": ["metrics.example.com:443"],
+            "labels": {
+                "host": "gpu-b",
+                "runtime": "triton",
+                "__scheme__": "https",
+                "__metrics_path__": "/triton/metrics",
+                "__param_format": "prometheus",
+            },
+        },
+    ]
+
+
+def test_triton_targets_carry_no_model_or_version_label_even_from_host_labels(api_client):
+    register(api_client, "gpu-a", metrics_url="http://[::1]:8002/metrics", labels={"model": "iris", "version": "3"})
+
+    (group,) = api_client.get(SD_URL).json()
+
+    assert group["targets"] == ["[::1]:8002"]
+    assert "model" not in group["labels"] and "version" not in group["labels"]
+    assert group["labels"]["label_model"] == "iris" and group["labels"]["label_version"] == "3"
+
+
+def test_an_empty_fleet_is_an_empty_list(api_client):
+    answer = api_client.get(SD_URL)
+    assert answer.status_code == 200 and answer.json() == []
+
+
+def test_discovery_requires_an_api_token(db):
+    ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000", metrics_url="http://gpu-a:8002/metrics")
+    anonymous = APIClient().get(SD_URL)
+    assert anonymous.status_code in (401, 403)
+    assert "gpu-a" not in anonymous.content.decode()
+    wrong = APIClient()
+    wrong.credentials(HTTP_AUTHORIZATION="Token " + "0" * 40)
+    assert wrong.get(SD_URL).status_code == 401
+
+
+def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(api_client):
+    def count_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert api_client.get(SD_URL).status_code == 200
+        return len(queries)
+
+    for i in range(2):
+        ServingHost.objects.create(name=f"gpu-{i}", inference_url="http://h:8000", metrics_url=f"http://h{i}:8002/m")
+    few = count_queries()
+    for i in range(2, 20):
+        ServingHost.objects.create(name=f"gpu-{i}", inference_url="http://h:8000", metrics_url=f"http://h{i}:8002/m")
+    assert count_queries() == few
+
+
+@pytest.fixture
+def fixed_metrics_server() -> Iterator[str]:
+    """A tiny HTTP server answering GET /metrics with a fixed Prometheus exposition; yields its URL."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(EXPOSITION)))
+            self.end_headers()
+            self.wfile.write(EXPOSITION)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    server.shutdown()
+    server.server_close()
+
+
+def prometheus_targets(prometheus_url: str) -> list[dict]:
+    answer = requests.get(f"{prometheus_url}/api/v1/targets", params={"state": "active"}, timeout=5)
+    answer.raise_for_status()
+    return answer.json()["data"]["activeTargets"]
+
+
+@pytest.mark.integration
+@pytest.mark.django_db(transaction=True)
+def test_prometheus_scrapes_a_host_registered_through_the_api_without_a_config_edit(
+    live_server, start_prometheus_with_config, fixed_metrics_server, tmp_path, settings
+):
+    settings.CELERY_BROKER_URL = TEST_BROKER_URL
+    settings.METRICS_TOKEN = ""
+    user = get_user_model().objects.create_user(username="prometheus")
+    token = Token.objects.create(user=user)
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(token.key + "\n")  # as manage.py bootstrap_local writes it
+    web_port = live_server.url.rsplit(":", 1)[1]
+
+    # The shipped local config, rendered as scripts/stack.sh does, with 1 s intervals.
+    config = yaml.safe_load(
+        LOCAL_TEMPLATE.read_text()
+        .replace("${MODELYARD_WEB_PORT}", web_port)
+        .replace("${MODELYARD_PROMETHEUS_PORT}", str(free_port()))
+        .replace("${MODELYARD_API_TOKEN_FILE}", str(token_file))
+    )
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    (serving_hosts,) = [job for job in config["scrape_configs"] if job["job_name"] == "serving-hosts"]
+    serving_hosts.pop("scrape_interval", None)
+    (sd,) = serving_hosts["http_sd_configs"]
+    assert sd["url"].endswith(f":{web_port}{SD_URL}")
+    sd["url"] = live_server.url + SD_URL
+    sd["refresh_interval"] = "1s"
+    prometheus = start_prometheus_with_config(config)
+
+    # The app's own /metrics is scraped by the same config.
+    def app_scraped() -> bool:
+        targets = prometheus_targets(prometheus.url)
+        return any(t["labels"]["job"] == "modelyard" and t["health"] == "up" for t in targets)
+
+    wait_for(app_scraped, timeout=30, what="Prometheus to scrape the app's /metrics")
+    assert not [t for t in prometheus_targets(prometheus.url) if t["labels"]["job"] == "serving-hosts"]
+
+    # Register a host through the API; nothing else changes.
+    answer = requests.post(
+        f"{live_server.url}/api/v1/hosts/",
+        json={"name": "gpu-sd", "runtime": "triton", "inference_url": "http://127.0.0.1:1",
+              "metrics_url": fixed_metrics_server, "labels": {"zone": "lab-1"}},
+        headers={"Authorization": f"Token {token.key}"},
+        timeout=10,
+    )
+    assert answer.status_code == 201, answer.text
+
+    def host_target() -> dict | None:
+        for target in prometheus_targets(prometheus.url):
+            if target["labels"].get("job") == "serving-hosts" and target["labels"].get("host") == "gpu-sd":
+                return target
+        return None
+
+    wait_for(lambda: (host_target() or {}).get("health") == "up", timeout=30,
+             what="Prometheus to discover and scrape the registered host")
+    target = host_target()
+    assert target["scrapeUrl"] == fixed_metrics_server
+    assert target["labels"]["runtime"] == "triton" and target["labels"]["label_zone"] == "lab-1"
+
+    # Triton's own model/version labels arrive unrenamed, next to the target's host label.
+    def series() -> list[dict]:
+        answer = requests.get(f"{prometheus.url}/api/v1/query", params={"query": 'nv_inference_count{host="gpu-sd"}'},
+                              timeout=5)
+        return answer.json()["data"]["result"]
+
+    wait_for(lambda: bool(series()), timeout=30, what="the host's series in Prometheus")
+    (sample,) = series()
+    assert sample["metric"]["model"] == "iris" and sample["metric"]["version"] == "1"
+    assert "exported_model" not in sample["metric"]
