@@ -614,13 +614,27 @@ def populate(fleet: Fleet) -> dict:
 
 
 class PrometheusRecorder:
-    """Records (and times) every HTTP request the app sends to Prometheus while active."""
+    """Records (and times) every HTTP request the app sends to Prometheus while active.
+
+    The page sends its queries concurrently, so the time it waited is the union of the
+    requests' intervals (wall clock), not their sum.
+    """
 
     def __init__(self, prometheus_url: str):
         self.prefix = prometheus_url
         self.calls: list[dict] = []
-        self.wait_s = 0.0
+        self.intervals: list[tuple[float, float]] = []
         self._original = None
+
+    @property
+    def wait_s(self) -> float:
+        """Seconds during which at least one request to Prometheus was in flight."""
+        total, end = 0.0, float("-inf")
+        for start, stop in sorted(self.intervals):
+            if stop > end:
+                total += stop - max(start, end)
+                end = stop
+        return total
 
     def __enter__(self):
         original = requests.Session.request
@@ -632,7 +646,7 @@ class PrometheusRecorder:
                 return original(session, method, url, *args, **kwargs)
             finally:
                 if str(url).startswith(recorder.prefix):
-                    recorder.wait_s += time.perf_counter() - started
+                    recorder.intervals.append((started, time.perf_counter()))
                     params = dict(kwargs.get("params") or {})
                     recorder.calls.append({"method": method, "url": str(url), "params": params})
 

@@ -251,8 +251,13 @@ def deploy_triton_version(
 
 
 def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for) -> None:
-    """Make sure the versions that served before a failed load still serve."""
+    """Make sure the versions that served before a failed load still serve; with none, unload
+    the model so Triton does not keep a failed, UNAVAILABLE entry for it."""
     if not previous:
+        try:
+            runtime.unload(model)
+        except ServingRuntimeError as exc:
+            logger.warning("could not unload failed model %s: %s", model, exc.message)
         return
     try:
         if all(runtime.is_version_ready(model, v) for v in previous):

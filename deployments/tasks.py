@@ -32,8 +32,15 @@ def dispatch_target(target_id: int) -> None:
     if target.state != TargetState.PENDING:
         logger.info("target %s is %s; not dispatching again", target_id, target.state)
         return
-    url = ArtifactStore().presigned_download_url(target.deployment.version.artifact_key)
-    payload = build_agent_payload(target, download_url=url)
+    store = ArtifactStore()
+    key = target.deployment.version.artifact_key
+    if store.head(key) is None:
+        record_target_progress(
+            target_id, TargetState.FAILED,
+            message=f"the artifact of {target.deployment.version} ({key}) is missing from bucket {store.bucket}",
+        )
+        return
+    payload = build_agent_payload(target, download_url=store.presigned_download_url(key))
     deploy_version_on_host.apply_async(args=[payload], queue=target.host.queue)
 
 

@@ -1,5 +1,6 @@
 """Prometheus adapter: the only module that talks to Prometheus (through prometheus-api-client)."""
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -38,6 +39,9 @@ class Series:
 
     labels: dict[str, str]
     points: list[tuple[float, float]]
+
+
+MAX_PARALLEL_QUERIES = 6
 
 
 class PrometheusClient:
@@ -99,3 +103,21 @@ class PrometheusClient:
             points = [(float(t), float(v)) for t, v in item["values"] if float(v) == float(v)]
             series.append(Series(labels=dict(item["metric"]), points=points))
         return series
+
+    def gather(self, jobs: dict) -> dict:
+        """Run independent queries concurrently; a page's panels then wait for the slowest, not the sum.
+
+        Args:
+            jobs: key -> a no-argument callable issuing one query (``lambda: client.instant(q)``).
+
+        Returns:
+            key -> that callable's result.
+
+        Raises:
+            PrometheusUnavailable: from the first job that failed.
+        """
+        if len(jobs) <= 1:
+            return {key: job() for key, job in jobs.items()}
+        with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_QUERIES, len(jobs))) as pool:
+            futures = {key: pool.submit(job) for key, job in jobs.items()}
+            return {key: future.result() for key, future in futures.items()}

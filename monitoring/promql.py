@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-RANGE_PATTERN = re.compile(r"^([1-9][0-9]{0,3})([smhd])$")
+RANGE_PATTERN = re.compile(r"([1-9][0-9]{0,3})([smhd])")
 UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MIN_RANGE_SECONDS = 60
 MAX_RANGE_SECONDS = 30 * 86400
@@ -41,7 +41,7 @@ def parse_range(text: str) -> int:
     Raises:
         InvalidRange: the text is malformed or outside 1 minute .. 30 days.
     """
-    match = RANGE_PATTERN.match(text or "")
+    match = RANGE_PATTERN.fullmatch(text or "")
     if not match:
         raise InvalidRange(f"range must look like 15m, 1h, 6h, 24h or 7d, got {text!r}")
     seconds = int(match.group(1)) * UNIT_SECONDS[match.group(2)]

@@ -14,6 +14,7 @@ from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
 from registry.services import get_model
 
 FLEET_WINDOW_SECONDS = 300
+LATENCY_KEYS = ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "queue_ms", "compute_ms")
 SPARKLINE_SECONDS = 3600
 SPARKLINE_STEP_SECONDS = 60
 
@@ -25,15 +26,35 @@ def _range_seconds(range_text: str) -> int:
         raise InvalidInput(str(exc)) from exc
 
 
+def _version_number(version: str):
+    """Triton labels versions as strings; the API gives numbers where they are numbers."""
+    return int(version) if version.isdigit() else version
+
+
+def _quiet_quantiles(values: dict) -> dict:
+    """Drop latency figures for a version that served nothing: Triton's summary keeps its last
+    quantiles after traffic stops, which would show a stale latency beside a zero throughput."""
+    if values.get("throughput") == 0:
+        return {**values, **{key: None for key in LATENCY_KEYS}}
+    return values
+
+
 def _version_sort_key(version: str):
     return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
-def _by_model_version(client: PrometheusClient, selector: dict, window: int, *, over_window: bool) -> dict:
-    """Run every MODEL_METRICS query once; return {(model, version): {key: value}}."""
+def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, over_window: bool) -> dict:
+    return {
+        metric.key: (lambda q=metric.build(selector, window, over_window=over_window): client.instant(q))
+        for metric in promql.MODEL_METRICS
+    }
+
+
+def _by_model_version(results: dict) -> dict:
+    """Fold {metric key: [Sample]} into {(model, version): {metric key: value}}."""
     rows: dict[tuple[str, str], dict] = {}
     for metric in promql.MODEL_METRICS:
-        for sample in client.instant(metric.build(selector, window, over_window=over_window)):
+        for sample in results.get(metric.key, []):
             key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
             rows.setdefault(key, {m.key: None for m in promql.MODEL_METRICS})[metric.key] = sample.value
     return rows
@@ -63,11 +84,13 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     seconds = _range_seconds(range_text)
     client = client or PrometheusClient()
     try:
-        rows = _by_model_version(client, {"model": model.name}, seconds, over_window=True)
+        rows = _by_model_version(client.gather(_metric_jobs(client, {"model": model.name}, seconds, over_window=True)))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
-    versions = [{"version": version, **values} for (_, version), values in rows.items()]
-    versions.sort(key=lambda row: _version_sort_key(row["version"]))
+    versions = [
+        {"version": _version_number(version), **_quiet_quantiles(values)} for (_, version), values in rows.items()
+    ]
+    versions.sort(key=lambda row: _version_sort_key(str(row["version"])))
     return {"model": model.name, "range": range_text, "range_seconds": seconds, "versions": versions}
 
 
@@ -116,10 +139,13 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
     client = client or PrometheusClient()
     series: dict[str, list] = {}
     try:
-        for metric in promql.MODEL_METRICS:
-            found = client.range(metric.build({"model": model.name}, step), seconds=seconds, step=step)
+        results = client.gather({
+            m.key: (lambda q=m.build({"model": model.name}, step): client.range(q, seconds=seconds, step=step))
+            for m in promql.MODEL_METRICS
+        })
+        for key, found in results.items():
             rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points]} for s in found]
-            series[metric.key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
+            series[key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
     return {
@@ -137,18 +163,17 @@ def deployed_versions() -> list[dict]:
     Returns:
         ``[{"model": str, "version": str, "hosts": [str]}]`` sorted by model and version.
     """
-    latest: dict[tuple[int, int], DeploymentTarget] = {}
+    latest: dict[tuple[str, str], str] = {}
     targets = (
         DeploymentTarget.objects.filter(state=TargetState.READY)
-        .select_related("host", "deployment__model", "deployment__version")
         .order_by("deployment__created_at", "deployment_id")
+        .values_list("deployment__model__name", "host__name", "deployment__version__version")
     )
-    for target in targets:
-        latest[(target.deployment.model_id, target.host_id)] = target
+    for model, host, version in targets:  # later deployments overwrite earlier ones
+        latest[(model, host)] = str(version)
     grouped: dict[tuple[str, str], set[str]] = {}
-    for target in latest.values():
-        key = (target.deployment.model.name, str(target.deployment.version.version))
-        grouped.setdefault(key, set()).add(target.host.name)
+    for (model, host), version in latest.items():
+        grouped.setdefault((model, version), set()).add(host)
     return [
         {"model": model, "version": version, "hosts": sorted(hosts)}
         for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], _version_sort_key(i[0][1])))
@@ -177,8 +202,12 @@ def fleet_overview(
     metrics: dict = {}
     sparklines: dict = {}
     try:
-        metrics = _by_model_version(client, {}, window_seconds, over_window=False)
-        for s in client.range(promql.throughput({}, sparkline_step), seconds=sparkline_seconds, step=sparkline_step):
+        jobs = _metric_jobs(client, {}, window_seconds, over_window=False)
+        spark_query = promql.throughput({}, sparkline_step)
+        jobs["sparkline"] = lambda: client.range(spark_query, seconds=sparkline_seconds, step=sparkline_step)
+        results = client.gather(jobs)
+        metrics = _by_model_version(results)
+        for s in results["sparkline"]:
             sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [v for _, v in s.points]
     except PrometheusUnavailable as exc:
         error = str(exc)
@@ -186,7 +215,7 @@ def fleet_overview(
         rows.setdefault(key, {"model": key[0], "version": key[1], "hosts": [], "tracked": False})
     empty = {m.key: None for m in promql.MODEL_METRICS}
     result = [
-        {**row, **empty, **metrics.get(key, {}), "sparkline": sparklines.get(key, [])}
+        {**row, **empty, **_quiet_quantiles(metrics.get(key, {})), "sparkline": sparklines.get(key, [])}
         for key, row in rows.items()
     ]
     result.sort(key=lambda r: (r["model"], _version_sort_key(r["version"])))

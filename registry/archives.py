@@ -536,12 +536,16 @@ def _scan(reader: _Reader, limits: ArchiveLimits, archive_bytes: int) -> Iterato
         yield _Entry(parts=parts, is_dir=is_dir, size=size, ignored=_is_junk(parts), shown=shown, ref=ref)
 
 
+# Below this many unpacked bytes no archive is a threat, whatever its ratio: a few MiB of
+# text or zero-padded weights compress far past 200:1 and are still harmless.
+RATIO_FLOOR_BYTES = 16 * 1024 * 1024
+
 def _check_declared_total(declared: int, limits: ArchiveLimits, archive_bytes: int) -> None:
     if declared > limits.max_unpacked_bytes:
         raise ArchiveError(
             f"archive unpacks to more than {limits.max_unpacked_bytes} bytes, the limit for one model version"
         )
-    if declared > limits.max_compression_ratio * archive_bytes:
+    if declared > RATIO_FLOOR_BYTES and declared > limits.max_compression_ratio * archive_bytes:
         raise ArchiveError(
             f"archive would unpack to at least {declared} bytes from {archive_bytes} bytes, above the "
             f"{limits.max_compression_ratio}:1 compression-ratio limit; refused as a likely archive bomb"

@@ -160,7 +160,7 @@ def register_version(
     try:
         config = parse_model_config(layout.config_text)
     except ModelConfigError as exc:
-        raise InvalidInput(f"config.pbtxt is invalid: {exc}") from exc
+        raise InvalidInput(str(exc)) from exc
     if config.name and config.name != model.name:
         raise InvalidInput(
             f"config.pbtxt names the model {config.name!r} but it is being registered as {model.name!r}"

@@ -22,7 +22,7 @@
 #   MODELYARD_TRITON_METRICS_PORT [8002] Triton /metrics
 #   MODELYARD_PROMETHEUS_PORT [9090]     Prometheus
 #   CELERY_BROKER_URL [redis://127.0.0.1:6379/0]
-#   DATABASE_URL [postgres://postgres@127.0.0.1:5432/modelyard, SQLite without PostgreSQL]
+#   DATABASE_URL [unset: SQLite at var/modelyard.sqlite3]
 #   MODELYARD_SEED [1]                   0 skips `python -m demo.seed`
 #   MODELYARD_STACK_DIR [.stack]         where scripts/install_triton.sh installed Triton
 set -euo pipefail
@@ -52,7 +52,6 @@ PROMETHEUS_CONFIG="$REPO_DIR/deploy/prometheus/prometheus.local.yml"
 LOGIN_FILE="$VAR_DIR/local-login.txt"
 TOKEN_FILE="$VAR_DIR/admin.token"
 STACK_ENV_FILE="$VAR_DIR/stack.env"
-PG_MARKER="$RUN_DIR/postgresql.started-by-stack"
 
 # Services this script may start, in start order (stop runs the reverse).
 SERVICES=(redis s3 web triton agent orchestrator beat prometheus)
@@ -254,35 +253,13 @@ log_size() {
 
 # ---------------------------------------------------------------- services
 
-ensure_postgres() {
+report_database() {
+    # The issue's contract: PostgreSQL when DATABASE_URL is set, SQLite in this
+    # checkout's var/ otherwise (so two checkouts never share a database).
     if [[ -n "${DATABASE_URL:-}" ]]; then
         log "database: DATABASE_URL is set; using it as is"
-        return 0
-    fi
-    if ! command -v pg_isready >/dev/null 2>&1; then
-        warn "PostgreSQL is not installed; using SQLite in var/ (row locks are not exercised)"
-        return 0
-    fi
-    if ! pg_isready -q -h 127.0.0.1 -p 5432; then
-        local cluster
-        # shellcheck disable=SC2012  # cluster names are version numbers
-        cluster="$(ls /etc/postgresql 2>/dev/null | sort -V | tail -n 1)"
-        [[ -n "$cluster" ]] || die "PostgreSQL is installed but no cluster exists under /etc/postgresql"
-        log "postgresql: not answering on 127.0.0.1:5432; starting cluster $cluster/main"
-        pg_ctlcluster --skip-systemctl-redirect "$cluster" main start
-        printf '%s\n' "$cluster" >"$PG_MARKER"
-        local deadline=$((SECONDS + 30))
-        until pg_isready -q -h 127.0.0.1 -p 5432; do
-            ((SECONDS < deadline)) || die "PostgreSQL did not become ready within 30s"
-            sleep 0.5
-        done
     else
-        log "postgresql: up on 127.0.0.1:5432"
-    fi
-    export DATABASE_URL="postgres://postgres@127.0.0.1:5432/modelyard"
-    if [[ "$(psql -h 127.0.0.1 -U postgres -d postgres -tAc "SELECT 1 FROM pg_database WHERE datname = 'modelyard'")" != 1 ]]; then
-        log "postgresql: creating database modelyard"
-        createdb -h 127.0.0.1 -U postgres modelyard
+        log "database: SQLite at var/modelyard.sqlite3 (set DATABASE_URL for PostgreSQL)"
     fi
 }
 
@@ -337,7 +314,8 @@ start_s3() {
     require_port "$S3_PORT" MODELYARD_S3_PORT "the S3 stand-in (moto_server)"
     start_bg s3 moto_server -H 127.0.0.1 -p "$S3_PORT"
     wait_until s3 60 "an HTTP answer" http_answers "$MODELYARD_S3_ENDPOINT_URL/"
-    log "s3: ready at $MODELYARD_S3_ENDPOINT_URL (in memory: artifacts last until stop)"
+    "$PY" scripts/s3_snapshot.py restore "$VAR_DIR/s3-snapshot" || die "could not restore var/s3-snapshot"
+    log "s3: ready at $MODELYARD_S3_ENDPOINT_URL (objects are saved to var/s3-snapshot at stop)"
 }
 
 prepare_django() {
@@ -524,7 +502,7 @@ acquire_lock() {
 cmd_start() {
     acquire_lock
     [[ -x "$PY" ]] || die ".venv is missing; run \`make install\` first"
-    ensure_postgres
+    report_database
     start_redis
     start_s3
     export MODELYARD_PROMETHEUS_URL="${MODELYARD_PROMETHEUS_URL:-http://127.0.0.1:$PROMETHEUS_PORT}"
@@ -550,16 +528,13 @@ cmd_start() {
 cmd_stop() {
     acquire_lock
     local i
+    if service_pid s3 >/dev/null; then
+        MODELYARD_S3_ENDPOINT_URL="http://127.0.0.1:$S3_PORT" "$PY" scripts/s3_snapshot.py save "$VAR_DIR/s3-snapshot" \
+            || warn "could not save the S3 stand-in's objects; they are lost with it"
+    fi
     for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
         stop_service "${SERVICES[$i]}" 30
     done
-    if [[ -f "$PG_MARKER" ]]; then
-        local cluster
-        cluster="$(cat "$PG_MARKER")"
-        log "stopping PostgreSQL cluster $cluster/main (started by this script)"
-        pg_ctlcluster --skip-systemctl-redirect "$cluster" main stop || warn "could not stop PostgreSQL"
-        rm -f "$PG_MARKER"
-    fi
     rm -f "$RUN_DIR/celerybeat.pid"
     log "stopped"
 }
@@ -572,17 +547,15 @@ cmd_status() {
     mkdir -p "$RUN_DIR"
     local s3_url="http://127.0.0.1:$S3_PORT"
     local name pid state detail up
-    for name in postgresql "${SERVICES[@]}"; do
+    for name in database "${SERVICES[@]}"; do
         pid="$(service_pid "$name" 2>/dev/null || true)"
         case "$name" in
-            postgresql)
-                up=0
+            database)
+                up=1
                 if [[ -n "${DATABASE_URL:-}" ]]; then
                     detail="DATABASE_URL (external)"
-                    up=1
                 else
-                    pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null && up=1
-                    detail="127.0.0.1:5432$([[ -f "$PG_MARKER" ]] && echo ' (started by stack.sh)' || echo ' (system service)')"
+                    detail="SQLite var/modelyard.sqlite3"
                 fi
                 ;;
             redis)

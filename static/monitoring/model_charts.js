@@ -11,9 +11,9 @@
     var d = new Date(seconds * 1000);
     if (spanSeconds > 86400) {
       return d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " +
-        d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+        d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
     }
-    return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", hour12: false });
   }
 
   function colourOf(versions, version) {
@@ -26,7 +26,7 @@
       label: label,
       data: rows.points.map(function (p) { return { x: p[0], y: p[1] * (scale || 1) }; }),
       borderColor: colour, backgroundColor: colour, borderDash: dash || [],
-      pointRadius: 0, borderWidth: 2, tension: 0.2,
+      pointRadius: 0, borderWidth: 2, tension: 0,
     };
   }
 
@@ -64,7 +64,7 @@
       options: {
         animation: false, parsing: false, maintainAspectRatio: false,
         scales: {
-          x: { type: "linear", min: now - span, max: now, title: { display: true, text: "time" },
+          x: { type: "linear", min: now - span, max: now, title: { display: true, text: "time (your local clock)" },
                ticks: { callback: function (v) { return timeLabel(v, span); }, maxTicksLimit: 7 } },
           y: { beginAtZero: true, title: { display: true, text: unit } },
         },
@@ -86,7 +86,6 @@
       s[key].forEach(function (row) { if (versions.indexOf(row.version) < 0) { versions.push(row.version); } });
     });
     versions.sort(function (a, b) { return Number(a) - Number(b); });
-    if (!s.throughput.length) { notice("No traffic recorded in this range."); }
     draw("chart-throughput", s.throughput.map(function (r) {
       return line("v" + r.version, r, colourOf(versions, r.version));
     }), "inferences/s", body);

@@ -146,9 +146,9 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
         metrics = client.get("/api/v1/models/iris/metrics/?range=15m")
         assert metrics.status_code == 200, metrics.content
         rows = {row["version"]: row for row in metrics.json()["versions"]}
-        assert rows["2"]["throughput"] > 0
-        assert rows["2"]["latency_p95_ms"] > 0 and rows["2"]["latency_mean_ms"] > 0
-        assert rows["2"]["error_rate"] == 0
+        assert rows[2]["throughput"] > 0
+        assert rows[2]["latency_p95_ms"] > 0 and rows[2]["latency_mean_ms"] > 0
+        assert rows[2]["error_rate"] == 0
 
         page_client = APIClient()
         page_client.force_login(user)

@@ -259,10 +259,28 @@ def test_pages_render_with_a_notice_when_prometheus_is_too_slow(client, user):
 def test_the_overview_table_draws_a_sparkline_from_the_series():
     from django.template.loader import render_to_string
 
-    row = {"model": "iris", "version": "1", "hosts": ["gpu-a"], "tracked": True,
-           **{m.key: 1.0 for m in promql.MODEL_METRICS}, "sparkline": [0.0, 5.0, 10.0]}
+    from monitoring.views import _display_row
+
+    row = _display_row({"model": "iris", "version": "1", "hosts": ["gpu-a"], "tracked": True,
+                        **{m.key: 1.0 for m in promql.MODEL_METRICS}, "sparkline": [0.0, 5.0, 10.0]})
     html = render_to_string("monitoring/partials/overview_table.html", {
         "rows": [row], "total": 1, "window_minutes": 5, "columns": [], "query": "", "host": "", "sort": "model",
         "order": "asc",
     })
     assert '<polyline points="0.0,27.0 60.0,14.0 120.0,1.0"/>' in html
+
+
+def test_the_overview_pages_rows_sorted_across_all_pages(client, user):
+    from tests.fixtures.services import free_port
+
+    host = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000")
+    for i in range(57):
+        _deploy(f"m{i:02d}", 1, host)
+    client.force_login(user)
+    with override_settings(PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}", PROMETHEUS_TIMEOUT=1):
+        first = client.get("/monitoring/?sort=model&order=desc").content.decode()
+        second = client.get("/monitoring/?sort=model&order=desc&page=2").content.decode()
+    assert first.count('class="overview-row"') == 50 and second.count('class="overview-row"') == 7
+    assert 'data-model="m56"' in first and 'data-model="m00"' in second
+    assert "1–50 shown" in first and "page 2 of 2" in second
+    assert "Metrics unavailable" in first

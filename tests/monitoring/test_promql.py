@@ -10,7 +10,7 @@ def test_it_parses_the_ranges_the_pages_offer(text, seconds):
     assert promql.parse_range(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "15", "m15", "0m", "30s", "31d", "1w", "15m;drop", "1.5h"])
+@pytest.mark.parametrize("text", ["", "15", "m15", "0m", "30s", "31d", "1w", "15m;drop", "1.5h", "15m\n"])
 def test_it_refuses_a_malformed_or_out_of_bounds_range(text):
     with pytest.raises(promql.InvalidRange):
         promql.parse_range(text)

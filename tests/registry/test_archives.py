@@ -823,3 +823,17 @@ def test_it_hashes_an_empty_file(tmp_path):
     path.write_bytes(b"")
 
     assert sha256_file(path) == (hashlib.sha256(b"").hexdigest(), 0)
+
+
+def test_it_accepts_a_small_archive_whatever_its_compression_ratio(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "small.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, data in (("m/config.pbtxt", b'backend: "python"'), ("m/1/labels.txt", b"a" * (5 * MiB))):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    layout = inspect_triton_archive(path, LIMITS)
+    assert layout.files == ("labels.txt",)
