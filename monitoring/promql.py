@@ -131,7 +131,10 @@ def latency_quantile_ms(
 def error_rate(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Failed requests as a fraction (0..1) of all requests per version; 0 without failures.
 
-    Triton: ``nv_inference_request_failure`` / (failure + ``nv_inference_request_success``).
+    Triton: failure / (failure + success) from ``nv_inference_request_failure`` and
+    ``nv_inference_request_success``, written ``1 / (1 + success / failure)`` so the failure
+    counter (split by ``reason``) is read once: no failures gives success/0 = +Inf and so 0;
+    no requests at all gives NaN, which is "no data".
     BentoML: requests answered 5xx / all requests, from ``bentoml_service_request_total``.
     """
     w = _window(window)
@@ -139,10 +142,7 @@ def error_rate(selector: dict[str, str], window: int, *, over_window: bool = Fal
     success = _rate_sum("nv_inference_request_success", _matchers(selector), w)
     total = _rate_sum("bentoml_service_request_total", _bento(selector), w)
     errors = _rate_sum("bentoml_service_request_total", _bento(selector, 'http_response_code=~"5.."'), w)
-    return (
-        f"({failure} / clamp_min({failure} + {success}, 1e-12))"
-        f" or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))"
-    )
+    return f"(1 / (1 + {success} / {failure})) or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))"
 
 
 def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:

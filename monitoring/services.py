@@ -16,7 +16,10 @@ from registry.services import get_model
 FLEET_WINDOW_SECONDS = 300
 LATENCY_KEYS = ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "queue_ms", "compute_ms")
 SPARKLINE_SECONDS = 3600
-SPARKLINE_STEP_SECONDS = 60
+SPARKLINE_STEP_SECONDS = 120
+# The overview's columns; mean latency and compute time are on the model page only.
+OVERVIEW_METRICS = ("throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate", "queue_ms",
+                    "pending_requests")
 
 
 def _range_seconds(range_text: str) -> int:
@@ -43,10 +46,13 @@ def _version_sort_key(version: str):
     return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
-def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, over_window: bool) -> dict:
+def _metric_jobs(
+    client: PrometheusClient, selector: dict, window: int, *, over_window: bool, keys=None
+) -> dict:
     return {
         metric.key: (lambda q=metric.build(selector, window, over_window=over_window): client.instant(q))
         for metric in promql.MODEL_METRICS
+        if keys is None or metric.key in keys
     }
 
 
@@ -188,7 +194,7 @@ def fleet_overview(
 
     Metrics cover the last ``window_seconds`` (default 5 minutes); the sparkline the last
     ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
-    point a minute). Versions Prometheus reports that the registry does not know of are
+    point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried. Versions Prometheus reports that the registry does not know of are
     included with ``tracked`` False.
 
     Returns:
@@ -202,7 +208,7 @@ def fleet_overview(
     metrics: dict = {}
     sparklines: dict = {}
     try:
-        jobs = _metric_jobs(client, {}, window_seconds, over_window=False)
+        jobs = _metric_jobs(client, {}, window_seconds, over_window=False, keys=OVERVIEW_METRICS)
         spark_query = promql.throughput({}, sparkline_step)
         jobs["sparkline"] = lambda: client.range(spark_query, seconds=sparkline_seconds, step=sparkline_step)
         results = client.gather(jobs)

@@ -10,81 +10,13 @@ import time
 import pytest
 from django.test import override_settings
 
-from deployments.choices import TargetState
-from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.models import ServingHost
 from monitoring import promql, services
 from monitoring.prometheus import PrometheusClient
-from registry.choices import ArtifactFormat
-from registry.models import ModelVersion, RegisteredModel
-from tests.fixtures.expositions import EXPOSITIONS
 from tests.fixtures.services import wait_for
+from tests.monitoring.synthetic import deploy_version, start_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
-
-GPU_LINES = [
-    line for line in EXPOSITIONS["triton_gpu"].read_text().splitlines()
-    if line.startswith(("nv_gpu_", "nv_cpu_", "# HELP nv_gpu", "# TYPE nv_gpu", "# HELP nv_cpu", "# TYPE nv_cpu"))
-]
-# Per second: (inferences, successes, failures, request µs, queue µs, compute µs split input/infer/output)
-TRITON_RATES = {
-    "1": (10, 10, 0.5, 20_000, 1_000, (500, 15_000, 500)),
-    "2": (20, 20, 0.0, 30_000, 4_000, (1_000, 20_000, 1_000)),
-}
-QUANTILES_US = {"0.5": 1500, "0.9": 2500, "0.95": 3000, "0.99": 4000}
-
-
-def triton_text(started: float) -> str:
-    t = time.time() - started
-    lines = list(GPU_LINES)
-    for name in ("count", "request_success", "request_failure", "request_duration_us", "queue_duration_us",
-                 "compute_input_duration_us", "compute_infer_duration_us", "compute_output_duration_us"):
-        lines.append(f"# TYPE nv_inference_{name} counter")
-        for version, (inf, ok, bad, req_us, queue_us, compute) in TRITON_RATES.items():
-            value = {"count": inf, "request_success": ok, "request_failure": bad, "request_duration_us": req_us,
-                     "queue_duration_us": queue_us, "compute_input_duration_us": compute[0],
-                     "compute_infer_duration_us": compute[1], "compute_output_duration_us": compute[2]}[name]
-            extra = ',reason="BACKEND"' if name == "request_failure" else ""
-            lines.append(f'nv_inference_{name}{{model="iris",version="{version}"{extra}}} {value * t:.3f}')
-    lines.append("# TYPE nv_inference_pending_request_count gauge")
-    lines += [f'nv_inference_pending_request_count{{model="iris",version="{v}"}} 2' for v in TRITON_RATES]
-    lines.append("# TYPE nv_inference_request_summary_us summary")
-    for version in TRITON_RATES:
-        lines += [f'nv_inference_request_summary_us{{model="iris",version="{version}",quantile="{q}"}} {us}'
-                  for q, us in QUANTILES_US.items()]
-    return "\n".join(lines) + "\n"
-
-
-def bentoml_text(started: float) -> str:
-    """A BentoML 1.4 exposition: /classify at 4.5 ok + 0.5 5xx per second, /readyz probes at 2/s."""
-    t = time.time() - started
-    common = 'runner_name="IrisClassifier",service_name="IrisClassifier",service_version="not available"'
-    rows = [("/classify", "200", 4.5, 0.004), ("/classify", "500", 0.5, 0.004), ("/readyz", "200", 2.0, 0.5)]
-    lines = ["# TYPE bentoml_service_request counter", "# TYPE bentoml_service_request_duration_seconds histogram"]
-    for endpoint, code, rate, seconds in rows:
-        labels = f'endpoint="{endpoint}",http_response_code="{code}",{common}'
-        n = rate * t
-        lines.append(f"bentoml_service_request_total{{{labels}}} {n:.3f}")
-        for le in ("0.005", "0.01", "0.1", "1.0", "+Inf"):
-            inside = n if le == "+Inf" or seconds <= float(le) else 0
-            lines.append(f'bentoml_service_request_duration_seconds_bucket{{{labels},le="{le}"}} {inside:.3f}')
-        lines.append(f"bentoml_service_request_duration_seconds_sum{{{labels}}} {n * seconds:.4f}")
-        lines.append(f"bentoml_service_request_duration_seconds_count{{{labels}}} {n:.3f}")
-    lines.append("# TYPE bentoml_service_request_in_progress gauge")
-    lines.append(f'bentoml_service_request_in_progress{{endpoint="/classify",{common}}} 1')
-    lines.append(f'bentoml_service_request_in_progress{{endpoint="/readyz",{common}}} 5')
-    return "\n".join(lines) + "\n"
-
-
-def _deploy(model_name: str, version: int, host: ServingHost, footprint=None) -> None:
-    model, _ = RegisteredModel.objects.get_or_create(name=model_name)
-    mv = ModelVersion.objects.create(
-        model=model, version=version, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"k{version}",
-        artifact_sha256=f"{version:064d}", artifact_size=1,
-    )
-    deployment = Deployment.objects.create(model=model, version=mv)
-    DeploymentTarget.objects.create(deployment=deployment, host=host, state=TargetState.READY,
-                                    details={"footprint_bytes": footprint or {}})
-
 
 WINDOW = 30  # seconds: the shortest rate window; the module's Prometheus holds more data than that
 
@@ -93,48 +25,26 @@ WINDOW = 30  # seconds: the shortest rate window; the module's Prometheus holds 
 def fleet_prometheus(tmp_path_factory):
     """Expositions for a Triton host and a BentoML process, and a real Prometheus scraping them
     every second, started once per module and given a full rate window of data."""
-    import yaml
-
-    from tests.fixtures.expositions import ServedExposition
-    from tests.fixtures.services import _spawn, free_port
-
-    started = time.time() - 60  # counters as if serving for a minute already
-    triton = ServedExposition(lambda: triton_text(started))
-    bento = ServedExposition(lambda: bentoml_text(started))
-    workdir = tmp_path_factory.mktemp("fleet-prometheus")
-    config = {
-        "global": {"scrape_interval": "1s"},
-        "scrape_configs": [{"job_name": "serving", "static_configs": [
-            {"targets": [triton.target], "labels": {"host": "gpu-a"}},
-            {"targets": [bento.target], "labels": {"host": "bento-a", "model": "bento-iris", "version": "1"}},
-        ]}],
-    }
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = free_port()
-    service = _spawn("prometheus", ["prometheus", f"--config.file={workdir / 'prometheus.yml'}",
-                                    f"--storage.tsdb.path={workdir / 'tsdb'}",
-                                    f"--web.listen-address=127.0.0.1:{port}"], workdir)
-    service.url = f"http://127.0.0.1:{port}"
+    # counters as if serving for a minute already
+    fleet = start_fleet(tmp_path_factory.mktemp("fleet-prometheus"), started=time.time() - 60)
     first_scrape = time.time()
-    wait_for(lambda: len(PrometheusClient(service.url).instant(promql.throughput({}, WINDOW))) == 3,
+    wait_for(lambda: len(PrometheusClient(fleet.prometheus.url).instant(promql.throughput({}, WINDOW))) == 3,
              timeout=40, what="Prometheus to have rates for both runtimes", interval=0.5)
     time.sleep(max(0.0, first_scrape + WINDOW + 2 - time.time()))
-    yield {"prometheus": service, "triton": triton, "bento": bento}
-    service.stop()
-    triton.stop()
-    bento.stop()
+    yield fleet
+    fleet.stop()
 
 
 @pytest.fixture
 def fleet(fleet_prometheus):
     gpu = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000",
-                                     metrics_url=fleet_prometheus["triton"].url)
+                                     metrics_url=fleet_prometheus.triton.url)
     bento_host = ServingHost.objects.create(name="bento-a", inference_url="http://bento-a:3000",
-                                            metrics_url=fleet_prometheus["bento"].url)
-    _deploy("iris", 1, gpu)
-    _deploy("iris", 2, gpu, footprint={"gpu": 1_500_000_000, "cpu": 200_000_000})
-    _deploy("bento-iris", 1, bento_host)
-    with override_settings(PROMETHEUS_URL=fleet_prometheus["prometheus"].url):
+                                            metrics_url=fleet_prometheus.bento.url)
+    deploy_version("iris", 1, gpu)
+    deploy_version("iris", 2, gpu, footprint={"gpu": 1_500_000_000, "cpu": 200_000_000})
+    deploy_version("bento-iris", 1, bento_host)
+    with override_settings(PROMETHEUS_URL=fleet_prometheus.prometheus.url):
         yield fleet_prometheus
 
 
@@ -144,23 +54,32 @@ def test_the_fleet_overview_gives_both_runtimes_the_same_meanings(fleet):
     v1, v2, bento = rows[("iris", "1")], rows[("iris", "2")], rows[("bento-iris", "1")]
     assert v1["throughput"] == pytest.approx(10, rel=0.15)
     assert v2["throughput"] == pytest.approx(20, rel=0.15)
-    assert v1["latency_mean_ms"] == pytest.approx(2.0, rel=0.15)
     assert (v1["latency_p50_ms"], v1["latency_p95_ms"], v1["latency_p99_ms"]) == (1.5, 3.0, 4.0)
     assert v1["error_rate"] == pytest.approx(0.5 / 10.5, rel=0.15)
     assert v2["error_rate"] == 0
     assert v1["queue_ms"] == pytest.approx(0.1, rel=0.15)
-    assert v2["compute_ms"] == pytest.approx(1.1, rel=0.15)
     assert v1["pending_requests"] == 2
     # BentoML: the /readyz probes are not traffic; 5xx are errors; histogram quantiles in ms.
     assert bento["throughput"] == pytest.approx(5, rel=0.15)
     assert bento["error_rate"] == pytest.approx(0.1, rel=0.15)
-    assert bento["latency_mean_ms"] == pytest.approx(4.0, rel=0.15)
     assert 0 < bento["latency_p95_ms"] <= 5.0
     assert bento["pending_requests"] == 1
     # gpu-a was last deployed v2: v1 still reporting is serving outside what the registry expects.
     assert (v1["tracked"], v2["tracked"], bento["tracked"]) == (False, True, True)
     assert v2["hosts"] == ["gpu-a"]
     assert len(v2["sparkline"]) >= 4 and v2["sparkline"][-1] == pytest.approx(20, rel=0.25)
+
+
+def test_the_model_summary_gives_mean_latency_and_compute_time_for_both_runtimes(fleet):
+    # Ratios of two rates: right whatever share of the window holds data.
+    iris = {row["version"]: row for row in services.model_metrics("iris", "1m")["versions"]}
+    assert iris[1]["latency_mean_ms"] == pytest.approx(2.0, rel=0.1)
+    assert iris[2]["compute_ms"] == pytest.approx(1.1, rel=0.1)
+    assert iris[1]["queue_ms"] == pytest.approx(0.1, rel=0.1)
+    bento = services.model_metrics("bento-iris", "1m")["versions"]
+    assert bento[0]["version"] == 1
+    assert bento[0]["latency_mean_ms"] == pytest.approx(4.0, rel=0.1)
+    assert bento[0]["error_rate"] == pytest.approx(0.1, rel=0.1)
 
 
 class CountingClient(PrometheusClient):
@@ -183,11 +102,11 @@ def test_the_overview_sends_one_query_per_panel_whatever_the_number_of_models(fl
     few = CountingClient.queries
     host = ServingHost.objects.get(name="gpu-a")
     for i in range(3, 40):
-        _deploy(f"extra-{i}", 1, host)
+        deploy_version(f"extra-{i}", 1, host)
     CountingClient.queries = 0
     rows = services.fleet_overview(client=CountingClient())["rows"]
     assert len(rows) == 40
-    assert CountingClient.queries == few == len(promql.MODEL_METRICS) + 1
+    assert CountingClient.queries == few == len(services.OVERVIEW_METRICS) + 1
 
 
 def test_the_overview_page_sorts_and_filters(fleet, client, user):
@@ -225,7 +144,7 @@ def test_a_model_series_has_at_most_300_points_and_carries_deployment_markers(fl
 def test_pages_render_with_a_notice_when_prometheus_has_no_data(start_prometheus, client, user):
     empty = start_prometheus([])
     host = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000")
-    _deploy("iris", 1, host)
+    deploy_version("iris", 1, host)
     client.force_login(user)
     with override_settings(PROMETHEUS_URL=empty.url):
         overview = client.get("/monitoring/")
@@ -244,7 +163,7 @@ def test_pages_render_with_a_notice_when_prometheus_is_too_slow(client, user):
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)  # accepts connections, never answers
     host = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000")
-    _deploy("iris", 1, host)
+    deploy_version("iris", 1, host)
     client.force_login(user)
     try:
         with override_settings(PROMETHEUS_URL=f"http://127.0.0.1:{silent.getsockname()[1]}", PROMETHEUS_TIMEOUT=0.5):
@@ -275,7 +194,7 @@ def test_the_overview_pages_rows_sorted_across_all_pages(client, user):
 
     host = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000")
     for i in range(57):
-        _deploy(f"m{i:02d}", 1, host)
+        deploy_version(f"m{i:02d}", 1, host)
     client.force_login(user)
     with override_settings(PROMETHEUS_URL=f"http://127.0.0.1:{free_port()}", PROMETHEUS_TIMEOUT=1):
         first = client.get("/monitoring/?sort=model&order=desc").content.decode()
