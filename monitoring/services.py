@@ -194,7 +194,8 @@ def fleet_overview(
 
     Metrics cover the last ``window_seconds`` (default 5 minutes); the sparkline the last
     ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
-    point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried. Versions Prometheus reports that the registry does not know of are
+    point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried.
+    Versions Prometheus reports that the registry does not know of are
     included with ``tracked`` False.
 
     Returns:
