@@ -1,13 +1,16 @@
 """Deployments pages: the serving hosts list and a host's page."""
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
 from deployments.choices import TargetState
+from deployments.forms import ServingHostForm
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import get_host
-from modelyard.errors import NotFound, ServiceUnavailable
+from deployments.services import get_host, register_host
+from modelyard.errors import DomainError, NotFound, ServiceUnavailable
 from monitoring import services as monitoring
 
 
@@ -15,6 +18,29 @@ from monitoring import services as monitoring
 def host_list(request):
     """Every serving host with its runtime and endpoints."""
     return render(request, "deployments/host_list.html", {"hosts": ServingHost.objects.order_by("name")})
+
+
+@login_required
+def host_create(request):
+    """Register a serving host (staff only): Prometheus discovers and scrapes it from then on."""
+    if not request.user.is_staff:
+        raise PermissionDenied("only administrators register serving hosts")
+    form = ServingHostForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            host = register_host(
+                name=data["name"], runtime=data["runtime"], inference_url=data["inference_url"],
+                metrics_url=data["metrics_url"],
+                config_overrides={"parameters": data["parameters"]} if data["parameters"] else {},
+                actor=request.user,
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Serving host {host.name} registered; its agent consumes {host.queue}.")
+            return redirect("deployments:host-detail", name=host.name)
+    return render(request, "deployments/host_form.html", {"form": form})
 
 
 def _loaded_models(host: ServingHost) -> list[dict]:

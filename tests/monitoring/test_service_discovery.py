@@ -142,7 +142,7 @@ def prometheus_targets(prometheus_url: str) -> list[dict]:
 
 @pytest.mark.integration
 @pytest.mark.django_db(transaction=True)
-def test_prometheus_scrapes_a_host_registered_through_the_api_without_a_config_edit(
+def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_without_a_config_edit(
     live_server, start_prometheus_with_config, fixed_metrics_server, tmp_path, settings
 ):
     settings.CELERY_BROKER_URL = TEST_BROKER_URL
@@ -209,3 +209,27 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_without_a_config_e
     (sample,) = series()
     assert sample["metric"]["model"] == "iris" and sample["metric"]["version"] == "1"
     assert "exported_model" not in sample["metric"]
+
+    # A host registered from the browser page is discovered the same way.
+    get_user_model().objects.create_user(username="ops", password="a-long-test-password", is_staff=True)
+    browser = requests.Session()
+    login_page = browser.get(f"{live_server.url}/login/", timeout=10)
+    csrf = login_page.cookies["csrftoken"]
+    browser.post(f"{live_server.url}/login/", data={"username": "ops", "password": "a-long-test-password",
+                                                    "csrfmiddlewaretoken": csrf}, timeout=10)
+    form_page = browser.get(f"{live_server.url}/hosts/new/", timeout=10)
+    assert form_page.status_code == 200
+    created = browser.post(
+        f"{live_server.url}/hosts/new/",
+        data={"name": "gpu-ui", "runtime": "triton", "inference_url": "http://127.0.0.1:1",
+              "metrics_url": fixed_metrics_server, "parameters": "",
+              "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
+        timeout=10, allow_redirects=False,
+    )
+    assert created.status_code == 302, created.text[:500]
+
+    def ui_host_up() -> bool:
+        targets = prometheus_targets(prometheus.url)
+        return any(t["labels"].get("host") == "gpu-ui" and t["health"] == "up" for t in targets)
+
+    wait_for(ui_host_up, timeout=30, what="Prometheus to scrape the host registered from the page")

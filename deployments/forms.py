@@ -1,0 +1,32 @@
+"""Forms of the deployments pages."""
+
+import json
+
+from django import forms
+
+from deployments.choices import Runtime
+
+
+class ServingHostForm(forms.Form):
+    """Register a serving host from the browser; the service does the validation."""
+
+    name = forms.CharField(max_length=63, help_text="lower-case letters, digits, '-' and '_'")
+    runtime = forms.ChoiceField(choices=Runtime.choices, initial=Runtime.TRITON)
+    inference_url = forms.CharField(max_length=200, help_text="e.g. http://gpu-0:8000")
+    metrics_url = forms.CharField(max_length=200, required=False, help_text="e.g. http://gpu-0:8002/metrics")
+    parameters = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text='Per-host model parameters as JSON, e.g. {"EXECUTION_ENV_PATH": "/opt/envs/py311"}',
+    )
+
+    def clean_parameters(self) -> dict:
+        raw = self.cleaned_data["parameters"].strip()
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(f"not valid JSON: {exc.msg}") from exc
+        if not isinstance(value, dict):
+            raise forms.ValidationError("must be a JSON object")
+        return value

@@ -1,0 +1,140 @@
+"""Browser fixtures: headless Debian Chromium driven by Playwright against pytest-django's live server.
+
+- ``fleet``: a real Prometheus holding an hour of synthetic Triton and BentoML history and
+  scraping the live expositions every second; one per module.
+- ``browser``: one headless Chromium per module (``/usr/bin/chromium``, installed by
+  ``make install``; Playwright's own browser download is not used).
+- ``deployed``: the registry rows of iris v1 and v2 on the Triton host ``gpu-a`` and bento-iris v1
+  on ``bento-a``, committed so the live server sees them, with ``PROMETHEUS_URL`` on ``fleet``.
+- ``page``: a fresh browser context and page, logged in through the login form.
+- ``watch``: the console errors, failed requests, error responses and requests to other origins
+  of ``page``, collected from the moment it opened.
+- ``screenshots``: a per-module temporary directory for screenshots.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
+
+from deployments.models import ServingHost
+from tests.fixtures.services import wait_for
+from tests.monitoring.synthetic import deploy_version, start_fleet
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run"]
+HISTORY_SECONDS = 3600  # the longest range the tests draw
+USERNAME, PASSWORD = "engineer", "a-long-test-password"
+IRIS_V2_FOOTPRINT = {"gpu": 1_500_000_000, "cpu": 200_000_000}
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """A Prometheus with an hour of history that has also scraped both live expositions twice."""
+    started = time.time() - HISTORY_SECONDS - 60
+    running = start_fleet(tmp_path_factory.mktemp("browser-fleet"), started=started,
+                          history_seconds=HISTORY_SECONDS)
+    try:
+        wait_for(lambda: running.triton.scrapes >= 2 and running.bento.scrapes >= 2, timeout=30,
+                 what="Prometheus to scrape both expositions", interval=0.25)
+        yield running
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Browser:
+    """One headless Chromium for the module."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run 'make install' (it installs Debian's chromium)")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory) -> Path:
+    """Where the module's tests save their screenshots."""
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def deployed(transactional_db, fleet, settings):
+    """Three versions ready on two hosts, the same rows ``fleet``'s series describe."""
+    settings.PROMETHEUS_URL = fleet.prometheus.url
+    gpu = ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-a:8000", metrics_url=fleet.triton.url)
+    bento = ServingHost.objects.create(name="bento-a", inference_url="http://bento-a:3000",
+                                       metrics_url=fleet.bento.url)
+    deploy_version("iris", 1, gpu)
+    deploy_version("iris", 2, gpu, footprint=IRIS_V2_FOOTPRINT)
+    deploy_version("bento-iris", 1, bento)
+    return fleet
+
+
+@dataclass
+class PageWatch:
+    """What went wrong while a page was open, collected from Playwright's page events."""
+
+    origin: str
+    console_errors: list[str] = field(default_factory=list)
+    failed_requests: list[str] = field(default_factory=list)
+    error_responses: list[str] = field(default_factory=list)
+    foreign_requests: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)
+
+    def on_console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.console_errors.append(f"{message.text} at {message.location.get('url', '?')}")
+
+    def on_request(self, request: Request) -> None:
+        self.requests.append(request.url)
+        if not request.url.startswith((self.origin + "/", "data:", "about:")):
+            self.foreign_requests.append(request.url)
+
+    def on_request_failed(self, request: Request) -> None:
+        self.failed_requests.append(f"{request.method} {request.url}: {request.failure}")
+
+    def on_response(self, response: Response) -> None:
+        if response.status >= 400 and "favicon" not in response.url:
+            self.error_responses.append(f"{response.status} {response.request.method} {response.url}")
+
+    def problems(self) -> list[str]:
+        """Every console error, failed request, 4xx/5xx response and request to another origin."""
+        return [*self.console_errors, *self.failed_requests, *self.error_responses,
+                *(f"not the live server: {url}" for url in self.foreign_requests)]
+
+
+def log_in(page: Page, username: str, password: str, next_path: str = "/models/") -> None:
+    """Fill in and submit the login form, then wait for the redirect to ``next_path``."""
+    page.goto(f"/login/?next={next_path}")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"**{next_path}")
+
+
+@pytest.fixture
+def watch(live_server) -> PageWatch:
+    """What went wrong on ``page``; see PageWatch."""
+    return PageWatch(origin=live_server.url)
+
+
+@pytest.fixture
+def page(browser, live_server, deployed, watch) -> Page:
+    """A page on the live server (1280x900), logged in through the login form as a new user."""
+    get_user_model().objects.create_user(username=USERNAME, password=PASSWORD)
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(15_000)
+    opened = context.new_page()
+    opened.on("console", watch.on_console)
+    opened.on("request", watch.on_request)
+    opened.on("requestfailed", watch.on_request_failed)
+    opened.on("response", watch.on_response)
+    log_in(opened, USERNAME, PASSWORD)
+    yield opened
+    context.close()
