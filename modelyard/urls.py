@@ -12,7 +12,7 @@ from deployments.api.views import DeploymentViewSet, ServingHostViewSet
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
-from registry.api.views import ModelVersionViewSet, RegisteredModelViewSet
+from registry.api.views import AliasDetailView, AliasListView, ModelVersionViewSet, RegisteredModelViewSet
 
 router = DefaultRouter()
 router.register("models", RegisteredModelViewSet, basename="model")
@@ -25,6 +25,8 @@ version_detail = ModelVersionViewSet.as_view({"get": "retrieve"})
 api_v1 = [
     path("models/<str:model_name>/versions/", version_list, name="model-version-list"),
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
+    path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
+    path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),

@@ -25,5 +25,7 @@ class AuditAction(models.TextChoices):
 
     MODEL_CREATED = "model.created", "Model created"
     VERSION_REGISTERED = "version.registered", "Version registered"
+    ALIAS_SET = "alias.set", "Alias set or moved"
+    ALIAS_DELETED = "alias.deleted", "Alias deleted"
     HOST_REGISTERED = "host.registered", "Serving host registered"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"

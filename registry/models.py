@@ -90,3 +90,26 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} {self.object_type}:{self.object_id}"
+
+
+class Alias(models.Model):
+    """A movable name (``production``, ``staging``, …) pointing at one version of a model.
+
+    Every move is an ``AuditEvent`` with the version it pointed at before and after.
+    ``latest`` is reserved: it is computed, never stored.
+    """
+
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
+    name = models.CharField(max_length=63)
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="aliases")
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["model", "name"]
+        constraints = [models.UniqueConstraint(fields=["model", "name"], name="unique_alias_per_model")]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}@{self.name}"

@@ -55,3 +55,25 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
     if not NAME_PATTERN.match(name):
         raise InvalidName(f"{kind} {name!r} is not valid: {NAME_RULE}")
     return name
+
+
+ALIAS_PATTERN = re.compile(r"^[a-z](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
+RESERVED_ALIASES = frozenset({"latest"})
+
+
+def validate_alias(raw: str) -> str:
+    """Normalise and check an alias name: like a model name but starting with a letter, so it
+    never reads as a version number; ``latest`` is reserved (it is computed).
+
+    Raises:
+        InvalidName: the alias breaks the grammar or is reserved.
+    """
+    name = normalize_name(raw)
+    if name in RESERVED_ALIASES:
+        raise InvalidName(f"alias {name!r} is reserved: it always means the newest version")
+    if not name or len(name) > NAME_MAX_LENGTH or name.lower() != name or not ALIAS_PATTERN.match(name):
+        raise InvalidName(
+            f"alias {name!r} is not valid: 1-63 characters of lower-case letters, digits, '-' and '_', "
+            "starting with a letter and ending with a letter or digit"
+        )
+    return name

@@ -14,8 +14,8 @@ from deployments.runtimes.triton_config import ModelConfigError, describe_signat
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, sha256_file
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
-from registry.names import InvalidName, validate_name
+from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
+from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from registry.storage import ArtifactStore, StorageError
 
 logger = logging.getLogger(__name__)
@@ -198,6 +198,88 @@ def register_version(
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 
+
+
+def resolve_alias(model_name: str, alias: str) -> ModelVersion:
+    """Return the version an alias of ``model_name`` points at; ``latest`` is the newest live version.
+
+    Raises:
+        NotFound: no such model, alias, or (for ``latest``) no version yet.
+    """
+    model = get_model(model_name)
+    live = model.versions.exclude(status=VersionStatus.DELETED)
+    if alias in RESERVED_ALIASES:
+        version = live.order_by("-version").first()
+        if version is None:
+            raise NotFound(f"model {model_name!r} has no version yet")
+        return version
+    try:
+        return live.get(aliases__name=alias)
+    except ModelVersion.DoesNotExist as exc:
+        raise NotFound(f"model {model_name!r} has no alias {alias!r}") from exc
+
+
+def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias:
+    """Point ``alias`` of a model at one of its versions, creating or moving it.
+
+    Idempotent: setting an alias to the version it already names writes nothing.
+    The model row is locked, so two concurrent moves are serialised and each
+    audit event's ``from`` is the version the alias really left.
+
+    Args:
+        model_name: the registered model.
+        alias: the alias name (``registry.names.validate_alias``).
+        version: the version number to point at.
+        actor: the requesting user.
+
+    Returns:
+        The Alias row.
+
+    Raises:
+        InvalidInput: bad or reserved alias name.
+        NotFound: no such model or version.
+    """
+    try:
+        name = validate_alias(alias)
+    except InvalidName as exc:
+        raise InvalidInput(str(exc)) from exc
+    target = get_version(model_name, version)
+    with transaction.atomic():
+        model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
+        current = Alias.objects.filter(model=model, name=name).select_related("version").first()
+        if current is not None and current.version_id == target.pk:
+            return current
+        previous = current.version.version if current is not None else None
+        if current is None:
+            current = Alias.objects.create(model=model, name=name, version=target, updated_by=_user(actor))
+        else:
+            current.version = target
+            current.updated_by = _user(actor)
+            current.save(update_fields=["version", "updated_by", "updated_at"])
+        record_audit_event(
+            action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
+            data={"alias": name, "from": previous, "to": target.version},
+        )
+    return current
+
+
+def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
+    """Remove an alias from a model (the versions are untouched).
+
+    Raises:
+        NotFound: no such model or alias.
+    """
+    model = get_model(model_name)
+    with transaction.atomic():
+        RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        current = Alias.objects.filter(model=model, name=alias).select_related("version").first()
+        if current is None:
+            raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        record_audit_event(
+            action=AuditAction.ALIAS_DELETED, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
+            data={"alias": alias, "from": current.version.version, "to": None},
+        )
+        current.delete()
 
 def _user(actor):
     return actor if getattr(actor, "is_authenticated", False) else None

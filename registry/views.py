@@ -32,7 +32,10 @@ def model_detail(request, name: str):
         model = get_model(name)
     except NotFound as exc:
         raise Http404(exc.message) from exc
-    versions = model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by").order_by("-version")
+    versions = (
+        model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by")
+        .prefetch_related("aliases").order_by("-version")
+    )
     deployments = (
         Deployment.objects.filter(model=model).select_related("version", "created_by")
         .prefetch_related("targets__host").order_by("-id")[:20]

@@ -4,7 +4,7 @@ import json
 
 from rest_framework import serializers
 
-from registry.models import ModelVersion, RegisteredModel
+from registry.models import Alias, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -63,3 +63,23 @@ class ModelVersionUploadSerializer(serializers.Serializer):
         help_text="A .tar.gz, .tar or .zip of one Triton model directory (config.pbtxt + one version dir)"
     )
     metadata = JSONObjectField(required=False, default=dict, help_text="A JSON object of free-form metadata")
+
+
+class AliasSerializer(serializers.ModelSerializer):
+    """An alias and the version it points at."""
+
+    alias = serializers.CharField(source="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    version = serializers.IntegerField(source="version.version", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = Alias
+        fields = ["model", "alias", "version", "updated_by", "updated_at"]
+        read_only_fields = fields
+
+
+class AliasSetSerializer(serializers.Serializer):
+    """Input of ``PUT /api/v1/models/<name>/aliases/<alias>/``."""
+
+    version = serializers.IntegerField(min_value=1)

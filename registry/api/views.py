@@ -5,17 +5,20 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from modelyard.api import uploaded_file_path
 from registry import services
 from registry.api.serializers import (
+    AliasSerializer,
+    AliasSetSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
     RegisteredModelSerializer,
 )
 from registry.choices import VersionStatus
-from registry.models import ModelVersion, RegisteredModel
+from registry.models import Alias, ModelVersion, RegisteredModel
 
 
 class RegisteredModelViewSet(
@@ -78,3 +81,37 @@ class ModelVersionViewSet(
                 metadata=data.validated_data["metadata"], actor=request.user,
             )
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+
+class AliasListView(APIView):
+    """``GET /api/v1/models/<name>/aliases/``: every alias of a model (``latest`` is not stored)."""
+
+    @extend_schema(responses={200: AliasSerializer(many=True)})
+    def get(self, request, model_name: str):
+        model = services.get_model(model_name)
+        aliases = Alias.objects.filter(model=model).select_related("model", "version", "updated_by")
+        return Response(AliasSerializer(aliases, many=True).data)
+
+
+class AliasDetailView(APIView):
+    """One alias: ``GET`` resolves it (``latest`` too), ``PUT {"version": n}`` sets or moves it,
+    ``DELETE`` removes it. Every move and removal is an audit event."""
+
+    @extend_schema(responses={200: ModelVersionSerializer})
+    def get(self, request, model_name: str, alias: str):
+        return Response(ModelVersionSerializer(services.resolve_alias(model_name, alias)).data)
+
+    @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer})
+    def put(self, request, model_name: str, alias: str):
+        data = AliasSetSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        row = services.set_alias(
+            model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user
+        )
+        row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
+        return Response(AliasSerializer(row).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request, model_name: str, alias: str):
+        services.delete_alias(model_name=model_name, alias=alias, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)

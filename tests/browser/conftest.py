@@ -51,7 +51,10 @@ def browser() -> Browser:
     """One headless Chromium for the module."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run 'make install' (it installs Debian's chromium)")
-    with sync_playwright() as playwright:
+    with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
+        # Playwright's sync API parks an asyncio loop on this thread between calls, which Django
+        # takes for an async context; the ORM still runs synchronously here, so its guard is lifted.
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
         chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()

@@ -1,0 +1,100 @@
+"""Aliases (set, move, resolve, delete, audit) and version numbers under concurrency."""
+
+import threading
+
+import pytest
+from django.db import connection
+
+from registry import services
+from registry.choices import ArtifactFormat
+from registry.models import AuditEvent, ModelVersion, RegisteredModel
+
+
+def _versions(model: RegisteredModel, count: int) -> None:
+    for number in range(1, count + 1):
+        ModelVersion.objects.create(
+            model=model, version=number, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"k{number}",
+            artifact_sha256=f"{number:064d}", artifact_size=1,
+        )
+    model.next_version = count + 1
+    model.save()
+
+
+@pytest.fixture
+def iris(db) -> RegisteredModel:
+    model = RegisteredModel.objects.create(name="iris")
+    _versions(model, 3)
+    return model
+
+
+@pytest.mark.django_db
+def test_an_alias_is_set_moved_resolved_and_each_move_is_audited(api_client, iris, user):
+    assert api_client.put("/api/v1/models/iris/aliases/production/", {"version": 1}, format="json").status_code == 200
+    moved = api_client.put("/api/v1/models/iris/aliases/production/", {"version": 2}, format="json")
+    assert moved.json()["version"] == 2 and moved.json()["updated_by"] == "engineer"
+    assert api_client.get("/api/v1/models/iris/aliases/production/").json()["version"] == 2
+    events = list(AuditEvent.objects.filter(action="alias.set").order_by("id").values_list("data", flat=True))
+    assert events == [{"alias": "production", "from": None, "to": 1}, {"alias": "production", "from": 1, "to": 2}]
+    assert AuditEvent.objects.filter(action="alias.set").first().actor == user
+
+
+@pytest.mark.django_db
+def test_setting_an_alias_to_the_version_it_names_changes_nothing(api_client, iris):
+    api_client.put("/api/v1/models/iris/aliases/staging/", {"version": 3}, format="json")
+    api_client.put("/api/v1/models/iris/aliases/staging/", {"version": 3}, format="json")
+    assert AuditEvent.objects.filter(action="alias.set").count() == 1
+
+
+@pytest.mark.django_db
+def test_latest_is_computed_and_reserved(api_client, iris):
+    assert api_client.get("/api/v1/models/iris/aliases/latest/").json()["version"] == 3
+    refused = api_client.put("/api/v1/models/iris/aliases/latest/", {"version": 1}, format="json")
+    assert refused.status_code == 400 and "reserved" in refused.json()["detail"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("alias", ["Production", "1", "prod/x", "-x", "x-", "a" * 64, "pr od"])
+def test_it_refuses_an_alias_outside_the_grammar(api_client, iris, alias):
+    answer = api_client.put(f"/api/v1/models/iris/aliases/{alias}/", {"version": 1}, format="json")
+    assert answer.status_code in (400, 404)
+    assert not iris.aliases.exists()
+
+
+@pytest.mark.django_db
+def test_an_alias_cannot_point_at_a_missing_version_and_deletion_is_audited(api_client, iris):
+    assert api_client.put("/api/v1/models/iris/aliases/production/", {"version": 9}, format="json").status_code == 404
+    api_client.put("/api/v1/models/iris/aliases/production/", {"version": 1}, format="json")
+    assert [a["alias"] for a in api_client.get("/api/v1/models/iris/aliases/").json()] == ["production"]
+    assert api_client.delete("/api/v1/models/iris/aliases/production/").status_code == 204
+    assert api_client.get("/api/v1/models/iris/aliases/production/").status_code == 404
+    assert api_client.delete("/api/v1/models/iris/aliases/production/").status_code == 404
+    deleted = AuditEvent.objects.get(action="alias.deleted")
+    assert deleted.data == {"alias": "production", "from": 1, "to": None}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_twenty_parallel_registrations_get_twenty_distinct_consecutive_numbers(s3_endpoint, iris_archive):
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks are only exercised on PostgreSQL")
+    model = RegisteredModel.objects.create(name="iris")
+    numbers, errors = [], []
+    barrier = threading.Barrier(20)
+
+    def register():
+        try:
+            barrier.wait()
+            numbers.append(services.register_version(model=model, artifact_path=iris_archive).version)
+        except Exception as exc:  # any failure is the finding
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=register) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == []
+    assert sorted(numbers) == list(range(1, 21))
+    model.refresh_from_db()
+    assert model.next_version == 21
