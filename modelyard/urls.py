@@ -12,12 +12,20 @@ from deployments.api.views import DeploymentViewSet, ServingHostViewSet
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
-from registry.api.views import AliasDetailView, AliasListView, ModelVersionViewSet, RegisteredModelViewSet
+from registry import views as registry_views
+from registry.api.views import (
+    AliasDetailView,
+    AliasListView,
+    AuditEventViewSet,
+    ModelVersionViewSet,
+    RegisteredModelViewSet,
+)
 
 router = DefaultRouter()
 router.register("models", RegisteredModelViewSet, basename="model")
 router.register("hosts", ServingHostViewSet, basename="host")
 router.register("deployments", DeploymentViewSet, basename="deployment")
+router.register("audit", AuditEventViewSet, basename="audit")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve"})
@@ -49,6 +57,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("models/", include("registry.urls")),
+    path("audit/", registry_views.audit_log, name="audit-log"),
     path("hosts/", include("deployments.urls")),
     path("monitoring/", include("monitoring.urls")),
 ]

@@ -1,6 +1,9 @@
-"""Registry pages: the models list and a model's page."""
+"""Registry pages: the models list, a model's page and the audit log."""
+
+from urllib.parse import urlencode
 
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
 from django.http import Http404
 from django.shortcuts import render
@@ -9,8 +12,8 @@ from deployments.models import Deployment
 from modelyard.errors import NotFound
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import PANEL_RANGE, metrics_panel_context
-from registry.choices import VersionStatus
-from registry.models import RegisteredModel
+from registry.choices import AuditAction, VersionStatus
+from registry.models import AuditEvent, RegisteredModel
 from registry.services import get_model
 
 
@@ -48,3 +51,24 @@ def model_detail(request, name: str):
         **metrics_panel_context(model, chart_range),
     }
     return render(request, "registry/model_detail.html", context)
+
+
+AUDIT_PAGE_SIZE = 50
+
+
+@login_required
+def audit_log(request):
+    """The audit log, newest first, filterable by action, model and actor (``?action=&model=&actor=``)."""
+    events = AuditEvent.objects.select_related("model").order_by("-id")
+    filters = {key: request.GET.get(key, "").strip() for key in ("action", "model", "actor")}
+    if filters["action"]:
+        events = events.filter(action=filters["action"])
+    if filters["model"]:
+        events = events.filter(model__name=filters["model"])
+    if filters["actor"]:
+        events = events.filter(actor_label=filters["actor"])
+    page = Paginator(events, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "registry/audit_log.html", {
+        "page": page, "filters": filters, "actions": AuditAction.choices,
+        "query": urlencode({k: v for k, v in filters.items() if v}),
+    })

@@ -4,7 +4,7 @@ import json
 
 from rest_framework import serializers
 
-from registry.models import Alias, ModelVersion, RegisteredModel
+from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -83,3 +83,15 @@ class AliasSetSerializer(serializers.Serializer):
     """Input of ``PUT /api/v1/models/<name>/aliases/<alias>/``."""
 
     version = serializers.IntegerField(min_value=1)
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    """One audit event: who did what to which object, with its before/after details in ``data``."""
+
+    actor = serializers.CharField(source="actor_label", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "data"]
+        read_only_fields = fields

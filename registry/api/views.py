@@ -1,5 +1,6 @@
 """Registry API: models and their versions."""
 
+import django_filters
 from django.db.models import Max, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -12,13 +13,14 @@ from registry import services
 from registry.api.serializers import (
     AliasSerializer,
     AliasSetSerializer,
+    AuditEventSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
     RegisteredModelSerializer,
 )
 from registry.choices import VersionStatus
-from registry.models import Alias, ModelVersion, RegisteredModel
+from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
 class RegisteredModelViewSet(
@@ -115,3 +117,27 @@ class AliasDetailView(APIView):
     def delete(self, request, model_name: str, alias: str):
         services.delete_alias(model_name=model_name, alias=alias, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AuditEventFilter(django_filters.FilterSet):
+    """Filters of the audit log: action, model name, actor, object type and a time range."""
+
+    action = django_filters.CharFilter(field_name="action")
+    model = django_filters.CharFilter(field_name="model__name")
+    actor = django_filters.CharFilter(field_name="actor_label")
+    object_type = django_filters.CharFilter(field_name="object_type")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "model", "actor", "object_type", "since", "until"]
+
+
+class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
+    """``GET /api/v1/audit/``: every change, newest first, cursor-paginated and filterable."""
+
+    serializer_class = AuditEventSerializer
+    filterset_class = AuditEventFilter
+    ordering = "-id"
+    queryset = AuditEvent.objects.select_related("model").order_by("-id")

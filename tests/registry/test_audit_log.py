@@ -1,0 +1,45 @@
+"""The audit log through the API and the page."""
+
+import pytest
+
+from registry.models import ModelVersion, RegisteredModel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def history(api_client):
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    api_client.post("/api/v1/models/", {"name": "resnet"}, format="json")
+    model = RegisteredModel.objects.get(name="iris")
+    ModelVersion.objects.create(model=model, version=1, format="triton", artifact_key="k", artifact_sha256="0" * 64,
+                                artifact_size=1)
+    api_client.put("/api/v1/models/iris/aliases/production/", {"version": 1}, format="json")
+    return api_client
+
+
+def test_the_api_lists_every_change_newest_first_with_actor_and_details(history):
+    events = history.get("/api/v1/audit/").json()["results"]
+    assert [e["action"] for e in events] == ["alias.set", "model.created", "model.created"]
+    assert events[0]["actor"] == "engineer" and events[0]["model"] == "iris"
+    assert events[0]["data"] == {"alias": "production", "from": None, "to": 1}
+
+
+def test_the_api_filters_by_action_model_and_time(history):
+    assert [e["action"] for e in history.get("/api/v1/audit/?model=resnet").json()["results"]] == ["model.created"]
+    assert len(history.get("/api/v1/audit/?action=alias.set").json()["results"]) == 1
+    assert history.get("/api/v1/audit/?since=2999-01-01T00:00:00Z").json()["results"] == []
+    assert history.get("/api/v1/audit/?since=yesterday").status_code == 400
+
+
+def test_the_page_shows_and_filters_the_log(history, client, user):
+    client.force_login(user)
+    page = client.get("/audit/").content.decode()
+    assert page.count('class="audit-row"') == 3
+    filtered = client.get("/audit/?model=iris&action=alias.set").content.decode()
+    assert filtered.count('class="audit-row"') == 1 and "to=1" in filtered
+
+
+def test_the_audit_log_requires_authentication(client):
+    assert client.get("/api/v1/audit/").status_code == 401
+    assert client.get("/audit/").status_code == 302
