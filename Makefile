@@ -1,7 +1,7 @@
 # Local development entry points. Every step is idempotent and skips itself
 # quickly when its work is already done.
 #
-#   make install   virtualenv + Python deps, Prometheus (Debian), Triton (.stack/)
+#   make install   virtualenv + Python deps, Prometheus and Chromium (Debian), Triton (.stack/)
 #   make run       install, then start the whole local stack (scripts/stack.sh)
 #   make stop      stop what `make run` started
 #   make status    one line per service, up or down
@@ -18,12 +18,12 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-triton run stop status test lint bench
+.PHONY: help install install-python install-prometheus install-triton install-browser run stop status test lint bench
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
 
-install: install-python install-prometheus install-triton
+install: install-python install-prometheus install-triton install-browser
 
 install-python: $(VENV_MARKER)
 
@@ -44,6 +44,16 @@ install-prometheus:
 # The script keeps its own marker in .stack/ and exits at once when done.
 install-triton:
 	scripts/install_triton.sh
+
+# Debian's Chromium, which the browser tests drive through Playwright (whose own browser
+# download is not used). The package lists are refreshed only when the install needs it.
+install-browser:
+	@if [ -x /usr/bin/chromium ]; then \
+		echo "chromium: already installed (/usr/bin/chromium)"; \
+	else \
+		apt-get install -y --no-install-recommends chromium \
+			|| { apt-get update && apt-get install -y --no-install-recommends chromium; }; \
+	fi
 
 run: install
 	scripts/stack.sh start

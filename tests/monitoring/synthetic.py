@@ -4,7 +4,7 @@ A Triton host (two GPUs, from the recorded fixture) serves iris v1 and v2 and a 
 process serves bento-iris v1, each with counters that grow at known rates. ``start_fleet``
 serves both expositions, optionally writes an hour or so of their past into Prometheus's
 storage with ``promtool`` (so range charts have data from the first second), and starts a
-real Prometheus scraping them every second. ``deploy_version`` makes the registry rows of
+real Prometheus scraping them. ``deploy_version`` makes the registry rows of
 a version that is ready on a host.
 """
 
@@ -121,13 +121,12 @@ class Fleet:
         self.bento.stop()
 
 
-def _series_history(text_at, labels: dict[str, str], start: float, end: float, step: float) -> dict:
-    """Sample ``text_at(t)`` every ``step`` seconds in [start, end) and return
-    ``{metric name: {label text: [(t, value)]}}`` with ``labels`` added to every series."""
+def _series_history(text_at, labels: dict[str, str], times: list[float]) -> dict:
+    """Sample ``text_at(t)`` at each of ``times`` and return ``{metric name: {label text: [(t, value)]}}``
+    with ``labels`` added to every series."""
     extra = ",".join(f'{k}="{v}"' for k, v in labels.items())
     history: dict[str, dict[str, list]] = {}
-    t = start
-    while t < end:
+    for t in times:
         for line in text_at(t).splitlines():
             match = SAMPLE_LINE.match(line)
             if not match:
@@ -135,23 +134,24 @@ def _series_history(text_at, labels: dict[str, str], start: float, end: float, s
             own = match.group("labels")
             label_text = f"{own},{extra}" if own else extra
             history.setdefault(match.group("name"), {}).setdefault(label_text, []).append((t, match.group("value")))
-        t += step
     return history
 
 
-def write_history(tsdb: Path, sources: list[tuple], *, start: float, end: float, step: float = 5) -> None:
+def write_history(tsdb: Path, sources: list[tuple], *, seconds: float, end: float, step: float) -> None:
     """Write the past of scraped expositions into the Prometheus storage at ``tsdb`` with ``promtool``.
 
     ``sources`` holds ``(text_at, labels)``: a callable returning the exposition at a unix time and
     the labels a scrape adds (job, instance, target labels), so the past continues the live series.
-    Samples run every ``step`` seconds from ``start`` to ``end`` (unix seconds).
+    Samples run every ``step`` seconds (the scrape interval that follows: rate() reads a change of
+    spacing as a change of rate) over the ``seconds`` up to ``end`` (unix seconds), ``end`` included.
 
     Raises:
         subprocess.CalledProcessError: promtool refused the data.
     """
+    times = [end - k * step for k in range(int(seconds // step), -1, -1)]
     lines = []
     for text_at, labels in sources:
-        for name, series in _series_history(text_at, labels, start, end, step).items():
+        for name, series in _series_history(text_at, labels, times).items():
             # No TYPE lines: OpenMetrics would insist on _total names for Triton's counters, and
             # the storage keeps no types anyway.
             for label_text, points in series.items():
@@ -163,22 +163,38 @@ def write_history(tsdb: Path, sources: list[tuple], *, start: float, end: float,
                    check=True, capture_output=True, timeout=120)
 
 
-def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0) -> Fleet:
-    """Serve the Triton and BentoML expositions and start a Prometheus scraping both every second.
+def _latest_sample_times(prometheus_url: str) -> dict[str, float]:
+    """Unix time of the newest sample of each target's main counter, by instance."""
+    query = "max by (instance) (timestamp(nv_inference_count or bentoml_service_request_total))"
+    answer = requests.get(f"{prometheus_url}/api/v1/query", params={"query": query}, timeout=5)
+    answer.raise_for_status()
+    return {row["metric"]["instance"]: float(row["value"][1]) for row in answer.json()["data"]["result"]}
+
+
+# Prometheus scrapes first about 5-10 s after it starts. The history runs that far ahead, so the
+# stored series meet the live ones within one scrape interval, without a gap that rate() would read
+# as a dip in traffic; the scrapes until then fall before the stored data and are dropped.
+HISTORY_LEAD_SECONDS = 10
+
+
+def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0, scrape_seconds: int = 1) -> Fleet:
+    """Serve the Triton and BentoML expositions and start a Prometheus scraping both.
 
     Args:
         workdir: an empty directory for the config, storage and log.
         started: unix time the servers came up; counters are their rates times the time since.
-        history_seconds: when > 0, Prometheus also holds that many seconds of past samples
-            (one every 5 s, ending now), continuous with what it scrapes.
+        history_seconds: when > 0, Prometheus also holds that many seconds of past samples, one
+            per scrape interval, continuous with what it scrapes.
+        scrape_seconds: the scrape interval.
 
     Returns:
-        The running fleet, once Prometheus is ready (it may not have scraped yet); call ``stop()``.
+        The running fleet; call ``stop()``. Without history, once Prometheus is ready (it may not
+        have scraped yet); with history, once it holds live samples of both targets after it.
     """
     triton = ServedExposition(lambda: triton_text(started))
     bento = ServedExposition(lambda: bentoml_text(started))
     config = {
-        "global": {"scrape_interval": "1s"},
+        "global": {"scrape_interval": f"{scrape_seconds}s"},
         "scrape_configs": [{"job_name": JOB, "static_configs": [
             {"targets": [triton.target], "labels": TRITON_HOST_LABELS},
             {"targets": [bento.target], "labels": BENTO_HOST_LABELS},
@@ -187,12 +203,12 @@ def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0) -> F
     (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     tsdb = workdir / "tsdb"
     tsdb.mkdir()
+    history_end = time.time() + HISTORY_LEAD_SECONDS
     if history_seconds > 0:
-        now = time.time()
         write_history(tsdb, [
             (lambda t: triton_text(started, t), {"job": JOB, "instance": triton.target, **TRITON_HOST_LABELS}),
             (lambda t: bentoml_text(started, t), {"job": JOB, "instance": bento.target, **BENTO_HOST_LABELS}),
-        ], start=now - history_seconds, end=now)
+        ], seconds=history_seconds, end=history_end, step=scrape_seconds)
     port = free_port()
     binary = shutil.which("prometheus") or "prometheus"
     service = _spawn("prometheus", [binary, f"--config.file={workdir / 'prometheus.yml'}",
@@ -201,6 +217,9 @@ def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0) -> F
     fleet = Fleet(prometheus=service, triton=triton, bento=bento)
     try:
         wait_for(lambda: requests.get(f"{service.url}/-/ready", timeout=1).ok, timeout=30, what="Prometheus")
+        if history_seconds > 0:
+            wait_for(lambda: sorted(_latest_sample_times(service.url).values())[0] > history_end, timeout=40,
+                     what="Prometheus to scrape both targets after their history", interval=0.25)
     except BaseException:
         fleet.stop()
         raise

@@ -1,0 +1,1 @@
+"""``modelyard``: the command-line client CI pipelines use against the REST API."""

@@ -1,0 +1,211 @@
+"""The ``modelyard`` command: register versions, move aliases, deploy and wait, from CI.
+
+Configuration comes from the environment: ``MODELYARD_URL`` (default http://127.0.0.1:8080)
+and ``MODELYARD_TOKEN`` (an API token; ``manage.py create_api_token <user>`` prints one).
+Every command exits 0 on success, 1 when the server refused or the deployment failed, and
+2 on bad usage; errors go to stderr as the server's own message.
+
+Examples::
+
+    modelyard register iris ./model_repository/iris --metadata '{"commit": "abc123"}'
+    modelyard alias set iris production 3
+    modelyard deploy iris 3 --host gpu-0 --host gpu-1 --wait
+    modelyard wait 42 --timeout 900
+"""
+
+import argparse
+import json
+import os
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+from requests_toolbelt.multipart.encoder import MultipartEncoder, MultipartEncoderMonitor
+
+TERMINAL = {"ready", "failed"}
+
+
+class CLIError(Exception):
+    """A failure to report on stderr with exit status 1."""
+
+
+class Client:
+    """A thin REST client: base URL and token from the environment, JSON in and out.
+
+    Raises ``CLIError`` with the server's ``detail`` (or per-field errors) on any 4xx/5xx.
+    """
+
+    def __init__(self, url: str, token: str, timeout: float = 60.0):
+        if not token:
+            raise CLIError("MODELYARD_TOKEN is not set: create one with 'manage.py create_api_token <user>'")
+        self.url = url.rstrip("/")
+        self.session = requests.Session()
+        self.session.headers["Authorization"] = f"Token {token}"
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, **kwargs) -> dict | list | None:
+        try:
+            answer = self.session.request(method, f"{self.url}/api/v1/{path.lstrip('/')}", timeout=self.timeout,
+                                          **kwargs)
+        except requests.RequestException as exc:
+            raise CLIError(f"cannot reach {self.url}: {exc}") from exc
+        if answer.status_code >= 400:
+            try:
+                body = answer.json()
+                message = body.get("detail") if isinstance(body, dict) and "detail" in body else json.dumps(body)
+            except ValueError:
+                message = answer.text[:500]
+            raise CLIError(f"HTTP {answer.status_code}: {message}")
+        return answer.json() if answer.content else None
+
+
+def _archive(source: Path, workdir: Path) -> Path:
+    """Return an uploadable archive: ``source`` itself if it is a file, else a .tar.gz of the directory."""
+    if source.is_file():
+        return source
+    if not source.is_dir():
+        raise CLIError(f"{source} is neither a file nor a directory")
+    if not (source / "config.pbtxt").is_file():
+        raise CLIError(f"{source} has no config.pbtxt: point at one Triton model directory")
+    target = workdir / f"{source.name}.tar.gz"
+    with tarfile.open(target, "w:gz") as tar:
+        tar.add(source, arcname=source.name, filter=lambda info: None if "__pycache__" in info.name else info)
+    return target
+
+
+class Progress:
+    """A one-line upload progress bar on stderr: percent, bytes sent of total, MB/s."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.stream, self.started, self.last = total, stream, time.monotonic(), 0.0
+
+    def __call__(self, monitor) -> None:
+        now = time.monotonic()
+        if now - self.last < 0.2 and monitor.bytes_read < self.total:
+            return
+        self.last = now
+        done = monitor.bytes_read / self.total if self.total else 1
+        rate = monitor.bytes_read / max(now - self.started, 1e-6) / 1e6
+        bar = "#" * int(done * 30)
+        sent = f"{monitor.bytes_read}/{self.total} bytes"
+        self.stream.write(f"\ruploading [{bar:<30}] {done:6.1%} {sent} {rate:.1f} MB/s")
+        if monitor.bytes_read >= self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+def cmd_register(client: Client, args) -> int:
+    metadata = args.metadata or "{}"
+    try:
+        json.loads(metadata)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"--metadata is not valid JSON: {exc.msg}") from exc
+    with tempfile.TemporaryDirectory(prefix="modelyard-") as tmp:
+        archive = _archive(Path(args.path), Path(tmp))
+        with archive.open("rb") as fh:
+            encoder = MultipartEncoder({"artifact": (archive.name, fh, "application/octet-stream"),
+                                        "metadata": metadata})
+            monitor = MultipartEncoderMonitor(encoder, Progress(encoder.len) if not args.quiet else None)
+            body = client.request("POST", f"models/{args.model}/versions/", data=monitor,
+                                  headers={"Content-Type": monitor.content_type})
+    print(json.dumps({"model": body["model"], "version": body["version"], "status": body["status"],
+                      "sha256": body["artifact_sha256"]}))
+    return 0
+
+
+def cmd_alias(client: Client, args) -> int:
+    if args.action == "set":
+        if args.version is None:
+            raise CLIError("alias set needs a version number")
+        body = client.request("PUT", f"models/{args.model}/aliases/{args.alias}/", json={"version": args.version})
+    elif args.action == "delete":
+        client.request("DELETE", f"models/{args.model}/aliases/{args.alias}/")
+        body = {"model": args.model, "alias": args.alias, "deleted": True}
+    else:
+        body = client.request("GET", f"models/{args.model}/aliases/{args.alias}/")
+    print(json.dumps(body))
+    return 0
+
+
+def wait_for_deployment(client: Client, deployment_id: int, timeout: float, interval: float = 2.0) -> int:
+    """Poll a deployment until every host is ready (0) or one failed (1); print state changes to stderr.
+
+    Raises:
+        CLIError: the timeout (seconds) passed first.
+    """
+    deadline = time.monotonic() + timeout
+    seen: dict[str, str] = {}
+    while True:
+        body = client.request("GET", f"deployments/{deployment_id}/")
+        for target in body["targets"]:
+            if seen.get(target["host"]) != target["state"]:
+                seen[target["host"]] = target["state"]
+                line = f"{target['host']}: {target['state']}"
+                print(line + (f" — {target['error']}" if target["error"] else ""), file=sys.stderr)
+        if body["status"] in TERMINAL:
+            print(json.dumps({"id": body["id"], "status": body["status"]}))
+            return 0 if body["status"] == "ready" else 1
+        if time.monotonic() > deadline:
+            raise CLIError(f"deployment {deployment_id} still {body['status']} after {timeout:g} s")
+        time.sleep(interval)
+
+
+def cmd_deploy(client: Client, args) -> int:
+    body = client.request("POST", "deployments/", json={"model": args.model, "version": args.version,
+                                                        "hosts": args.host})
+    if not args.wait:
+        print(json.dumps({"id": body["id"], "status": body["status"]}))
+        return 0
+    print(f"deployment {body['id']} started", file=sys.stderr)
+    return wait_for_deployment(client, body["id"], args.timeout)
+
+
+def cmd_wait(client: Client, args) -> int:
+    return wait_for_deployment(client, args.deployment, args.timeout)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="modelyard", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    reg = sub.add_parser("register", help="upload a Triton model directory or archive as a new version")
+    reg.add_argument("model")
+    reg.add_argument("path", help="a Triton model directory (config.pbtxt + one version dir) or a .tar.gz/.zip")
+    reg.add_argument("--metadata", help="a JSON object stored with the version")
+    reg.add_argument("--quiet", action="store_true", help="no progress bar")
+    reg.set_defaults(func=cmd_register)
+    alias = sub.add_parser("alias", help="get, set or delete an alias")
+    alias.add_argument("action", choices=["get", "set", "delete"])
+    alias.add_argument("model")
+    alias.add_argument("alias")
+    alias.add_argument("version", nargs="?", type=int)
+    alias.set_defaults(func=cmd_alias)
+    deploy = sub.add_parser("deploy", help="deploy a version to hosts")
+    deploy.add_argument("model")
+    deploy.add_argument("version", type=int)
+    deploy.add_argument("--host", action="append", required=True, help="a serving host (repeat for more)")
+    deploy.add_argument("--wait", action="store_true", help="wait; exit 1 if a host fails")
+    deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+    deploy.set_defaults(func=cmd_deploy)
+    wait = sub.add_parser("wait", help="wait for a deployment; exit 1 if it fails")
+    wait.add_argument("deployment", type=int)
+    wait.add_argument("--timeout", type=float, default=900)
+    wait.set_defaults(func=cmd_wait)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``modelyard`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        client = Client(os.environ.get("MODELYARD_URL", "http://127.0.0.1:8080"), os.environ.get("MODELYARD_TOKEN", ""))
+        return args.func(client, args)
+    except CLIError as exc:
+        print(f"modelyard: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

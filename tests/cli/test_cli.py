@@ -1,0 +1,81 @@
+"""The ``modelyard`` console script against a live server, as a CI job runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+
+from demo.iris import build_iris_model_dir
+from deployments.choices import TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from registry.models import ModelVersion, RegisteredModel
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+CLI = Path(sys.executable).parent / "modelyard"
+
+
+@pytest.fixture
+def cli(live_server, s3_endpoint):
+    user = get_user_model().objects.create_user(username="ci")
+    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": Token.objects.create(user=user).key}
+
+    def run(*args: str, token: str | None = None) -> subprocess.CompletedProcess:
+        run_env = dict(env) if token is None else {**env, "MODELYARD_TOKEN": token}
+        return subprocess.run([str(CLI), *args], env=run_env, capture_output=True, text=True, timeout=120)
+
+    return run
+
+
+def test_it_registers_a_model_directory_with_a_progress_bar_and_sets_an_alias(cli, tmp_path):
+    RegisteredModel.objects.create(name="iris")
+    model_dir = build_iris_model_dir(tmp_path, name="iris")
+    result = cli("register", "iris", str(model_dir), "--metadata", '{"commit": "abc123"}')
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["version"] == 1
+    assert "uploading [" in result.stderr and "100.0%" in result.stderr
+    assert ModelVersion.objects.get(model__name="iris", version=1).metadata == {"commit": "abc123"}
+    alias = cli("alias", "set", "iris", "production", "1")
+    assert alias.returncode == 0 and json.loads(alias.stdout)["version"] == 1
+    assert json.loads(cli("alias", "get", "iris", "production").stdout)["version"] == 1
+
+
+def test_it_exits_non_zero_with_the_servers_message(cli, tmp_path):
+    RegisteredModel.objects.create(name="iris")
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive")
+    result = cli("register", "iris", str(junk), "--quiet")
+    assert result.returncode == 1
+    assert "HTTP 400" in result.stderr and "archive" in result.stderr
+    unknown = cli("deploy", "iris", "1", "--host", "nowhere")
+    assert unknown.returncode == 1 and "HTTP 404" in unknown.stderr
+    assert cli("alias", "get", "iris", "production", token="wrong").returncode == 1
+    assert cli("register", "iris", str(tmp_path / "missing")).returncode == 1
+
+
+def _deployment(state: str) -> int:
+    model = RegisteredModel.objects.get_or_create(name="iris")[0]
+    version = ModelVersion.objects.create(model=model, version=model.versions.count() + 1, format="triton",
+                                          artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
+    host = ServingHost.objects.get_or_create(name="gpu-0", inference_url="http://gpu-0:8000")[0]
+    deployment = Deployment.objects.create(model=model, version=version)
+    DeploymentTarget.objects.create(deployment=deployment, host=host, state=state, error="Triton said no")
+    return deployment.pk
+
+
+def test_wait_exits_zero_when_every_host_is_ready_and_one_when_one_failed(cli):
+    ready = cli("wait", str(_deployment(TargetState.READY)))
+    assert ready.returncode == 0 and json.loads(ready.stdout)["status"] == "ready"
+    failed = cli("wait", str(_deployment(TargetState.FAILED)))
+    assert failed.returncode == 1 and "Triton said no" in failed.stderr
+    stuck = cli("wait", str(_deployment(TargetState.PENDING)), "--timeout", "1")
+    assert stuck.returncode == 1 and "still in_progress" in stuck.stderr
+
+
+def test_it_needs_a_token(cli):
+    result = cli("alias", "get", "iris", "production", token="")
+    assert result.returncode == 1 and "MODELYARD_TOKEN is not set" in result.stderr
