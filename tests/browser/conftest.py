@@ -26,7 +26,7 @@ from tests.monitoring.synthetic import deploy_version, start_fleet
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run"]
-HISTORY_SECONDS = 3600  # the longest range the tests draw
+HISTORY_SECONDS = 3600 + 300  # the longest range drawn (1h) and its first rate window
 USERNAME, PASSWORD = "engineer", "a-long-test-password"
 IRIS_V2_FOOTPRINT = {"gpu": 1_500_000_000, "cpu": 200_000_000}
 
