@@ -205,7 +205,7 @@ MODEL_METRICS: tuple[MetricQuery, ...] = (
     MetricQuery("latency_p50_ms", "p50 latency", "ms", partial(latency_quantile_ms, quantile=0.5)),
     MetricQuery("latency_p95_ms", "p95 latency", "ms", partial(latency_quantile_ms, quantile=0.95)),
     MetricQuery("latency_p99_ms", "p99 latency", "ms", partial(latency_quantile_ms, quantile=0.99)),
-    MetricQuery("error_rate", "Error rate", "fraction", error_rate),
+    MetricQuery("error_rate", "Error rate", "fraction (0..1)", error_rate),
     MetricQuery("queue_ms", "Queue time", "ms", queue_ms),
     MetricQuery("compute_ms", "Compute time", "ms", compute_ms),
     MetricQuery("pending_requests", "Pending requests", "requests", pending_requests),

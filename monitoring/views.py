@@ -15,6 +15,7 @@ from registry.services import get_model
 
 PANEL_RANGE = "15m"
 OVERVIEW_PAGE_SIZE = 50
+DISPLAY_UNITS = {"error_rate": "% of requests"}  # the API's fraction, shown as a percentage
 SORT_KEYS = ("model", "throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate",
              "queue_ms", "pending_requests")
 
@@ -74,7 +75,7 @@ def _overview_context(request) -> dict:
         "prometheus_error": overview["prometheus_error"],
         "query": query, "host": host, "sort": sort, "order": "desc" if descending else "asc",
         "hosts": ServingHost.objects.order_by("name").values_list("name", flat=True),
-        "columns": [(key, promql.METRICS_BY_KEY[key].title, promql.METRICS_BY_KEY[key].unit)
+        "columns": [(key, promql.METRICS_BY_KEY[key].title, DISPLAY_UNITS.get(key, promql.METRICS_BY_KEY[key].unit))
                     for key in SORT_KEYS[1:]],
     }
 

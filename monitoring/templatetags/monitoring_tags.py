@@ -9,8 +9,9 @@ register = template.Library()
 def sparkline_points(values, size: str = "120x28") -> str:
     """SVG polyline points for ``values`` scaled into a ``WIDTHxHEIGHT`` box (pixels).
 
-    The lowest value sits on the bottom edge only when it is zero or below; a flat
-    non-zero series sits mid-box. Returns "" for fewer than two values.
+    The vertical scale runs from 0 (bottom edge) to the series' own peak (top edge), so a
+    sparkline shows a row's trend, not its size next to other rows; a flat non-zero series
+    runs along the top. Returns "" for fewer than two values.
     """
     values = [float(v) for v in values or []]
     if len(values) < 2:
@@ -39,3 +40,16 @@ def number(value, digits: int = 2) -> str:
     if value is None:
         return "—"
     return f"{float(value):.{int(digits)}f}"
+
+
+@register.filter
+def binary_bytes(value) -> str:
+    """Format a byte count with binary units (KiB, MiB, GiB, TiB), or an em dash for None."""
+    if value is None:
+        return "—"
+    size = float(value)
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if abs(size) < 1024 or unit == "TiB":
+            return f"{int(size)} bytes" if unit == "bytes" else f"{size:.1f}\u00a0{unit}"
+        size /= 1024
+    return f"{size:.1f}\u00a0TiB"

@@ -37,7 +37,8 @@
       var markers = options.markers || [];
       var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
       ctx.save();
-      markers.forEach(function (m) {
+      ctx.font = "11px system-ui, sans-serif";
+      markers.forEach(function (m, i) {
         [[m.start, [], "v" + m.version], [m.end, [5, 4], ""]].forEach(function (edge) {
           if (edge[0] === null || edge[0] < x.min || edge[0] > x.max) { return; }
           var px = x.getPixelForValue(edge[0]);
@@ -45,12 +46,25 @@
           ctx.setLineDash(edge[1]);
           ctx.lineWidth = 1;
           ctx.beginPath(); ctx.moveTo(px, area.top); ctx.lineTo(px, area.bottom); ctx.stroke();
-          if (edge[2]) { ctx.fillStyle = ctx.strokeStyle; ctx.fillText(edge[2], px + 3, area.top + 10); }
+          if (edge[2]) {
+            // Labels of nearby deployments are staggered; near the right edge they go left of the line.
+            var width = ctx.measureText(edge[2]).width;
+            var lx = px + 3 + width > area.right ? px - 3 - width : px + 3;
+            ctx.fillStyle = ctx.strokeStyle;
+            ctx.fillText(edge[2], lx, area.top + 11 + (i % 3) * 12);
+          }
         });
       });
       ctx.restore();
     },
   };
+
+  // Tick spacing that lands on round clock times for each page range.
+  function tickStep(span) {
+    var steps = [60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 43200, 86400];
+    for (var i = 0; i < steps.length; i++) { if (span / steps[i] <= 8) { return steps[i]; } }
+    return 86400;
+  }
 
   function draw(canvasId, datasets, unit, body) {
     var canvas = document.getElementById(canvasId);
@@ -65,10 +79,18 @@
         animation: false, parsing: false, maintainAspectRatio: false,
         scales: {
           x: { type: "linear", min: now - span, max: now, title: { display: true, text: "time (your local clock)" },
-               ticks: { callback: function (v) { return timeLabel(v, span); }, maxTicksLimit: 7 } },
-          y: { beginAtZero: true, title: { display: true, text: unit } },
+               afterBuildTicks: function (axis) {
+                 var step = tickStep(span), ticks = [];
+                 for (var t = Math.ceil(axis.min / step) * step; t <= axis.max; t += step) { ticks.push({ value: t }); }
+                 axis.ticks = ticks;
+               },
+               ticks: { callback: function (v) { return timeLabel(v, span); } } },
+          y: { beginAtZero: true, grace: "10%", title: { display: true, text: unit } },
         },
-        plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } }, deploymentMarkers: { markers: body.markers } },
+        plugins: {
+          legend: { position: "bottom", labels: { usePointStyle: true, pointStyle: "line", boxWidth: 24 } },
+          deploymentMarkers: { markers: body.markers },
+        },
       },
     });
     canvas.dataset.points = String(datasets.reduce(function (n, d) { return n + d.data.length; }, 0));

@@ -173,7 +173,7 @@ def test_the_host_page_shows_both_gpus_with_memory_meters(page, screenshots):
         assert meter.is_visible() and meter.bounding_box()["width"] > 40
         meters[row.get_attribute("data-gpu")] = meter.evaluate("m => [m.value, m.max]")
     assert meters == {uuid: [used, GPU_MEMORY_TOTAL] for uuid, used in GPUS.items()}
-    assert "80.0\xa0GB" in rows.first.inner_text()
+    assert "80.0\xa0GiB" in rows.first.inner_text()
     page.screenshot(path=screenshots / "host_page.png", full_page=True)
 
 

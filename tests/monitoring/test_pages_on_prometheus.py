@@ -125,11 +125,11 @@ def test_the_host_page_shows_each_gpu_the_footprints_and_the_headroom(fleet, cli
     page = client.get("/hosts/gpu-a/").content.decode()
     assert page.count('class="gpu-row"') == 2
     assert 'data-gpu="GPU-5c3f7a9e-1d2b-4c8e-9f60-3a7b2e4d1c85"' in page
-    assert "80.0\xa0GB" in page  # total memory of each GPU (85899345920 bytes)
+    assert "80.0\xa0GiB" in page  # total memory of each GPU (85899345920 bytes)
     assert "37%" in page  # nv_gpu_utilization 0.37
-    assert "1.4\xa0GB" in page  # iris v2's measured GPU footprint
+    assert "1.4\xa0GiB" in page  # iris v2's measured GPU footprint
     # headroom: the emptiest GPU has 85899345920 - 9531555840 bytes free
-    assert "71.1\xa0GB</strong> on the emptiest GPU" in page
+    assert "71.1\xa0GiB</strong> on the emptiest GPU" in page
 
 
 def test_a_model_series_has_at_most_300_points_and_carries_deployment_markers(fleet):

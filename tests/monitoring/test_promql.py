@@ -54,3 +54,11 @@ def test_the_rate_window_never_drops_below_four_scrapes():
 
 def test_label_values_are_escaped():
     assert 'model="a\\"b"' in promql.throughput({"model": 'a"b'}, 60)
+
+
+@pytest.mark.parametrize("value,text", [(None, "—"), (512, "512 bytes"), (1536, "1.5\xa0KiB"),
+                                        (85899345920, "80.0\xa0GiB"), (3 * 1024**4, "3.0\xa0TiB")])
+def test_byte_counts_are_shown_in_binary_units(value, text):
+    from monitoring.templatetags.monitoring_tags import binary_bytes
+
+    assert binary_bytes(value) == text
