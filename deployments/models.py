@@ -20,6 +20,8 @@ class ServingHost(models.Model):
     metrics_url = models.URLField(blank=True, help_text="Prometheus metrics URL, e.g. http://gpu-0:8002/metrics")
     config_overrides = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    heartbeat = models.JSONField(default=dict, blank=True, help_text="What the host agent last reported")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -27,6 +29,16 @@ class ServingHost(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def is_online(self, now=None) -> bool:
+        """True when the agent reported within ``settings.HOST_OFFLINE_AFTER`` seconds and its runtime was live."""
+        from django.conf import settings
+        from django.utils import timezone
+
+        if self.last_heartbeat_at is None:
+            return False
+        age = ((now or timezone.now()) - self.last_heartbeat_at).total_seconds()
+        return age <= settings.HOST_OFFLINE_AFTER and bool(self.heartbeat.get("runtime_live"))
 
     @property
     def queue(self) -> str:

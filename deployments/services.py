@@ -256,3 +256,16 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
 
 def _user(actor):
     return actor if getattr(actor, "is_authenticated", False) else None
+
+
+def record_heartbeat(host_name: str, report: dict) -> bool:
+    """Store what a host agent reported (see ``agent.collect_heartbeat``) with the time it arrived.
+
+    Returns:
+        False when the host is unknown (deleted since the request went out), else True.
+    """
+    if not isinstance(report, dict):
+        raise InvalidInput("a heartbeat report is a JSON object")
+    return bool(
+        ServingHost.objects.filter(name=host_name).update(last_heartbeat_at=timezone.now(), heartbeat=report)
+    )

@@ -13,8 +13,8 @@ from celery import shared_task
 from django.conf import settings
 
 from deployments.choices import TargetState
-from deployments.models import DeploymentTarget
-from deployments.services import build_agent_payload, record_target_progress
+from deployments.models import DeploymentTarget, ServingHost
+from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from registry.storage import ArtifactStore, StorageError
 
 logger = logging.getLogger(__name__)
@@ -80,3 +80,37 @@ def deploy_version_on_host(payload: dict) -> None:
         _report(target_id, TargetState.READY, details=result["details"])
     else:
         _report(target_id, TargetState.FAILED, result["error"], details=result["details"])
+
+
+@shared_task(name="deployments.request_heartbeats")
+def request_heartbeats() -> int:
+    """Orchestrator, on a schedule: ask every host agent to report in.
+
+    Each request expires after one interval, so an agent that is down does not
+    find a backlog of stale requests when it comes back. Returns the number of hosts asked.
+    """
+    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url"))
+    for name, inference_url, metrics_url in hosts:
+        report_heartbeat.apply_async(
+            args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url}],
+            queue=f"host.{name}", expires=settings.HEARTBEAT_INTERVAL,
+        )
+    return len(hosts)
+
+
+@shared_task(name="deployments.report_heartbeat", acks_late=True)
+def report_heartbeat(request: dict) -> None:
+    """Host agent: report the runtime's liveness, loaded models, GPUs and free disk."""
+    from deployments.agent import collect_heartbeat
+
+    report = collect_heartbeat(
+        inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
+        model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
+    )
+    record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
+
+
+@shared_task(name="deployments.record_host_heartbeat", acks_late=True)
+def record_host_heartbeat(host_name: str, report: dict) -> None:
+    """Orchestrator: store a host agent's report."""
+    record_heartbeat(host_name, report)

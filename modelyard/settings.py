@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from modelyard.env import env_bool, env_float, env_int, env_list, env_str
+from modelyard.env import env_bool, env_float, env_int, env_json, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("MODELYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -146,6 +146,12 @@ CELERY_TASK_TIME_LIMIT = env_int("MODELYARD_TASK_TIME_LIMIT", 1800)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MODELYARD_TASK_SOFT_TIME_LIMIT", 1700)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+HEARTBEAT_INTERVAL = env_float("MODELYARD_HEARTBEAT_INTERVAL", 30.0)
+HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)
+CELERY_BEAT_SCHEDULE = {
+    # The orchestrator asks every host agent to report in; see deployments.tasks.
+    "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
+}
 CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 
 # S3 artifact store. Locally an S3 stand-in listens on 127.0.0.1:9000.
@@ -176,6 +182,7 @@ METRICS_TOKEN = env_str("MODELYARD_METRICS_TOKEN")
 AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))
 AGENT_LOAD_TIMEOUT = env_float("MODELYARD_AGENT_LOAD_TIMEOUT", 600.0)
 AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
+AGENT_LABELS = env_json("MODELYARD_AGENT_LABELS", {})
 
 LOGGING = {
     "version": 1,

@@ -15,12 +15,17 @@ class ServingHostSerializer(serializers.ModelSerializer):
     metrics_url = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     config_overrides = serializers.JSONField(required=False, default=dict)
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    online = serializers.SerializerMethodField(help_text="agent reported recently and the runtime was live")
 
     class Meta:
         model = ServingHost
-        fields = ["name", "runtime", "inference_url", "metrics_url", "config_overrides", "labels", "created_at"]
-        read_only_fields = ["created_at"]
+        fields = ["name", "runtime", "inference_url", "metrics_url", "config_overrides", "labels", "online",
+                  "last_heartbeat_at", "heartbeat", "created_at"]
+        read_only_fields = ["online", "last_heartbeat_at", "heartbeat", "created_at"]
         validators = []  # uniqueness is the service's job, answered with 409
+
+    def get_online(self, host: ServingHost) -> bool:
+        return host.is_online()
 
 
 class DeploymentTargetSerializer(serializers.ModelSerializer):

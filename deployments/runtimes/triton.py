@@ -283,11 +283,13 @@ class MemoryInUse:
     """Memory a Triton server reports in use, in bytes.
 
     ``gpu_bytes`` sums ``nv_gpu_memory_used_bytes`` over every GPU (None without GPUs);
-    ``cpu_bytes`` is ``nv_cpu_memory_used_bytes`` (the whole host's, so noisier).
+    ``cpu_bytes`` is ``nv_cpu_memory_used_bytes`` (the whole host's, so noisier);
+    ``gpus`` lists ``{"gpu_uuid", "memory_used", "memory_total"}`` per GPU.
     """
 
     gpu_bytes: int | None
     cpu_bytes: int | None
+    gpus: tuple = ()
 
 
 def read_memory_in_use(metrics_url: str, timeout: float = 5.0) -> MemoryInUse:
@@ -309,9 +311,15 @@ def read_memory_in_use(metrics_url: str, timeout: float = 5.0) -> MemoryInUse:
     except requests.RequestException as exc:
         raise ServingRuntimeError(f"cannot read Triton metrics at {metrics_url}: {exc}", retryable=True) from exc
     gpu, cpu = None, None
+    gpus: dict[str, dict] = {}
     for family in text_string_to_metric_families(answer.text):
-        if family.name == "nv_gpu_memory_used_bytes":
-            gpu = int(sum(sample.value for sample in family.samples))
+        if family.name in ("nv_gpu_memory_used_bytes", "nv_gpu_memory_total_bytes"):
+            field = "memory_used" if family.name.endswith("used_bytes") else "memory_total"
+            for sample in family.samples:
+                uuid = sample.labels.get("gpu_uuid", "")
+                gpus.setdefault(uuid, {"gpu_uuid": uuid})[field] = int(sample.value)
+            if field == "memory_used":
+                gpu = int(sum(sample.value for sample in family.samples))
         elif family.name == "nv_cpu_memory_used_bytes" and family.samples:
             cpu = int(family.samples[0].value)
-    return MemoryInUse(gpu_bytes=gpu, cpu_bytes=cpu)
+    return MemoryInUse(gpu_bytes=gpu, cpu_bytes=cpu, gpus=tuple(gpus[k] for k in sorted(gpus)))

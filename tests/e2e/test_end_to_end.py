@@ -132,6 +132,18 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     assert traffic.failures == []
     assert runtime.ready_versions("iris") == [2]
 
+    # The host agent reports in: Triton live, iris v2 READY in its repository index.
+    from deployments.models import ServingHost
+    from deployments.tasks import request_heartbeats
+
+    request_heartbeats.delay()
+
+    def reported() -> bool:
+        host = ServingHost.objects.get(name=HOST)
+        return host.is_online() and {"name": "iris", "version": 2, "state": "READY"} in host.heartbeat["models"]
+
+    wait_for(reported, timeout=60, what="the host agent's heartbeat", interval=0.5)
+
     # Prometheus has the series; the API and the page show non-zero throughput.
     with override_settings(PROMETHEUS_URL=prometheus.url):
         def throughput_seen() -> bool:

@@ -1,0 +1,48 @@
+"""Host heartbeats: what agents report and how hosts show online or offline."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from deployments.models import ServingHost
+from deployments.services import record_heartbeat
+
+pytestmark = pytest.mark.django_db
+
+REPORT = {"runtime_live": True, "runtime_version": "2.51.0", "models": [{"name": "iris", "version": 2,
+          "state": "READY"}], "gpus": [], "disk_free_bytes": 10**10, "labels": {"zone": "a"}, "errors": []}
+
+
+@pytest.fixture
+def host(db) -> ServingHost:
+    return ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+
+
+def test_a_host_is_online_after_a_recent_report_from_a_live_runtime(host):
+    assert not host.is_online()
+    assert record_heartbeat("gpu-0", REPORT)
+    host.refresh_from_db()
+    assert host.is_online() and host.heartbeat["models"][0]["state"] == "READY"
+    assert not host.is_online(now=timezone.now() + timedelta(seconds=91))
+
+
+def test_a_host_whose_runtime_is_down_is_offline_even_with_a_fresh_report(host):
+    record_heartbeat("gpu-0", {**REPORT, "runtime_live": False})
+    host.refresh_from_db()
+    assert not host.is_online()
+
+
+def test_a_report_for_an_unknown_host_is_ignored(db):
+    assert record_heartbeat("gone", REPORT) is False
+
+
+def test_the_hosts_page_and_api_show_the_status(host, client, user, api_client):
+    ServingHost.objects.create(name="ghost", inference_url="http://ghost:8000")
+    record_heartbeat("gpu-0", REPORT)
+    client.force_login(user)
+    page = client.get("/hosts/").content.decode()
+    assert "Online" in page and "Triton 2.51.0" in page and "Never reported" in page
+    hosts = {h["name"]: h for h in api_client.get("/api/v1/hosts/").json()["results"]}
+    assert hosts["gpu-0"]["online"] is True and hosts["ghost"]["online"] is False
+    assert "iris" in client.get("/hosts/gpu-0/").content.decode()
