@@ -1,0 +1,35 @@
+"""Production settings: Django's deployment checklist and the response headers."""
+
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_manage_py_check_deploy_is_clean_with_production_settings():
+    env = {**os.environ, "MODELYARD_DEBUG": "false", "MODELYARD_SECRET_KEY": secrets.token_urlsafe(50),
+           "MODELYARD_ALLOWED_HOSTS": "modelyard.example.com"}
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+                            cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_production_settings_refuse_to_start_without_a_secret_key():
+    env = {**os.environ, "MODELYARD_DEBUG": "false", "MODELYARD_SECRET_KEY": ""}
+    result = subprocess.run([sys.executable, "manage.py", "check"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0
+    assert "MODELYARD_SECRET_KEY must be set" in result.stderr
+
+
+def test_pages_carry_a_content_security_policy_without_inline_scripts(client, user):
+    client.force_login(user)
+    answer = client.get("/models/")
+    policy = answer["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "unsafe-inline" not in policy
+    assert "frame-ancestors 'none'" in policy
+    assert answer["X-Content-Type-Options"] == "nosniff"
+    assert "<script>" not in answer.content.decode()
