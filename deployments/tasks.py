@@ -114,3 +114,11 @@ def report_heartbeat(request: dict) -> None:
 def record_host_heartbeat(host_name: str, report: dict) -> None:
     """Orchestrator: store a host agent's report."""
     record_heartbeat(host_name, report)
+
+
+@shared_task(name="deployments.reconcile")
+def reconcile() -> int:
+    """Orchestrator, on a schedule: fail stalled targets and redeploy what hosts lost. Returns the action count."""
+    from deployments.reconcile import reconcile_fleet
+
+    return len(reconcile_fleet())

@@ -144,6 +144,23 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
 
     wait_for(reported, timeout=60, what="the host agent's heartbeat", interval=0.5)
 
+    # Drift: the model disappears from Triton (as after a restart); the reconciler brings v2 back.
+    from deployments.tasks import reconcile
+
+    runtime.unload("iris")
+    runtime.wait_versions_gone("iris", [2], timeout=60)
+    request_heartbeats.delay()
+
+    def drift_reported() -> bool:
+        host = ServingHost.objects.get(name=HOST)
+        return host.is_online() and not any(m["name"] == "iris" and m["state"] == "READY"
+                                            for m in host.heartbeat["models"])
+
+    wait_for(drift_reported, timeout=60, what="a heartbeat without iris", interval=0.5)
+    reconcile.delay()
+    wait_for(lambda: runtime.ready_versions("iris") == [2], timeout=120, what="the reconciler to restore iris v2",
+             interval=0.5)
+
     # Prometheus has the series; the API and the page show non-zero throughput.
     with override_settings(PROMETHEUS_URL=prometheus.url):
         def throughput_seen() -> bool:

@@ -1,0 +1,132 @@
+"""The reconciler: compare what each host should serve with what its agent last reported, and repair.
+
+Desired state per (host, model) is the version of the newest deployment target that reached
+READY there. Observed state is the host's last heartbeat (Triton's repository index). Drift,
+such as a restarted Triton that came back empty or a version unloaded by hand, is repaired by
+starting a new deployment of the desired version on that host, audited with the reconciler
+as actor. Deployment targets that no agent picked up, or whose agent went silent, are failed
+with a message saying so.
+
+Safe to run at any time and any number of times: it acts only on hosts whose report is newer
+than the target it compares against, never while a deployment of that model is in progress
+there, and not again for ``RECONCILE_BACKOFF`` seconds after a repair of that (host, model).
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from deployments.choices import ACTIVE_TARGET_STATES, TargetState
+from deployments.models import DeploymentTarget, ServingHost
+from deployments.services import record_target_progress, start_deployment
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One action the reconciler took: a redeployment (``deployment_id``) or a failed target."""
+
+    host: str
+    model: str
+    version: int
+    reason: str
+    deployment_id: int | None = None
+
+
+def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
+    """Return ({model: newest READY target}, {models with an active target}, {model: newest target})."""
+    desired: dict[str, DeploymentTarget] = {}
+    active: set[str] = set()
+    newest: dict[str, DeploymentTarget] = {}
+    targets = (
+        DeploymentTarget.objects.filter(host=host)
+        .select_related("deployment__model", "deployment__version")
+        .order_by("deployment__created_at", "deployment_id")
+    )
+    for target in targets:
+        model = target.deployment.model.name
+        newest[model] = target
+        if target.state == TargetState.READY:
+            desired[model] = target
+        if target.state in ACTIVE_TARGET_STATES:
+            active.add(model)
+    return desired, active, newest
+
+
+def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
+    """Redeploy every model version this host should serve but does not, per its last report.
+
+    Returns:
+        The repairs started (possibly none).
+    """
+    now = now or timezone.now()
+    if not host.is_online(now=now):
+        return []
+    served = {
+        (m.get("name"), m.get("version")) for m in host.heartbeat.get("models", []) if m.get("state") == "READY"
+    }
+    desired, active, newest = _desired_and_active(host)
+    backoff = timedelta(seconds=settings.RECONCILE_BACKOFF)
+    repairs = []
+    for model, target in sorted(desired.items()):
+        version = target.deployment.version.version
+        if (model, version) in served or model in active:
+            continue
+        if host.last_heartbeat_at <= target.updated_at:
+            continue  # the report predates the deployment it would be compared with
+        latest = newest[model]
+        retried = latest.pk != target.pk and latest.deployment.version_id == target.deployment.version_id
+        if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff:
+            continue  # redeploying this very version failed recently: do not loop
+        reason = f"{host.name} reported {model} version {version} not READY"
+        deployment = start_deployment(model_name=model, version=version, host_names=[host.name], actor=None)
+        logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
+        repairs.append(Repair(host=host.name, model=model, version=version, reason=reason,
+                              deployment_id=deployment.pk))
+    return repairs
+
+
+def fail_stalled_targets(*, now=None) -> list[Repair]:
+    """Fail deployment targets that no agent is working on.
+
+    - pending longer than ``DISPATCH_TIMEOUT`` seconds on a host that is not online: nobody
+      consumes its queue;
+    - staging or loading with no report for ``AGENT_LOAD_TIMEOUT + DISPATCH_TIMEOUT`` seconds:
+      the agent's task was lost.
+
+    Returns:
+        One Repair per target failed.
+    """
+    now = now or timezone.now()
+    repairs = []
+    pending_cutoff = now - timedelta(seconds=settings.DISPATCH_TIMEOUT)
+    silent_cutoff = now - timedelta(seconds=settings.AGENT_LOAD_TIMEOUT + settings.DISPATCH_TIMEOUT)
+    stalled = DeploymentTarget.objects.filter(state__in=ACTIVE_TARGET_STATES).select_related(
+        "host", "deployment__model", "deployment__version"
+    )
+    for target in stalled:
+        if target.state == TargetState.PENDING and target.updated_at < pending_cutoff:
+            if target.host.is_online(now=now):
+                continue
+            message = (f"no host agent picked this up within {settings.DISPATCH_TIMEOUT:g} s: is the agent of "
+                       f"{target.host.name} running (Celery queue {target.host.queue})?")
+        elif target.state != TargetState.PENDING and target.updated_at < silent_cutoff:
+            message = f"the host agent of {target.host.name} stopped reporting while {target.state}"
+        else:
+            continue
+        record_target_progress(target.pk, TargetState.FAILED, message=message)
+        repairs.append(Repair(host=target.host.name, model=target.deployment.model.name,
+                              version=target.deployment.version.version, reason=message))
+    return repairs
+
+
+def reconcile_fleet() -> list[Repair]:
+    """Fail stalled targets, then reconcile every host. Returns every action taken."""
+    repairs = fail_stalled_targets()
+    for host in ServingHost.objects.order_by("name"):
+        repairs.extend(reconcile_host(host))
+    return repairs

@@ -1,0 +1,114 @@
+"""The reconciler: redeploy what a host lost, leave alone what is fine, fail what nobody works on."""
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from deployments.choices import TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.reconcile import fail_stalled_targets, reconcile_host
+from registry.choices import ArtifactFormat
+from registry.models import AuditEvent, ModelVersion, RegisteredModel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def host(db) -> ServingHost:
+    return ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+
+
+def deploy(host, version: int, state=TargetState.READY, age_seconds: float = 600) -> DeploymentTarget:
+    model, _ = RegisteredModel.objects.get_or_create(name="iris")
+    mv, _ = ModelVersion.objects.get_or_create(
+        model=model, version=version,
+        defaults={"format": ArtifactFormat.TRITON_MODEL_DIR, "artifact_key": "k", "artifact_sha256": "0" * 64,
+                  "artifact_size": 1},
+    )
+    deployment = Deployment.objects.create(model=model, version=mv)
+    target = DeploymentTarget.objects.create(deployment=deployment, host=host, state=state)
+    then = timezone.now() - timedelta(seconds=age_seconds)
+    DeploymentTarget.objects.filter(pk=target.pk).update(updated_at=then)
+    Deployment.objects.filter(pk=deployment.pk).update(created_at=then)
+    target.refresh_from_db()
+    return target
+
+
+def report(host, models, live=True, age_seconds: float = 1):
+    host.heartbeat = {"runtime_live": live, "models": models}
+    host.last_heartbeat_at = timezone.now() - timedelta(seconds=age_seconds)
+    host.save()
+
+
+def test_it_redeploys_the_version_a_restarted_triton_lost(host, django_capture_on_commit_callbacks):
+    deploy(host, 1, age_seconds=900)
+    deploy(host, 2, age_seconds=600)
+    report(host, [])  # Triton came back with an empty repository
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        (repair,) = reconcile_host(host)
+    assert (repair.model, repair.version) == ("iris", 2)
+    new = Deployment.objects.get(pk=repair.deployment_id)
+    assert new.version.version == 2 and new.targets.get().state == TargetState.PENDING
+    assert len(callbacks) == 1
+    assert AuditEvent.objects.filter(action="deployment.created", actor_label="system").exists()
+
+
+def test_it_leaves_a_host_that_serves_what_it_should(host):
+    deploy(host, 2)
+    report(host, [{"name": "iris", "version": 2, "state": "READY"}])
+    assert reconcile_host(host) == []
+
+
+def test_it_waits_for_a_report_newer_than_the_deployment(host):
+    deploy(host, 2, age_seconds=5)
+    report(host, [], age_seconds=30)
+    assert reconcile_host(host) == []
+
+
+def test_it_does_not_act_while_a_deployment_is_in_progress_or_the_host_is_offline(host):
+    deploy(host, 2, age_seconds=600)
+    deploy(host, 3, state=TargetState.LOADING, age_seconds=10)
+    report(host, [])
+    assert reconcile_host(host) == []
+    other = ServingHost.objects.create(name="gpu-1", inference_url="http://gpu-1:8000")
+    deploy(other, 2)
+    report(other, [], live=False)
+    assert reconcile_host(other) == []
+
+
+def test_it_does_not_loop_on_a_repair_that_failed(host):
+    deploy(host, 2, age_seconds=900)
+    deploy(host, 2, state=TargetState.FAILED, age_seconds=60)  # the last repair failed a minute ago
+    report(host, [])
+    assert reconcile_host(host) == []
+
+
+def test_a_failed_deployment_of_another_version_does_not_stop_a_repair(host):
+    deploy(host, 2, age_seconds=900)
+    deploy(host, 3, state=TargetState.FAILED, age_seconds=30)  # a broken v3 that left v2 serving
+    report(host, [])
+    (repair,) = reconcile_host(host)
+    assert repair.version == 2
+
+
+def test_it_fails_a_target_nobody_picked_up_on_an_offline_host(host, settings):
+    settings.DISPATCH_TIMEOUT = 60
+    stuck = deploy(host, 1, state=TargetState.PENDING, age_seconds=120)
+    fresh = deploy(host, 2, state=TargetState.PENDING, age_seconds=10)
+    (repair,) = fail_stalled_targets()
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stuck.state == TargetState.FAILED and "is the agent of gpu-0 running" in stuck.error
+    assert fresh.state == TargetState.PENDING
+    assert repair.version == 1
+
+
+def test_it_fails_a_target_whose_agent_went_silent(host, settings):
+    settings.DISPATCH_TIMEOUT = 60
+    settings.AGENT_LOAD_TIMEOUT = 60
+    report(host, [])
+    silent = deploy(host, 1, state=TargetState.LOADING, age_seconds=200)
+    fail_stalled_targets()
+    silent.refresh_from_db()
+    assert silent.state == TargetState.FAILED and "stopped reporting while loading" in silent.error
