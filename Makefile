@@ -30,7 +30,7 @@ install-python: $(VENV_MARKER)
 $(PYTHON):
 	python3 -m venv $(VENV)
 
-$(VENV_MARKER): requirements.txt requirements-dev.txt | $(PYTHON)
+$(VENV_MARKER): requirements.txt requirements-dev.txt pyproject.toml | $(PYTHON)
 	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 

@@ -15,7 +15,7 @@ class ServingHostForm(forms.Form):
     inference_url = forms.CharField(max_length=200, help_text="e.g. http://gpu-0:8000")
     metrics_url = forms.CharField(max_length=200, required=False, help_text="e.g. http://gpu-0:8002/metrics")
     parameters = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 3}),
+        label="Config overrides: parameters", required=False, widget=forms.Textarea(attrs={"rows": 3}),
         help_text='Per-host model parameters as JSON, e.g. {"EXECUTION_ENV_PATH": "/opt/envs/py311"}',
     )
 
@@ -26,7 +26,7 @@ class ServingHostForm(forms.Form):
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg}") from exc
+            raise forms.ValidationError(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
         if not isinstance(value, dict):
             raise forms.ValidationError("must be a JSON object")
         return value

@@ -90,7 +90,7 @@ class DeploymentTarget(models.Model):
     """
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="targets")
-    host = models.ForeignKey(ServingHost, on_delete=models.PROTECT, related_name="targets")
+    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="targets")
     state = models.CharField(max_length=16, choices=TargetState.choices, default=TargetState.PENDING)
     error = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)

@@ -9,9 +9,10 @@ import logging
 from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from deployments.choices import TARGET_TRANSITIONS, Runtime, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, TARGET_TRANSITIONS, Runtime, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from registry.choices import AuditAction
@@ -76,7 +77,7 @@ def register_host(
 
     Raises:
         InvalidInput: a field is invalid.
-        Conflict: a host with that name exists.
+        Conflict: a host with that name, inference URL or metrics URL exists.
     """
     try:
         clean_name = validate_name(name, kind="host name")
@@ -88,13 +89,20 @@ def register_host(
         isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
     ):
         raise InvalidInput("labels must be a JSON object of string keys and string values")
+    inference_url = _check_url(inference_url, "inference_url", required=True)
+    metrics_url = _check_url(metrics_url, "metrics_url", required=False)
+    same = Q(inference_url=inference_url) | (Q(metrics_url=metrics_url) if metrics_url else Q(pk__in=[]))
+    twin = ServingHost.objects.filter(same).exclude(name=clean_name).first()
+    if twin is not None:
+        # Two hosts on one endpoint would be scraped twice and double every metric.
+        raise Conflict(f"serving host {twin.name!r} already uses that inference or metrics URL")
     try:
         with transaction.atomic():
             host = ServingHost.objects.create(
                 name=clean_name,
                 runtime=runtime,
-                inference_url=_check_url(inference_url, "inference_url", required=True),
-                metrics_url=_check_url(metrics_url, "metrics_url", required=False),
+                inference_url=inference_url,
+                metrics_url=metrics_url,
                 config_overrides=_check_overrides(config_overrides),
                 labels=labels or {},
             )
@@ -149,6 +157,24 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
         for target in targets:
             transaction.on_commit(lambda pk=target.pk: dispatch_target.delay(pk))
     return deployment
+
+
+def delete_host(*, name: str, actor=None) -> None:
+    """Remove a serving host and its deployment targets (the deployments stay, as does the audit log).
+
+    Its agent's queue is no longer served; Prometheus stops scraping it at the next discovery.
+
+    Raises:
+        NotFound: no such host.
+        Conflict: a deployment is in progress there.
+    """
+    host = get_host(name)
+    with transaction.atomic():
+        if host.targets.filter(state__in=ACTIVE_TARGET_STATES).exists():
+            raise Conflict(f"a deployment is in progress on {name!r}; wait for it to finish first")
+        record_audit_event(action=AuditAction.HOST_DELETED, actor=actor, obj_type="host", obj_id=host.pk,
+                           data={"name": host.name, "inference_url": host.inference_url})
+        host.delete()
 
 
 def get_host(name: str) -> ServingHost:

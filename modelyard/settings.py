@@ -108,6 +108,10 @@ DATABASES = {
         conn_max_age=env_int("MODELYARD_DB_CONN_MAX_AGE", 60),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Several local processes (web, workers, beat) write: wait for the lock instead of failing,
+    # and take it at BEGIN so a reader never has to upgrade to a writer mid-transaction.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

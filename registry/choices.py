@@ -28,4 +28,5 @@ class AuditAction(models.TextChoices):
     ALIAS_SET = "alias.set", "Alias set or moved"
     ALIAS_DELETED = "alias.deleted", "Alias deleted"
     HOST_REGISTERED = "host.registered", "Serving host registered"
+    HOST_DELETED = "host.deleted", "Serving host deleted"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"

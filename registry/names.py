@@ -51,7 +51,8 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
     if len(name) > NAME_MAX_LENGTH:
         raise InvalidName(f"{kind} {name!r} is longer than {NAME_MAX_LENGTH} characters")
     if name.lower() != name:
-        raise InvalidName(f"{kind} {name!r} has upper-case letters; use {name.lower()!r}")
+        hint = f"; use {name.lower()!r}" if NAME_PATTERN.match(name.lower()) else ""
+        raise InvalidName(f"{kind} {name!r} has upper-case letters{hint}: {NAME_RULE}")
     if not NAME_PATTERN.match(name):
         raise InvalidName(f"{kind} {name!r} is not valid: {NAME_RULE}")
     return name

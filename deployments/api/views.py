@@ -10,9 +10,10 @@ from deployments.models import Deployment, ServingHost
 
 
 class ServingHostViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
 ):
-    """Serving hosts, looked up by name."""
+    """Serving hosts, looked up by name. ``DELETE`` removes one (409 while a deployment runs there)."""
 
     serializer_class = ServingHostSerializer
     lookup_field = "name"
@@ -25,6 +26,10 @@ class ServingHostViewSet(
         data.is_valid(raise_exception=True)
         host = services.register_host(actor=request.user, **data.validated_data)
         return Response(self.get_serializer(host).data, status=status.HTTP_201_CREATED)
+
+    def destroy(self, request, *args, **kwargs):
+        services.delete_host(name=self.kwargs["name"], actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class DeploymentViewSet(

@@ -40,6 +40,10 @@ class RegisteredModelViewSet(
             .order_by("name")
         )
 
+    def get_object(self):
+        model = services.get_model(self.kwargs["name"])  # a NotFound that names the model
+        return self.get_queryset().get(pk=model.pk)
+
     @extend_schema(request=RegisteredModelCreateSerializer, responses={201: RegisteredModelSerializer})
     def create(self, request, *args, **kwargs):
         data = RegisteredModelCreateSerializer(data=request.data)

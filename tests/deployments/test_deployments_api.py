@@ -121,3 +121,25 @@ def test_a_finished_target_refuses_to_move_back(target):
     target.refresh_from_db()
     assert (target.state, target.error) == (TargetState.FAILED, "Triton said no")
     assert target.deployment.status == "failed"
+
+
+@pytest.mark.parametrize("field", ["inference_url", "metrics_url"])
+def test_it_refuses_a_second_host_on_the_same_endpoint(api_client, field):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    twin = {**HOST, "name": "gpu-9", "inference_url": "http://gpu-9:8000", "metrics_url": "http://gpu-9:8002/metrics",
+            field: HOST[field]}
+    answer = api_client.post("/api/v1/hosts/", twin, format="json")
+    assert answer.status_code == 409 and "already uses" in answer.json()["detail"]
+
+
+def test_a_host_is_deleted_unless_a_deployment_runs_there(api_client, version):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    created = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
+                              format="json").json()
+    refused = api_client.delete("/api/v1/hosts/gpu-0/")
+    assert refused.status_code == 409 and "in progress" in refused.json()["detail"]
+    transition(DeploymentTarget.objects.get(deployment_id=created["id"]).pk, TargetState.FAILED, message="x")
+    assert api_client.delete("/api/v1/hosts/gpu-0/").status_code == 204
+    assert not ServingHost.objects.exists()
+    assert Deployment.objects.filter(pk=created["id"]).exists()
+    assert api_client.delete("/api/v1/hosts/gpu-0/").status_code == 404

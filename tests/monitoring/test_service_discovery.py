@@ -221,8 +221,8 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
     assert form_page.status_code == 200
     created = browser.post(
         f"{live_server.url}/hosts/new/",
-        data={"name": "gpu-ui", "runtime": "triton", "inference_url": "http://127.0.0.1:1",
-              "metrics_url": fixed_metrics_server, "parameters": "",
+        data={"name": "gpu-ui", "runtime": "triton", "inference_url": "http://127.0.0.1:2",
+              "metrics_url": fixed_metrics_server + "?from=page", "parameters": "",
               "csrfmiddlewaretoken": browser.cookies["csrftoken"]},
         timeout=10, allow_redirects=False,
     )
