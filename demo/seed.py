@@ -156,6 +156,15 @@ def ensure_host(api: Api, inference_url: str, metrics_url: str, execution_env: P
     print(f"host {HOST_NAME}: registered (EXECUTION_ENV_PATH={execution_env})")
 
 
+def live_version(api: Api, model: str) -> int | None:
+    """Return the version the newest successful deployment of ``model`` put on the local host, or None."""
+    for deployment in api.list_all(f"deployments/?model__name={model}"):
+        for target in deployment["targets"]:
+            if target["host"] == HOST_NAME and target["state"] == "ready":
+                return deployment["version"]
+    return None
+
+
 def latest_ready_version(api: Api, model: str) -> int | None:
     """Return the highest READY version number of ``model``, or None."""
     ready = [v["version"] for v in api.list_all(f"models/{model}/versions/") if v.get("status") == "ready"]
@@ -310,28 +319,22 @@ def seed(args: argparse.Namespace) -> None:
     ensure_model(api, model)
     ensure_host(api, args.inference_url, args.metrics_url, args.execution_env.resolve())
 
-    version = latest_ready_version(api, model)
-    uploaded_now = False
-    if version is None:
-        version = upload_version(api, model)
-        uploaded_now = True
+    # After a restart, serve again what was live before (not merely the newest version,
+    # which may be one that failed); on a first run, upload a version.
+    version = live_version(api, model)
+    if version is not None:
+        print(f"version {model}/{version}: the one last deployed to {HOST_NAME}")
     else:
-        print(f"version {model}/{version}: ready in the registry")
+        version = latest_ready_version(api, model)
+        if version is None:
+            version = upload_version(api, model)
+        else:
+            print(f"version {model}/{version}: ready in the registry")
 
     if served_by_triton(args.inference_url, model, version):
         print(f"triton: {model}/{version} already ready on {HOST_NAME}; not deploying")
     else:
-        try:
-            deploy(api, model, version)
-        except SeedError as exc:
-            if uploaded_now:
-                raise
-            # The local S3 stand-in keeps artifacts in memory, so after a restart the
-            # registry can list versions whose bytes are gone. A fresh upload recovers.
-            print(f"  {exc}")
-            print(f"  retrying with a freshly uploaded version of {model}")
-            version = upload_version(api, model)
-            deploy(api, model, version)
+        deploy(api, model, version)
 
     inference_burst(args.inference_url, model, args.requests)
 

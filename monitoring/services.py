@@ -4,6 +4,8 @@ Every function issues a fixed number of queries, one per panel, grouped by label
 does not grow with the number of models, versions or hosts.
 """
 
+import time
+
 from django.db.models import Max
 
 from deployments.choices import TargetState
@@ -11,6 +13,7 @@ from deployments.models import Deployment, DeploymentTarget
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
+from registry.models import ModelVersion
 from registry.services import get_model
 
 FLEET_WINDOW_SECONDS = 300
@@ -196,15 +199,17 @@ def fleet_overview(
     ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
     point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried.
     Versions Prometheus reports that the registry does not know of are
-    included with ``tracked`` False.
+    included with ``tracked`` False; ``registered`` says whether the registry knows the version
+    (one replaced moments ago still reports for a while) or not at all.
 
     Returns:
         ``{"window_seconds", "rows": [{"model", "version", "hosts", "tracked", <metric keys>,
-        "sparkline": [values]}], "prometheus_error": str}``; with Prometheus down the rows carry
+        "sparkline": [[unix seconds, inferences/s]]}], "sparkline_span": [start, end] (unix seconds),
+        "prometheus_error": str}``; with Prometheus down the rows carry
         no metrics and ``prometheus_error`` says why.
     """
     client = client or PrometheusClient()
-    rows = {(d["model"], d["version"]): {**d, "tracked": True} for d in deployed_versions()}
+    rows = {(d["model"], d["version"]): {**d, "tracked": True, "registered": True} for d in deployed_versions()}
     error = ""
     metrics: dict = {}
     sparklines: dict = {}
@@ -215,18 +220,28 @@ def fleet_overview(
         results = client.gather(jobs)
         metrics = _by_model_version(results)
         for s in results["sparkline"]:
-            sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [v for _, v in s.points]
+            sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [[t, v] for t, v in s.points]
     except PrometheusUnavailable as exc:
         error = str(exc)
-    for key in metrics:
-        rows.setdefault(key, {"model": key[0], "version": key[1], "hosts": [], "tracked": False})
+    extra = [key for key in metrics if key not in rows]
+    registered = set()
+    if extra:
+        registered = {
+            (name, str(number)) for name, number in ModelVersion.objects.filter(
+                model__name__in={model for model, _ in extra}).values_list("model__name", "version")
+        }
+    for key in extra:
+        rows[key] = {"model": key[0], "version": key[1], "hosts": [], "tracked": False,
+                     "registered": key in registered}
     empty = {m.key: None for m in promql.MODEL_METRICS}
     result = [
         {**row, **empty, **_quiet_quantiles(metrics.get(key, {})), "sparkline": sparklines.get(key, [])}
         for key, row in rows.items()
     ]
     result.sort(key=lambda r: (r["model"], _version_sort_key(r["version"])))
-    return {"window_seconds": window_seconds, "rows": result, "prometheus_error": error}
+    end = time.time()
+    return {"window_seconds": window_seconds, "rows": result, "prometheus_error": error,
+            "sparkline_span": [end - sparkline_seconds, end]}
 
 
 def host_metrics(host_names: list[str], *, client: PrometheusClient | None = None) -> dict[str, dict]:

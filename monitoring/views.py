@@ -15,7 +15,7 @@ from registry.services import get_model
 
 PANEL_RANGE = "15m"
 OVERVIEW_PAGE_SIZE = 50
-DISPLAY_UNITS = {"error_rate": "% of requests"}  # the API's fraction, shown as a percentage
+DISPLAY_UNITS = {"error_rate": "% of requests", "pending_requests": "now"}
 SORT_KEYS = ("model", "throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate",
              "queue_ms", "pending_requests")
 
@@ -68,7 +68,7 @@ def _overview_context(request) -> dict:
     page = Paginator(present + missing, OVERVIEW_PAGE_SIZE).get_page(request.GET.get("page"))
     return {
         "page": page,
-        "rows": [_display_row(r) for r in page.object_list],
+        "rows": [_display_row(r, overview["sparkline_span"]) for r in page.object_list],
         "matching": len(rows),
         "total": len(overview["rows"]),
         "window_minutes": overview["window_seconds"] // 60,
@@ -92,13 +92,13 @@ COLUMN_FORMATS = (
 )
 
 
-def _display_row(row: dict) -> dict:
+def _display_row(row: dict, span=None) -> dict:
     """Format one overview row in Python: hundreds of rows render far faster than with per-cell filters."""
     return {
         **row,
-        "url": reverse("registry:model-detail", args=[row["model"]]) if row["tracked"] else "",
+        "url": reverse("registry:model-detail", args=[row["model"]]) if row.get("registered") else "",
         "cells": [(css, fmt(row[key])) for key, fmt, css in COLUMN_FORMATS],
-        "spark": sparkline_points(row["sparkline"], "120x28"),
+        "spark": sparkline_points(row["sparkline"], "120x28", span),
     }
 
 

@@ -5,24 +5,25 @@ from django import template
 register = template.Library()
 
 
-@register.filter
-def sparkline_points(values, size: str = "120x28") -> str:
-    """SVG polyline points for ``values`` scaled into a ``WIDTHxHEIGHT`` box (pixels).
+def sparkline_points(points, size: str = "120x28", span: tuple[float, float] | None = None) -> str:
+    """SVG polyline points for ``[[unix seconds, value], ...]`` in a ``WIDTHxHEIGHT`` box (pixels).
 
-    The vertical scale runs from 0 (bottom edge) to the series' own peak (top edge), so a
-    sparkline shows a row's trend, not its size next to other rows; a flat non-zero series
-    runs along the top. Returns "" for fewer than two values.
+    Time runs left to right across ``span`` (start, end in unix seconds; default: the first and
+    last point), so a burst sits where it happened and gaps stay gaps in width. The vertical
+    scale runs from 0 (bottom edge) to the series' own peak (top edge): a sparkline shows a
+    row's trend, not its size next to other rows. Returns "" for fewer than two points.
     """
-    values = [float(v) for v in values or []]
-    if len(values) < 2:
+    points = [(float(t), float(v)) for t, v in points or []]
+    if len(points) < 2:
         return ""
     width, height = (int(x) for x in size.split("x"))
-    top = max(values) or 1.0
+    start, end = span if span else (points[0][0], points[-1][0])
+    duration = (end - start) or 1.0
+    values = [v for _, v in points]
     low = min(0.0, min(values))
-    span = (top - low) or 1.0
-    step = width / (len(values) - 1)
+    rise = (max(values) - low) or 1.0
     return " ".join(
-        f"{i * step:.1f},{height - 1 - (v - low) / span * (height - 2):.1f}" for i, v in enumerate(values)
+        f"{(t - start) / duration * width:.1f},{height - 1 - (v - low) / rise * (height - 2):.1f}" for t, v in points
     )
 
 

@@ -66,8 +66,9 @@ def test_the_fleet_overview_gives_both_runtimes_the_same_meanings(fleet):
     assert bento["pending_requests"] == 1
     # gpu-a was last deployed v2: v1 still reporting is serving outside what the registry expects.
     assert (v1["tracked"], v2["tracked"], bento["tracked"]) == (False, True, True)
+    assert v1["registered"] is True  # replaced by v2, still reporting: "not deployed now", not "untracked"
     assert v2["hosts"] == ["gpu-a"]
-    assert len(v2["sparkline"]) >= 4 and v2["sparkline"][-1] == pytest.approx(20, rel=0.25)
+    assert len(v2["sparkline"]) >= 4 and v2["sparkline"][-1][1] == pytest.approx(20, rel=0.25)
 
 
 def test_the_model_summary_gives_mean_latency_and_compute_time_for_both_runtimes(fleet):
@@ -153,7 +154,7 @@ def test_pages_render_with_a_notice_when_prometheus_has_no_data(start_prometheus
     assert overview.status_code == model.status_code == host_page.status_code == 200
     assert "no data" in overview.content.decode()
     assert "No traffic recorded" in model.content.decode()
-    assert "reports no GPUs" in host_page.content.decode()
+    assert "No GPU metrics for this host" in host_page.content.decode()
 
 
 def test_pages_render_with_a_notice_when_prometheus_is_too_slow(client, user):
@@ -175,18 +176,20 @@ def test_pages_render_with_a_notice_when_prometheus_is_too_slow(client, user):
         silent.close()
 
 
-def test_the_overview_table_draws_a_sparkline_from_the_series():
+def test_the_overview_table_draws_a_sparkline_where_the_points_fall_in_the_hour():
     from django.template.loader import render_to_string
 
     from monitoring.views import _display_row
 
-    row = _display_row({"model": "iris", "version": "1", "hosts": ["gpu-a"], "tracked": True,
-                        **{m.key: 1.0 for m in promql.MODEL_METRICS}, "sparkline": [0.0, 5.0, 10.0]})
+    row = _display_row({"model": "iris", "version": "1", "hosts": ["gpu-a"], "tracked": True, "registered": True,
+                        **{m.key: 1.0 for m in promql.MODEL_METRICS},
+                        "sparkline": [[1800.0, 0.0], [2700.0, 5.0], [3600.0, 10.0]]}, span=(0.0, 3600.0))
     html = render_to_string("monitoring/partials/overview_table.html", {
         "rows": [row], "total": 1, "window_minutes": 5, "columns": [], "query": "", "host": "", "sort": "model",
         "order": "asc",
     })
-    assert '<polyline points="0.0,27.0 60.0,14.0 120.0,1.0"/>' in html
+    # The points cover the second half hour only, so the line starts mid-cell.
+    assert '<polyline points="60.0,27.0 90.0,14.0 120.0,1.0"/>' in html
 
 
 def test_the_overview_pages_rows_sorted_across_all_pages(client, user):
