@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rest_framework import pagination
+from rest_framework import pagination, permissions
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -58,3 +58,19 @@ class CursorPagination(pagination.CursorPagination):
         if ordering:
             return (ordering,) if isinstance(ordering, str) else tuple(ordering)
         return super().get_ordering(request, queryset, view)
+
+
+class StaffCanWrite(permissions.BasePermission):
+    """Any authenticated user may read; only staff (administrators) may change.
+
+    For resources whose URLs the server itself will call (serving hosts): letting any user
+    point the fleet at an address would let them make the server reach internal services.
+    """
+
+    message = "only administrators may change this"
+
+    def has_permission(self, request, view) -> bool:
+        user = request.user
+        if not (user and user.is_authenticated):
+            return False
+        return request.method in permissions.SAFE_METHODS or user.is_staff

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from deployments import services
 from deployments.api.serializers import DeploymentCreateSerializer, DeploymentSerializer, ServingHostSerializer
 from deployments.models import Deployment, ServingHost
+from modelyard.api import StaffCanWrite
 
 
 class ServingHostViewSet(
@@ -16,6 +17,7 @@ class ServingHostViewSet(
     """Serving hosts, looked up by name. ``DELETE`` removes one (409 while a deployment runs there)."""
 
     serializer_class = ServingHostSerializer
+    permission_classes = [StaffCanWrite]
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering = "name"

@@ -1,6 +1,7 @@
 """Hosts and deployments through the API, and the target state machine."""
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
@@ -17,6 +18,27 @@ HOST = {
     "metrics_url": "http://gpu-0.internal:8002/metrics",
     "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}},
 }
+
+
+@pytest.fixture
+def user(db):
+    """Hosts are registered by administrators: the API client here is one."""
+    return get_user_model().objects.create_user(username="ops", password="a-long-test-password", is_staff=True)
+
+
+def test_only_administrators_register_or_delete_hosts(db):
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    member = get_user_model().objects.create_user(username="member")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member).key}")
+    answer = client.post("/api/v1/hosts/", HOST, format="json")
+    assert answer.status_code == 403 and "administrators" in answer.json()["detail"]
+    assert client.get("/api/v1/hosts/").status_code == 200
+    ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    assert client.delete("/api/v1/hosts/gpu-0/").status_code == 403
+    assert ServingHost.objects.filter(name="gpu-0").exists()
 
 
 @pytest.fixture

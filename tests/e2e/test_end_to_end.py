@@ -92,7 +92,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
         f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)}, with_database=False
     )
 
-    user = get_user_model().objects.create_user(username="ci", password="a-long-test-password")
+    user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
 

@@ -27,6 +27,12 @@ nv_inference_count{model="iris",version="1"} 42
 """
 
 
+@pytest.fixture
+def user(db):
+    """Hosts are registered by administrators: the API client here is one."""
+    return get_user_model().objects.create_user(username="ops-api", password="a-long-test-password", is_staff=True)
+
+
 def register(api_client: APIClient, name: str, **fields) -> None:
     payload = {"name": name, "runtime": "triton", "inference_url": f"http://{name}:8000", **fields}
     answer = api_client.post("/api/v1/hosts/", payload, format="json")
@@ -147,8 +153,10 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
 ):
     settings.CELERY_BROKER_URL = TEST_BROKER_URL
     settings.METRICS_TOKEN = ""
-    user = get_user_model().objects.create_user(username="prometheus")
+    user = get_user_model().objects.create_user(username="prometheus")  # read-only: discovery only
     token = Token.objects.create(user=user)
+    admin = get_user_model().objects.create_user(username="ci-admin", is_staff=True)
+    admin_token = Token.objects.create(user=admin)
     token_file = tmp_path / "admin.token"
     token_file.write_text(token.key + "\n")  # as manage.py bootstrap_local writes it
     web_port = live_server.url.rsplit(":", 1)[1]
@@ -182,7 +190,7 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
         f"{live_server.url}/api/v1/hosts/",
         json={"name": "gpu-sd", "runtime": "triton", "inference_url": "http://127.0.0.1:1",
               "metrics_url": fixed_metrics_server, "labels": {"zone": "lab-1"}},
-        headers={"Authorization": f"Token {token.key}"},
+        headers={"Authorization": f"Token {admin_token.key}"},
         timeout=10,
     )
     assert answer.status_code == 201, answer.text
