@@ -16,14 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
-import yaml
 
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.fixtures.expositions import EXPOSITIONS, ServedExposition
-from tests.fixtures.services import Service, _spawn, free_port, wait_for
+from tests.fixtures.services import Service, launch_prometheus, wait_for
 
 GPU_LINES = [
     line for line in EXPOSITIONS["triton_gpu"].read_text().splitlines()
@@ -200,7 +199,6 @@ def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0, scra
             {"targets": [bento.target], "labels": BENTO_HOST_LABELS},
         ]}],
     }
-    (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
     tsdb = workdir / "tsdb"
     tsdb.mkdir()
     history_end = time.time() + HISTORY_LEAD_SECONDS
@@ -209,14 +207,14 @@ def start_fleet(workdir: Path, *, started: float, history_seconds: int = 0, scra
             (lambda t: triton_text(started, t), {"job": JOB, "instance": triton.target, **TRITON_HOST_LABELS}),
             (lambda t: bentoml_text(started, t), {"job": JOB, "instance": bento.target, **BENTO_HOST_LABELS}),
         ], seconds=history_seconds, end=history_end, step=scrape_seconds)
-    port = free_port()
-    binary = shutil.which("prometheus") or "prometheus"
-    service = _spawn("prometheus", [binary, f"--config.file={workdir / 'prometheus.yml'}",
-                                    f"--storage.tsdb.path={tsdb}", f"--web.listen-address=127.0.0.1:{port}"], workdir)
-    service.url = f"http://127.0.0.1:{port}"
+    try:
+        service = launch_prometheus(config, workdir, tsdb)
+    except BaseException:
+        triton.stop()
+        bento.stop()
+        raise
     fleet = Fleet(prometheus=service, triton=triton, bento=bento)
     try:
-        wait_for(lambda: requests.get(f"{service.url}/-/ready", timeout=1).ok, timeout=30, what="Prometheus")
         if history_seconds > 0:
             wait_for(lambda: sorted(_latest_sample_times(service.url).values())[0] > history_end, timeout=40,
                      what="Prometheus to scrape both targets after their history", interval=0.25)
