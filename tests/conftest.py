@@ -18,6 +18,14 @@ def _test_broker():
     yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _static_root():
+    """WhiteNoise expects collectstatic's output directory; tests serve nothing from it."""
+    from django.conf import settings
+
+    settings.STATIC_ROOT.mkdir(parents=True, exist_ok=True)
+
+
 @pytest.fixture
 def user(db):
     """A plain signed-up user."""
