@@ -268,6 +268,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     version: ModelVersion = target.deployment.version
     return {
         "target_id": target.pk,
+        "host": target.host.name,
         "model": version.model.name,
         "version": version.version,
         "artifact_url": download_url,

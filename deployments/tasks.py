@@ -9,6 +9,7 @@ target host (queue ``host.<name>``) and reports back by enqueueing
 import logging
 from pathlib import Path
 
+import redis
 from celery import shared_task
 from django.conf import settings
 
@@ -20,6 +21,7 @@ from registry.storage import ArtifactStore, StorageError
 logger = logging.getLogger(__name__)
 
 ORCHESTRATOR_QUEUE = "default"
+LOCK_RETRY_SECONDS = 5
 
 
 @shared_task(
@@ -54,16 +56,36 @@ def _report(target_id: int, state: str, message: str = "", details: dict | None 
     record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE)
 
 
-@shared_task(name="deployments.deploy_version_on_host", acks_late=True)
-def deploy_version_on_host(payload: dict) -> None:
+def host_model_lock(host: str, model: str) -> redis.lock.Lock:
+    """The per-(host, model) lock: one load, swap or unload of a model on a host at a time.
+
+    Held in the broker's Redis, so it spans every agent process of the host; it expires after
+    three load timeouts, so a SIGKILLed holder cannot block the model forever.
+    """
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * settings.AGENT_LOAD_TIMEOUT)
+
+
+@shared_task(name="deployments.deploy_version_on_host", acks_late=True, bind=True, max_retries=None)
+def deploy_version_on_host(self, payload: dict) -> None:
     """Host agent: stage, load and cut over one model version, reporting each step.
 
-    Safe to run twice: staging skips a version dir already built from the
-    same sha256 and loading an already-served version is a no-op swap.
+    Runs under the (host, model) lock; when another deployment holds it, the task is
+    retried every ``LOCK_RETRY_SECONDS`` until the lock frees or ``DISPATCH_TIMEOUT`` passes.
+    Safe to run twice: staging skips a version dir already built from the same sha256 and
+    loading an already-served version is a no-op swap.
     """
     from deployments.agent import deploy_triton_version
 
     target_id = payload["target_id"]
+    lock = host_model_lock(payload.get("host", ""), payload["model"])
+    if not lock.acquire(blocking=False):
+        if self.request.retries * LOCK_RETRY_SECONDS >= settings.DISPATCH_TIMEOUT:
+            _report(target_id, TargetState.FAILED,
+                    f"{payload['model']} stayed locked on this host by another deployment for "
+                    f"{settings.DISPATCH_TIMEOUT:g} s")
+            return
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
         result = deploy_triton_version(
             payload,
@@ -76,6 +98,11 @@ def deploy_version_on_host(payload: dict) -> None:
         logger.exception("deploying target %s failed", target_id)
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
         return
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            logger.warning("the lock on %s expired before the deployment ended", payload["model"])
     if result["state"] == TargetState.READY:
         _report(target_id, TargetState.READY, details=result["details"])
     else:
