@@ -48,6 +48,7 @@ class ModelVersion(models.Model):
     artifact_size = models.PositiveBigIntegerField(help_text="bytes")
     artifact_filename = models.CharField(max_length=255, blank=True)
     config_text = models.TextField(blank=True)
+    artifact_files = models.JSONField(default=list, blank=True, help_text="paths inside the version directory")
     signature = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(

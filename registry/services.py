@@ -187,6 +187,7 @@ def register_version(
             artifact_size=size,
             artifact_filename=filename[:255],
             config_text=layout.config_text,
+            artifact_files=list(layout.files),
             signature=describe_signature(config),
             metadata=metadata,
             created_by=_user(actor),
@@ -280,6 +281,14 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
             data={"alias": alias, "from": current.version.version, "to": None},
         )
         current.delete()
+
+
+def artifact_download_url(version: ModelVersion, *, store: ArtifactStore | None = None) -> str:
+    """A presigned GET URL for the version's artifact, valid ``settings.S3_PRESIGN_SECONDS`` seconds.
+
+    The bytes go straight from S3 to the client, never through the web process.
+    """
+    return (store or ArtifactStore()).presigned_download_url(version.artifact_key)
 
 def _user(actor):
     return actor if getattr(actor, "is_authenticated", False) else None

@@ -6,7 +6,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
 from django.http import Http404
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
 from deployments.models import Deployment
 from modelyard.errors import NotFound
@@ -14,7 +14,7 @@ from monitoring.promql import PAGE_RANGES
 from monitoring.views import PANEL_RANGE, metrics_panel_context
 from registry.choices import AuditAction, VersionStatus
 from registry.models import AuditEvent, RegisteredModel
-from registry.services import get_model
+from registry.services import artifact_download_url, get_model, get_version
 
 
 @login_required
@@ -72,3 +72,30 @@ def audit_log(request):
         "page": page, "filters": filters, "actions": AuditAction.choices,
         "query": urlencode({k: v for k, v in filters.items() if v}),
     })
+
+
+@login_required
+def version_detail(request, name: str, version: int):
+    """One version: signature, config.pbtxt, files, metadata, aliases and its deployments."""
+    try:
+        model_version = get_version(name, version)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    deployments = (
+        Deployment.objects.filter(version=model_version).select_related("created_by")
+        .prefetch_related("targets__host").order_by("-id")
+    )
+    return render(request, "registry/version_detail.html", {
+        "model": model_version.model, "version": model_version, "deployments": deployments,
+        "aliases": model_version.aliases.order_by("name"),
+    })
+
+
+@login_required
+def version_download(request, name: str, version: int):
+    """Redirect to a presigned S3 URL for the version's artifact."""
+    try:
+        model_version = get_version(name, version)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc
+    return redirect(artifact_download_url(model_version))

@@ -141,3 +141,21 @@ def test_it_answers_503_and_writes_no_version_when_s3_is_down(api_client, iris_a
     assert "could not be stored" in answer.json()["detail"]
     assert not ModelVersion.objects.exists()
     assert RegisteredModel.objects.get(name="iris").next_version == 1
+
+
+def test_the_version_page_shows_signature_files_config_and_a_working_download(api_client, client, user, s3_endpoint,
+                                                                              iris_archive):
+    import requests
+
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    upload(api_client, "iris", iris_archive, metadata=json.dumps({"commit": "abc123"}))
+    client.force_login(user)
+    page = client.get("/models/iris/versions/1/").content.decode()
+    assert "<code>input</code>" in page and "TYPE_FP32" in page
+    assert "1/model.onnx" in page and "1/model.py" in page
+    assert 'backend: &quot;python&quot;' in page and "abc123" in page
+    download = client.get("/models/iris/versions/1/download")
+    assert download.status_code == 302
+    fetched = requests.get(download["Location"], timeout=10)
+    assert fetched.status_code == 200 and fetched.content == iris_archive.read_bytes()
+    assert client.get("/models/iris/versions/9/").status_code == 404
