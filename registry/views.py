@@ -13,19 +13,29 @@ from modelyard.errors import NotFound
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import PANEL_RANGE, metrics_panel_context
 from registry.choices import AuditAction, VersionStatus
+from registry.filters import RegisteredModelFilter
 from registry.models import AuditEvent, RegisteredModel
 from registry.services import artifact_download_url, get_model, get_version
+
+MODEL_PAGE_SIZE = 50
 
 
 @login_required
 def model_list(request):
-    """Every registered model with its latest version number and version count."""
+    """Registered models with their latest version number and version count, searchable
+    (``search``, ``tag``, ``alias``) and paginated."""
     live = ~Q(versions__status=VersionStatus.DELETED)
-    models = RegisteredModel.objects.annotate(
+    found = RegisteredModelFilter(request.GET, queryset=RegisteredModel.objects.all())
+    models = found.qs.annotate(
         latest_version=Max("versions__version", filter=live),
-        version_count=Count("versions", filter=live),
+        version_count=Count("versions", filter=live, distinct=True),
     ).order_by("name")
-    return render(request, "registry/model_list.html", {"models": models})
+    page = Paginator(models, MODEL_PAGE_SIZE).get_page(request.GET.get("page"))
+    query = urlencode({k: v for k, v in request.GET.items() if k != "page" and v})
+    return render(request, "registry/model_list.html", {
+        "page": page, "filters": found.form.cleaned_data if found.is_valid() else {}, "errors": found.errors,
+        "query": query,
+    })
 
 
 @login_required

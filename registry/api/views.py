@@ -20,6 +20,7 @@ from registry.api.serializers import (
     RegisteredModelSerializer,
 )
 from registry.choices import VersionStatus
+from registry.filters import RegisteredModelFilter
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
@@ -29,6 +30,7 @@ class RegisteredModelViewSet(
     """Registered models, looked up by name."""
 
     serializer_class = RegisteredModelSerializer
+    filterset_class = RegisteredModelFilter
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering = "name"
