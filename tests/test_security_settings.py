@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -33,3 +35,20 @@ def test_pages_carry_a_content_security_policy_without_inline_scripts(client, us
     assert "frame-ancestors 'none'" in policy
     assert answer["X-Content-Type-Options"] == "nosniff"
     assert "<script>" not in answer.content.decode()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/models/", "/monitoring/", "/hosts/", "/audit/", "/api/v1/models/",
+                                 "/api/v1/hosts/", "/api/v1/deployments/", "/api/v1/audit/",
+                                 "/api/v1/prometheus/targets/"])
+def test_every_page_and_endpoint_but_the_documented_ones_needs_a_login(client, url):
+    answer = client.get(url)
+    assert answer.status_code in (302, 401), url
+    if answer.status_code == 302:
+        assert "/login/" in answer["Location"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ["/healthz", "/login/", "/api/schema/"])
+def test_the_documented_open_urls_answer_without_a_login(client, url):
+    assert client.get(url).status_code == 200
