@@ -4,7 +4,22 @@ import django_filters
 from django.core.exceptions import ValidationError
 from django.db.models.fields.json import KeyTextTransform
 
-from registry.models import RegisteredModel
+from registry.models import ModelVersion, RegisteredModel
+
+
+def filter_by_tag(queryset, value: str):
+    """Rows whose ``tags`` have the key (``key``) or the key with that value (``key=value``).
+
+    Raises:
+        ValidationError: an empty key.
+    """
+    key, sep, tag_value = value.partition("=")
+    if not key:
+        raise ValidationError("tag must be 'key' or 'key=value'")
+    if sep:
+        # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key.
+        return queryset.annotate(_tag_value=KeyTextTransform(key, "tags")).filter(_tag_value=tag_value)
+    return queryset.filter(tags__has_key=key)
 
 
 class RegisteredModelFilter(django_filters.FilterSet):
@@ -27,10 +42,22 @@ class RegisteredModelFilter(django_filters.FilterSet):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
     def filter_tag(self, queryset, name, value):
-        key, sep, tag_value = value.partition("=")
-        if not key:
-            raise ValidationError("tag must be 'key' or 'key=value'")
-        if sep:
-            # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key.
-            return queryset.annotate(_tag_value=KeyTextTransform(key, "tags")).filter(_tag_value=tag_value)
-        return queryset.filter(tags__has_key=key)
+        return filter_by_tag(queryset, value)
+
+
+class ModelVersionFilter(django_filters.FilterSet):
+    """Filters of a model's versions: ``source_commit`` (prefix), ``tag``, ``alias``,
+    ``created_after`` / ``created_before``."""
+
+    source_commit = django_filters.CharFilter(field_name="source_commit", lookup_expr="startswith")
+    tag = django_filters.CharFilter(method="filter_tag")
+    alias = django_filters.CharFilter(field_name="aliases__name")
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = ModelVersion
+        fields = ["source_commit", "tag", "alias", "created_after", "created_before"]
+
+    def filter_tag(self, queryset, name, value):
+        return filter_by_tag(queryset, value)

@@ -51,6 +51,12 @@ class ModelVersion(models.Model):
     artifact_files = models.JSONField(default=list, blank=True, help_text="paths inside the version directory")
     signature = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    # Lineage: where the version came from.
+    source_commit = models.CharField(max_length=64, blank=True, db_index=True)
+    ci_run_url = models.URLField(max_length=500, blank=True)
+    training_data_uri = models.CharField(max_length=500, blank=True)
+    metrics = models.JSONField(default=dict, blank=True, help_text="e.g. {\"accuracy\": 0.97}")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

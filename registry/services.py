@@ -115,9 +115,30 @@ def get_version(model_name: str, version: int) -> ModelVersion:
         raise NotFound(f"model {model_name!r} has no version {version}") from exc
 
 
+def _check_lineage(lineage: dict | None) -> dict:
+    """Validate lineage fields: source_commit (hex, ≤64), ci_run_url (http(s)), training_data_uri, metrics."""
+    lineage = dict(lineage or {})
+    unknown = set(lineage) - {"source_commit", "ci_run_url", "training_data_uri", "metrics"}
+    if unknown:
+        raise InvalidInput(f"unknown lineage fields: {sorted(unknown)}")
+    commit = (lineage.get("source_commit") or "").strip()
+    if commit and not (len(commit) <= 64 and all(c in "0123456789abcdefABCDEF" for c in commit)):
+        raise InvalidInput("source_commit must be a hexadecimal commit id of at most 64 characters")
+    url = (lineage.get("ci_run_url") or "").strip()
+    if url and not url.startswith(("http://", "https://")):
+        raise InvalidInput("ci_run_url must be an http:// or https:// URL")
+    metrics = lineage.get("metrics") or {}
+    if not isinstance(metrics, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) for k, v in metrics.items()
+    ):
+        raise InvalidInput("metrics must be a JSON object of names to numbers, e.g. {\"accuracy\": 0.97}")
+    return {"source_commit": commit.lower(), "ci_run_url": url[:500],
+            "training_data_uri": (lineage.get("training_data_uri") or "").strip()[:500], "metrics": metrics}
+
+
 def register_version(
     *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
-    store: ArtifactStore | None = None,
+    store: ArtifactStore | None = None, tags=None, lineage: dict | None = None,
 ) -> ModelVersion:
     """Validate an uploaded artifact, store it in S3 and register it as the next version.
 
@@ -133,6 +154,9 @@ def register_version(
         artifact_path: the uploaded file on local disk.
         filename: the name the client gave the file (kept for display).
         metadata: a JSON object of free-form metadata.
+        tags: string key/value tags of the version.
+        lineage: ``source_commit``, ``ci_run_url``, ``training_data_uri`` and ``metrics``
+            (names to numbers), shown on the version page and searchable.
         actor: the requesting user.
         store: the artifact store; defaults to one built from settings.
 
@@ -148,6 +172,8 @@ def register_version(
         metadata = {}
     if not isinstance(metadata, dict):
         raise InvalidInput("metadata must be a JSON object")
+    clean_tags = _validate_tags(tags)
+    clean_lineage = _check_lineage(lineage)
     size = artifact_path.stat().st_size
     if size == 0:
         raise InvalidInput("the artifact is empty")
@@ -190,6 +216,8 @@ def register_version(
             artifact_files=list(layout.files),
             signature=describe_signature(config),
             metadata=metadata,
+            tags=clean_tags,
+            **clean_lineage,
             created_by=_user(actor),
         )
         record_audit_event(

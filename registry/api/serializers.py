@@ -37,7 +37,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         model = ModelVersion
         fields = [
             "model", "version", "status", "format", "artifact_sha256", "artifact_size", "artifact_filename",
-            "signature", "metadata", "created_by", "created_at",
+            "signature", "metadata", "tags", "source_commit", "ci_run_url", "training_data_uri", "metrics",
+            "created_by", "created_at",
         ]
         read_only_fields = fields
 
@@ -63,6 +64,11 @@ class ModelVersionUploadSerializer(serializers.Serializer):
         help_text="A .tar.gz, .tar or .zip of one Triton model directory (config.pbtxt + one version dir)"
     )
     metadata = JSONObjectField(required=False, default=dict, help_text="A JSON object of free-form metadata")
+    tags = JSONObjectField(required=False, default=dict, help_text="String key/value tags of the version")
+    source_commit = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
+    ci_run_url = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+    training_data_uri = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+    metrics = JSONObjectField(required=False, default=dict, help_text='Evaluation metrics, e.g. {"accuracy": 0.97}')
 
 
 class AliasSerializer(serializers.ModelSerializer):

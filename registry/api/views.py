@@ -20,7 +20,7 @@ from registry.api.serializers import (
     RegisteredModelSerializer,
 )
 from registry.choices import VersionStatus
-from registry.filters import RegisteredModelFilter
+from registry.filters import ModelVersionFilter, RegisteredModelFilter
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
@@ -61,6 +61,7 @@ class ModelVersionViewSet(
     """Versions of one registered model, looked up by number."""
 
     serializer_class = ModelVersionSerializer
+    filterset_class = ModelVersionFilter
     lookup_field = "version"
     lookup_value_regex = "[0-9]+"
     parser_classes = [MultiPartParser, FormParser, JSONParser]
@@ -84,9 +85,11 @@ class ModelVersionViewSet(
         data.is_valid(raise_exception=True)
         upload = data.validated_data["artifact"]
         with uploaded_file_path(upload) as path:
+            fields = data.validated_data
             version = services.register_version(
-                model=model, artifact_path=path, filename=upload.name,
-                metadata=data.validated_data["metadata"], actor=request.user,
+                model=model, artifact_path=path, filename=upload.name, metadata=fields["metadata"],
+                tags=fields["tags"], actor=request.user,
+                lineage={key: fields[key] for key in ("source_commit", "ci_run_url", "training_data_uri", "metrics")},
             )
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 

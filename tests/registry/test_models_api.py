@@ -159,3 +159,38 @@ def test_the_version_page_shows_signature_files_config_and_a_working_download(ap
     fetched = requests.get(download["Location"], timeout=10)
     assert fetched.status_code == 200 and fetched.content == iris_archive.read_bytes()
     assert client.get("/models/iris/versions/9/").status_code == 404
+
+
+def test_a_version_carries_lineage_and_tags_and_versions_are_searchable_by_them(api_client, client, user,
+                                                                                 s3_endpoint, iris_archive):
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    with open(iris_archive, "rb") as fh:
+        answer = api_client.post("/api/v1/models/iris/versions/", {
+            "artifact": fh, "source_commit": "ABC123def", "ci_run_url": "https://ci.example.com/runs/42",
+            "training_data_uri": "s3://datasets/iris/2026-11", "metrics": json.dumps({"accuracy": 0.97}),
+            "tags": json.dumps({"stage": "candidate"}),
+        }, format="multipart")
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert (body["source_commit"], body["metrics"], body["tags"]) == ("abc123def", {"accuracy": 0.97},
+                                                                      {"stage": "candidate"})
+    upload(api_client, "iris", iris_archive)
+    assert [v["version"] for v in api_client.get("/api/v1/models/iris/versions/?source_commit=abc1").json()[
+        "results"]] == [1]
+    assert [v["version"] for v in api_client.get("/api/v1/models/iris/versions/?tag=stage%3Dcandidate").json()[
+        "results"]] == [1]
+    client.force_login(user)
+    page = client.get("/models/iris/versions/1/").content.decode()
+    assert "abc123def" in page and "https://ci.example.com/runs/42" in page and "accuracy" in page
+
+
+@pytest.mark.parametrize("field,value", [
+    ("source_commit", "not-a-commit"), ("ci_run_url", "javascript:alert(1)"), ("metrics", '{"accuracy": "high"}'),
+    ("tags", '{"stage": 3}'),
+])
+def test_it_refuses_bad_lineage_and_writes_no_version(api_client, s3_endpoint, iris_archive, field, value):
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    with open(iris_archive, "rb") as fh:
+        answer = api_client.post("/api/v1/models/iris/versions/", {"artifact": fh, field: value}, format="multipart")
+    assert answer.status_code == 400, answer.content
+    assert not ModelVersion.objects.exists()
