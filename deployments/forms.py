@@ -1,10 +1,9 @@
 """Forms of the deployments pages."""
 
-import json
-
 from django import forms
 
 from deployments.choices import Runtime
+from modelyard.jsonobject import parse_json_object
 
 
 class ServingHostForm(forms.Form):
@@ -24,9 +23,6 @@ class ServingHostForm(forms.Form):
         if not raw:
             return {}
         try:
-            value = json.loads(raw)
-        except json.JSONDecodeError as exc:
-            raise forms.ValidationError(f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from exc
-        if not isinstance(value, dict):
-            raise forms.ValidationError("must be a JSON object")
-        return value
+            return parse_json_object(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc

@@ -1,9 +1,8 @@
 """Serializers of the registry API."""
 
-import json
-
 from rest_framework import serializers
 
+from modelyard.jsonobject import parse_json_object
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
@@ -47,11 +46,11 @@ class JSONObjectField(serializers.JSONField):
     """A JSON object given either as JSON or, in multipart forms, as a JSON string."""
 
     def to_internal_value(self, data):
-        if isinstance(data, str):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as exc:
-                raise serializers.ValidationError(f"not valid JSON: {exc.msg}") from exc
+        try:
+            if isinstance(data, str):
+                return parse_json_object(data)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
         if not isinstance(data, dict):
             raise serializers.ValidationError("must be a JSON object")
         return data
