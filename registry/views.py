@@ -2,6 +2,7 @@
 
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Count, Max, Q
@@ -9,13 +10,14 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from deployments.models import Deployment
-from modelyard.errors import NotFound
+from modelyard.errors import DomainError, NotFound
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import PANEL_RANGE, metrics_panel_context
 from registry.choices import AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
+from registry.forms import AliasForm
 from registry.models import AuditEvent, RegisteredModel
-from registry.services import artifact_download_url, get_model, get_version
+from registry.services import artifact_download_url, delete_alias, get_model, get_version, set_alias
 
 MODEL_PAGE_SIZE = 50
 
@@ -58,6 +60,7 @@ def model_detail(request, name: str):
         chart_range = PANEL_RANGE
     context = {
         "model": model, "versions": versions, "deployments": deployments, "ranges": PAGE_RANGES,
+        "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
         **metrics_panel_context(model, chart_range),
     }
     return render(request, "registry/model_detail.html", context)
@@ -109,3 +112,45 @@ def version_download(request, name: str, version: int):
     except NotFound as exc:
         raise Http404(exc.message) from exc
     return redirect(artifact_download_url(model_version))
+
+
+@login_required
+def alias_set(request, name: str):
+    """Set or move an alias from the model page (POST); errors go back to the page as messages."""
+    model = _model_or_404(name)
+    if request.method != "POST":
+        return redirect("registry:model-detail", name=model.name)
+    versions = model.versions.exclude(status=VersionStatus.DELETED).values_list("version", flat=True)
+    form = AliasForm(request.POST, versions=list(versions))
+    if not form.is_valid():
+        messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
+    else:
+        try:
+            alias = set_alias(model_name=model.name, alias=form.cleaned_data["alias"],
+                              version=form.cleaned_data["version"], actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"@{alias.name} now points at v{alias.version.version}.")
+    return redirect("registry:model-detail", name=model.name)
+
+
+@login_required
+def alias_delete(request, name: str, alias: str):
+    """Delete an alias: GET asks for confirmation, POST deletes."""
+    model = _model_or_404(name)
+    row = model.aliases.select_related("version").filter(name=alias).first()
+    if row is None:
+        raise Http404(f"model {name!r} has no alias {alias!r}")
+    if request.method == "POST":
+        delete_alias(model_name=model.name, alias=alias, actor=request.user)
+        messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
+        return redirect("registry:model-detail", name=model.name)
+    return render(request, "registry/alias_confirm_delete.html", {"model": model, "alias": row})
+
+
+def _model_or_404(name: str):
+    try:
+        return get_model(name)
+    except NotFound as exc:
+        raise Http404(exc.message) from exc

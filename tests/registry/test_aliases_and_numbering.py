@@ -98,3 +98,27 @@ def test_twenty_parallel_registrations_get_twenty_distinct_consecutive_numbers(s
     assert sorted(numbers) == list(range(1, 21))
     model.refresh_from_db()
     assert model.next_version == 21
+
+
+@pytest.mark.django_db
+def test_an_alias_is_set_from_the_model_page_and_deleted_after_confirmation(client, user, iris):
+    client.force_login(user)
+    answer = client.post("/models/iris/aliases/", {"alias": "production", "version": 2}, follow=True)
+    assert "@production now points at v2" in answer.content.decode()
+    assert iris.aliases.get(name="production").version.version == 2
+    confirm = client.get("/models/iris/aliases/production/delete/")
+    assert confirm.status_code == 200 and "Delete @production of iris?" in confirm.content.decode()
+    assert iris.aliases.filter(name="production").exists()  # nothing happens before the POST
+    client.post("/models/iris/aliases/production/delete/")
+    assert not iris.aliases.exists()
+    assert AuditEvent.objects.filter(action="alias.deleted", actor=user).exists()
+
+
+@pytest.mark.django_db
+def test_the_model_page_explains_a_refused_alias(client, user, iris):
+    client.force_login(user)
+    answer = client.post("/models/iris/aliases/", {"alias": "latest", "version": 1}, follow=True)
+    assert "reserved" in answer.content.decode()
+    answer = client.post("/models/iris/aliases/", {"alias": "prod", "version": 9}, follow=True)
+    assert "version" in answer.content.decode() and not iris.aliases.exists()
+    assert client.get("/models/iris/aliases/nope/delete/").status_code == 404
