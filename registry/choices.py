@@ -24,6 +24,7 @@ class AuditAction(models.TextChoices):
     """What an audit event records."""
 
     MODEL_CREATED = "model.created", "Model created"
+    MODEL_UPDATED = "model.updated", "Model description or tags changed"
     VERSION_REGISTERED = "version.registered", "Version registered"
     ALIAS_SET = "alias.set", "Alias set or moved"
     ALIAS_DELETED = "alias.deleted", "Alias deleted"

@@ -90,6 +90,31 @@ def create_model(*, name: str, description: str = "", tags=None, actor=None) -> 
     return model
 
 
+def update_model(*, name: str, description: str | None = None, tags=None, actor=None) -> RegisteredModel:
+    """Change a model's description and/or tags (``None`` leaves a field as it is); audited with before/after.
+
+    Raises:
+        NotFound: no such model.
+        InvalidInput: invalid tags.
+    """
+    model = get_model(name)
+    changes = {}
+    if description is not None and description != model.description:
+        changes["description"] = {"from": model.description, "to": description}
+        model.description = description
+    if tags is not None:
+        clean = _validate_tags(tags)
+        if clean != model.tags:
+            changes["tags"] = {"from": model.tags, "to": clean}
+            model.tags = clean
+    if changes:
+        with transaction.atomic():
+            model.save(update_fields=["description", "tags", "updated_at"])
+            record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
+                               model=model, data=changes)
+    return model
+
+
 def get_model(name: str) -> RegisteredModel:
     """Return the model called ``name``.
 

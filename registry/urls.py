@@ -6,6 +6,7 @@ app_name = "registry"
 urlpatterns = [
     path("", views.model_list, name="model-list"),
     path("<str:name>/", views.model_detail, name="model-detail"),
+    path("<str:name>/edit/", views.model_edit, name="model-edit"),
     path("<str:name>/aliases/", views.alias_set, name="alias-set"),
     path("<str:name>/aliases/<str:alias>/delete/", views.alias_delete, name="alias-delete"),
     path("<str:name>/versions/<int:version>/", views.version_detail, name="version-detail"),

@@ -17,7 +17,14 @@ from registry.choices import AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm
 from registry.models import AuditEvent, RegisteredModel
-from registry.services import artifact_download_url, delete_alias, get_model, get_version, set_alias
+from registry.services import (
+    artifact_download_url,
+    delete_alias,
+    get_model,
+    get_version,
+    set_alias,
+    update_model,
+)
 
 MODEL_PAGE_SIZE = 50
 
@@ -147,6 +154,16 @@ def alias_delete(request, name: str, alias: str):
         messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
         return redirect("registry:model-detail", name=model.name)
     return render(request, "registry/alias_confirm_delete.html", {"model": model, "alias": row})
+
+
+@login_required
+def model_edit(request, name: str):
+    """Edit a model's description from its page (POST)."""
+    model = _model_or_404(name)
+    if request.method == "POST":
+        update_model(name=model.name, description=request.POST.get("description", "")[:10_000], actor=request.user)
+        messages.success(request, "Description saved.")
+    return redirect("registry:model-detail", name=model.name)
 
 
 def _model_or_404(name: str):

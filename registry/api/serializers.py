@@ -26,6 +26,13 @@ class RegisteredModelCreateSerializer(serializers.Serializer):
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
 
 
+class RegisteredModelUpdateSerializer(serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/``: either field may be left out."""
+
+    description = serializers.CharField(required=False, allow_blank=True)
+    tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+
+
 class ModelVersionSerializer(serializers.ModelSerializer):
     """A model version as the API shows it; sizes in bytes."""
 

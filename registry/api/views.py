@@ -18,6 +18,7 @@ from registry.api.serializers import (
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
     RegisteredModelSerializer,
+    RegisteredModelUpdateSerializer,
 )
 from registry.choices import VersionStatus
 from registry.filters import ModelVersionFilter, RegisteredModelFilter
@@ -45,6 +46,13 @@ class RegisteredModelViewSet(
     def get_object(self):
         model = services.get_model(self.kwargs["name"])  # a NotFound that names the model
         return self.get_queryset().get(pk=model.pk)
+
+    @extend_schema(request=RegisteredModelUpdateSerializer, responses={200: RegisteredModelSerializer})
+    def partial_update(self, request, *args, **kwargs):
+        data = RegisteredModelUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model = services.update_model(name=self.kwargs["name"], actor=request.user, **data.validated_data)
+        return Response(RegisteredModelSerializer(self.get_queryset().get(pk=model.pk)).data)
 
     @extend_schema(request=RegisteredModelCreateSerializer, responses={201: RegisteredModelSerializer})
     def create(self, request, *args, **kwargs):

@@ -43,3 +43,18 @@ def test_the_models_page_searches_and_filters(client, user, catalogue):
     page = client.get("/models/?search=classifier&tag=team%3Dml").content.decode()
     assert page.count('class="model-row"') == 1 and "iris" in page
     assert "No model matches" in client.get("/models/?search=nothing-like-this").content.decode()
+
+
+def test_a_model_description_and_tags_are_edited_through_the_api_and_the_page(api_client, client, user, catalogue):
+    from registry.models import AuditEvent
+
+    answer = api_client.patch("/api/v1/models/iris/", {"description": "iris species", "tags": {"team": "ds"}},
+                              format="json")
+    assert answer.status_code == 200 and answer.json()["tags"] == {"team": "ds"}
+    event = AuditEvent.objects.get(action="model.updated")
+    assert event.data["description"] == {"from": "flower classifier", "to": "iris species"}
+    assert api_client.patch("/api/v1/models/iris/", {"tags": {"": "x"}}, format="json").status_code == 400
+    assert api_client.patch("/api/v1/models/nope/", {"description": "x"}, format="json").status_code == 404
+    client.force_login(user)
+    client.post("/models/iris/edit/", {"description": "edited on the page"})
+    assert "edited on the page" in client.get("/models/iris/").content.decode()
