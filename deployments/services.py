@@ -18,7 +18,7 @@ from modelyard.errors import Conflict, InvalidInput, NotFound
 from registry.choices import AuditAction
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
-from registry.services import get_version, record_audit_event
+from registry.services import acting_user, get_version, record_audit_event
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
         raise InvalidInput(f"unknown serving host(s): {', '.join(map(repr, unknown))}")
     with transaction.atomic():
         deployment = Deployment.objects.create(
-            model=model_version.model, version=model_version, created_by=_user(actor)
+            model=model_version.model, version=model_version, created_by=acting_user(actor)
         )
         targets = [DeploymentTarget.objects.create(deployment=deployment, host=hosts[n]) for n in host_names]
         record_audit_event(
@@ -280,9 +280,6 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "metrics_url": target.host.metrics_url,
     }
 
-
-def _user(actor):
-    return actor if getattr(actor, "is_authenticated", False) else None
 
 
 def record_heartbeat(host_name: str, report: dict) -> bool:

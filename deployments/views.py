@@ -3,14 +3,14 @@
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404
 from django.shortcuts import redirect, render
 
 from deployments.choices import TargetState
 from deployments.forms import ServingHostForm
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import get_host, register_host
-from modelyard.errors import DomainError, NotFound, ServiceUnavailable
+from modelyard.errors import DomainError, ServiceUnavailable
+from modelyard.views import found_or_404
 from monitoring import services as monitoring
 
 
@@ -69,10 +69,7 @@ def _loaded_models(host: ServingHost) -> list[dict]:
 @login_required
 def host_detail(request, name: str):
     """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
-    try:
-        host = get_host(name)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
+    host = found_or_404(get_host, name)
     context = {"host": host, "models": _loaded_models(host), "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:

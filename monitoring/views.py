@@ -2,12 +2,12 @@
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
 from django.shortcuts import render
 from django.urls import reverse
 
 from deployments.models import ServingHost
-from modelyard.errors import NotFound, ServiceUnavailable
+from modelyard.errors import ServiceUnavailable
+from modelyard.views import found_or_404
 from monitoring import promql, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
 from registry.models import RegisteredModel
@@ -41,14 +41,14 @@ def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE)
 @login_required
 def model_metrics_panel(request, name: str):
     """The htmx-refreshed metrics fragment of the model page (``?range=`` one of the page ranges)."""
+    model = found_or_404(get_model, name)
+    return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(model, page_range(request)))
+
+
+def page_range(request) -> str:
+    """The ``?range=`` of a metrics page if it is one the pages offer, else the default (15m)."""
     range_text = request.GET.get("range", PANEL_RANGE)
-    if range_text not in promql.PAGE_RANGES:
-        range_text = PANEL_RANGE
-    try:
-        model = get_model(name)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
-    return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(model, range_text))
+    return range_text if range_text in promql.PAGE_RANGES else PANEL_RANGE
 
 
 def _overview_context(request) -> dict:

@@ -33,7 +33,7 @@ def record_audit_event(*, action: str, actor, obj_type: str, obj_id, model=None,
     """
     return AuditEvent.objects.create(
         action=action,
-        actor=actor if getattr(actor, "is_authenticated", False) else None,
+        actor=acting_user(actor),
         actor_label=getattr(actor, "username", "") or "system",
         model=model,
         object_type=obj_type,
@@ -79,7 +79,7 @@ def create_model(*, name: str, description: str = "", tags=None, actor=None) -> 
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(
-                name=clean_name, description=description or "", tags=clean_tags, created_by=_user(actor)
+                name=clean_name, description=description or "", tags=clean_tags, created_by=acting_user(actor)
             )
             record_audit_event(
                 action=AuditAction.MODEL_CREATED, actor=actor, obj_type="model", obj_id=model.pk, model=model,
@@ -243,7 +243,7 @@ def register_version(
             metadata=metadata,
             tags=clean_tags,
             **clean_lineage,
-            created_by=_user(actor),
+            created_by=acting_user(actor),
         )
         record_audit_event(
             action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
@@ -305,10 +305,10 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
             return current
         previous = current.version.version if current is not None else None
         if current is None:
-            current = Alias.objects.create(model=model, name=name, version=target, updated_by=_user(actor))
+            current = Alias.objects.create(model=model, name=name, version=target, updated_by=acting_user(actor))
         else:
             current.version = target
-            current.updated_by = _user(actor)
+            current.updated_by = acting_user(actor)
             current.save(update_fields=["version", "updated_by", "updated_at"])
         record_audit_event(
             action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
@@ -343,5 +343,6 @@ def artifact_download_url(version: ModelVersion, *, store: ArtifactStore | None 
     """
     return (store or ArtifactStore()).presigned_download_url(version.artifact_key)
 
-def _user(actor):
+def acting_user(actor):
+    """The user to record as having made a change: ``actor`` when it is a signed-in user, else None."""
     return actor if getattr(actor, "is_authenticated", False) else None

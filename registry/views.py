@@ -10,9 +10,10 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from deployments.models import Deployment
-from modelyard.errors import DomainError, NotFound
+from modelyard.errors import DomainError
+from modelyard.views import found_or_404
 from monitoring.promql import PAGE_RANGES
-from monitoring.views import PANEL_RANGE, metrics_panel_context
+from monitoring.views import metrics_panel_context, page_range
 from registry.choices import AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm
@@ -50,10 +51,7 @@ def model_list(request):
 @login_required
 def model_detail(request, name: str):
     """A model's versions, deployments with per-host state, and live metrics."""
-    try:
-        model = get_model(name)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
+    model = found_or_404(get_model, name)
     versions = (
         model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by")
         .prefetch_related("aliases").order_by("-version")
@@ -62,9 +60,7 @@ def model_detail(request, name: str):
         Deployment.objects.filter(model=model).select_related("version", "created_by")
         .prefetch_related("targets__host").order_by("-id")[:20]
     )
-    chart_range = request.GET.get("range", PANEL_RANGE)
-    if chart_range not in PAGE_RANGES:
-        chart_range = PANEL_RANGE
+    chart_range = page_range(request)
     context = {
         "model": model, "versions": versions, "deployments": deployments, "ranges": PAGE_RANGES,
         "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
@@ -97,10 +93,7 @@ def audit_log(request):
 @login_required
 def version_detail(request, name: str, version: int):
     """One version: signature, config.pbtxt, files, metadata, aliases and its deployments."""
-    try:
-        model_version = get_version(name, version)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
+    model_version = found_or_404(get_version, name, version)
     deployments = (
         Deployment.objects.filter(version=model_version).select_related("created_by")
         .prefetch_related("targets__host").order_by("-id")
@@ -114,17 +107,14 @@ def version_detail(request, name: str, version: int):
 @login_required
 def version_download(request, name: str, version: int):
     """Redirect to a presigned S3 URL for the version's artifact."""
-    try:
-        model_version = get_version(name, version)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
+    model_version = found_or_404(get_version, name, version)
     return redirect(artifact_download_url(model_version))
 
 
 @login_required
 def alias_set(request, name: str):
     """Set or move an alias from the model page (POST); errors go back to the page as messages."""
-    model = _model_or_404(name)
+    model = found_or_404(get_model, name)
     if request.method != "POST":
         return redirect("registry:model-detail", name=model.name)
     versions = model.versions.exclude(status=VersionStatus.DELETED).values_list("version", flat=True)
@@ -145,7 +135,7 @@ def alias_set(request, name: str):
 @login_required
 def alias_delete(request, name: str, alias: str):
     """Delete an alias: GET asks for confirmation, POST deletes."""
-    model = _model_or_404(name)
+    model = found_or_404(get_model, name)
     row = model.aliases.select_related("version").filter(name=alias).first()
     if row is None:
         raise Http404(f"model {name!r} has no alias {alias!r}")
@@ -159,15 +149,9 @@ def alias_delete(request, name: str, alias: str):
 @login_required
 def model_edit(request, name: str):
     """Edit a model's description from its page (POST)."""
-    model = _model_or_404(name)
+    model = found_or_404(get_model, name)
     if request.method == "POST":
         update_model(name=model.name, description=request.POST.get("description", "")[:10_000], actor=request.user)
         messages.success(request, "Description saved.")
     return redirect("registry:model-detail", name=model.name)
 
-
-def _model_or_404(name: str):
-    try:
-        return get_model(name)
-    except NotFound as exc:
-        raise Http404(exc.message) from exc
