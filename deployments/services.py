@@ -177,6 +177,18 @@ def delete_host(*, name: str, actor=None) -> None:
         host.delete()
 
 
+def ready_targets_oldest_first(**filters):
+    """READY deployment targets, oldest deployment first.
+
+    Folded into a dict keyed by (host, model), the last target written is the version the
+    host serves now: the newest deployment that reached READY there wins. ``filters`` narrow
+    the queryset (e.g. ``host=...``).
+    """
+    return DeploymentTarget.objects.filter(state=TargetState.READY, **filters).order_by(
+        "deployment__created_at", "deployment_id"
+    )
+
+
 def get_host(name: str) -> ServingHost:
     """Return the serving host called ``name``.
 

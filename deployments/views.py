@@ -5,10 +5,9 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect, render
 
-from deployments.choices import TargetState
 from deployments.forms import ServingHostForm
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import get_host, register_host
+from deployments.services import get_host, ready_targets_oldest_first, register_host
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import services as monitoring
@@ -46,11 +45,7 @@ def host_create(request):
 def _loaded_models(host: ServingHost) -> list[dict]:
     """The versions this host serves per the registry, with the footprint measured at their load."""
     latest: dict[int, DeploymentTarget] = {}
-    targets = (
-        DeploymentTarget.objects.filter(host=host, state=TargetState.READY)
-        .select_related("deployment__model", "deployment__version")
-        .order_by("deployment__created_at", "deployment_id")
-    )
+    targets = ready_targets_oldest_first(host=host).select_related("deployment__model", "deployment__version")
     for target in targets:
         latest[target.deployment.model_id] = target
     rows = []

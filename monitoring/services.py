@@ -8,8 +8,8 @@ import time
 
 from django.db.models import Max
 
-from deployments.choices import TargetState
-from deployments.models import Deployment, DeploymentTarget
+from deployments.models import Deployment
+from deployments.services import ready_targets_oldest_first
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
@@ -173,10 +173,8 @@ def deployed_versions() -> list[dict]:
         ``[{"model": str, "version": str, "hosts": [str]}]`` sorted by model and version.
     """
     latest: dict[tuple[str, str], str] = {}
-    targets = (
-        DeploymentTarget.objects.filter(state=TargetState.READY)
-        .order_by("deployment__created_at", "deployment_id")
-        .values_list("deployment__model__name", "host__name", "deployment__version__version")
+    targets = ready_targets_oldest_first().values_list(
+        "deployment__model__name", "host__name", "deployment__version__version"
     )
     for model, host, version in targets:  # later deployments overwrite earlier ones
         latest[(model, host)] = str(version)
