@@ -7,6 +7,22 @@ class ArtifactFormat(models.TextChoices):
     """How a model version's artifact is laid out."""
 
     TRITON_MODEL_DIR = "triton", "Triton model directory"
+    TRITON_ENSEMBLE = "triton_ensemble", "Triton ensemble"
+    ONNX = "onnx", "ONNX file (wrapped for Triton's onnxruntime backend)"
+    TORCHSCRIPT = "torchscript", "TorchScript file (wrapped for Triton's pytorch backend)"
+    TENSORRT_PLAN = "tensorrt_plan", "TensorRT plan (wrapped for Triton's tensorrt backend)"
+    BENTOML_MODEL = "bentomodel", "BentoML model archive (.bentomodel)"
+    BENTO = "bento", "Bento archive (.bento)"
+
+    @classmethod
+    def triton_formats(cls) -> frozenset[str]:
+        """The formats whose stored artifact is a Triton model directory archive."""
+        return frozenset({cls.TRITON_MODEL_DIR, cls.TRITON_ENSEMBLE, cls.ONNX, cls.TORCHSCRIPT, cls.TENSORRT_PLAN})
+
+    @classmethod
+    def bentoml_formats(cls) -> frozenset[str]:
+        """The formats a BentoML host serves."""
+        return frozenset({cls.BENTOML_MODEL, cls.BENTO})
 
 
 class VersionStatus(models.TextChoices):
@@ -26,8 +42,27 @@ class AuditAction(models.TextChoices):
     MODEL_CREATED = "model.created", "Model created"
     MODEL_UPDATED = "model.updated", "Model description or tags changed"
     VERSION_REGISTERED = "version.registered", "Version registered"
+    VERSION_DELETED = "version.deleted", "Version deleted"
+    UPLOAD_STARTED = "upload.started", "Multipart upload started"
+    UPLOAD_ABORTED = "upload.aborted", "Multipart upload aborted"
+    ARTIFACTS_COLLECTED = "artifacts.collected", "Unreferenced artifacts removed"
     ALIAS_SET = "alias.set", "Alias set or moved"
     ALIAS_DELETED = "alias.deleted", "Alias deleted"
     HOST_REGISTERED = "host.registered", "Serving host registered"
     HOST_DELETED = "host.deleted", "Serving host deleted"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"
+
+
+class UploadStatus(models.TextChoices):
+    """Lifecycle of a direct-to-S3 multipart upload.
+
+    OPEN: parts may be uploaded; VERIFYING: completed in S3, the server is streaming it to check
+    size and sha256; COMPLETED: a READY version exists; ABORTED: cancelled by the client or expired;
+    FAILED: verification refused the artifact (``Upload.error`` says why).
+    """
+
+    OPEN = "open", "Open"
+    VERIFYING = "verifying", "Verifying"
+    COMPLETED = "completed", "Completed"
+    ABORTED = "aborted", "Aborted"
+    FAILED = "failed", "Failed"

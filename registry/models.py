@@ -1,9 +1,11 @@
 """Registered models, their versions and the audit trail."""
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, AuditAction, UploadStatus, VersionStatus
 
 
 class RegisteredModel(models.Model):
@@ -60,7 +62,11 @@ class ModelVersion(models.Model):
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
-    created_at = models.DateTimeField(auto_now_add=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+    deleted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["model", "-version"]
@@ -120,3 +126,57 @@ class Alias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.name}"
+
+
+class EnsembleMember(models.Model):
+    """One composing model of a Triton ensemble version.
+
+    ``requested_version`` is the ``model_version`` the ensemble's config names (-1: Triton serves
+    the newest loaded version); ``member`` is the registry version it resolved to at registration.
+    A version that an ensemble composes cannot be deleted while the ensemble is live.
+    """
+
+    ensemble = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="members")
+    member = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="used_by")
+    requested_version = models.BigIntegerField(default=-1)
+
+    class Meta:
+        ordering = ["ensemble", "member__model__name"]
+        constraints = [models.UniqueConstraint(fields=["ensemble", "member"], name="unique_ensemble_member")]
+
+    def __str__(self) -> str:
+        return f"{self.ensemble} uses {self.member}"
+
+
+class Upload(models.Model):
+    """A direct-to-S3 multipart upload that becomes a model version once verified.
+
+    The client uploads parts of ``part_size`` bytes through presigned URLs to ``staging_key``;
+    on completion the server streams the object to check ``size`` (bytes) and ``sha256``,
+    then registers the version with ``version_fields`` (metadata, tags, lineage).
+    """
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="uploads")
+    filename = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField(help_text="bytes, as declared by the client")
+    sha256 = models.CharField(max_length=64, blank=True, help_text="as declared by the client, if given")
+    part_size = models.PositiveBigIntegerField(help_text="bytes per part (the last may be shorter)")
+    staging_key = models.CharField(max_length=200)
+    s3_upload_id = models.CharField(max_length=1024)
+    status = models.CharField(max_length=16, choices=UploadStatus.choices, default=UploadStatus.OPEN)
+    error = models.TextField(blank=True)
+    version_fields = models.JSONField(default=dict, blank=True)
+    version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"upload {self.id} of {self.model.name} ({self.status})"
