@@ -204,7 +204,8 @@ def deploy_triton_version(
 
     def config_for(versions: list[int], text_version: int) -> str:
         text = _config_text_for(paths, model, text_version, payload["config_text"])
-        return render_load_config(text, model_name=model, versions=sorted(versions), parameters=parameters)
+        return render_load_config(text, model_name=model, versions=sorted(versions), parameters=parameters,
+                                  overrides=payload.get("config_overrides"))
 
     def failed(message: str, *, retryable: bool = False) -> dict:
         logger.warning("deploy %s v%s failed: %s", model, version, message)

@@ -6,3 +6,9 @@ class DeploymentsConfig(AppConfig):
 
     name = "deployments"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from deployments.rollouts import on_alias_moved
+        from registry.signals import alias_moved
+
+        alias_moved.connect(on_alias_moved, dispatch_uid="deployments.follow_alias")

@@ -2,11 +2,19 @@
 
 from django.db import models
 
+from registry.choices import ArtifactFormat
+
 
 class Runtime(models.TextChoices):
     """The serving runtime a host runs."""
 
     TRITON = "triton", "NVIDIA Triton Inference Server"
+
+
+# Which registry artifact formats each runtime can serve.
+RUNTIME_FORMATS: dict[str, frozenset[str]] = {
+    Runtime.TRITON: ArtifactFormat.triton_formats(),
+}
 
 
 class TargetState(models.TextChoices):
@@ -17,26 +25,68 @@ class TargetState(models.TextChoices):
     LOADING = "loading", "Loading"
     READY = "ready", "Ready"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 ACTIVE_TARGET_STATES = frozenset({TargetState.PENDING, TargetState.STAGING, TargetState.LOADING})
-TERMINAL_TARGET_STATES = frozenset({TargetState.READY, TargetState.FAILED})
+TERMINAL_TARGET_STATES = frozenset({TargetState.READY, TargetState.FAILED, TargetState.CANCELLED})
 
 # Allowed moves. Progress reports from a host agent may arrive out of order
 # (they travel as separate tasks), so a state may be skipped forward but never
 # re-entered; a stale report is refused by ``transition`` and ignored by callers.
 TARGET_TRANSITIONS: dict[str, frozenset[str]] = {
-    TargetState.PENDING: frozenset({TargetState.STAGING, TargetState.LOADING, TargetState.READY, TargetState.FAILED}),
+    TargetState.PENDING: frozenset(
+        {TargetState.STAGING, TargetState.LOADING, TargetState.READY, TargetState.FAILED, TargetState.CANCELLED}
+    ),
     TargetState.STAGING: frozenset({TargetState.LOADING, TargetState.READY, TargetState.FAILED}),
     TargetState.LOADING: frozenset({TargetState.READY, TargetState.FAILED}),
     TargetState.READY: frozenset(),
     TargetState.FAILED: frozenset(),
+    TargetState.CANCELLED: frozenset(),
 }
 
 
 class DeploymentStatus(models.TextChoices):
-    """A deployment's overall status, derived from its targets."""
+    """Where a deployment's rollout stands.
 
-    IN_PROGRESS = "in_progress", "In progress"
-    READY = "ready", "Ready"
+    RUNNING: batches are being moved; PAUSED: stopped by an operator or by a failed host under the
+    ``pause`` policy, waiting for resume, cancel or rollback; SUCCEEDED: every host serves the
+    version; FAILED: finished with at least one host that could not load it (those hosts kept
+    their old version); CANCELLED: stopped for good, hosts not yet moved were left alone;
+    ROLLED_BACK: the hosts it had moved were sent back to their previous version.
+    """
+
+    RUNNING = "running", "Running"
+    PAUSED = "paused", "Paused"
+    SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    ROLLED_BACK = "rolled_back", "Rolled back"
+
+
+ACTIVE_DEPLOYMENT_STATUSES = frozenset({DeploymentStatus.RUNNING, DeploymentStatus.PAUSED})
+TERMINAL_DEPLOYMENT_STATUSES = frozenset(
+    {DeploymentStatus.SUCCEEDED, DeploymentStatus.FAILED, DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK}
+)
+
+DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
+    DeploymentStatus.RUNNING: frozenset(
+        {DeploymentStatus.PAUSED, DeploymentStatus.SUCCEEDED, DeploymentStatus.FAILED, DeploymentStatus.CANCELLED,
+         DeploymentStatus.ROLLED_BACK}
+    ),
+    DeploymentStatus.PAUSED: frozenset(
+        {DeploymentStatus.RUNNING, DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK}
+    ),
+    # A finished rollout can still be rolled back (its hosts return to what they served before).
+    DeploymentStatus.SUCCEEDED: frozenset({DeploymentStatus.ROLLED_BACK}),
+    DeploymentStatus.FAILED: frozenset({DeploymentStatus.ROLLED_BACK}),
+    DeploymentStatus.CANCELLED: frozenset({DeploymentStatus.ROLLED_BACK}),
+    DeploymentStatus.ROLLED_BACK: frozenset(),
+}
+
+
+class FailurePolicy(models.TextChoices):
+    """What a rollout does when a host fails to load the new version (that host keeps its old one)."""
+
+    PAUSE = "pause", "Pause and wait for an operator"
+    ROLLBACK = "rollback", "Roll back the hosts already moved"

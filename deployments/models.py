@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from deployments.choices import DeploymentStatus, Runtime, TargetState
+from deployments.choices import DeploymentStatus, FailurePolicy, Runtime, TargetState
 from registry.models import ModelVersion, RegisteredModel
 
 
@@ -47,39 +47,42 @@ class ServingHost(models.Model):
 
 
 class Deployment(models.Model):
-    """A request to serve one model version on a set of hosts.
+    """A rollout: one model version onto a set of hosts, moved in batches.
 
-    Its status is derived from its targets: failed when any host failed,
-    ready when every host is ready, in progress otherwise.
+    ``batch_size`` is the most hosts moved at once (max unavailable; each host loads the new
+    version beside the old one, so a host in a batch keeps serving). ``follow_alias`` names the
+    alias this deployment tracks: moving it starts the next rollout to the same hosts by itself.
+    ``selector`` is the label selector the hosts were chosen by (empty when named);
+    ``config_overrides`` is a partial Triton model config applied at load (instance_group,
+    dynamic_batching, max_batch_size). ``rollback_of`` links a rollback to the rollout it undoes.
+    ``status`` changes only through ``deployments.rollouts.set_status``, each change a
+    ``RolloutEvent``.
     """
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="deployments")
     version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="deployments")
     hosts = models.ManyToManyField(ServingHost, through="DeploymentTarget", related_name="deployments")
+    status = models.CharField(max_length=16, choices=DeploymentStatus.choices, default=DeploymentStatus.RUNNING)
+    batch_size = models.PositiveIntegerField(default=1, help_text="hosts moved at once (max unavailable)")
+    failure_policy = models.CharField(max_length=16, choices=FailurePolicy.choices, default=FailurePolicy.PAUSE)
+    follow_alias = models.CharField(max_length=63, blank=True)
+    selector = models.JSONField(default=dict, blank=True)
+    config_overrides = models.JSONField(default=dict, blank=True)
+    rollback_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rollbacks"
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["model", "follow_alias", "-created_at"], name="deployment_follow_idx")]
 
     def __str__(self) -> str:
         return f"deployment {self.pk} of {self.version}"
-
-    def status_from(self, states) -> str:
-        """Return the ``DeploymentStatus`` for the given target states."""
-        states = list(states)
-        if any(s == TargetState.FAILED for s in states):
-            return DeploymentStatus.FAILED
-        if states and all(s == TargetState.READY for s in states):
-            return DeploymentStatus.READY
-        return DeploymentStatus.IN_PROGRESS
-
-    @property
-    def status(self) -> str:
-        """The overall ``DeploymentStatus`` (uses prefetched targets when present)."""
-        return self.status_from(t.state for t in self.targets.all())
 
 
 class DeploymentTarget(models.Model):
@@ -91,6 +94,12 @@ class DeploymentTarget(models.Model):
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="targets")
     host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="targets")
+    batch = models.PositiveIntegerField(default=0, help_text="0-based; batches move one after another")
+    previous_version = models.ForeignKey(
+        ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="what the host served of this model when the rollout began (a rollback's destination)",
+    )
+    dispatched_at = models.DateTimeField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=TargetState.choices, default=TargetState.PENDING)
     error = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
@@ -118,3 +127,20 @@ class TargetEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.target_id}: {self.from_state} -> {self.to_state}"
+
+
+class RolloutEvent(models.Model):
+    """One status change of a deployment's rollout, with who or what caused it."""
+
+    deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="events")
+    from_status = models.CharField(max_length=16, choices=DeploymentStatus.choices)
+    to_status = models.CharField(max_length=16, choices=DeploymentStatus.choices)
+    actor_label = models.CharField(max_length=150, blank=True)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.deployment_id}: {self.from_status} -> {self.to_status}"

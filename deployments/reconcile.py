@@ -105,11 +105,12 @@ def fail_stalled_targets(*, now=None) -> list[Repair]:
     repairs = []
     pending_cutoff = now - timedelta(seconds=settings.DISPATCH_TIMEOUT)
     silent_cutoff = now - timedelta(seconds=settings.AGENT_LOAD_TIMEOUT + settings.DISPATCH_TIMEOUT)
-    stalled = DeploymentTarget.objects.filter(state__in=ACTIVE_TARGET_STATES).select_related(
-        "host", "deployment__model", "deployment__version"
-    )
+    # A pending target of a later batch waits for its turn; only a dispatched one can stall.
+    stalled = DeploymentTarget.objects.filter(
+        state__in=ACTIVE_TARGET_STATES, dispatched_at__isnull=False
+    ).select_related("host", "deployment__model", "deployment__version")
     for target in stalled:
-        if target.state == TargetState.PENDING and target.updated_at < pending_cutoff:
+        if target.state == TargetState.PENDING and target.dispatched_at < pending_cutoff:
             if target.host.is_online(now=now):
                 continue
             message = (f"no host agent picked this up within {settings.DISPATCH_TIMEOUT:g} s: is the agent of "
@@ -125,8 +126,11 @@ def fail_stalled_targets(*, now=None) -> list[Repair]:
 
 
 def reconcile_fleet() -> list[Repair]:
-    """Fail stalled targets, then reconcile every host. Returns every action taken."""
+    """Fail stalled targets, advance running rollouts, then reconcile every host. Returns the repairs."""
+    from deployments.rollouts import advance_running_rollouts
+
     repairs = fail_stalled_targets()
+    advance_running_rollouts()
     for host in ServingHost.objects.order_by("name"):
         repairs.extend(reconcile_host(host))
     return repairs

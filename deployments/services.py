@@ -12,13 +12,21 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from deployments.choices import ACTIVE_TARGET_STATES, TARGET_TRANSITIONS, Runtime, TargetState
+from deployments.choices import (
+    ACTIVE_TARGET_STATES,
+    RUNTIME_FORMATS,
+    TARGET_TRANSITIONS,
+    FailurePolicy,
+    Runtime,
+    TargetState,
+)
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
+from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from registry.choices import AuditAction
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
-from registry.services import acting_user, get_version, record_audit_event
+from registry.services import acting_user, get_version, record_audit_event, resolve_alias
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +93,8 @@ def register_host(
         raise InvalidInput(str(exc)) from exc
     if runtime not in Runtime.values:
         raise InvalidInput(f"runtime must be one of {', '.join(Runtime.values)}, got {runtime!r}")
-    if labels is not None and not (
-        isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())
-    ):
-        raise InvalidInput("labels must be a JSON object of string keys and string values")
+    if labels is not None:
+        _check_labels(labels, "labels")
     inference_url = _check_url(inference_url, "inference_url", required=True)
     metrics_url = _check_url(metrics_url, "metrics_url", required=False)
     same = Q(inference_url=inference_url) | (Q(metrics_url=metrics_url) if metrics_url else Q(pk__in=[]))
@@ -115,48 +121,121 @@ def register_host(
     return host
 
 
-def start_deployment(*, model_name: str, version: int, host_names: list[str], actor=None) -> Deployment:
-    """Ask the given hosts to serve one model version.
-
-    Writes the deployment and one pending target per host, then, once the
-    transaction commits, enqueues ``dispatch_target`` for each target.
+def start_deployment(
+    *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
+    selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
+    failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, actor=None,
+) -> Deployment:
+    """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
     Args:
         model_name: registered model name.
-        version: its version number.
-        host_names: names of registered serving hosts (at least one, no repeats).
+        version: the version to pin; or
+        alias: an alias to follow instead: its version now, and a new rollout to the same hosts
+            each time the alias moves.
+        host_names: the hosts, by name (no repeats); or
+        selector: ``{label: value}`` the hosts' labels must all match; with ``replicas`` the
+            online matching hosts with the most free GPU memory are chosen (see
+            ``deployments.placement``).
+        batch_size: hosts moved at once (max unavailable), 1 or more.
+        failure_policy: a ``FailurePolicy`` value.
+        config_overrides: a partial Triton model config (instance_group, dynamic_batching,
+            max_batch_size) applied at load on every host.
         actor: the requesting user.
 
     Returns:
-        The new Deployment.
+        The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
 
     Raises:
-        NotFound: the model or version does not exist.
-        InvalidInput: no hosts, a repeated host, or an unknown host.
+        NotFound: the model, version or alias does not exist.
+        InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
+        Conflict: the version's format cannot be served by a chosen host's runtime.
     """
-    from deployments.tasks import dispatch_target
+    from deployments.placement import choose_hosts
 
-    model_version = get_version(model_name, version)
-    if not host_names:
-        raise InvalidInput("hosts must name at least one serving host")
-    if len(set(host_names)) != len(host_names):
-        raise InvalidInput("hosts must not repeat a host")
-    hosts = {h.name: h for h in ServingHost.objects.filter(name__in=host_names)}
-    unknown = [name for name in host_names if name not in hosts]
-    if unknown:
-        raise InvalidInput(f"unknown serving host(s): {', '.join(map(repr, unknown))}")
+    if (version is None) == (not alias):
+        raise InvalidInput("give either a version or an alias to follow, not both")
+    model_version = resolve_alias(model_name, alias) if alias else get_version(model_name, version)
+    if host_names and selector:
+        raise InvalidInput("choose hosts by name or by selector, not both")
+    if host_names:
+        if len(set(host_names)) != len(host_names):
+            raise InvalidInput("hosts must not repeat a host")
+        found = {h.name: h for h in ServingHost.objects.filter(name__in=host_names)}
+        unknown = [name for name in host_names if name not in found]
+        if unknown:
+            raise InvalidInput(f"unknown serving host(s): {', '.join(map(repr, unknown))}")
+        hosts = [found[n] for n in host_names]
+    elif selector:
+        hosts = choose_hosts(model_version, _check_labels(selector, "selector"), replicas=replicas)
+    else:
+        raise InvalidInput("hosts must name at least one serving host, or give a selector")
+    return create_rollout(
+        model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
+        config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, actor=actor,
+    )
+
+
+def create_rollout(
+    *, model_version: ModelVersion, hosts: list[ServingHost], batch_size: int = 1,
+    failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, follow_alias: str = "",
+    selector: dict | None = None, rollback_of: Deployment | None = None, actor=None,
+) -> Deployment:
+    """Write a deployment and its targets in batches, then (on commit) start its rollout.
+
+    Each target records the version its host serves now (``previous_version``), which a
+    rollback returns it to. Hosts keep the given order; batch ``i`` holds hosts
+    ``i*batch_size .. (i+1)*batch_size-1``.
+
+    Raises:
+        InvalidInput: no hosts, a batch size below 1, an unknown policy, or bad overrides.
+        Conflict: a host's runtime cannot serve the version's format.
+    """
+    from deployments.tasks import advance_rollout_task
+
+    if not hosts:
+        raise InvalidInput("a deployment needs at least one serving host")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInput(f"batch_size must be a whole number of hosts, 1 or more, got {batch_size!r}")
+    if failure_policy not in FailurePolicy.values:
+        raise InvalidInput(f"failure_policy must be one of {', '.join(FailurePolicy.values)}")
+    try:
+        overrides = check_config_overrides(config_overrides)
+    except ModelConfigError as exc:
+        raise InvalidInput(str(exc)) from exc
+    for host in hosts:
+        if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
+            raise Conflict(
+                f"{host.name} runs {host.get_runtime_display()}, which cannot serve "
+                f"{model_version.get_format_display()} artifacts"
+            )
+    serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
+        host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}
     with transaction.atomic():
         deployment = Deployment.objects.create(
-            model=model_version.model, version=model_version, created_by=acting_user(actor)
+            model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
+            failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},
+            config_overrides=overrides, rollback_of=rollback_of,
         )
-        targets = [DeploymentTarget.objects.create(deployment=deployment, host=hosts[n]) for n in host_names]
+        DeploymentTarget.objects.bulk_create(
+            DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
+                             previous_version=serving.get(host.pk))
+            for i, host in enumerate(hosts)
+        )
         record_audit_event(
             action=AuditAction.DEPLOYMENT_CREATED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
-            model=model_version.model, data={"version": version, "hosts": host_names},
+            model=model_version.model,
+            data={"version": model_version.version, "hosts": [h.name for h in hosts], "batch_size": batch_size,
+                  "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None},
         )
-        for target in targets:
-            transaction.on_commit(lambda pk=target.pk: dispatch_target.delay(pk))
+        transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk))
     return deployment
+
+
+def _check_labels(labels, field: str) -> dict[str, str]:
+    if not (isinstance(labels, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items())):
+        raise InvalidInput(f"{field} must be a JSON object of string keys and string values")
+    return dict(labels)
 
 
 def delete_host(*, name: str, actor=None) -> None:
@@ -288,6 +367,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "size": version.artifact_size,
         "config_text": version.config_text,
         "parameters": dict(target.host.config_overrides.get("parameters", {})),
+        "config_overrides": dict(target.deployment.config_overrides),
         "inference_url": target.host.inference_url,
         "metrics_url": target.host.metrics_url,
     }

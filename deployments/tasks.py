@@ -13,7 +13,7 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from deployments.choices import TargetState
+from deployments.choices import TERMINAL_TARGET_STATES, TargetState
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from registry.storage import ArtifactStore, StorageError
@@ -48,8 +48,22 @@ def dispatch_target(target_id: int) -> None:
 
 @shared_task(name="deployments.record_target_report", acks_late=True)
 def record_target_report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
-    """Record a host agent's progress or result for one target (idempotent)."""
+    """Record a host agent's progress or result for one target, then advance its rollout (idempotent)."""
+    from deployments.rollouts import advance_rollout
+
     record_target_progress(target_id, state, message=message, details=details)
+    if state in TERMINAL_TARGET_STATES:
+        deployment_id = DeploymentTarget.objects.filter(pk=target_id).values_list("deployment_id", flat=True).first()
+        if deployment_id is not None:
+            advance_rollout(deployment_id)
+
+
+@shared_task(name="deployments.advance_rollout", acks_late=True)
+def advance_rollout_task(deployment_id: int) -> str:
+    """Orchestrator: take a rollout's next step (dispatch a batch, pause, finish); idempotent."""
+    from deployments.rollouts import advance_rollout
+
+    return advance_rollout(deployment_id)
 
 
 def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
@@ -149,3 +163,18 @@ def reconcile() -> int:
     from deployments.reconcile import reconcile_fleet
 
     return len(reconcile_fleet())
+
+
+@shared_task(name="deployments.follow_alias", acks_late=True)
+def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) -> int | None:
+    """Orchestrator: roll the version an alias now names out to the deployments following it.
+
+    Returns the new deployment's id, or None when there was nothing to do (idempotent).
+    """
+    from django.contrib.auth import get_user_model
+
+    from deployments.rollouts import follow_alias
+
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id else None
+    deployment = follow_alias(model_id, alias, actor=actor)
+    return deployment.pk if deployment else None

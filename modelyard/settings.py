@@ -154,6 +154,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "DeploymentStatusEnum": "deployments.choices.DeploymentStatus",
+        "VersionStatusEnum": "registry.choices.VersionStatus",
+    },
 }
 
 # Celery: JSON only, late acknowledgement, so a worker killed mid-task hands

@@ -25,7 +25,7 @@ from pathlib import Path
 import requests
 from requests_toolbelt.multipart.encoder import MultipartEncoder, MultipartEncoderMonitor
 
-TERMINAL = {"ready", "failed"}
+TERMINAL = {"succeeded", "failed", "cancelled", "rolled_back", "paused"}
 
 
 class CLIError(Exception):
@@ -131,7 +131,9 @@ def cmd_alias(client: Client, args) -> int:
 
 
 def wait_for_deployment(client: Client, deployment_id: int, timeout: float, interval: float = 2.0) -> int:
-    """Poll a deployment until every host is ready (0) or one failed (1); print state changes to stderr.
+    """Poll a deployment until it succeeds (0) or fails, pauses, is cancelled or rolled back (1).
+
+    Prints each host's state changes to stderr and the final status as JSON to stdout.
 
     Raises:
         CLIError: the timeout (seconds) passed first.
@@ -147,15 +149,38 @@ def wait_for_deployment(client: Client, deployment_id: int, timeout: float, inte
                 print(line + (f" — {target['error']}" if target["error"] else ""), file=sys.stderr)
         if body["status"] in TERMINAL:
             print(json.dumps({"id": body["id"], "status": body["status"]}))
-            return 0 if body["status"] == "ready" else 1
+            return 0 if body["status"] == "succeeded" else 1
         if time.monotonic() > deadline:
             raise CLIError(f"deployment {deployment_id} still {body['status']} after {timeout:g} s")
         time.sleep(interval)
 
 
+def _labels(pairs: list[str] | None) -> dict[str, str]:
+    labels = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise CLIError(f"--selector takes LABEL=VALUE, got {pair!r}")
+        labels[key] = value
+    return labels
+
+
 def cmd_deploy(client: Client, args) -> int:
-    body = client.request("POST", "deployments/", json={"model": args.model, "version": args.version,
-                                                        "hosts": args.host})
+    if (args.version is None) == (args.alias is None):
+        raise CLIError("give a version number or --alias ALIAS (to follow it), not both")
+    if bool(args.host) == bool(args.selector):
+        raise CLIError("choose hosts with --host (repeatable) or --selector LABEL=VALUE, not both")
+    request = {"model": args.model, "batch_size": args.batch_size, "failure_policy": args.on_failure}
+    request.update({"version": args.version} if args.version is not None else {"alias": args.alias})
+    request.update({"hosts": args.host} if args.host else {"selector": _labels(args.selector)})
+    if args.replicas is not None:
+        request["replicas"] = args.replicas
+    if args.config_overrides:
+        try:
+            request["config_overrides"] = json.loads(args.config_overrides)
+        except json.JSONDecodeError as exc:
+            raise CLIError(f"--config-overrides is not valid JSON: {exc.msg}") from exc
+    body = client.request("POST", "deployments/", json=request)
     if not args.wait:
         print(json.dumps({"id": body["id"], "status": body["status"]}))
         return 0
@@ -182,11 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
     alias.add_argument("alias")
     alias.add_argument("version", nargs="?", type=int)
     alias.set_defaults(func=cmd_alias)
-    deploy = sub.add_parser("deploy", help="deploy a version to hosts")
+    deploy = sub.add_parser("deploy", help="roll a version (or the version an alias names) out to hosts")
     deploy.add_argument("model")
-    deploy.add_argument("version", type=int)
-    deploy.add_argument("--host", action="append", required=True, help="a serving host (repeat for more)")
-    deploy.add_argument("--wait", action="store_true", help="wait; exit 1 if a host fails")
+    deploy.add_argument("version", type=int, nargs="?", help="the version to pin (or give --alias)")
+    deploy.add_argument("--alias", help="follow this alias: deploy its version now and again whenever it moves")
+    deploy.add_argument("--host", action="append", help="a serving host (repeat for more)")
+    deploy.add_argument("--selector", action="append", metavar="LABEL=VALUE",
+                        help="choose hosts by label (repeat to require several)")
+    deploy.add_argument("--replicas", type=int, help="with --selector: how many hosts, by free GPU memory")
+    deploy.add_argument("--batch-size", type=int, default=1, help="hosts moved at once (default 1)")
+    deploy.add_argument("--on-failure", choices=["pause", "rollback"], default="pause",
+                        help="what the rollout does when a host fails (default pause)")
+    deploy.add_argument("--config-overrides", help="JSON: instance_group, dynamic_batching, max_batch_size")
+    deploy.add_argument("--wait", action="store_true", help="wait; exit 1 unless the rollout succeeds")
     deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     deploy.set_defaults(func=cmd_deploy)
     wait = sub.add_parser("wait", help="wait for a deployment; exit 1 if it fails")

@@ -12,11 +12,10 @@ Series (all counts are plain numbers, durations are seconds):
 ``modelyard_model_versions{status}``
     Gauge. Model versions per ``VersionStatus`` (count); every status is present, 0 when none.
 ``modelyard_deployments_total{status}``
-    Gauge. Deployments (rollouts) per derived status, as ``Deployment.status_from`` derives it:
-    ``in_progress`` (started, not finished), ``ready`` (succeeded on every host), ``failed``
-    (failed on at least one host). ``ready`` and ``failed`` are terminal, so they only grow
-    (``increase()`` over them counts rollouts finished in a window); ``in_progress`` rises and
-    falls. The sum is every rollout ever started.
+    Gauge. Deployments (rollouts) per status (``DeploymentStatus``): ``running`` and
+    ``paused`` rise and fall; ``succeeded``, ``failed``, ``cancelled`` are terminal and only
+    grow, except that a rollback moves one to ``rolled_back`` (``increase()`` over a terminal
+    status counts rollouts finished in a window). The sum is every rollout ever started.
 ``modelyard_deployment_targets{state}``
     Gauge. Per-host parts of deployments per ``TargetState`` (count).
 ``modelyard_target_step_duration_seconds{step}``
@@ -42,7 +41,7 @@ from collections.abc import Iterator
 
 import redis
 from django.conf import settings
-from django.db.models import Case, Count, Exists, FloatField, OuterRef, Q, Sum, When
+from django.db.models import Case, Count, FloatField, Q, Sum, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
@@ -90,27 +89,13 @@ def _counts_by(queryset, field: str) -> dict[str, int]:
 
 
 def deployment_status_counts() -> dict[str, int]:
-    """Count deployments per derived ``DeploymentStatus`` in one SQL query.
-
-    Mirrors ``Deployment.status_from``: failed when any target failed, ready when
-    there is at least one target and every target is ready, in progress otherwise.
+    """Count deployments per ``DeploymentStatus`` in one SQL query.
 
     Returns:
         ``{status: count}`` with every ``DeploymentStatus`` value as a key.
     """
-    targets = DeploymentTarget.objects.filter(deployment=OuterRef("pk"))
-    failed = Exists(targets.filter(state=TargetState.FAILED))
-    all_ready = Exists(targets) & ~Exists(targets.exclude(state=TargetState.READY))
-    totals = Deployment.objects.order_by().aggregate(
-        total=Count("pk"),
-        failed=Count("pk", filter=Q(failed)),
-        ready=Count("pk", filter=Q(all_ready)),
-    )
-    return {
-        DeploymentStatus.IN_PROGRESS: totals["total"] - totals["failed"] - totals["ready"],
-        DeploymentStatus.READY: totals["ready"],
-        DeploymentStatus.FAILED: totals["failed"],
-    }
+    found = _counts_by(Deployment.objects.all(), "status")
+    return {status: found.get(status, 0) for status in DeploymentStatus.values}
 
 
 def step_duration_histograms() -> dict[str, dict]:

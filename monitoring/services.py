@@ -6,8 +6,6 @@ does not grow with the number of models, versions or hosts.
 
 import time
 
-from django.db.models import Max
-
 from deployments.models import Deployment
 from deployments.services import ready_targets_oldest_first
 from modelyard.errors import InvalidInput, ServiceUnavailable
@@ -108,7 +106,7 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
 
     Returns:
         ``[{"id", "version", "status", "start": s, "end": s | None}]``, oldest first; ``end`` is
-        the last target change once every target finished, else None.
+        when the rollout finished, else None.
     """
     from django.utils import timezone
 
@@ -116,17 +114,15 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
     deployments = (
         Deployment.objects.filter(model=model, created_at__gte=since)
         .select_related("version")
-        .prefetch_related("targets")
-        .annotate(last_change=Max("targets__events__created_at"))
         .order_by("created_at")
     )
     markers = []
     for d in deployments:
         status = d.status
-        finished = status != "in_progress" and d.last_change is not None
+        finished = d.finished_at is not None
         markers.append({
             "id": d.pk, "version": d.version.version, "status": status,
-            "start": d.created_at.timestamp(), "end": d.last_change.timestamp() if finished else None,
+            "start": d.created_at.timestamp(), "end": d.finished_at.timestamp() if finished else None,
         })
     return markers
 

@@ -51,6 +51,7 @@ class AuditAction(models.TextChoices):
     HOST_REGISTERED = "host.registered", "Serving host registered"
     HOST_DELETED = "host.deleted", "Serving host deleted"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"
+    DEPLOYMENT_CHANGED = "deployment.changed", "Rollout paused, resumed, cancelled or rolled back"
 
 
 class UploadStatus(models.TextChoices):

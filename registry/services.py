@@ -16,6 +16,7 @@ from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archiv
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
+from registry.signals import alias_moved
 from registry.storage import ArtifactStore, StorageError
 
 logger = logging.getLogger(__name__)
@@ -314,6 +315,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
             action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
             data={"alias": name, "from": previous, "to": target.version},
         )
+        alias_moved.send(sender=Alias, model=model, alias=name, version=target, actor=actor)
     return current
 
 

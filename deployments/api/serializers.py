@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
-from deployments.choices import DeploymentStatus, Runtime
-from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
+from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
 
 
 class ServingHostSerializer(serializers.ModelSerializer):
@@ -29,34 +29,57 @@ class ServingHostSerializer(serializers.ModelSerializer):
 
 
 class DeploymentTargetSerializer(serializers.ModelSerializer):
-    """One host's state within a deployment."""
+    """One host's state within a rollout: its batch, step and what it served before."""
 
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    previous_version = serializers.IntegerField(source="previous_version.version", read_only=True, allow_null=True)
 
     class Meta:
         model = DeploymentTarget
-        fields = ["host", "state", "error", "details", "updated_at"]
+        fields = ["host", "batch", "state", "error", "previous_version", "dispatched_at", "details", "updated_at"]
+        read_only_fields = fields
+
+
+class RolloutEventSerializer(serializers.ModelSerializer):
+    """One status change of a rollout."""
+
+    class Meta:
+        model = RolloutEvent
+        fields = ["from_status", "to_status", "actor_label", "message", "created_at"]
         read_only_fields = fields
 
 
 class DeploymentSerializer(serializers.ModelSerializer):
-    """A deployment with its overall status and per-host states."""
+    """A deployment (rollout) with its status, settings and per-host states."""
 
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     version = serializers.IntegerField(source="version.version", read_only=True)
     status = serializers.ChoiceField(choices=DeploymentStatus.choices, read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     targets = DeploymentTargetSerializer(many=True, read_only=True)
+    events = RolloutEventSerializer(many=True, read_only=True)
 
     class Meta:
         model = Deployment
-        fields = ["id", "model", "version", "status", "targets", "created_by", "created_at"]
+        fields = ["id", "model", "version", "status", "batch_size", "failure_policy", "follow_alias", "selector",
+                  "config_overrides", "rollback_of", "targets", "events", "created_by", "created_at", "finished_at"]
         read_only_fields = fields
 
 
 class DeploymentCreateSerializer(serializers.Serializer):
-    """Input of ``POST /api/v1/deployments/``."""
+    """Input of ``POST /api/v1/deployments/``: a version or an alias to follow, hosts or a selector."""
 
     model = serializers.CharField(max_length=200)
-    version = serializers.IntegerField(min_value=1)
-    hosts = serializers.ListField(child=serializers.CharField(max_length=200), allow_empty=False, max_length=1000)
+    version = serializers.IntegerField(min_value=1, required=False, help_text="pin this version")
+    alias = serializers.CharField(max_length=63, required=False, default="",
+                                  help_text="follow this alias instead of pinning a version")
+    hosts = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=1000)
+    selector = serializers.DictField(child=serializers.CharField(max_length=200), required=False,
+                                     help_text="labels the hosts must carry")
+    replicas = serializers.IntegerField(min_value=1, max_value=10000, required=False,
+                                        help_text="with a selector: how many hosts, chosen by free GPU memory")
+    batch_size = serializers.IntegerField(min_value=1, max_value=10000, default=1,
+                                          help_text="hosts moved at once (max unavailable)")
+    failure_policy = serializers.ChoiceField(choices=FailurePolicy.choices, default=FailurePolicy.PAUSE)
+    config_overrides = serializers.JSONField(required=False, help_text=(
+        "partial Triton model config applied at load: instance_group, dynamic_batching, max_batch_size"))

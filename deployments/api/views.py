@@ -2,9 +2,10 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from deployments import services
+from deployments import rollouts, services
 from deployments.api.serializers import DeploymentCreateSerializer, DeploymentSerializer, ServingHostSerializer
 from deployments.models import Deployment, ServingHost
 from modelyard.api import StaffCanWrite
@@ -37,26 +38,61 @@ class ServingHostViewSet(
 class DeploymentViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
 ):
-    """Deployments: one model version onto a set of hosts, with per-host state."""
+    """Deployments (rollouts): one model version onto a set of hosts in batches, with per-host state.
+
+    ``POST .../<id>/pause/``, ``resume/``, ``cancel/`` and ``rollback/`` control a rollout;
+    an illegal move (e.g. resuming a finished rollout) is a 409.
+    """
 
     serializer_class = DeploymentSerializer
     ordering = "-id"
     queryset = (
         Deployment.objects.select_related("model", "version", "created_by")
-        .prefetch_related("targets__host")
+        .prefetch_related("targets__host", "targets__previous_version", "events")
         .order_by("-id")
     )
-    filterset_fields = {"model__name": ["exact"]}
+    filterset_fields = {"model__name": ["exact"], "status": ["exact"], "follow_alias": ["exact"]}
 
     @extend_schema(request=DeploymentCreateSerializer, responses={201: DeploymentSerializer})
     def create(self, request, *args, **kwargs):
         data = DeploymentCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        fields = data.validated_data
         deployment = services.start_deployment(
-            model_name=data.validated_data["model"],
-            version=data.validated_data["version"],
-            host_names=data.validated_data["hosts"],
-            actor=request.user,
+            model_name=fields["model"], version=fields.get("version"), alias=fields["alias"],
+            host_names=fields.get("hosts"), selector=fields.get("selector"), replicas=fields.get("replicas"),
+            batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
+            config_overrides=fields.get("config_overrides"), actor=request.user,
         )
-        deployment = services.get_deployment(deployment.pk)
-        return Response(DeploymentSerializer(deployment).data, status=status.HTTP_201_CREATED)
+        return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
+
+    def _show(self, pk: int) -> dict:
+        return DeploymentSerializer(self.get_queryset().get(pk=pk)).data
+
+    @extend_schema(request=None, responses={200: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        """Stop dispatching further batches (hosts in flight finish)."""
+        rollouts.pause_rollout(int(pk), actor=request.user)
+        return Response(self._show(pk))
+
+    @extend_schema(request=None, responses={200: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        """Continue a paused rollout with its next batch."""
+        rollouts.resume_rollout(int(pk), actor=request.user)
+        return Response(self._show(pk))
+
+    @extend_schema(request=None, responses={200: DeploymentSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Stop the rollout for good; hosts not yet moved are left alone."""
+        rollouts.cancel_rollout(int(pk), actor=request.user)
+        return Response(self._show(pk))
+
+    @extend_schema(request=None, responses={200: DeploymentSerializer(many=True)})
+    @action(detail=True, methods=["post"])
+    def rollback(self, request, pk=None):
+        """Send the hosts this rollout moved back to their previous version; returns the rollback rollouts."""
+        started = rollouts.rollback_rollout(int(pk), actor=request.user)
+        return Response([self._show(d.pk) for d in started])

@@ -88,6 +88,7 @@ def render_load_config(
     model_name: str,
     versions: list[int],
     parameters: dict[str, str] | None = None,
+    overrides: dict | None = None,
 ) -> str:
     """Build the config override JSON for a Triton repository load.
 
@@ -98,6 +99,8 @@ def render_load_config(
             written as a ``specific`` version policy.
         parameters: extra model parameters, added or replaced as string values
             (per-host settings such as EXECUTION_ENV_PATH).
+        overrides: a deployment's config overrides (see ``check_config_overrides``); each
+            top-level field given replaces the uploaded config's field as a whole.
 
     Returns:
         The config as protobuf JSON with protobuf field names (``data_type``,
@@ -112,9 +115,65 @@ def render_load_config(
     if any(int(v) < 1 for v in versions):
         raise ModelConfigError(f"model versions must be 1 or more, got {sorted(versions)}")
     cfg = parse_model_config(config_text)
+    _apply_overrides(cfg, check_config_overrides(overrides))
     cfg.name = model_name
     cfg.version_policy.Clear()
     cfg.version_policy.specific.versions.extend(sorted({int(v) for v in versions}))
     for key, value in (parameters or {}).items():
         cfg.parameters[key].string_value = str(value)
     return json_format.MessageToJson(cfg, preserving_proto_field_name=True, indent=None)
+
+
+# The fields of ``inference.ModelConfig`` a deployment may override: scheduling and placement,
+# never what the model computes (inputs, outputs, backend) nor anything that names files.
+OVERRIDABLE_FIELDS = frozenset({"instance_group", "dynamic_batching", "max_batch_size"})
+MAX_INSTANCE_COUNT = 64
+
+
+def check_config_overrides(overrides: dict | None) -> dict:
+    """Check a deployment's config overrides against Triton's ModelConfig schema.
+
+    Args:
+        overrides: protobuf-JSON of a partial ModelConfig with only ``OVERRIDABLE_FIELDS``, e.g.
+            ``{"instance_group": [{"count": 2, "kind": "KIND_GPU", "gpus": [0],
+            "rate_limiter": {"resources": [{"name": "R1", "count": 4}]}}],
+            "dynamic_batching": {"max_queue_delay_microseconds": 100}, "max_batch_size": 8}``.
+            None or ``{}`` means none.
+
+    Returns:
+        The overrides, normalised to protobuf-JSON with protobuf field names.
+
+    Raises:
+        ModelConfigError: not an object, an unknown or forbidden field, a value Triton's schema
+            refuses, or an instance count outside 1..``MAX_INSTANCE_COUNT``.
+    """
+    if not overrides:
+        return {}
+    if not isinstance(overrides, dict):
+        raise ModelConfigError("config_overrides must be a JSON object")
+    unknown = set(overrides) - OVERRIDABLE_FIELDS
+    if unknown:
+        raise ModelConfigError(
+            f"config_overrides may set only {', '.join(sorted(OVERRIDABLE_FIELDS))}; not {', '.join(sorted(unknown))}"
+        )
+    cfg = ModelConfig()
+    try:
+        json_format.ParseDict(overrides, cfg)
+    except (json_format.ParseError, TypeError, ValueError) as exc:
+        raise ModelConfigError(f"config_overrides do not fit Triton's model config: {exc}") from exc
+    if cfg.max_batch_size < 0:
+        raise ModelConfigError("config_overrides.max_batch_size must be 0 or more")
+    for group in cfg.instance_group:
+        if not 1 <= group.count <= MAX_INSTANCE_COUNT:
+            raise ModelConfigError(f"an instance group's count must be 1 to {MAX_INSTANCE_COUNT}, got {group.count}")
+    normalised = json_format.MessageToDict(cfg, preserving_proto_field_name=True)
+    # MessageToDict drops fields at their default; keep an explicit max_batch_size of 0.
+    if "max_batch_size" in overrides:
+        normalised["max_batch_size"] = int(cfg.max_batch_size)
+    return normalised
+
+
+def _apply_overrides(cfg: ModelConfig, overrides: dict) -> None:
+    for field in overrides:
+        cfg.ClearField(field)
+    json_format.ParseDict(overrides, cfg)

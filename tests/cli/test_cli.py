@@ -62,18 +62,19 @@ def _deployment(state: str) -> int:
     version = ModelVersion.objects.create(model=model, version=model.versions.count() + 1, format="triton",
                                           artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
     host = ServingHost.objects.get_or_create(name="gpu-0", inference_url="http://gpu-0:8000")[0]
-    deployment = Deployment.objects.create(model=model, version=version)
+    status = {TargetState.READY: "succeeded", TargetState.FAILED: "failed"}.get(state, "running")
+    deployment = Deployment.objects.create(model=model, version=version, status=status)
     DeploymentTarget.objects.create(deployment=deployment, host=host, state=state, error="Triton said no")
     return deployment.pk
 
 
-def test_wait_exits_zero_when_every_host_is_ready_and_one_when_one_failed(cli):
+def test_wait_exits_zero_when_the_rollout_succeeded_and_one_when_it_failed(cli):
     ready = cli("wait", str(_deployment(TargetState.READY)))
-    assert ready.returncode == 0 and json.loads(ready.stdout)["status"] == "ready"
+    assert ready.returncode == 0 and json.loads(ready.stdout)["status"] == "succeeded"
     failed = cli("wait", str(_deployment(TargetState.FAILED)))
     assert failed.returncode == 1 and "Triton said no" in failed.stderr
     stuck = cli("wait", str(_deployment(TargetState.PENDING)), "--timeout", "1")
-    assert stuck.returncode == 1 and "still in_progress" in stuck.stderr
+    assert stuck.returncode == 1 and "still running" in stuck.stderr
 
 
 def test_it_needs_a_token(cli):

@@ -29,7 +29,7 @@ def deploy(host, version: int, state=TargetState.READY, age_seconds: float = 600
     deployment = Deployment.objects.create(model=model, version=mv)
     target = DeploymentTarget.objects.create(deployment=deployment, host=host, state=state)
     then = timezone.now() - timedelta(seconds=age_seconds)
-    DeploymentTarget.objects.filter(pk=target.pk).update(updated_at=then)
+    DeploymentTarget.objects.filter(pk=target.pk).update(updated_at=then, dispatched_at=then)
     Deployment.objects.filter(pk=deployment.pk).update(created_at=then)
     target.refresh_from_db()
     return target

@@ -32,7 +32,7 @@ def _wait_deployment(client: APIClient, deployment_id: int, timeout: float = 240
     body = {}
     while time.monotonic() < deadline:
         body = client.get(f"/api/v1/deployments/{deployment_id}/").json()
-        if body["status"] != "in_progress":
+        if body["status"] not in ("running",):
             return body
         time.sleep(0.5)
     pytest.fail(f"deployment {deployment_id} still in progress after {timeout} s: {body}")
@@ -105,7 +105,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     assert host.status_code == 201, host.content
 
     deployed = _deploy(client, 1)
-    assert deployed["status"] == "ready", deployed
+    assert deployed["status"] == "succeeded", deployed
     assert deployed["targets"][0]["state"] == "ready"
 
     runtime = TritonRuntime(triton.http_url)
@@ -118,7 +118,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     with Traffic(runtime) as traffic:
         deployed = _deploy(client, 2)
         time.sleep(1)
-    assert deployed["status"] == "ready", deployed
+    assert deployed["status"] == "succeeded", deployed
     assert deployed["targets"][0]["details"]["previous_versions"] == [1]
     assert traffic.ok > 0 and traffic.failures == []
     assert runtime.ready_versions("iris") == [2]

@@ -46,8 +46,10 @@ def make_host(name: str) -> ServingHost:
     )
 
 
-def make_deployment(model: RegisteredModel, targets: list[tuple[ServingHost, str, dict]]) -> Deployment:
-    deployment = Deployment.objects.create(model=model, version=model.versions.order_by("version").first())
+def make_deployment(model: RegisteredModel, targets: list[tuple[ServingHost, str, dict]],
+                    status: str = DeploymentStatus.RUNNING) -> Deployment:
+    deployment = Deployment.objects.create(model=model, version=model.versions.order_by("version").first(),
+                                           status=status)
     for host, state, details in targets:
         DeploymentTarget.objects.create(deployment=deployment, host=host, state=state, details=details)
     return deployment
@@ -73,20 +75,21 @@ def test_it_reports_models_versions_deployments_and_targets_as_the_database_hold
     iris, digits, _wine = make_model("iris", versions=3, deleted=1), make_model("digits", 1), make_model("wine", 1)
     a, b = make_host("gpu-a"), make_host("gpu-b")
     ready, failed, pending, loading = TargetState.READY, TargetState.FAILED, TargetState.PENDING, TargetState.LOADING
-    make_deployment(iris, [(a, ready, {}), (b, ready, {})])  # ready
-    make_deployment(iris, [(a, ready, {}), (b, failed, {})])  # failed
-    make_deployment(digits, [(a, pending, {}), (b, ready, {})])  # in progress
-    make_deployment(digits, [])  # in progress: no host has reported anything
-    make_deployment(iris, [(a, loading, {}), (b, failed, {})])  # failed
-    make_deployment(digits, [(b, ready, {})])  # ready
+    make_deployment(iris, [(a, ready, {}), (b, ready, {})], DeploymentStatus.SUCCEEDED)
+    make_deployment(iris, [(a, ready, {}), (b, failed, {})], DeploymentStatus.FAILED)
+    make_deployment(digits, [(a, pending, {}), (b, ready, {})])
+    make_deployment(digits, [])
+    make_deployment(iris, [(a, loading, {}), (b, failed, {})], DeploymentStatus.PAUSED)
+    make_deployment(digits, [(b, ready, {})], DeploymentStatus.ROLLED_BACK)
 
     samples = scrape(client)
 
     assert value(samples, "modelyard_registered_models") == 3
     assert value(samples, "modelyard_model_versions", status="ready") == 5
     assert value(samples, "modelyard_model_versions", status="deleted") == 1
-    expected = Counter(d.status for d in Deployment.objects.prefetch_related("targets"))
-    assert expected == {DeploymentStatus.READY: 2, DeploymentStatus.FAILED: 2, DeploymentStatus.IN_PROGRESS: 2}
+    expected = Counter(Deployment.objects.values_list("status", flat=True))
+    assert expected == {DeploymentStatus.SUCCEEDED: 1, DeploymentStatus.FAILED: 1, DeploymentStatus.RUNNING: 2,
+                        DeploymentStatus.PAUSED: 1, DeploymentStatus.ROLLED_BACK: 1}
     for status in DeploymentStatus.values:
         assert value(samples, "modelyard_deployments_total", status=status) == expected[status], status
     assert value(samples, "modelyard_deployment_targets", state="ready") == 5

@@ -1,0 +1,294 @@
+"""Rollouts: move a deployment's hosts in batches, and pause, resume, cancel or roll it back.
+
+A deployment's targets carry a batch number. ``advance_rollout`` is the one place that moves a
+rollout forward; it runs after every target report, after resume, and from the reconciler, and
+is idempotent: under a row lock on the deployment it looks at the targets and
+
+- dispatches the lowest batch that still has undispatched pending targets, once every earlier
+  batch has finished (READY, FAILED or CANCELLED) — at most ``batch_size`` hosts move at once;
+- on a FAILED target, waits for the batch in flight to finish, then pauses (policy ``pause``)
+  or sends the hosts already moved back to their previous version (policy ``rollback``);
+- marks the rollout SUCCEEDED when every target is READY, FAILED when all finished otherwise.
+
+A host in a batch never stops serving: the agent loads the new version beside the old one and
+cuts over only once the new one is READY (see ``deployments.agent``). A SIGKILLed worker loses
+nothing: targets and statuses are rows, dispatch is guarded by ``dispatched_at``, and the
+reconciler calls ``advance_rollout`` for every running rollout.
+"""
+
+import logging
+from collections import defaultdict
+
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.choices import (
+    ACTIVE_TARGET_STATES,
+    DEPLOYMENT_TRANSITIONS,
+    DeploymentStatus,
+    FailurePolicy,
+    TargetState,
+)
+from deployments.models import Deployment, DeploymentTarget, RolloutEvent
+from modelyard.errors import Conflict, NotFound
+from registry.choices import AuditAction
+from registry.services import record_audit_event
+
+logger = logging.getLogger(__name__)
+
+
+def set_status(deployment: Deployment, to_status: str, *, actor=None, message: str = "") -> bool:
+    """Move a rollout to ``to_status`` with a compare-and-set update and a RolloutEvent.
+
+    Call inside a transaction that holds the deployment's row lock.
+
+    Returns:
+        True when it changed, False when it already was ``to_status`` (a repeat is a no-op).
+
+    Raises:
+        Conflict: the move is not in ``DEPLOYMENT_TRANSITIONS`` (e.g. resuming a finished rollout).
+    """
+    if deployment.status == to_status:
+        return False
+    if to_status not in DEPLOYMENT_TRANSITIONS[deployment.status]:
+        raise Conflict(
+            f"deployment {deployment.pk} is {deployment.get_status_display().lower()}; "
+            f"it cannot become {DeploymentStatus(to_status).label.lower()}"
+        )
+    finished = None if to_status in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED) else timezone.now()
+    changed = Deployment.objects.filter(pk=deployment.pk, status=deployment.status).update(
+        status=to_status, finished_at=finished
+    )
+    if changed:
+        RolloutEvent.objects.create(
+            deployment=deployment, from_status=deployment.status, to_status=to_status,
+            actor_label=getattr(actor, "username", "") or "system", message=message,
+        )
+        deployment.status, deployment.finished_at = to_status, finished
+    return bool(changed)
+
+
+def _locked(deployment_id: int) -> Deployment:
+    try:
+        return Deployment.objects.select_for_update().select_related("model", "version").get(pk=deployment_id)
+    except Deployment.DoesNotExist as exc:
+        raise NotFound(f"no deployment {deployment_id}") from exc
+
+
+def advance_rollout(deployment_id: int) -> str:
+    """Take the next step of a running rollout (see the module docstring); idempotent.
+
+    Returns:
+        The rollout's status afterwards (a ``DeploymentStatus`` value).
+
+    Raises:
+        NotFound: no such deployment.
+    """
+    from deployments.tasks import dispatch_target
+
+    with transaction.atomic():
+        deployment = _locked(deployment_id)
+        if deployment.status != DeploymentStatus.RUNNING:
+            return deployment.status
+        targets = list(deployment.targets.select_for_update().order_by("batch", "host__name"))
+        in_flight = [t for t in targets if t.state in ACTIVE_TARGET_STATES and t.dispatched_at is not None]
+        failed = [t for t in targets if t.state == TargetState.FAILED]
+        if failed and not in_flight:
+            hosts = ", ".join(t.host.name for t in failed)
+            if deployment.failure_policy == FailurePolicy.ROLLBACK:
+                _roll_back(deployment, actor=None, reason=f"{hosts} failed to load {deployment.version}")
+            elif any(t.state == TargetState.PENDING for t in targets):
+                set_status(deployment, DeploymentStatus.PAUSED,
+                           message=f"{hosts} failed to load {deployment.version}; the rest waits")
+            else:
+                set_status(deployment, DeploymentStatus.FAILED, message=f"{hosts} failed")
+            return deployment.status
+        if failed or in_flight:
+            return deployment.status
+        waiting = [t for t in targets if t.state == TargetState.PENDING]
+        if not waiting:
+            set_status(deployment, DeploymentStatus.SUCCEEDED, message="every host serves the version")
+            return deployment.status
+        batch = min(t.batch for t in waiting)
+        now = timezone.now()
+        for target in (t for t in waiting if t.batch == batch):
+            DeploymentTarget.objects.filter(pk=target.pk, dispatched_at__isnull=True).update(dispatched_at=now)
+            transaction.on_commit(lambda pk=target.pk: dispatch_target.delay(pk))
+        logger.info("deployment %s: dispatching batch %s", deployment.pk, batch)
+        return deployment.status
+
+
+def pause_rollout(deployment_id: int, *, actor=None) -> Deployment:
+    """Stop dispatching further batches; hosts in flight finish their step.
+
+    Raises:
+        NotFound: no such deployment.
+        Conflict: the rollout is not running.
+    """
+    with transaction.atomic():
+        deployment = _locked(deployment_id)
+        if deployment.status != DeploymentStatus.RUNNING:
+            raise Conflict(f"deployment {deployment_id} is {deployment.get_status_display().lower()}, not running")
+        set_status(deployment, DeploymentStatus.PAUSED, actor=actor, message="paused by an operator")
+        _audit(deployment, "paused", actor)
+    return deployment
+
+
+def resume_rollout(deployment_id: int, *, actor=None) -> Deployment:
+    """Continue a paused rollout with its next batch (hosts that failed keep their old version).
+
+    Raises:
+        NotFound: no such deployment.
+        Conflict: the rollout is not paused.
+    """
+    from deployments.tasks import advance_rollout_task
+
+    with transaction.atomic():
+        deployment = _locked(deployment_id)
+        if deployment.status != DeploymentStatus.PAUSED:
+            raise Conflict(f"deployment {deployment_id} is {deployment.get_status_display().lower()}, not paused")
+        # The failures that paused it stay recorded on their targets; resuming accepts them.
+        set_status(deployment, DeploymentStatus.RUNNING, actor=actor, message="resumed by an operator")
+        _audit(deployment, "resumed", actor)
+        transaction.on_commit(lambda: advance_rollout_task.delay(deployment_id))
+    return deployment
+
+
+def cancel_rollout(deployment_id: int, *, actor=None) -> Deployment:
+    """Stop a rollout for good: undispatched hosts are left as they are (CANCELLED).
+
+    Hosts already moved keep the new version; roll back to undo them.
+
+    Raises:
+        NotFound: no such deployment.
+        Conflict: the rollout has finished.
+    """
+    with transaction.atomic():
+        deployment = _locked(deployment_id)
+        if deployment.status not in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
+            raise Conflict(f"deployment {deployment_id} has finished ({deployment.get_status_display().lower()})")
+        _cancel_waiting(deployment)
+        set_status(deployment, DeploymentStatus.CANCELLED, actor=actor, message="cancelled by an operator")
+        _audit(deployment, "cancelled", actor)
+    return deployment
+
+
+def rollback_rollout(deployment_id: int, *, actor=None) -> list[Deployment]:
+    """Send every host this rollout moved back to the version it served before.
+
+    Hosts not yet moved are cancelled. One rollback deployment is started per previous version
+    (usually one), as a rollout of its own in the same batch size, linked by ``rollback_of``.
+
+    Returns:
+        The rollback deployments started (none when no host had moved).
+
+    Raises:
+        NotFound: no such deployment.
+        Conflict: it was rolled back already.
+    """
+    with transaction.atomic():
+        deployment = _locked(deployment_id)
+        rollbacks = _roll_back(deployment, actor=actor, reason="rolled back by an operator")
+        _audit(deployment, "rolled_back", actor, rollbacks=[d.pk for d in rollbacks])
+    return rollbacks
+
+
+def _cancel_waiting(deployment: Deployment) -> None:
+    from deployments.services import transition
+
+    for target in deployment.targets.filter(state=TargetState.PENDING, dispatched_at__isnull=True):
+        transition(target.pk, TargetState.CANCELLED, message="the rollout stopped before this host")
+
+
+def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment]:
+    from deployments.services import create_rollout
+
+    if deployment.status == DeploymentStatus.ROLLED_BACK:
+        raise Conflict(f"deployment {deployment.pk} was rolled back already")
+    if deployment.status not in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
+        _check_newest(deployment)
+    _cancel_waiting(deployment)
+    back_to: dict[int, list] = defaultdict(list)
+    for target in deployment.targets.filter(state=TargetState.READY).select_related("host", "previous_version"):
+        if target.previous_version_id and target.previous_version_id != deployment.version_id:
+            back_to[target.previous_version_id].append(target)
+    rollbacks = []
+    for targets in back_to.values():
+        previous = targets[0].previous_version
+        rollbacks.append(create_rollout(
+            model_version=previous, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
+            failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
+            rollback_of=deployment, actor=actor,
+        ))
+    set_status(deployment, DeploymentStatus.ROLLED_BACK, actor=actor, message=reason)
+    return rollbacks
+
+
+def _check_newest(deployment: Deployment) -> None:
+    """A finished rollout may be rolled back only while no later rollout of the model moved its hosts."""
+    later = DeploymentTarget.objects.filter(
+        deployment__model=deployment.model, deployment__created_at__gt=deployment.created_at,
+        host__in=deployment.targets.values("host"),
+    ).exclude(state=TargetState.CANCELLED)
+    if later.exists():
+        raise Conflict(f"a later deployment of {deployment.model.name} has moved these hosts since; roll that back")
+
+
+def _audit(deployment: Deployment, what: str, actor, **data) -> None:
+    record_audit_event(
+        action=AuditAction.DEPLOYMENT_CHANGED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
+        model=deployment.model, data={"change": what, "version": deployment.version.version, **data},
+    )
+
+
+def advance_running_rollouts() -> int:
+    """Advance every running rollout (the reconciler's safety net after a lost task). Returns how many."""
+    ids = list(Deployment.objects.filter(status=DeploymentStatus.RUNNING).values_list("pk", flat=True))
+    for pk in ids:
+        advance_rollout(pk)
+    return len(ids)
+
+
+def on_alias_moved(sender, *, model, alias: str, version, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.alias_moved``: roll out to deployments that follow the alias, on commit."""
+    from deployments.tasks import follow_alias_task
+
+    if Deployment.objects.filter(model=model, follow_alias=alias).exists():
+        transaction.on_commit(lambda: follow_alias_task.delay(model.pk, alias, getattr(actor, "pk", None)))
+
+
+def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
+    """Start a rollout of the version ``alias`` names now to the hosts of the newest deployment following it.
+
+    The rollout copies that deployment's batch size, failure policy, overrides and hosts; a
+    rollout of it still running or paused is cancelled first (superseded). Idempotent: nothing
+    happens when the newest following deployment already has that version.
+
+    Returns:
+        The new deployment, or None when there was nothing to do.
+
+    Raises:
+        NotFound: the alias no longer exists.
+    """
+    from deployments.services import create_rollout
+    from registry.services import resolve_alias
+
+    newest = (Deployment.objects.filter(model_id=model_id, follow_alias=alias, rollback_of__isnull=True)
+              .select_related("model", "version").order_by("-created_at", "-id").first())
+    if newest is None:
+        return None
+    version = resolve_alias(newest.model.name, alias)
+    if version.pk == newest.version_id:
+        return None
+    with transaction.atomic():
+        current = _locked(newest.pk)
+        if current.status in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
+            _cancel_waiting(current)
+            set_status(current, DeploymentStatus.CANCELLED, actor=actor,
+                       message=f"superseded: {alias} moved to version {version.version}")
+        hosts = [t.host for t in current.targets.select_related("host").order_by("batch", "host__name")]
+        return create_rollout(
+            model_version=version, hosts=hosts, batch_size=current.batch_size,
+            failure_policy=current.failure_policy, config_overrides=current.config_overrides,
+            follow_alias=alias, selector=current.selector, actor=actor,
+        )
