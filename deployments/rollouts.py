@@ -20,6 +20,7 @@ import logging
 from collections import defaultdict
 
 from django.db import transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from deployments.choices import (
@@ -93,6 +94,9 @@ def advance_rollout(deployment_id: int) -> str:
         targets = list(deployment.targets.select_for_update().order_by("batch", "host__name"))
         in_flight = [t for t in targets if t.state in ACTIVE_TARGET_STATES and t.dispatched_at is not None]
         failed = [t for t in targets if t.state == TargetState.FAILED]
+        resumed = deployment.events.filter(to_status=DeploymentStatus.RUNNING).aggregate(at=Max("created_at"))["at"]
+        if resumed is not None:  # failures from before the last resume were accepted by the operator
+            failed = [t for t in failed if t.updated_at > resumed]
         if failed and not in_flight:
             hosts = ", ".join(t.host.name for t in failed)
             if deployment.failure_policy == FailurePolicy.ROLLBACK:
@@ -107,7 +111,10 @@ def advance_rollout(deployment_id: int) -> str:
             return deployment.status
         waiting = [t for t in targets if t.state == TargetState.PENDING]
         if not waiting:
-            set_status(deployment, DeploymentStatus.SUCCEEDED, message="every host serves the version")
+            if all(t.state == TargetState.READY for t in targets):
+                set_status(deployment, DeploymentStatus.SUCCEEDED, message="every host serves the version")
+            else:
+                set_status(deployment, DeploymentStatus.FAILED, message="finished; some hosts kept their old version")
             return deployment.status
         batch = min(t.batch for t in waiting)
         now = timezone.now()

@@ -145,3 +145,20 @@ def test_the_demo_archive_holds_one_model_directory(tmp_path):
         "iris-demo/1/model.py",
         "iris-demo/config.pbtxt",
     ]
+
+
+def test_deployment_overrides_replace_instance_groups_and_batching_at_load():
+    import json
+
+    from deployments.runtimes.triton_config import render_load_config
+
+    text = ('backend: "python"\nmax_batch_size: 4\ninstance_group [{ count: 1, kind: KIND_CPU }]\n'
+            'input [{ name: "x", data_type: TYPE_FP32, dims: [4] }]\n'
+            'output [{ name: "y", data_type: TYPE_INT64, dims: [1] }]\n')
+    overrides = {"instance_group": [{"count": 3, "kind": "KIND_GPU", "gpus": [0, 1]}],
+                 "dynamic_batching": {"max_queue_delay_microseconds": 500}, "max_batch_size": 16}
+    loaded = json.loads(render_load_config(text, model_name="iris", versions=[2], overrides=overrides))
+    assert loaded["instance_group"] == [{"count": 3, "kind": "KIND_GPU", "gpus": [0, 1]}]
+    assert loaded["dynamic_batching"]["max_queue_delay_microseconds"] == "500"
+    assert loaded["max_batch_size"] == 16
+    assert [i["name"] for i in loaded["input"]] == ["x"]  # what the model computes is untouched

@@ -1,0 +1,216 @@
+"""Rollouts in batches: dispatch order, failure policies, pause/resume/cancel/rollback, alias following."""
+
+import pytest
+
+from deployments import rollouts
+from deployments.choices import DeploymentStatus, TargetState
+from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from deployments.services import record_target_progress, start_deployment
+from modelyard.errors import Conflict, InvalidInput
+from registry.choices import ArtifactFormat, AuditAction
+from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.services import set_alias
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def model() -> RegisteredModel:
+    model = RegisteredModel.objects.create(name="iris", next_version=4)
+    for number in (1, 2, 3):
+        ModelVersion.objects.create(
+            model=model, version=number, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"sha256/0{number}/x",
+            artifact_sha256=f"{number}" * 64, artifact_size=10, config_text='backend: "python"',
+        )
+    return model
+
+
+@pytest.fixture
+def hosts() -> list[ServingHost]:
+    return [ServingHost.objects.create(name=f"gpu-{i}", inference_url=f"http://gpu-{i}:8000") for i in range(3)]
+
+
+def finish(deployment: Deployment, host: str, state: str = TargetState.READY, message: str = "") -> str:
+    """What the agent's report does: record the host's result, then advance the rollout."""
+    target = deployment.targets.get(host__name=host)
+    record_target_progress(target.pk, state, message=message)
+    return rollouts.advance_rollout(deployment.pk)
+
+
+def dispatched(deployment: Deployment) -> set[str]:
+    return set(deployment.targets.filter(dispatched_at__isnull=False).values_list("host__name", flat=True))
+
+
+def start(django_capture_on_commit_callbacks, **kwargs) -> Deployment:
+    """Start a deployment and take its first step, as the on-commit task would."""
+    with django_capture_on_commit_callbacks(execute=False):
+        deployment = start_deployment(model_name="iris", **kwargs)
+        rollouts.advance_rollout(deployment.pk)
+    return deployment
+
+
+def test_it_moves_hosts_in_batches_of_the_given_size(model, hosts, django_capture_on_commit_callbacks):
+    deployment = start(django_capture_on_commit_callbacks, version=2,
+                       host_names=["gpu-0", "gpu-1", "gpu-2"], batch_size=2)
+    assert list(deployment.targets.order_by("host__name").values_list("batch", flat=True)) == [0, 0, 1]
+    assert dispatched(deployment) == {"gpu-0", "gpu-1"}
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert finish(deployment, "gpu-0") == DeploymentStatus.RUNNING
+    assert dispatched(deployment) == {"gpu-0", "gpu-1"} and not callbacks  # batch 0 is still in flight
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        finish(deployment, "gpu-1")
+    assert dispatched(deployment) == {"gpu-0", "gpu-1", "gpu-2"} and len(callbacks) == 1
+    assert finish(deployment, "gpu-2") == DeploymentStatus.SUCCEEDED
+    deployment.refresh_from_db()
+    assert deployment.finished_at is not None
+    assert list(deployment.events.values_list("to_status", flat=True)) == ["succeeded"]
+
+
+def test_advancing_twice_dispatches_a_batch_once(model, hosts, django_capture_on_commit_callbacks):
+    deployment = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0", "gpu-1"])
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        rollouts.advance_rollout(deployment.pk)
+        rollouts.advance_rollout(deployment.pk)
+    assert dispatched(deployment) == {"gpu-0"} and not callbacks
+
+
+def test_a_failed_host_pauses_the_rollout_and_resume_goes_on_with_the_next_batch(
+    model, hosts, django_capture_on_commit_callbacks
+):
+    deployment = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0", "gpu-1"])
+    assert finish(deployment, "gpu-0", TargetState.FAILED, "Triton said no") == DeploymentStatus.PAUSED
+    assert dispatched(deployment) == {"gpu-0"}
+    assert "gpu-0 failed" in deployment.events.get(to_status="paused").message
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        rollouts.resume_rollout(deployment.pk)
+    assert len(callbacks) == 1  # the advance task, on commit
+    rollouts.advance_rollout(deployment.pk)
+    assert dispatched(deployment) == {"gpu-0", "gpu-1"}
+    assert finish(deployment, "gpu-1") == DeploymentStatus.FAILED  # finished, one host did not take it
+
+
+def test_the_rollback_policy_sends_moved_hosts_back_to_what_they_served(
+    model, hosts, django_capture_on_commit_callbacks
+):
+    first = start(django_capture_on_commit_callbacks, version=1, host_names=["gpu-0", "gpu-1"], batch_size=2)
+    finish(first, "gpu-0")
+    assert finish(first, "gpu-1") == DeploymentStatus.SUCCEEDED
+    second = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0", "gpu-1"],
+                   failure_policy="rollback")
+    assert set(second.targets.values_list("previous_version__version", flat=True)) == {1}
+    finish(second, "gpu-0")
+    with django_capture_on_commit_callbacks(execute=False):
+        assert finish(second, "gpu-1", TargetState.FAILED, "load failed") == DeploymentStatus.ROLLED_BACK
+    (rollback,) = Deployment.objects.filter(rollback_of=second)
+    assert rollback.version.version == 1
+    assert list(rollback.targets.values_list("host__name", flat=True)) == ["gpu-0"]  # gpu-1 never moved
+
+
+def test_an_operator_can_pause_cancel_and_not_resume_a_cancelled_rollout(
+    model, hosts, django_capture_on_commit_callbacks
+):
+    deployment = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0", "gpu-1", "gpu-2"])
+    rollouts.pause_rollout(deployment.pk)
+    finish(deployment, "gpu-0")
+    assert dispatched(deployment) == {"gpu-0"}  # paused: no further batch
+    rollouts.cancel_rollout(deployment.pk)
+    states = dict(deployment.targets.values_list("host__name", "state"))
+    assert states == {"gpu-0": "ready", "gpu-1": "cancelled", "gpu-2": "cancelled"}
+    with pytest.raises(Conflict, match="not paused"):
+        rollouts.resume_rollout(deployment.pk)
+    assert list(RolloutEvent.objects.filter(deployment=deployment).values_list("to_status", flat=True)) == [
+        "paused", "cancelled"]
+    assert AuditEvent.objects.filter(action=AuditAction.DEPLOYMENT_CHANGED).count() == 2
+
+
+def test_a_finished_rollout_is_not_rolled_back_once_a_later_one_moved_its_hosts(
+    model, hosts, django_capture_on_commit_callbacks
+):
+    first = start(django_capture_on_commit_callbacks, version=1, host_names=["gpu-0"])
+    finish(first, "gpu-0")
+    second = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0"])
+    finish(second, "gpu-0")
+    start(django_capture_on_commit_callbacks, version=3, host_names=["gpu-0"])
+    with pytest.raises(Conflict, match="later deployment"):
+        rollouts.rollback_rollout(second.pk)
+
+
+def test_moving_a_followed_alias_starts_a_rollout_to_the_same_hosts(model, hosts, django_capture_on_commit_callbacks):
+    set_alias(model_name="iris", alias="production", version=1)
+    first = start(django_capture_on_commit_callbacks, alias="production", host_names=["gpu-2", "gpu-0"],
+                  batch_size=2)
+    assert (first.version.version, first.follow_alias) == (1, "production")
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        set_alias(model_name="iris", alias="production", version=2)
+    assert len(callbacks) == 1  # the follow task, enqueued once the move commits
+    with django_capture_on_commit_callbacks(execute=False):
+        follow = rollouts.follow_alias(model.pk, "production")
+    assert follow.version.version == 2 and follow.batch_size == 2 and follow.follow_alias == "production"
+    assert sorted(follow.targets.values_list("host__name", flat=True)) == ["gpu-0", "gpu-2"]
+    first.refresh_from_db()
+    assert first.status == DeploymentStatus.CANCELLED  # superseded before it finished
+    assert rollouts.follow_alias(model.pk, "production") is None  # a repeat does nothing
+
+
+def test_an_alias_nobody_follows_starts_nothing(model, hosts, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        set_alias(model_name="iris", alias="staging", version=1)
+    assert not callbacks
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"version": 2, "alias": "production"}, "not both"),
+        ({}, "not both"),
+        ({"version": 2, "host_names": ["gpu-0"], "batch_size": 0}, "batch_size"),
+        ({"version": 2, "host_names": ["gpu-0"], "failure_policy": "pray"}, "failure_policy"),
+        ({"version": 2, "host_names": ["gpu-0"], "selector": {"zone": "a"}}, "not both"),
+        ({"version": 2, "selector": {"zone": "mars"}}, "no serving host carries"),
+        ({"version": 2, "host_names": ["gpu-0"], "config_overrides": {"input": []}}, "may set only"),
+        ({"version": 2, "host_names": ["gpu-0"], "config_overrides": {"instance_group": [{"kind": "KIND_TPU"}]}},
+         "do not fit"),
+        ({"version": 2, "host_names": ["gpu-0"], "config_overrides": {"instance_group": [{"count": 500}]}},
+         "count must be"),
+    ],
+)
+def test_it_refuses_a_bad_deployment_and_writes_nothing(model, hosts, kwargs, message):
+    with pytest.raises(InvalidInput, match=message):
+        start_deployment(model_name="iris", **kwargs)
+    assert not Deployment.objects.exists() and not DeploymentTarget.objects.exists()
+
+
+def test_a_triton_host_refuses_a_bentoml_artifact(model, hosts):
+    ModelVersion.objects.create(model=model, version=4, format=ArtifactFormat.BENTOML_MODEL,
+                                artifact_key="sha256/04/x", artifact_sha256="4" * 64, artifact_size=10)
+    with pytest.raises(Conflict, match="cannot serve"):
+        start_deployment(model_name="iris", version=4, host_names=["gpu-0"])
+    assert not Deployment.objects.exists()
+
+
+def test_rollout_controls_through_the_api(api_client, model, hosts, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        created = api_client.post("/api/v1/deployments/", {
+            "model": "iris", "version": 2, "hosts": ["gpu-0", "gpu-1"], "batch_size": 1,
+            "config_overrides": {"instance_group": [{"count": 2, "kind": "KIND_CPU"}]},
+        }, format="json")
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["config_overrides"] == {"instance_group": [{"count": 2, "kind": "KIND_CPU"}]}
+    url = f"/api/v1/deployments/{body['id']}/"
+    assert api_client.post(url + "pause/").json()["status"] == "paused"
+    assert api_client.post(url + "pause/").status_code == 409
+    with django_capture_on_commit_callbacks(execute=False):
+        assert api_client.post(url + "resume/").json()["status"] == "running"
+    cancelled = api_client.post(url + "cancel/").json()
+    assert cancelled["status"] == "cancelled"
+    assert [e["to_status"] for e in cancelled["events"]] == ["paused", "running", "cancelled"]
+    assert api_client.post(url + "rollback/").json() == []  # no host had moved
+    assert api_client.post(url + "rollback/").status_code == 409
+
+
+def test_a_deployment_by_selector_takes_every_matching_host(model, hosts, django_capture_on_commit_callbacks):
+    ServingHost.objects.filter(name__in=["gpu-0", "gpu-2"]).update(labels={"zone": "a"})
+    deployment = start(django_capture_on_commit_callbacks, version=2, selector={"zone": "a"})
+    assert sorted(deployment.targets.values_list("host__name", flat=True)) == ["gpu-0", "gpu-2"]
+    assert deployment.selector == {"zone": "a"}
