@@ -4,7 +4,10 @@ from deployments import views
 
 app_name = "deployments"
 urlpatterns = [
-    path("", views.host_list, name="host-list"),
-    path("new/", views.host_create, name="host-create"),
-    path("<str:name>/", views.host_detail, name="host-detail"),
+    path("hosts/", views.host_list, name="host-list"),
+    path("hosts/new/", views.host_create, name="host-create"),
+    path("hosts/<str:name>/", views.host_detail, name="host-detail"),
+    path("deployments/<int:pk>/", views.rollout_detail, name="rollout-detail"),
+    path("deployments/<int:pk>/progress/", views.rollout_progress, name="rollout-progress"),
+    path("deployments/<int:pk>/<str:action>/", views.rollout_action, name="rollout-action"),
 ]

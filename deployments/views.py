@@ -1,13 +1,16 @@
-"""Deployments pages: the serving hosts list and a host's page."""
+"""Deployments pages: the serving hosts list, a host's page, and the rollout page with its controls."""
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import Http404
 from django.shortcuts import redirect, render
 
+from deployments import rollouts
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES
 from deployments.forms import ServingHostForm
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import get_host, ready_targets_oldest_first, register_host
+from deployments.services import get_deployment, get_host, ready_targets_oldest_first, register_host
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import services as monitoring
@@ -77,3 +80,60 @@ def host_detail(request, name: str):
     if free:
         context["headroom"] = {"total_free": sum(free), "largest_free": max(free)}
     return render(request, "deployments/host_detail.html", context)
+
+
+ROLLOUT_ACTIONS = {
+    "pause": (rollouts.pause_rollout, "Rollout paused: hosts in flight finish, no further batch starts."),
+    "resume": (rollouts.resume_rollout, "Rollout resumed with its next batch."),
+    "cancel": (rollouts.cancel_rollout, "Rollout cancelled: hosts not yet moved keep what they serve."),
+    "rollback": (rollouts.rollback_rollout, "Rolling back: moved hosts return to their previous version."),
+}
+# Actions that cannot be undone ask for confirmation first.
+CONFIRMED_ACTIONS = {"cancel", "rollback"}
+
+
+def _rollout_context(pk: int) -> dict:
+    deployment = found_or_404(get_deployment, pk)
+    targets = list(deployment.targets.select_related("host", "previous_version").prefetch_related("events")
+                   .order_by("batch", "host__name"))
+    for target in targets:
+        events = list(target.events.all())
+        target.step_log = events
+        target.duration = (events[-1].created_at - events[0].created_at).total_seconds() if len(events) > 1 else None
+    return {
+        "deployment": deployment, "targets": targets, "events": deployment.events.all(),
+        "active": deployment.status in ACTIVE_DEPLOYMENT_STATUSES,
+        "batches": max((t.batch for t in targets), default=0) + 1,
+    }
+
+
+@login_required
+def rollout_detail(request, pk: int):
+    """A rollout: per-host step progress and log, batches, status history and the controls."""
+    return render(request, "deployments/rollout_detail.html", _rollout_context(pk))
+
+
+@login_required
+def rollout_progress(request, pk: int):
+    """The htmx fragment of the rollout page, polled while the rollout runs."""
+    return render(request, "deployments/partials/rollout_progress.html", _rollout_context(pk))
+
+
+@login_required
+def rollout_action(request, pk: int, action: str):
+    """Pause, resume, cancel or roll back a rollout (POST); cancel and rollback are confirmed on a GET page first."""
+    if action not in ROLLOUT_ACTIONS:
+        raise Http404(f"no rollout action {action!r}")
+    deployment = found_or_404(get_deployment, pk)
+    if request.method != "POST":
+        if action not in CONFIRMED_ACTIONS:
+            return redirect("deployments:rollout-detail", pk=pk)
+        return render(request, "deployments/rollout_confirm.html", {"deployment": deployment, "action": action})
+    run, done = ROLLOUT_ACTIONS[action]
+    try:
+        run(deployment.pk, actor=request.user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done)
+    return redirect("deployments:rollout-detail", pk=pk)

@@ -58,6 +58,6 @@ urlpatterns = [
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("models/", include("registry.urls")),
     path("audit/", registry_views.audit_log, name="audit-log"),
-    path("hosts/", include("deployments.urls")),
+    path("", include("deployments.urls")),
     path("monitoring/", include("monitoring.urls")),
 ]
