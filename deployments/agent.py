@@ -32,7 +32,7 @@ import requests
 
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
-from deployments.runtimes.triton_config import render_load_config
+from deployments.runtimes.triton_config import ModelConfigError, render_load_config, sample_arrays
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 
 logger = logging.getLogger(__name__)
@@ -187,7 +187,8 @@ def deploy_triton_version(
         payload: built by ``build_agent_payload`` (model, version, artifact_url,
             sha256, size in bytes, config_text, parameters, inference_url).
         model_repository: the host's Triton model repository.
-        report: called with "staging" and "loading" as the work proceeds.
+        report: called with "staging", "loading", "verifying" (smoke inference, when the
+            payload has a sample input) and "cutting_over" as the work proceeds.
         load_timeout: seconds allowed for one Triton load call.
         unload_timeout: seconds to wait for replaced versions to unload.
 
@@ -240,7 +241,17 @@ def deploy_triton_version(
     details["load_seconds"] = round(time.monotonic() - started, 3)
     details["footprint_bytes"] = _footprint(before, _memory(payload))
 
+    if payload.get("sample_input"):
+        report("verifying")
+        started = time.monotonic()
+        problem = _smoke_test(runtime, model, version, payload)
+        if problem:
+            _restore(runtime, model, previous, config_for, failed_version=version)
+            return failed(f"smoke inference on {model} version {version} failed: {problem}")
+        details["smoke_seconds"] = round(time.monotonic() - started, 3)
+
     if previous:
+        report("cutting_over")
         started = time.monotonic()
         try:
             runtime.load(model, config_for([version], version))
@@ -251,9 +262,23 @@ def deploy_triton_version(
     return {"state": "ready", "details": details}
 
 
-def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for) -> None:
-    """Make sure the versions that served before a failed load still serve; with none, unload
-    the model so Triton does not keep a failed, UNAVAILABLE entry for it."""
+def _smoke_test(runtime: TritonRuntime, model: str, version: int, payload: dict) -> str:
+    """Send the version's sample input to exactly that version; return what went wrong, or ""."""
+    try:
+        arrays = sample_arrays(payload["sample_input"], payload.get("signature") or {})
+        outputs = [o["name"] for o in (payload.get("signature") or {}).get("outputs", [])]
+        runtime.infer(model, arrays, outputs, version=version)
+    except ModelConfigError as exc:
+        return str(exc)
+    except ServingRuntimeError as exc:
+        return exc.message
+    return ""
+
+
+def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for, failed_version=None) -> None:
+    """Make sure the versions that served before a failed load still serve, and only they (a
+    loaded but failed ``failed_version`` is dropped); with none, unload the model so Triton does
+    not keep a failed, UNAVAILABLE entry for it."""
     if not previous:
         try:
             runtime.unload(model)
@@ -261,7 +286,7 @@ def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for
             logger.warning("could not unload failed model %s: %s", model, exc.message)
         return
     try:
-        if all(runtime.is_version_ready(model, v) for v in previous):
+        if failed_version is None and all(runtime.is_version_ready(model, v) for v in previous):
             return
         runtime.load(model, config_for(previous, max(previous)))
     except ServingRuntimeError as exc:

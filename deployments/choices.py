@@ -18,32 +18,37 @@ RUNTIME_FORMATS: dict[str, frozenset[str]] = {
 
 
 class TargetState(models.TextChoices):
-    """Where one host stands in carrying out a deployment."""
+    """Where one host stands in carrying out a deployment: the steps of a swap, in order."""
 
     PENDING = "pending", "Pending"
     STAGING = "staging", "Staging"
-    LOADING = "loading", "Loading"
+    LOADING = "loading", "Loading beside the old version"
+    VERIFYING = "verifying", "Smoke inference"
+    CUTTING_OVER = "cutting_over", "Cutting over, old version draining"
     READY = "ready", "Ready"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
 
 
-ACTIVE_TARGET_STATES = frozenset({TargetState.PENDING, TargetState.STAGING, TargetState.LOADING})
+STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,
+              TargetState.CUTTING_OVER)
+ACTIVE_TARGET_STATES = frozenset(STEP_ORDER)
 TERMINAL_TARGET_STATES = frozenset({TargetState.READY, TargetState.FAILED, TargetState.CANCELLED})
 
 # Allowed moves. Progress reports from a host agent may arrive out of order
-# (they travel as separate tasks), so a state may be skipped forward but never
+# (they travel as separate tasks), so a step may be skipped forward but never
 # re-entered; a stale report is refused by ``transition`` and ignored by callers.
+# Only a target no agent has started can be cancelled.
 TARGET_TRANSITIONS: dict[str, frozenset[str]] = {
-    TargetState.PENDING: frozenset(
-        {TargetState.STAGING, TargetState.LOADING, TargetState.READY, TargetState.FAILED, TargetState.CANCELLED}
-    ),
-    TargetState.STAGING: frozenset({TargetState.LOADING, TargetState.READY, TargetState.FAILED}),
-    TargetState.LOADING: frozenset({TargetState.READY, TargetState.FAILED}),
+    **{
+        step: frozenset(STEP_ORDER[i + 1:]) | {TargetState.READY, TargetState.FAILED}
+        for i, step in enumerate(STEP_ORDER)
+    },
     TargetState.READY: frozenset(),
     TargetState.FAILED: frozenset(),
     TargetState.CANCELLED: frozenset(),
 }
+TARGET_TRANSITIONS[TargetState.PENDING] = TARGET_TRANSITIONS[TargetState.PENDING] | {TargetState.CANCELLED}
 
 
 class DeploymentStatus(models.TextChoices):

@@ -368,6 +368,8 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "config_text": version.config_text,
         "parameters": dict(target.host.config_overrides.get("parameters", {})),
         "config_overrides": dict(target.deployment.config_overrides),
+        "sample_input": (version.metadata or {}).get("sample_input"),
+        "signature": version.signature,
         "inference_url": target.host.inference_url,
         "metrics_url": target.host.metrics_url,
     }

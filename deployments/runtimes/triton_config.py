@@ -177,3 +177,41 @@ def _apply_overrides(cfg: ModelConfig, overrides: dict) -> None:
     for field in overrides:
         cfg.ClearField(field)
     json_format.ParseDict(overrides, cfg)
+
+
+def sample_arrays(sample_input: dict, signature: dict) -> dict:
+    """Turn a version's sample input into the numpy arrays of an inference request.
+
+    Args:
+        sample_input: ``{input name: nested list}`` (JSON), including the batch dimension
+            when the model batches.
+        signature: the version's signature (``describe_signature``): input names and data types.
+
+    Returns:
+        ``{input name: numpy array}`` with each input's Triton data type.
+
+    Raises:
+        ModelConfigError: not an object, an input the model does not declare or one it lacks,
+            or values that do not convert to the input's data type.
+    """
+    import numpy as np
+    from tritonclient.utils import triton_to_np_dtype
+
+    if not isinstance(sample_input, dict) or not sample_input:
+        raise ModelConfigError("a sample input is a JSON object of input names to (nested) lists")
+    declared = {i["name"]: i["data_type"] for i in signature.get("inputs", [])}
+    unknown = set(sample_input) - set(declared)
+    missing = set(declared) - set(sample_input)
+    if unknown or missing:
+        raise ModelConfigError(
+            f"the sample input must give exactly the model's inputs {sorted(declared)}; "
+            f"unknown {sorted(unknown)}, missing {sorted(missing)}"
+        )
+    arrays = {}
+    for name, values in sample_input.items():
+        dtype = triton_to_np_dtype(declared[name].removeprefix("TYPE_"))
+        try:
+            arrays[name] = np.asarray(values, dtype=dtype)
+        except (TypeError, ValueError) as exc:
+            raise ModelConfigError(f"sample input {name!r} is not {declared[name]} data: {exc}") from exc
+    return arrays
