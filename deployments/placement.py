@@ -112,3 +112,50 @@ def choose_hosts(version: ModelVersion, selector: dict[str, str], *, replicas: i
                   footprint_bytes=measured_footprint(version), replicas=replicas)
     by_name = {h.name: h for h in online}
     return [by_name[n] for n in chosen]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one model version goes in a fleet plan: its hosts and the batch each host moves in."""
+
+    model: str
+    hosts: tuple[str, ...]
+    batches: tuple[int, ...]
+
+
+def plan_fleet(
+    demands: list[tuple[str, int | None, int]], candidates: list[HostCapacity], *, batch_size: int = 1,
+) -> list[Placement]:
+    """Place many model versions at once, charging each placement against the host's free memory.
+
+    Args:
+        demands: ``(model name, footprint bytes or None, replicas)`` per model version, placed
+            in the given order (put the largest first for a tighter packing).
+        candidates: the hosts and their free GPU memory in bytes.
+        batch_size: hosts moved at once within each model's rollout.
+
+    Returns:
+        One Placement per demand, in order; hosts most-free first at the time of placement.
+
+    Raises:
+        InvalidInput: a model version fits on fewer hosts than its replicas.
+
+    Cost: O(D · (H + R log H)) for D demands, H hosts and R replicas: a linear scan for the
+    hosts that fit, then a partial sort of those.
+    """
+    import heapq
+
+    free = {c.name: c.free_gpu_bytes for c in candidates}
+    placements = []
+    for model, footprint, replicas in demands:
+        need = footprint or 0
+        fitting = [(-(f or 0), name) for name, f in free.items() if need == 0 or (f is not None and f >= need)]
+        if len(fitting) < replicas:
+            raise InvalidInput(f"{model}: only {len(fitting)} host(s) have {need} bytes of GPU memory free; "
+                               f"{replicas} needed")
+        chosen = [name for _, name in heapq.nsmallest(replicas, fitting)]
+        for name in chosen:
+            if free[name] is not None:
+                free[name] -= need
+        placements.append(Placement(model, tuple(chosen), tuple(i // batch_size for i in range(len(chosen)))))
+    return placements

@@ -46,3 +46,17 @@ def test_a_selector_with_replicas_uses_heartbeats_when_prometheus_is_down(settin
     assert [h.name for h in chosen] == ["gpu-b", "gpu-a"]  # 70 and 10 GiB free; gpu-c has 5, cpu-d none
     with pytest.raises(InvalidInput, match="only 2 of 4"):
         choose_hosts(version, {"pool": "gpu"}, replicas=3)
+
+
+def test_a_fleet_plan_charges_each_placement_against_the_hosts_free_memory():
+    from deployments.placement import plan_fleet
+
+    hosts = [HostCapacity("a", 10 * GIB), HostCapacity("b", 8 * GIB)]
+    first, second, third = plan_fleet(
+        [("llm", 6 * GIB, 1), ("bert", 4 * GIB, 2), ("tiny", None, 2)], hosts, batch_size=1
+    )
+    assert first.hosts == ("a",)  # a: 4 GiB left
+    assert second.hosts == ("b", "a") and second.batches == (0, 1)  # b had 8, a 4: both still fit 4
+    assert set(third.hosts) == {"a", "b"}
+    with pytest.raises(InvalidInput, match="big: only 0 host"):
+        plan_fleet([("big", 20 * GIB, 1)], hosts)
