@@ -80,6 +80,24 @@ def host_model_lock(host: str, model: str) -> redis.lock.Lock:
     return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * settings.AGENT_LOAD_TIMEOUT)
 
 
+def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
+    """Take the lock, or take it over from an earlier delivery of this very task.
+
+    A worker killed mid-deployment leaves the lock held under its task id until it expires; the
+    broker hands the unacknowledged message out again with the same id, and that redelivery may
+    carry on at once instead of waiting out the lock (each step is idempotent).
+    """
+    token = (task_id or "").encode() or None
+    if lock.acquire(blocking=False, token=token):
+        return True
+    if token and lock.redis.get(lock.name) == token:
+        lock.local.token = token
+        lock.reacquire()
+        logger.warning("took over %s from an earlier delivery of task %s", lock.name, task_id)
+        return True
+    return False
+
+
 @shared_task(name="deployments.deploy_version_on_host", acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Host agent: stage, load and cut over one model version, reporting each step.
@@ -93,7 +111,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
 
     target_id = payload["target_id"]
     lock = host_model_lock(payload.get("host", ""), payload["model"])
-    if not lock.acquire(blocking=False):
+    if not _acquire_or_take_over(lock, self.request.id):
         if self.request.retries * LOCK_RETRY_SECONDS >= settings.DISPATCH_TIMEOUT:
             _report(target_id, TargetState.FAILED,
                     f"{payload['model']} stayed locked on this host by another deployment for "

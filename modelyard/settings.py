@@ -174,7 +174,11 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_TIME_LIMIT = env_int("MODELYARD_TASK_TIME_LIMIT", 1800)
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("MODELYARD_TASK_SOFT_TIME_LIMIT", 1700)
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 600}
+# A message a worker took but never acknowledged (the worker died) goes back to its queue after
+# this many seconds; longer than any task may run, so a live task is never handed out twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("MODELYARD_BROKER_VISIBILITY_TIMEOUT", CELERY_TASK_TIME_LIMIT + 600),
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 HEARTBEAT_INTERVAL = env_float("MODELYARD_HEARTBEAT_INTERVAL", 30.0)
 HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)

@@ -7,7 +7,6 @@ page show non-zero throughput. Then a rolling swap to v2 while a client keeps
 sending requests, and a broken v3 that leaves v2 serving.
 """
 
-import threading
 import time
 
 import numpy as np
@@ -20,6 +19,7 @@ from rest_framework.test import APIClient
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
 from deployments.runtimes.triton import TritonRuntime
+from tests.e2e.support import Traffic, upload, wait_deployment
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -27,58 +27,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 HOST = "e2e-host"
 
 
-def _wait_deployment(client: APIClient, deployment_id: int, timeout: float = 240) -> dict:
-    deadline = time.monotonic() + timeout
-    body = {}
-    while time.monotonic() < deadline:
-        body = client.get(f"/api/v1/deployments/{deployment_id}/").json()
-        if body["status"] not in ("running",):
-            return body
-        time.sleep(0.5)
-    pytest.fail(f"deployment {deployment_id} still in progress after {timeout} s: {body}")
-
-
 def _deploy(client: APIClient, version: int) -> dict:
     answer = client.post("/api/v1/deployments/", {"model": "iris", "version": version, "hosts": [HOST]},
                          format="json")
     assert answer.status_code == 201, answer.content
-    return _wait_deployment(client, answer.json()["id"])
-
-
-def _upload(client: APIClient, archive) -> int:
-    with open(archive, "rb") as fh:
-        answer = client.post("/api/v1/models/iris/versions/", {"artifact": fh}, format="multipart")
-    assert answer.status_code == 201, answer.content
-    return answer.json()["version"]
-
-
-class Traffic:
-    """A client thread sending inference requests that name no version, counting failures."""
-
-    def __init__(self, runtime: TritonRuntime):
-        self.runtime = runtime
-        self.stop = threading.Event()
-        self.ok = 0
-        self.failures: list[str] = []
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        batch = np.asarray(SAMPLE_INPUT, dtype=np.float32)
-        while not self.stop.is_set():
-            try:
-                self.runtime.infer("iris", {"input": batch}, ["label"])
-                self.ok += 1
-            except Exception as exc:  # every failure is a dropped request, recorded for the assertion
-                self.failures.append(str(exc))
-            time.sleep(0.01)
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        self.thread.join(timeout=10)
+    return wait_deployment(client, answer.json()["id"])
 
 
 def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
@@ -97,7 +50,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
 
     assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
-    assert _upload(client, build_iris_archive(tmp_path / "v1.tar.gz")) == 1
+    assert upload(client, build_iris_archive(tmp_path / "v1.tar.gz")) == 1
     host = client.post("/api/v1/hosts/", {
         "name": HOST, "runtime": "triton", "inference_url": triton.http_url, "metrics_url": triton.metrics_url,
         "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)}},
@@ -114,8 +67,8 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     assert answer["label"].reshape(-1).tolist() == expected_labels()
 
     # v2 rolls out while a client keeps sending requests; none may fail.
-    assert _upload(client, build_iris_archive(tmp_path / "v2.tar.gz")) == 2
-    with Traffic(runtime) as traffic:
+    assert upload(client, build_iris_archive(tmp_path / "v2.tar.gz")) == 2
+    with Traffic(triton.http_url) as traffic:
         deployed = _deploy(client, 2)
         time.sleep(1)
     assert deployed["status"] == "succeeded", deployed
@@ -124,8 +77,8 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     assert runtime.ready_versions("iris") == [2]
 
     # A broken v3 fails with Triton's message and leaves v2 serving.
-    assert _upload(client, build_iris_archive(tmp_path / "v3.tar.gz", broken=True)) == 3
-    with Traffic(runtime) as traffic:
+    assert upload(client, build_iris_archive(tmp_path / "v3.tar.gz", broken=True)) == 3
+    with Traffic(triton.http_url) as traffic:
         deployed = _deploy(client, 3)
     assert deployed["status"] == "failed"
     assert "version 3" in deployed["targets"][0]["error"]

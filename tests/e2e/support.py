@@ -1,0 +1,73 @@
+"""Helpers shared by the end-to-end tests: API calls that wait, and a client that keeps sending requests."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+from rest_framework.test import APIClient
+
+from demo.iris import SAMPLE_INPUT
+
+
+def wait_deployment(client: APIClient, deployment_id: int, timeout: float = 240) -> dict:
+    deadline = time.monotonic() + timeout
+    body = {}
+    while time.monotonic() < deadline:
+        body = client.get(f"/api/v1/deployments/{deployment_id}/").json()
+        if body["status"] not in ("running",):
+            return body
+        time.sleep(0.5)
+    pytest.fail(f"deployment {deployment_id} still in progress after {timeout} s: {body}")
+
+
+def upload(client: APIClient, archive) -> int:
+    with open(archive, "rb") as fh:
+        answer = client.post("/api/v1/models/iris/versions/", {"artifact": fh}, format="multipart")
+    assert answer.status_code == 201, answer.content
+    return answer.json()["version"]
+
+
+class Traffic:
+    """A client thread sending inference requests that name no version to one Triton host.
+
+    Speaks Triton's HTTP/REST protocol (KServe v2) with plain requests so that each answer's
+    ``model_version`` is seen: ``versions`` is the version of every successful answer, in order,
+    ``failures`` the text of every failed request (each one a dropped request).
+    """
+
+    def __init__(self, base_url: str, model: str = "iris"):
+        self.url = f"{base_url}/v2/models/{model}/infer"
+        self.stop = threading.Event()
+        self.versions: list[str] = []
+        self.failures: list[str] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        batch = np.asarray(SAMPLE_INPUT, dtype=np.float32)
+        self.body = {"inputs": [{"name": "input", "shape": list(batch.shape), "datatype": "FP32",
+                                 "data": batch.reshape(-1).tolist()}], "outputs": [{"name": "label"}]}
+
+    @property
+    def ok(self) -> int:
+        return len(self.versions)
+
+    def _run(self):
+        with requests.Session() as session:
+            while not self.stop.is_set():
+                try:
+                    answer = session.post(self.url, json=self.body, timeout=10)
+                    if answer.status_code == 200:
+                        self.versions.append(answer.json()["model_version"])
+                    else:
+                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
+                except requests.RequestException as exc:
+                    self.failures.append(str(exc))
+                time.sleep(0.01)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=10)
