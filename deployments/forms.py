@@ -2,7 +2,7 @@
 
 from django import forms
 
-from deployments.choices import Runtime
+from deployments.choices import FailurePolicy, Runtime
 from modelyard.jsonobject import parse_json_object
 
 
@@ -19,10 +19,73 @@ class ServingHostForm(forms.Form):
     )
 
     def clean_parameters(self) -> dict:
-        raw = self.cleaned_data["parameters"].strip()
-        if not raw:
-            return {}
-        try:
-            return parse_json_object(raw)
-        except ValueError as exc:
-            raise forms.ValidationError(str(exc)) from exc
+        return _clean_json_object(self.cleaned_data["parameters"])
+
+
+def _json_object_field(label: str, help_text: str) -> forms.CharField:
+    return forms.CharField(label=label, required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text=help_text)
+
+
+def _clean_json_object(raw: str) -> dict:
+    raw = (raw or "").strip()
+    if not raw:
+        return {}
+    try:
+        return parse_json_object(raw)
+    except ValueError as exc:
+        raise forms.ValidationError(str(exc)) from exc
+
+
+class RolloutForm(forms.Form):
+    """Start a rollout from the browser: a version or an alias, hosts or a selector, batches."""
+
+    version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
+                                     help_text="pin this version, or leave empty and follow an alias")
+    alias = forms.ChoiceField(required=False, help_text="follow this alias: moving it starts the next rollout")
+    hosts = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    selector = forms.CharField(required=False, help_text="or choose hosts by labels, e.g. pool=gpu,zone=a")
+    replicas = forms.IntegerField(required=False, min_value=1, help_text="with a selector: how many hosts, "
+                                  "picked by free GPU memory")
+    batch_size = forms.IntegerField(min_value=1, initial=1, help_text="hosts moved at once (max unavailable)")
+    failure_policy = forms.ChoiceField(choices=FailurePolicy.choices, initial=FailurePolicy.PAUSE)
+    config_overrides = _json_object_field(
+        "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
+        '"dynamic_batching": {"max_queue_delay_microseconds": 100}}')
+
+    def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [("", "—")] + [(v, f"v{v}") for v in versions]
+        self.fields["alias"].choices = [("", "—")] + [(a, f"@{a}") for a in aliases]
+        self.fields["hosts"].choices = [(h, h) for h in hosts]
+
+    def clean_selector(self) -> dict:
+        raw = self.cleaned_data["selector"].strip()
+        labels = {}
+        for pair in filter(None, (p.strip() for p in raw.split(","))):
+            key, sep, value = pair.partition("=")
+            if not sep or not key.strip():
+                raise forms.ValidationError(f"write labels as key=value, separated by commas; not {pair!r}")
+            labels[key.strip()] = value.strip()
+        return labels
+
+    def clean_config_overrides(self) -> dict:
+        return _clean_json_object(self.cleaned_data["config_overrides"])
+
+
+class TryItForm(forms.Form):
+    """Send one inference request to a deployed version on a chosen host."""
+
+    host = forms.ChoiceField()
+    version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
+                                     help_text="empty: whichever version the host serves")
+    inputs = forms.CharField(widget=forms.Textarea(attrs={"rows": 6, "class": "mono"}),
+                             help_text="input tensors by name, with the batch dimension, "
+                             'e.g. {"input": [[5.1, 3.5, 1.4, 0.2]]}')
+
+    def __init__(self, *args, hosts: list[str], versions: list[int], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["host"].choices = [(h, h) for h in hosts]
+        self.fields["version"].choices = [("", "served")] + [(v, f"v{v}") for v in versions]
+
+    def clean_inputs(self) -> dict:
+        return _clean_json_object(self.cleaned_data["inputs"])

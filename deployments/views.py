@@ -1,5 +1,7 @@
 """Deployments pages: the serving hosts list, a host's page, and the rollout page with its controls."""
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -8,12 +10,20 @@ from django.shortcuts import redirect, render
 
 from deployments import rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES
-from deployments.forms import ServingHostForm
+from deployments.forms import RolloutForm, ServingHostForm, TryItForm
+from deployments.inference import try_inference
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import get_deployment, get_host, ready_targets_oldest_first, register_host
+from deployments.services import (
+    get_deployment,
+    get_host,
+    ready_targets_oldest_first,
+    register_host,
+    start_deployment,
+)
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import services as monitoring
+from registry.services import get_model
 
 
 @login_required
@@ -137,3 +147,51 @@ def rollout_action(request, pk: int, action: str):
     else:
         messages.success(request, done)
     return redirect("deployments:rollout-detail", pk=pk)
+
+
+def _hosts_serving(model) -> list[str]:
+    return sorted(set(ready_targets_oldest_first(deployment__model=model).values_list("host__name", flat=True)))
+
+
+@login_required
+def rollout_create(request, model_name: str):
+    """Start a rollout of one model from the browser; on success, go to its rollout page."""
+    model = found_or_404(get_model, model_name)
+    versions = list(model.versions.exclude(status="deleted").order_by("-version").values_list("version", flat=True))
+    form = RolloutForm(request.POST or None, versions=versions,
+                       aliases=list(model.aliases.order_by("name").values_list("name", flat=True)),
+                       hosts=list(ServingHost.objects.order_by("name").values_list("name", flat=True)),
+                       initial={"version": request.GET.get("version")})
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            deployment = start_deployment(
+                model_name=model.name, version=data["version"], alias=data["alias"], host_names=data["hosts"],
+                selector=data["selector"], replicas=data["replicas"], batch_size=data["batch_size"],
+                failure_policy=data["failure_policy"], config_overrides=data["config_overrides"], actor=request.user,
+            )
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"Rollout {deployment.pk} started.")
+            return redirect("deployments:rollout-detail", pk=deployment.pk)
+    return render(request, "deployments/rollout_form.html", {"form": form, "model": model})
+
+
+@login_required
+def try_it(request, model_name: str):
+    """Send an input (the version's sample, or JSON typed in) to a deployed version and show the outputs."""
+    model = found_or_404(get_model, model_name)
+    versions = list(model.versions.exclude(status="deleted").order_by("-version"))
+    sample = next((v.metadata.get("sample_input") for v in versions if (v.metadata or {}).get("sample_input")), None)
+    form = TryItForm(request.POST or None, hosts=_hosts_serving(model), versions=[v.version for v in versions],
+                     initial={"inputs": json.dumps(sample) if sample else ""})
+    result = None
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            result = try_inference(model_name=model.name, host_name=data["host"], inputs=data["inputs"],
+                                   version=data["version"])
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+    return render(request, "deployments/try_it.html", {"form": form, "model": model, "result": result})

@@ -8,7 +8,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from deployments.api.views import DeploymentViewSet, ServingHostViewSet
+from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
@@ -36,6 +36,7 @@ api_v1 = [
     path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
     path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
+    path("models/<str:model_name>/infer/", ModelInferenceView.as_view(), name="model-infer"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
     path("", include(router.urls)),

@@ -83,3 +83,23 @@ class DeploymentCreateSerializer(serializers.Serializer):
     failure_policy = serializers.ChoiceField(choices=FailurePolicy.choices, default=FailurePolicy.PAUSE)
     config_overrides = serializers.JSONField(required=False, help_text=(
         "partial Triton model config applied at load: instance_group, dynamic_batching, max_batch_size"))
+
+
+class InferenceRequestSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/models/<name>/infer/``."""
+
+    host = serializers.CharField(max_length=200)
+    version = serializers.IntegerField(min_value=1, required=False, allow_null=True, default=None,
+                                       help_text="omit to let the host answer with the version it serves")
+    inputs = serializers.DictField(help_text='input tensors by name with the batch dimension, e.g. {"input": [[1.0]]}')
+
+
+class InferenceResultSerializer(serializers.Serializer):
+    """What one Try-it inference returned."""
+
+    host = serializers.CharField()
+    model = serializers.CharField()
+    version = serializers.IntegerField()
+    outputs = serializers.DictField(child=serializers.JSONField())
+    shapes = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()))
+    latency_ms = serializers.FloatField(help_text="client-side round trip, milliseconds")

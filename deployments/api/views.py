@@ -4,9 +4,17 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from deployments import rollouts, services
-from deployments.api.serializers import DeploymentCreateSerializer, DeploymentSerializer, ServingHostSerializer
+from deployments.api.serializers import (
+    DeploymentCreateSerializer,
+    DeploymentSerializer,
+    InferenceRequestSerializer,
+    InferenceResultSerializer,
+    ServingHostSerializer,
+)
+from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
 from modelyard.api import StaffCanWrite
 
@@ -96,3 +104,15 @@ class DeploymentViewSet(
         """Send the hosts this rollout moved back to their previous version; returns the rollback rollouts."""
         started = rollouts.rollback_rollout(int(pk), actor=request.user)
         return Response([self._show(d.pk) for d in started])
+
+
+class ModelInferenceView(APIView):
+    """Try it: send one inference request to the model on a chosen host and get the outputs and latency."""
+
+    @extend_schema(request=InferenceRequestSerializer, responses={200: InferenceResultSerializer})
+    def post(self, request, model_name: str):
+        data = InferenceRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = try_inference(model_name=model_name, host_name=data.validated_data["host"],
+                               inputs=data.validated_data["inputs"], version=data.validated_data["version"])
+        return Response(result)

@@ -66,3 +66,30 @@ def test_an_illegal_control_shows_a_message_and_changes_nothing(browser, deploym
 def test_rollout_pages_need_a_login(client, deployment):
     answer = client.get(f"/deployments/{deployment.pk}/")
     assert answer.status_code == 302 and "/login/" in answer["Location"]
+
+
+def test_a_rollout_starts_from_the_model_page_form(browser, deployment, django_capture_on_commit_callbacks):
+    page = browser.get("/deployments/new/iris/").content.decode()
+    assert "gpu-0" in page and "v1" in page
+    with django_capture_on_commit_callbacks(execute=False):
+        answer = browser.post("/deployments/new/iris/", {"version": "1", "hosts": ["gpu-1"], "batch_size": "1",
+                                                         "failure_policy": "rollback"})
+    newest = Deployment.objects.order_by("-id").first()
+    assert answer.status_code == 302 and answer["Location"] == f"/deployments/{newest.pk}/"
+    assert (newest.failure_policy, list(newest.targets.values_list("host__name", flat=True))) == ("rollback", ["gpu-1"])
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"hosts": ["gpu-1"]}, "give either a version or an alias"),
+        ({"version": "1"}, "at least one serving host"),
+        ({"version": "1", "selector": "pool"}, "key=value"),
+        ({"version": "1", "hosts": ["gpu-1"], "config_overrides": "{"}, "not valid JSON"),
+        ({"version": "1", "hosts": ["gpu-1"], "config_overrides": '{"input": []}'}, "may set only"),
+    ],
+)
+def test_a_bad_rollout_form_says_why_and_starts_nothing(browser, deployment, form, message):
+    answer = browser.post("/deployments/new/iris/", {"batch_size": "1", "failure_policy": "pause", **form})
+    assert answer.status_code == 200 and message in answer.content.decode()
+    assert Deployment.objects.count() == 1

@@ -1,0 +1,80 @@
+"""Try it: one inference request to a deployed model version on a chosen host, timed."""
+
+import time
+
+from deployments.runtimes.base import ServingRuntimeError
+from deployments.runtimes.triton import TritonRuntime
+from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
+from deployments.services import get_host, ready_targets_oldest_first
+from modelyard.errors import InvalidInput, NotFound, ServiceUnavailable
+from registry.services import get_model, get_version
+
+TRY_TIMEOUT_S = 10.0
+MAX_OUTPUT_VALUES = 10_000
+
+
+def served_version(model_name: str, host_name: str):
+    """The version of ``model_name`` that ``host_name`` serves per the registry (newest READY target).
+
+    Raises:
+        NotFound: the model, the host, or no version of it deployed there.
+    """
+    model, host = get_model(model_name), get_host(host_name)
+    served = None
+    for target in ready_targets_oldest_first(host=host, deployment__model=model).select_related("deployment__version"):
+        served = target.deployment.version
+    if served is None:
+        raise NotFound(f"{host.name} serves no version of {model.name}")
+    return served
+
+
+def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int | None = None) -> dict:
+    """Send ``inputs`` to the model on one host through tritonclient and time the round trip.
+
+    Args:
+        model_name: the registered model.
+        host_name: a serving host.
+        inputs: ``{input name: nested list}`` including the batch dimension; data types come
+            from the version's signature.
+        version: the version to ask for; None lets the host answer with the one it serves.
+
+    Returns:
+        ``{"host", "model", "version", "outputs": {name: nested list}, "shapes": {name: [int]},
+        "latency_ms": float}``; latency is the client-side round trip in milliseconds.
+
+    Raises:
+        NotFound: unknown model, host or version, or nothing deployed there.
+        InvalidInput: inputs that do not fit the signature, or that Triton refused.
+        ServiceUnavailable: the host did not answer, or the version is not ready there.
+    """
+    host = get_host(host_name)
+    model_version = get_version(model_name, version) if version else served_version(model_name, host_name)
+    try:
+        arrays = sample_arrays(inputs, model_version.signature)
+    except ModelConfigError as exc:
+        raise InvalidInput(str(exc)) from exc
+    outputs = [o["name"] for o in model_version.signature.get("outputs", [])]
+    runtime = TritonRuntime(host.inference_url, timeout=TRY_TIMEOUT_S)
+    started = time.perf_counter()
+    try:
+        result = runtime.infer(model_name, arrays, outputs, version=version)
+    except ServingRuntimeError as exc:
+        raise (ServiceUnavailable if exc.retryable else InvalidInput)(f"{host.name}: {exc.message}") from exc
+    latency_ms = (time.perf_counter() - started) * 1000
+    too_big = [name for name, array in result.items() if array.size > MAX_OUTPUT_VALUES]
+    if too_big:
+        raise InvalidInput(f"outputs {too_big} hold more than {MAX_OUTPUT_VALUES} values; send a smaller batch")
+    return {
+        "host": host.name, "model": model_name, "version": model_version.version,
+        "outputs": {name: _jsonable(array) for name, array in result.items()},
+        "shapes": {name: list(array.shape) for name, array in result.items()},
+        "latency_ms": round(latency_ms, 3),
+    }
+
+
+def _jsonable(array) -> list:
+    """Nested lists of an output tensor; BYTES elements decoded as UTF-8 (invalid bytes replaced)."""
+    if array.dtype == object or array.dtype.kind == "S":
+        return [_jsonable(a) if getattr(a, "ndim", 0) else (a.decode(errors="replace") if isinstance(a, bytes) else a)
+                for a in array]
+    return array.tolist()

@@ -1,0 +1,75 @@
+"""Try it: an inference request to a deployed version on a real Triton, from the API and the page."""
+
+import json
+import shutil
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from demo.iris import SAMPLE_INPUT, build_iris_model_dir, expected_labels
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.runtimes.triton import TritonRuntime
+from deployments.runtimes.triton_config import describe_signature, parse_model_config, render_load_config
+from registry.choices import ArtifactFormat
+from registry.models import ModelVersion, RegisteredModel
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+
+@pytest.fixture
+def served(triton_server, tmp_path) -> ServingHost:
+    """iris v1 loaded on a real Triton, and the registry rows that say it is deployed there."""
+    source = build_iris_model_dir(tmp_path / "iris", name="iris")
+    target_dir = triton_server.model_repository / "iris"
+    target_dir.mkdir()
+    shutil.copytree(source / "1", target_dir / "1")
+    config_text = (source / "config.pbtxt").read_text()
+    TritonRuntime(triton_server.http_url, load_timeout=120).load("iris", render_load_config(
+        config_text, model_name="iris", versions=[1],
+        parameters={"EXECUTION_ENV_PATH": str(triton_server.execution_env)}))
+    model = RegisteredModel.objects.create(name="iris", next_version=2)
+    version = ModelVersion.objects.create(
+        model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="k", artifact_sha256="0" * 64,
+        artifact_size=1, config_text=config_text, signature=describe_signature(parse_model_config(config_text)),
+        metadata={"sample_input": {"input": SAMPLE_INPUT}},
+    )
+    host = ServingHost.objects.create(name="cpu-0", inference_url=triton_server.http_url)
+    deployment = Deployment.objects.create(model=model, version=version, status="succeeded")
+    DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
+    return host
+
+
+def test_the_api_returns_the_models_own_predictions_and_the_latency(api_client, served):
+    answer = api_client.post("/api/v1/models/iris/infer/", {"host": "cpu-0", "inputs": {"input": SAMPLE_INPUT}},
+                             format="json")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert [row[0] for row in body["outputs"]["label"]] == expected_labels()
+    assert body["version"] == 1 and body["shapes"]["label"] == [len(SAMPLE_INPUT), 1] and body["latency_ms"] > 0
+
+
+@pytest.mark.parametrize(
+    ("request_body", "status", "message"),
+    [
+        ({"host": "cpu-0", "inputs": {"input": [[1.0, 2.0]]}}, 400, "cpu-0"),
+        ({"host": "cpu-0", "inputs": {"pixels": [[1.0]]}}, 400, "exactly the model's inputs"),
+        ({"host": "cpu-0", "inputs": {"input": [["a", "b", "c", "d"]]}}, 400, "TYPE_FP32"),
+        ({"host": "nowhere", "inputs": {"input": SAMPLE_INPUT}}, 404, "nowhere"),
+        ({"host": "cpu-0", "version": 7, "inputs": {"input": SAMPLE_INPUT}}, 404, "no version 7"),
+    ],
+)
+def test_bad_inputs_get_a_clear_error(api_client, served, request_body, status, message):
+    answer = api_client.post("/api/v1/models/iris/infer/", request_body, format="json")
+    assert answer.status_code == status, answer.content
+    assert message in answer.json()["detail"]
+
+
+def test_the_page_prefills_the_sample_and_shows_the_outputs(client, served):
+    client.force_login(get_user_model().objects.create_user(username="ml-engineer"))
+    page = client.get("/deployments/try/iris/").content.decode()
+    assert "5.1" in page and "cpu-0" in page  # the version's sample input, the host that serves it
+    inputs = json.dumps({"input": SAMPLE_INPUT})
+    answer = client.post("/deployments/try/iris/", {"host": "cpu-0", "version": "", "inputs": inputs})
+    html = answer.content.decode()
+    assert "v1 on cpu-0 answered in" in html
+    assert str([[label] for label in expected_labels()]) in html
