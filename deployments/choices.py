@@ -28,12 +28,15 @@ class TargetState(models.TextChoices):
     READY = "ready", "Ready"
     FAILED = "failed", "Failed"
     CANCELLED = "cancelled", "Cancelled"
+    UNLOADED = "unloaded", "Unloaded (by hand or for idleness)"
 
 
 STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,
               TargetState.CUTTING_OVER)
 ACTIVE_TARGET_STATES = frozenset(STEP_ORDER)
-TERMINAL_TARGET_STATES = frozenset({TargetState.READY, TargetState.FAILED, TargetState.CANCELLED})
+TERMINAL_TARGET_STATES = frozenset(
+    {TargetState.READY, TargetState.FAILED, TargetState.CANCELLED, TargetState.UNLOADED}
+)
 
 # Allowed moves. Progress reports from a host agent may arrive out of order
 # (they travel as separate tasks), so a step may be skipped forward but never
@@ -44,9 +47,11 @@ TARGET_TRANSITIONS: dict[str, frozenset[str]] = {
         step: frozenset(STEP_ORDER[i + 1:]) | {TargetState.READY, TargetState.FAILED}
         for i, step in enumerate(STEP_ORDER)
     },
-    TargetState.READY: frozenset(),
+    # A served version leaves its host only by an explicit unload; a reload is a new rollout.
+    TargetState.READY: frozenset({TargetState.UNLOADED}),
     TargetState.FAILED: frozenset(),
     TargetState.CANCELLED: frozenset(),
+    TargetState.UNLOADED: frozenset(),
 }
 TARGET_TRANSITIONS[TargetState.PENDING] = TARGET_TRANSITIONS[TargetState.PENDING] | {TargetState.CANCELLED}
 

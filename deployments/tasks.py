@@ -196,3 +196,41 @@ def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) ->
     actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id else None
     deployment = follow_alias(model_id, alias, actor=actor)
     return deployment.pk if deployment else None
+
+
+@shared_task(name="deployments.unload_model_on_host", acks_late=True, bind=True, max_retries=None)
+def unload_model_on_host(self, payload: dict) -> None:
+    """Host agent: unload a model from Triton under the (host, model) lock and wait until it is gone."""
+    from deployments.runtimes.base import ServingRuntimeError
+    from deployments.runtimes.triton import TritonRuntime
+
+    lock = host_model_lock(payload["host"], payload["model"])
+    if not _acquire_or_take_over(lock, self.request.id):
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    try:
+        runtime = TritonRuntime(payload["inference_url"])
+        versions = runtime.ready_versions(payload["model"])
+        runtime.unload(payload["model"])
+        runtime.wait_versions_gone(payload["model"], versions, timeout=settings.AGENT_UNLOAD_TIMEOUT)
+    except ServingRuntimeError as exc:
+        logger.error("unloading %s from %s failed: %s", payload["model"], payload["host"], exc.message)
+        if exc.retryable and self.request.retries < 5:
+            raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            logger.warning("the lock on %s expired before the unload ended", payload["model"])
+
+
+@shared_task(name="deployments.unload_idle_models")
+def unload_idle_models() -> int:
+    """Orchestrator, on a schedule: unload models that served no request for IDLE_UNLOAD_AFTER s."""
+    from deployments.lifecycle import unload_idle_models as unload
+    from modelyard.errors import ServiceUnavailable
+
+    try:
+        return len(unload())
+    except ServiceUnavailable as exc:
+        logger.warning("idle unload skipped: %s", exc.message)
+        return 0

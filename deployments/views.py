@@ -9,9 +9,10 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from deployments import rollouts
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
+from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import (
     get_deployment,
@@ -74,11 +75,24 @@ def _loaded_models(host: ServingHost) -> list[dict]:
     return rows
 
 
+def _unloaded_models(host: ServingHost, served: set[str]) -> list[dict]:
+    """Models unloaded from this host (by hand or for idleness) that it does not serve again since."""
+    latest: dict[str, DeploymentTarget] = {}
+    for target in (DeploymentTarget.objects.filter(host=host, state=TargetState.UNLOADED)
+                   .select_related("deployment__model", "deployment__version")
+                   .order_by("deployment__created_at", "deployment_id")):
+        latest[target.deployment.model.name] = target
+    return [{"model": name, "version": t.deployment.version.version, "since": t.updated_at}
+            for name, t in sorted(latest.items()) if name not in served]
+
+
 @login_required
 def host_detail(request, name: str):
     """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
     host = found_or_404(get_host, name)
-    context = {"host": host, "models": _loaded_models(host), "gpus": [], "cpu": None, "prometheus_error": "",
+    models = _loaded_models(host)
+    context = {"host": host, "models": models, "unloaded": _unloaded_models(host, {m["model"] for m in models}),
+               "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:
         found = monitoring.host_metrics([host.name])[host.name]
@@ -195,3 +209,36 @@ def try_it(request, model_name: str):
         except DomainError as exc:
             form.add_error(None, exc.message)
     return render(request, "deployments/try_it.html", {"form": form, "model": model, "result": result})
+
+
+@login_required
+def host_model_unload(request, name: str, model_name: str):
+    """Unload a model from a host (staff): GET asks for confirmation, POST unloads."""
+    if not request.user.is_staff:
+        raise PermissionDenied("only administrators load and unload models by hand")
+    target = found_or_404(serving_target, name, model_name)
+    if request.method == "POST":
+        try:
+            version = unload_model(host_name=name, model_name=model_name, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"{model_name} v{version} is being unloaded from {name}.")
+        return redirect("deployments:host-detail", name=name)
+    return render(request, "deployments/host_model_confirm_unload.html", {"target": target})
+
+
+@login_required
+def host_model_reload(request, name: str, model_name: str):
+    """Load again the version of a model last unloaded from a host (staff, POST)."""
+    if not request.user.is_staff:
+        raise PermissionDenied("only administrators load and unload models by hand")
+    if request.method != "POST":
+        return redirect("deployments:host-detail", name=name)
+    try:
+        deployment = reload_model(host_name=name, model_name=model_name, actor=request.user)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+        return redirect("deployments:host-detail", name=name)
+    messages.success(request, f"Reloading {model_name} on {name}.")
+    return redirect("deployments:rollout-detail", pk=deployment.pk)

@@ -182,6 +182,8 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 HEARTBEAT_INTERVAL = env_float("MODELYARD_HEARTBEAT_INTERVAL", 30.0)
 HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)
+# Unload a model from a host once it answered no request for this many seconds (0: never).
+IDLE_UNLOAD_AFTER = env_float("MODELYARD_IDLE_UNLOAD_AFTER", 0.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
@@ -189,6 +191,8 @@ CELERY_BEAT_SCHEDULE = {
     # The orchestrator asks every host agent to report in, and repairs drift from the reports.
     "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
     "reconcile-fleet": {"task": "deployments.reconcile", "schedule": RECONCILE_INTERVAL},
+    # Checks every minute; does nothing while IDLE_UNLOAD_AFTER is 0.
+    "unload-idle-models": {"task": "deployments.unload_idle_models", "schedule": 60.0},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 

@@ -240,3 +240,18 @@ def cpu_queries(hosts: list[str]) -> dict[str, str]:
         "memory_total": f"max by (host)(nv_cpu_memory_total_bytes{m})",
         "utilization": f"max by (host)(nv_cpu_utilization{m})",
     }
+
+
+def requests_per_host_model(window: int) -> str:
+    """Requests each (host, model) answered over the last ``window`` seconds, all versions together.
+
+    Triton: ``nv_inference_request_success`` + ``nv_inference_request_failure`` (requests);
+    BentoML: ``bentoml_service_request_total`` without health probes. ``increase()`` copes with
+    counter resets; a series absent from Prometheus gives no row (unknown, not zero).
+    """
+    w = _window(window)
+    by = "host, model"
+    triton = (f"sum by ({by})(increase(nv_inference_request_success[{w}])"
+              f" + increase(nv_inference_request_failure[{w}]))")
+    bento = f"sum by ({by})(increase(bentoml_service_request_total{_bento({})}[{w}]))"
+    return f"({triton}) or {bento}"

@@ -298,3 +298,22 @@ def host_memory(host_names: list[str], *, client: PrometheusClient | None = None
         })
     return rows
 
+
+
+def requests_per_host_model(
+    *, window_seconds: int, client: PrometheusClient | None = None
+) -> dict[tuple[str, str], float]:
+    """Requests answered per (host, model) over the last ``window_seconds`` (``promql.requests_per_host_model``).
+
+    Returns:
+        ``{(host, model): requests}``; pairs Prometheus has no series for are absent.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    client = client or PrometheusClient()
+    try:
+        samples = client.instant(promql.requests_per_host_model(window_seconds))
+    except PrometheusUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    return {(s.labels.get("host", ""), s.labels.get("model", "")): s.value for s in samples}

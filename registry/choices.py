@@ -52,6 +52,8 @@ class AuditAction(models.TextChoices):
     HOST_DELETED = "host.deleted", "Serving host deleted"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"
     DEPLOYMENT_CHANGED = "deployment.changed", "Rollout paused, resumed, cancelled or rolled back"
+    MODEL_UNLOADED = "host_model.unloaded", "Model unloaded from a host"
+    MODEL_RELOADED = "host_model.reloaded", "Model reloaded on a host"
 
 
 class UploadStatus(models.TextChoices):

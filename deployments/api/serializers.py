@@ -103,3 +103,11 @@ class InferenceResultSerializer(serializers.Serializer):
     outputs = serializers.DictField(child=serializers.JSONField())
     shapes = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()))
     latency_ms = serializers.FloatField(help_text="client-side round trip, milliseconds")
+
+
+class ModelUnloadSerializer(serializers.Serializer):
+    """What an unload stopped serving."""
+
+    host = serializers.CharField()
+    model = serializers.CharField()
+    version = serializers.IntegerField()

@@ -6,12 +6,13 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from deployments import rollouts, services
+from deployments import lifecycle, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentSerializer,
     InferenceRequestSerializer,
     InferenceResultSerializer,
+    ModelUnloadSerializer,
     ServingHostSerializer,
 )
 from deployments.inference import try_inference
@@ -41,6 +42,24 @@ class ServingHostViewSet(
     def destroy(self, request, *args, **kwargs):
         services.delete_host(name=self.kwargs["name"], actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={202: ModelUnloadSerializer})
+    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/unload")
+    def unload(self, request, name=None, model_name=None):
+        """Unload a model from this host (the reconciler will not load it back); 202 while the agent unloads."""
+        version = lifecycle.unload_model(host_name=name, model_name=model_name, actor=request.user)
+        return Response({"host": name, "model": model_name, "version": version}, status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={201: DeploymentSerializer})
+    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/reload")
+    def reload(self, request, name=None, model_name=None):
+        """Load again the version last unloaded from this host, as a one-host rollout."""
+        deployment = lifecycle.reload_model(host_name=name, model_name=model_name, actor=request.user)
+        return Response(_deployment_data(deployment.pk), status=status.HTTP_201_CREATED)
+
+
+def _deployment_data(pk: int) -> dict:
+    return DeploymentSerializer(DeploymentViewSet.queryset.get(pk=pk)).data
 
 
 class DeploymentViewSet(
@@ -75,7 +94,7 @@ class DeploymentViewSet(
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
     def _show(self, pk: int) -> dict:
-        return DeploymentSerializer(self.get_queryset().get(pk=pk)).data
+        return _deployment_data(pk)
 
     @extend_schema(request=None, responses={200: DeploymentSerializer})
     @action(detail=True, methods=["post"])

@@ -1,0 +1,129 @@
+"""Unload a model from a host and load it again, by hand or when it served nothing for a while.
+
+Unloading marks every READY target of the (host, model) UNLOADED in the same transaction that
+enqueues the agent's unload, so the reconciler no longer counts it as desired state and does not
+load it back; the agent unloads under the per-(host, model) lock. Reloading is a one-host
+rollout of the version that was unloaded, with the same config overrides.
+
+The idle policy asks Prometheus how many requests each served (host, model) answered over
+``settings.IDLE_UNLOAD_AFTER`` seconds and unloads those that answered none. A model whose series
+Prometheus does not have (never scraped) is left alone: no data is not the same as no traffic.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from deployments.choices import ACTIVE_TARGET_STATES, TargetState
+from deployments.models import Deployment, DeploymentTarget
+from deployments.services import create_rollout, get_host, ready_targets_oldest_first, transition
+from modelyard.errors import Conflict, NotFound
+from registry.choices import AuditAction
+from registry.services import get_model, record_audit_event
+
+logger = logging.getLogger(__name__)
+
+
+def serving_target(host_name: str, model_name: str) -> DeploymentTarget:
+    """The READY target through which ``host_name`` serves ``model_name`` now (newest wins).
+
+    Raises:
+        NotFound: unknown host or model, or the host serves no version of it.
+    """
+    host, model = get_host(host_name), get_model(model_name)
+    target = (ready_targets_oldest_first(host=host, deployment__model=model)
+              .select_related("host", "deployment__model", "deployment__version").last())
+    if target is None:
+        raise NotFound(f"{host.name} serves no version of {model.name}")
+    return target
+
+
+def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "unloaded by an operator") -> int:
+    """Stop serving ``model_name`` on ``host_name``; the agent unloads it from Triton.
+
+    Returns:
+        The version number that was unloaded.
+
+    Raises:
+        NotFound: the host serves no version of the model.
+        Conflict: a rollout of the model is in progress on that host.
+    """
+    from deployments.tasks import unload_model_on_host
+
+    target = serving_target(host_name, model_name)
+    host, model, version = target.host, target.deployment.model, target.deployment.version
+    with transaction.atomic():
+        busy = DeploymentTarget.objects.select_for_update().filter(
+            host=host, deployment__model=model, state__in=ACTIVE_TARGET_STATES)
+        if busy.exists():
+            raise Conflict(f"a rollout of {model.name} is in progress on {host.name}; wait for it or cancel it")
+        for pk in ready_targets_oldest_first(host=host, deployment__model=model).values_list("pk", flat=True):
+            transition(pk, TargetState.UNLOADED, message=reason)
+        record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=actor, obj_type="host", obj_id=host.pk,
+                           model=model, data={"host": host.name, "version": version.version, "reason": reason})
+        payload = {"host": host.name, "model": model.name, "inference_url": host.inference_url}
+        transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
+    logger.info("unloading %s v%s from %s: %s", model.name, version.version, host.name, reason)
+    return version.version
+
+
+def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
+    """Load again the version last unloaded from ``host_name``, as a one-host rollout.
+
+    Returns:
+        The new deployment.
+
+    Raises:
+        NotFound: nothing of the model was unloaded from that host.
+        Conflict: the host serves the model already.
+    """
+    host, model = get_host(host_name), get_model(model_name)
+    if ready_targets_oldest_first(host=host, deployment__model=model).exists():
+        raise Conflict(f"{host.name} serves {model.name} already")
+    unloaded = (DeploymentTarget.objects.filter(host=host, deployment__model=model, state=TargetState.UNLOADED)
+                .select_related("deployment__version").order_by("deployment__created_at", "deployment_id").last())
+    if unloaded is None:
+        raise NotFound(f"no version of {model.name} was unloaded from {host.name}")
+    with transaction.atomic():
+        deployment = create_rollout(model_version=unloaded.deployment.version, hosts=[host],
+                                    config_overrides=unloaded.deployment.config_overrides, actor=actor)
+        record_audit_event(action=AuditAction.MODEL_RELOADED, actor=actor, obj_type="host", obj_id=host.pk,
+                           model=model, data={"host": host.name, "version": unloaded.deployment.version.version,
+                                              "deployment": deployment.pk})
+    return deployment
+
+
+def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
+    """Unload every served (host, model) that answered no request for ``settings.IDLE_UNLOAD_AFTER`` s.
+
+    Does nothing when the setting is 0. Only models served for longer than the window qualify.
+
+    Returns:
+        The (host, model) pairs unloaded.
+
+    Raises:
+        ServiceUnavailable: Prometheus could not be asked (nothing is unloaded then).
+    """
+    from monitoring.services import requests_per_host_model
+
+    window = settings.IDLE_UNLOAD_AFTER
+    if not window:
+        return []
+    now = now or timezone.now()
+    served: dict[tuple[str, str], DeploymentTarget] = {}
+    for target in ready_targets_oldest_first().select_related("host", "deployment__model"):
+        served[(target.host.name, target.deployment.model.name)] = target
+    if not served:
+        return []
+    counts = requests_per_host_model(window_seconds=int(window), client=client)
+    unloaded = []
+    for (host, model), target in sorted(served.items()):
+        if target.updated_at > now - timedelta(seconds=window):
+            continue  # loaded within the window: too new to judge
+        if counts.get((host, model)) == 0:
+            unload_model(host_name=host, model_name=model, reason=f"served no request for {window:g} s")
+            unloaded.append((host, model))
+    return unloaded
