@@ -15,7 +15,7 @@ from django.utils import timezone
 from deployments.choices import ACTIVE_TARGET_STATES, TARGET_TRANSITIONS, Runtime, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from registry.choices import AuditAction
+from registry.choices import ArtifactFormat, AuditAction
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event
@@ -133,6 +133,8 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
     Raises:
         NotFound: the model or version does not exist.
         InvalidInput: no hosts, a repeated host, or an unknown host.
+        Conflict: a host's runtime cannot serve the version's format (a Triton host and a BentoML
+            model or Bento).
     """
     from deployments.tasks import dispatch_target
 
@@ -145,6 +147,13 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
     unknown = [name for name in host_names if name not in hosts]
     if unknown:
         raise InvalidInput(f"unknown serving host(s): {', '.join(map(repr, unknown))}")
+    if model_version.format not in ArtifactFormat.triton_formats():
+        triton_hosts = [name for name in host_names if hosts[name].runtime == Runtime.TRITON]
+        if triton_hosts:
+            raise Conflict(
+                f"{model_name} v{version} is a {model_version.get_format_display()}, which a Triton host cannot "
+                f"serve: {', '.join(map(repr, triton_hosts))} run Triton; deploy it to a BentoML host instead"
+            )
     with transaction.atomic():
         deployment = Deployment.objects.create(
             model=model_version.model, version=model_version, created_by=acting_user(actor)
