@@ -206,8 +206,8 @@ def create_rollout(
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
-                f"{host.name} runs {host.get_runtime_display()}, which cannot serve "
-                f"{model_version.get_format_display()} artifacts"
+                f"{model_version.model.name} v{model_version.version} is a {model_version.get_format_display()}, "
+                f"which {host.name} ({host.get_runtime_display()}) cannot serve"
             )
     serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
         host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}

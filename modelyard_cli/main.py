@@ -8,6 +8,8 @@ Every command exits 0 on success, 1 when the server refused or the deployment fa
 Examples::
 
     modelyard register iris ./model_repository/iris --metadata '{"commit": "abc123"}'
+    modelyard register iris ./iris.onnx --max-batch-size 8
+    modelyard register detector ./detector.pt --signature signature.json
     modelyard alias set iris production 3
     modelyard deploy iris 3 --host gpu-0 --host gpu-1 --wait
     modelyard wait 42 --timeout 900
@@ -97,17 +99,31 @@ class Progress:
         self.stream.flush()
 
 
+def _signature(value: str | None) -> str | None:
+    """The ``--signature`` JSON text: given inline, or read from the file it names (the server checks it)."""
+    if value is None or value.lstrip().startswith("{"):
+        return value
+    path = Path(value)
+    if not path.is_file():
+        raise CLIError(f"--signature {value!r} is neither a JSON object nor a file")
+    return path.read_text()
+
+
 def cmd_register(client: Client, args) -> int:
     metadata = args.metadata or "{}"
     try:
         json.loads(metadata)
     except json.JSONDecodeError as exc:
         raise CLIError(f"--metadata is not valid JSON: {exc.msg}") from exc
+    fields = {"metadata": metadata}
+    if args.signature is not None:
+        fields["signature"] = _signature(args.signature)
+    if args.max_batch_size is not None:
+        fields["max_batch_size"] = str(args.max_batch_size)
     with tempfile.TemporaryDirectory(prefix="modelyard-") as tmp:
         archive = _archive(Path(args.path), Path(tmp))
         with archive.open("rb") as fh:
-            encoder = MultipartEncoder({"artifact": (archive.name, fh, "application/octet-stream"),
-                                        "metadata": metadata})
+            encoder = MultipartEncoder({"artifact": (archive.name, fh, "application/octet-stream"), **fields})
             monitor = MultipartEncoderMonitor(encoder, Progress(encoder.len) if not args.quiet else None)
             body = client.request("POST", f"models/{args.model}/versions/", data=monitor,
                                   headers={"Content-Type": monitor.content_type})
@@ -195,10 +211,16 @@ def cmd_wait(client: Client, args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="modelyard", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    reg = sub.add_parser("register", help="upload a Triton model directory or archive as a new version")
+    reg = sub.add_parser("register", help="upload a model (directory, archive or single file) as a new version")
     reg.add_argument("model")
-    reg.add_argument("path", help="a Triton model directory (config.pbtxt + one version dir) or a .tar.gz/.zip")
+    reg.add_argument("path", help="a Triton model directory (config.pbtxt + one version dir) or a .tar.gz/.zip, "
+                                  "a .onnx, .pt or .plan file, or a .bentomodel/.bento export")
     reg.add_argument("--metadata", help="a JSON object stored with the version")
+    reg.add_argument("--signature", metavar="FILE_OR_JSON",
+                     help='inputs and outputs of a .onnx/.pt/.plan file: {"inputs": [{"name", "data_type", '
+                          '"dims"}], "outputs": [...]} (required for .pt and .plan)')
+    reg.add_argument("--max-batch-size", type=int, metavar="N",
+                     help="single files: the batch limit; the first dim of every tensor is the batch (default 0)")
     reg.add_argument("--quiet", action="store_true", help="no progress bar")
     reg.set_defaults(func=cmd_register)
     alias = sub.add_parser("alias", help="get, set or delete an alias")

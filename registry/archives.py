@@ -1,8 +1,10 @@
 """Safe inspection and extraction of uploaded Triton model archives.
 
-An upload is a ``.tar.gz``, ``.tgz``, ``.tar`` or ``.zip`` archive of one Triton model directory:
-``config.pbtxt`` plus exactly one numeric version directory (``1/``, ``3/`` ...) holding the model
-files. The model directory is either the archive root or the one top-level directory of the archive.
+An upload is a ``.tar.gz``, ``.tgz``, ``.tar.xz``, ``.tar`` or ``.zip`` archive of one Triton model
+directory: ``config.pbtxt`` plus exactly one numeric version directory (``1/``, ``3/`` ...) holding the
+model files (only an ensemble's version directory may be empty). The model directory is either the
+archive root or the one top-level directory of the archive. :func:`scan_archive` lists any archive
+(a BentoML export, a TorchScript zip) under the same checks without assuming a Triton layout.
 
 Archives come from users, so every member is distrusted: names that could escape the destination
 (absolute paths, ``..``, backslashes, control characters, percent-encoded forms of those), links and
@@ -11,7 +13,7 @@ with an :class:`ArchiveError` whose message names the member. Low-level decoder 
 truncated or corrupt archive are reported as :class:`ArchiveError` too, never as ``EOFError``,
 ``zlib.error``, ``BadZipFile`` or ``tarfile.ReadError``.
 
-Work is single-pass and constant-memory in the archive's data: a ``.tar.gz`` is decompressed once,
+Work is single-pass and constant-memory in the archive's data: a compressed tar is decompressed once,
 front to back, and never seeked backwards; member data is copied in fixed-size chunks.
 """
 
@@ -37,12 +39,16 @@ from pathlib import Path
 from typing import IO
 from urllib.parse import unquote
 
+from deployments.runtimes.triton_config import ENSEMBLE_PLATFORM, config_platform
+
 __all__ = [
     "ArchiveError",
     "ArchiveLimits",
+    "ArchiveListing",
     "TritonModelLayout",
     "extract_version_dir",
     "inspect_triton_archive",
+    "scan_archive",
     "sha256_file",
 ]
 
@@ -59,8 +65,9 @@ MAX_VERSION = 2**63 - 1
 # marker; anything far beyond that is not padding.
 MAX_TRAILING_BYTES = 1 << 20
 
-_NOT_AN_ARCHIVE = "not a .tar.gz, .tar or .zip archive"
+_NOT_AN_ARCHIVE = "not a .tar.gz, .tar.xz, .tar or .zip archive"
 _GZIP_MAGIC = b"\x1f\x8b"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 _USTAR_MAGIC = b"ustar"
 _USTAR_MAGIC_OFFSET = 257
@@ -142,7 +149,7 @@ class TritonModelLayout:
     """Where the Triton model sits inside an accepted archive.
 
     Attributes:
-        kind: ``"tar"`` (plain or gzip-compressed) or ``"zip"``.
+        kind: ``"tar"`` (plain, gzip- or xz-compressed) or ``"zip"``.
         model_root: archive-internal prefix of the model directory: ``""`` when the model directory
             is the archive root, else ``"<top-level directory>/"``.
         config_text: the contents of ``config.pbtxt``, decoded as UTF-8 (at most 1 MiB).
@@ -220,6 +227,79 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
         kind = reader.kind
     _check_collisions(entries)
     return _plan_layout(kind, entries, configs, junk_parents)
+
+
+@dataclass(frozen=True)
+class ArchiveListing:
+    """What :func:`scan_archive` found in an archive that passed the per-member checks.
+
+    Attributes:
+        kind: ``"tar"`` or ``"zip"``.
+        compression: ``"gzip"``, ``"xz"`` or None (a plain tar, or a zip).
+        members: ``(path, is_dir, declared size in bytes)`` of every member, ``/``-separated,
+            sorted by path; junk (``__pycache__``, macOS metadata) is left out.
+        contents: the bytes of the regular files the caller asked for, by path.
+    """
+
+    kind: str
+    compression: str | None
+    members: tuple[tuple[str, bool, int], ...]
+    contents: dict[str, bytes]
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """Paths of the regular files, sorted."""
+        return tuple(path for path, is_dir, _ in self.members if not is_dir)
+
+
+def scan_archive(
+    path: Path, limits: ArchiveLimits, *, wanted=lambda parts: False, max_read_bytes: int = MAX_CONFIG_BYTES
+) -> ArchiveListing:
+    """Check every member of an archive and read a few small files from it, without extracting.
+
+    The same checks as :func:`inspect_triton_archive` apply (escaping names, links, special files,
+    duplicates, member count, unpacked size and compression ratio, truncation), but no Triton
+    layout is assumed.
+
+    Args:
+        path: the archive file on local disk (tar, tar.gz, tar.xz or zip, detected from the content).
+        limits: member count, unpacked size (bytes) and compression-ratio bounds.
+        wanted: called with a regular file's path components; True keeps that file's bytes.
+        max_read_bytes: the most bytes one kept file may hold; at most four such files' worth
+            (``4 * max_read_bytes``) is kept in memory in all.
+
+    Returns:
+        The listing of members and the kept files' bytes.
+
+    Raises:
+        ArchiveError: the file is not an archive, is truncated or corrupt, holds an unsafe member,
+            exceeds a limit, or a kept file is larger than ``max_read_bytes``.
+        OSError: ``path`` cannot be opened.
+
+    Reads only.
+    """
+    path = Path(path)
+    entries: list[_Entry] = []
+    contents: dict[str, bytes] = {}
+    kept = 0
+    with _open_reader(path) as reader:
+        for entry in _scan(reader, limits, path.stat().st_size):
+            if entry.ignored:
+                continue
+            entries.append(entry)
+            if entry.is_dir or not wanted(entry.parts):
+                continue
+            kept += entry.size
+            if entry.size > max_read_bytes or kept > 4 * max_read_bytes:
+                raise ArchiveError(f"member {entry.shown} is larger than {max_read_bytes} bytes")
+            with _reading():
+                contents[entry.path] = reader.read_head(entry.ref, max_read_bytes + 1)
+        with _reading():
+            reader.finish()
+        kind, compression = reader.kind, reader.compression
+    _check_collisions(entries)
+    members = tuple(sorted((entry.path, entry.is_dir, entry.size) for entry in entries))
+    return ArchiveListing(kind=kind, compression=compression, members=members, contents=contents)
 
 
 def extract_version_dir(path: Path, layout: TritonModelLayout, dest: Path, limits: ArchiveLimits) -> int:
@@ -332,18 +412,20 @@ class _HeaderTap:
 
 
 class _TarReader:
-    """Members of a plain or gzip-compressed tar, in one forward pass."""
+    """Members of a plain, gzip- or xz-compressed tar, in one forward pass."""
 
     kind = "tar"
 
-    def __init__(self, path: Path, compressed: bool) -> None:
-        self._compressed = compressed
+    def __init__(self, path: Path, compression: str | None) -> None:
+        self.compression = compression
         self._raw = open(path, "rb")
-        self._gzip: gzip.GzipFile | None = None
+        self._stream: gzip.GzipFile | lzma.LZMAFile | None = None
         try:
-            if compressed:
-                self._gzip = gzip.GzipFile(fileobj=self._raw, mode="rb")
-            self._tap = _HeaderTap(self._gzip or self._raw)
+            if compression == "gzip":
+                self._stream = gzip.GzipFile(fileobj=self._raw, mode="rb")
+            elif compression == "xz":
+                self._stream = lzma.LZMAFile(self._raw, mode="rb")
+            self._tap = _HeaderTap(self._stream or self._raw)
             self._tar = tarfile.TarFile(fileobj=self._tap, mode="r")
         except BaseException:
             self.close()
@@ -384,14 +466,14 @@ class _TarReader:
             return stream.read(limit)
 
     def finish(self) -> None:
-        """Check the end-of-archive marker and, for gzip, the rest of the stream and its checksum."""
+        """Check the end-of-archive marker and, when compressed, the rest of the stream and its checksum."""
         block = self._tap.last_read
         if block is None or len(block) != tarfile.BLOCKSIZE or block.count(0) != tarfile.BLOCKSIZE:
             raise ArchiveError("archive is truncated or corrupt: the tar end-of-archive marker is missing")
-        if self._gzip is None:
+        if self._stream is None:
             return
         trailing = 0
-        while chunk := self._gzip.read(CHUNK_BYTES):
+        while chunk := self._stream.read(CHUNK_BYTES):
             trailing += len(chunk)
             if trailing > MAX_TRAILING_BYTES:
                 raise ArchiveError(
@@ -402,8 +484,8 @@ class _TarReader:
         tar = getattr(self, "_tar", None)
         if tar is not None:
             tar.close()
-        if self._gzip is not None:
-            self._gzip.close()
+        if self._stream is not None:
+            self._stream.close()
         self._raw.close()
 
 
@@ -411,6 +493,7 @@ class _ZipReader:
     """Members of a zip archive, in central-directory order."""
 
     kind = "zip"
+    compression = None
 
     def __init__(self, path: Path) -> None:
         self._zip = zipfile.ZipFile(path)
@@ -464,13 +547,15 @@ def _open_reader(path: Path) -> closing[_Reader]:
     with open(path, "rb") as handle:
         head = handle.read(tarfile.BLOCKSIZE)
     if head.startswith(_GZIP_MAGIC):
-        return closing(_open_gzip_tar(path))
+        return closing(_open_compressed_tar(path, "gzip"))
+    if head.startswith(_XZ_MAGIC):
+        return closing(_open_compressed_tar(path, "xz"))
     if head.startswith(_ZIP_MAGICS):
         with _reading():
             return closing(_ZipReader(path))
     if head[_USTAR_MAGIC_OFFSET : _USTAR_MAGIC_OFFSET + len(_USTAR_MAGIC)] == _USTAR_MAGIC:
         with _reading():
-            return closing(_TarReader(path, compressed=False))
+            return closing(_TarReader(path, compression=None))
     # Zips with a prefix (self-extracting stubs) and pre-POSIX tars have no magic at offset 0.
     with _reading():
         looks_like_zip = zipfile.is_zipfile(path)
@@ -478,27 +563,28 @@ def _open_reader(path: Path) -> closing[_Reader]:
         with _reading():
             return closing(_ZipReader(path))
     try:
-        return closing(_TarReader(path, compressed=False))
+        return closing(_TarReader(path, compression=None))
     except _DECODER_ERRORS:
         raise ArchiveError(_NOT_AN_ARCHIVE) from None
 
 
-def _open_gzip_tar(path: Path) -> _TarReader:
+def _open_compressed_tar(path: Path, compression: str) -> _TarReader:
     try:
-        return _TarReader(path, compressed=True)
+        return _TarReader(path, compression=compression)
     except tarfile.ReadError as exc:
-        first_block = _first_gzip_block(path)
+        first_block = _first_decompressed_block(path, compression)
         if first_block is not None and len(first_block) == tarfile.BLOCKSIZE:
-            # The gzip layer decoded a whole block, so the data inside is simply not a tar.
-            raise ArchiveError(f"{_NOT_AN_ARCHIVE}: the gzip data does not hold a tar archive") from exc
+            # The compression layer decoded a whole block, so the data inside is simply not a tar.
+            raise ArchiveError(f"{_NOT_AN_ARCHIVE}: the {compression} data does not hold a tar archive") from exc
         raise ArchiveError(f"archive is truncated or corrupt: {exc}") from exc
     except _DECODER_ERRORS as exc:
         raise ArchiveError(f"archive is truncated or corrupt: {str(exc) or type(exc).__name__}") from exc
 
 
-def _first_gzip_block(path: Path) -> bytes | None:
+def _first_decompressed_block(path: Path, compression: str) -> bytes | None:
+    opener = gzip.open if compression == "gzip" else lzma.open
     try:
-        with gzip.open(path, "rb") as stream:
+        with opener(path, "rb") as stream:
             return stream.read(tarfile.BLOCKSIZE)
     except _DECODER_ERRORS:
         return None
@@ -719,8 +805,6 @@ def _plan_layout(
             raise ArchiveError(f"{prefix + version!r} is a file; the version directory must be a directory")
         if not entry.is_dir:
             files.append(("/".join(rel[1:]), entry.size))
-    if not files:
-        raise ArchiveError(f"version directory {prefix + version + '/'!r} holds no files")
 
     config_bytes = configs.get(config_entry.parts)
     if config_bytes is None or len(config_bytes) > MAX_CONFIG_BYTES:
@@ -729,6 +813,9 @@ def _plan_layout(
         config_text = config_bytes.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ArchiveError(f"{prefix + CONFIG_NAME!r} is not valid UTF-8 text (byte {exc.start})") from None
+    # An ensemble has no model files of its own: Triton only needs its version directory to exist.
+    if not files and config_platform(config_text) != ENSEMBLE_PLATFORM:
+        raise ArchiveError(f"version directory {prefix + version + '/'!r} holds no files")
 
     files.sort()
     return TritonModelLayout(

@@ -10,11 +10,12 @@ from pathlib import Path
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from deployments.runtimes.triton_config import ModelConfigError, describe_signature, parse_model_config
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, sha256_file
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
-from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
+from registry.archives import sha256_file
+from registry.choices import AuditAction, VersionStatus
+from registry.formats import prepare_artifact
+from registry.formats.triton import resolve_ensemble_members
+from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from registry.signals import alias_moved
 from registry.storage import ArtifactStore, StorageError
@@ -165,20 +166,28 @@ def _check_lineage(lineage: dict | None) -> dict:
 def register_version(
     *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
     store: ArtifactStore | None = None, tags=None, lineage: dict | None = None,
+    signature=None, max_batch_size: int | None = None,
 ) -> ModelVersion:
     """Validate an uploaded artifact, store it in S3 and register it as the next version.
 
-    The artifact must be a .tar.gz/.tar/.zip of one Triton model directory
-    (config.pbtxt plus one numeric version directory). Nothing is written to
-    the database until the object is stored under its content address and
-    verified, so a failure leaves no version row; the version number is
-    allocated under a row lock on the model, so concurrent registrations get
-    distinct consecutive numbers.
+    The artifact is any kind ``registry.formats`` accepts: a Triton model
+    directory or ensemble archive, an ONNX/TorchScript/TensorRT plan file
+    (stored wrapped in a Triton model directory with a generated config.pbtxt),
+    or a BentoML model or Bento. Nothing is written to the database until the
+    object is stored under its content address and verified, so a failure
+    leaves no version row; the version number is allocated under a row lock on
+    the model, so concurrent registrations get distinct consecutive numbers.
+    An ensemble's members are checked before anything is stored and again,
+    locked, when its rows are written.
 
     Args:
         model: the registered model.
         artifact_path: the uploaded file on local disk.
-        filename: the name the client gave the file (kept for display).
+        filename: the name the client gave the file; its suffix tells the kind
+            (kept for display).
+        signature: inputs and outputs of a single-file model (see
+            ``registry.formats.prepare_artifact``); required for .pt and .plan.
+        max_batch_size: for single-file models: 0 (default) or the batch limit.
         metadata: a JSON object of free-form metadata.
         tags: string key/value tags of the version.
         lineage: ``source_commit``, ``ci_run_url``, ``training_data_uri`` and ``metrics``
@@ -190,8 +199,10 @@ def register_version(
         The new ModelVersion, status READY.
 
     Raises:
-        InvalidInput: the artifact is not a valid, safe Triton model archive,
-            its config.pbtxt does not parse, or metadata is not an object.
+        InvalidInput: the artifact is not a valid, safe artifact of an accepted
+            kind (its config does not parse, its tag or config names another
+            model, an ensemble member is not registered, a signature is missing
+            or wrong), or metadata is not an object.
         ServiceUnavailable: S3 cannot be reached or failed to store the object.
     """
     if metadata is None:
@@ -205,27 +216,21 @@ def register_version(
         raise InvalidInput("the artifact is empty")
     if size > settings.MAX_ARTIFACT_BYTES:
         raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
-    try:
-        layout = inspect_triton_archive(artifact_path, ArchiveLimits.from_settings())
-    except ArchiveError as exc:
-        raise InvalidInput(f"artifact refused: {exc}") from exc
-    try:
-        config = parse_model_config(layout.config_text)
-    except ModelConfigError as exc:
-        raise InvalidInput(str(exc)) from exc
-    if config.name and config.name != model.name:
-        raise InvalidInput(
-            f"config.pbtxt names the model {config.name!r} but it is being registered as {model.name!r}"
-        )
-    sha256, size = sha256_file(artifact_path)
-    store = store or ArtifactStore()
-    try:
-        stored = store.put_artifact(artifact_path, sha256=sha256, size=size)
-    except StorageError as exc:
-        raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
+    with prepare_artifact(
+        artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
+    ) as prepared:
+        resolve_ensemble_members(prepared.ensemble_members)
+        sha256, size = sha256_file(prepared.path)
+        store = store or ArtifactStore()
+        try:
+            stored = store.put_artifact(prepared.path, sha256=sha256, size=size)
+        except StorageError as exc:
+            raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
 
     with transaction.atomic():
         locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        # Locked until commit, so a member cannot be deleted between this check and the rows below.
+        members = resolve_ensemble_members(prepared.ensemble_members, lock=True)
         number = locked.next_version
         locked.next_version = number + 1
         locked.save(update_fields=["next_version", "updated_at"])
@@ -233,22 +238,26 @@ def register_version(
             model=locked,
             version=number,
             status=VersionStatus.READY,
-            format=ArtifactFormat.TRITON_MODEL_DIR,
+            format=prepared.format,
             artifact_key=stored.key,
             artifact_sha256=sha256,
             artifact_size=size,
             artifact_filename=filename[:255],
-            config_text=layout.config_text,
-            artifact_files=list(layout.files),
-            signature=describe_signature(config),
+            config_text=prepared.config_text,
+            artifact_files=list(prepared.files),
+            signature=prepared.signature,
             metadata=metadata,
             tags=clean_tags,
             **clean_lineage,
             created_by=acting_user(actor),
         )
+        EnsembleMember.objects.bulk_create(
+            EnsembleMember(ensemble=version, member=member, requested_version=requested)
+            for member, requested in members
+        )
         record_audit_event(
             action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
-            model=locked, data={"version": number, "sha256": sha256, "size": size},
+            model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format},
         )
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version

@@ -92,7 +92,8 @@ def audit_log(request):
 
 @login_required
 def version_detail(request, name: str, version: int):
-    """One version: signature, config.pbtxt, files, metadata, aliases and its deployments."""
+    """One version: format, inputs and outputs, ensemble members, config, files, metadata, aliases and
+    its deployments."""
     model_version = found_or_404(get_version, name, version)
     deployments = (
         Deployment.objects.filter(version=model_version).select_related("created_by")
@@ -101,6 +102,7 @@ def version_detail(request, name: str, version: int):
     return render(request, "registry/version_detail.html", {
         "model": model_version.model, "version": model_version, "deployments": deployments,
         "aliases": model_version.aliases.order_by("name"),
+        "members": model_version.members.select_related("member__model"),
     })
 
 

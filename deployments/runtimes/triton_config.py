@@ -9,6 +9,10 @@ per-host parameters (such as EXECUTION_ENV_PATH) filled in, as protobuf JSON.
 from google.protobuf import json_format, text_format
 from tritonclient.grpc.model_config_pb2 import DataType, ModelConfig
 
+ENSEMBLE_PLATFORM = "ensemble"
+# Triton's tensor data types, as written in config.pbtxt (TYPE_FP32, ...).
+DATA_TYPE_NAMES = tuple(name for name in DataType.keys() if name != "TYPE_INVALID")
+
 
 class ModelConfigError(ValueError):
     """A model configuration cannot be used; the message says why, in one sentence."""
@@ -27,7 +31,7 @@ def parse_model_config(text: str) -> ModelConfig:
         ModelConfigError: the text does not parse (the message gives line and
             column), names neither a backend nor a platform, declares no input or
             no output, or has an input/output without a name or data type, or a
-            negative max_batch_size.
+            negative max_batch_size, or is an ensemble without steps.
     """
     cfg = ModelConfig()
     try:
@@ -46,7 +50,77 @@ def parse_model_config(text: str) -> ModelConfig:
                 raise ModelConfigError(f"config.pbtxt {kind} #{position} has no name")
             if tensor.data_type == DataType.TYPE_INVALID:
                 raise ModelConfigError(f"config.pbtxt {kind} {tensor.name!r} has no data_type")
+    if cfg.platform == ENSEMBLE_PLATFORM:
+        if not cfg.ensemble_scheduling.step:
+            raise ModelConfigError("config.pbtxt of an ensemble must list its steps in ensemble_scheduling")
+        for position, step in enumerate(cfg.ensemble_scheduling.step, start=1):
+            if not step.model_name:
+                raise ModelConfigError(f"config.pbtxt ensemble step #{position} names no model")
     return cfg
+
+
+def config_platform(text: str) -> str:
+    """The ``platform`` a ``config.pbtxt`` names, without the checks of parse_model_config.
+
+    Returns:
+        The platform (``"ensemble"``, ``"onnxruntime_onnx"`` ...), or ``""`` when the config names
+        none or does not parse at all.
+    """
+    cfg = ModelConfig()
+    try:
+        text_format.Parse(text, cfg)
+    except text_format.ParseError:
+        return ""
+    return cfg.platform
+
+
+def ensemble_steps(cfg: ModelConfig) -> list[tuple[str, int]]:
+    """The composing models of an ensemble config.
+
+    Args:
+        cfg: a parsed ModelConfig (see parse_model_config).
+
+    Returns:
+        ``(model_name, model_version)`` per ``ensemble_scheduling.step``, in config order, repeats
+        removed; ``model_version`` -1 means the newest version Triton has loaded. Empty for a model
+        that is not an ensemble.
+    """
+    steps: list[tuple[str, int]] = []
+    for step in cfg.ensemble_scheduling.step:
+        key = (step.model_name, int(step.model_version))
+        if key not in steps:
+            steps.append(key)
+    return steps
+
+
+def build_model_config(
+    *, name: str, platform: str, max_batch_size: int, inputs: list[dict], outputs: list[dict]
+) -> str:
+    """Write a ``config.pbtxt`` for a single-file model (ONNX, TorchScript, TensorRT plan).
+
+    Args:
+        name: the model name.
+        platform: Triton's platform, e.g. ``onnxruntime_onnx``, ``pytorch_libtorch``, ``tensorrt_plan``.
+        max_batch_size: 0 when ``dims`` are the full shapes; above 0, the most requests Triton may
+            batch, and ``dims`` leave out the batch dimension.
+        inputs, outputs: ``[{"name": str, "data_type": "TYPE_FP32", "dims": [int, ...]}]``; -1 in
+            ``dims`` is a dimension of any size.
+
+    Returns:
+        The config in protobuf text format; it passes :func:`parse_model_config`.
+
+    Raises:
+        ModelConfigError: an unknown data type, or a config that parse_model_config refuses.
+    """
+    cfg = ModelConfig(name=name, platform=platform, max_batch_size=max_batch_size)
+    for tensors, field in ((inputs, cfg.input), (outputs, cfg.output)):
+        for tensor in tensors:
+            if tensor["data_type"] not in DATA_TYPE_NAMES:
+                raise ModelConfigError(f"tensor {tensor['name']!r} has an unknown data_type {tensor['data_type']!r}")
+            field.add(name=tensor["name"], data_type=DataType.Value(tensor["data_type"]), dims=tensor["dims"])
+    text = text_format.MessageToString(cfg)
+    parse_model_config(text)
+    return text
 
 
 def _describe_tensors(tensors) -> list[dict]:

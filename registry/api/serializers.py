@@ -3,7 +3,7 @@
 from rest_framework import serializers
 
 from modelyard.jsonobject import parse_json_object
-from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
+from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -33,18 +33,34 @@ class RegisteredModelUpdateSerializer(serializers.Serializer):
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
 
 
+class EnsembleMemberSerializer(serializers.ModelSerializer):
+    """One model version an ensemble composes: the version the config asked for (-1: newest) and
+    the registered version it resolved to when the ensemble was registered."""
+
+    model = serializers.CharField(source="member.model.name", read_only=True)
+    version = serializers.IntegerField(source="member.version", read_only=True)
+
+    class Meta:
+        model = EnsembleMember
+        fields = ["model", "version", "requested_version"]
+        read_only_fields = fields
+
+
 class ModelVersionSerializer(serializers.ModelSerializer):
-    """A model version as the API shows it; sizes in bytes."""
+    """A model version as the API shows it; sizes in bytes. ``signature`` holds the inputs and
+    outputs (name, data_type, dims) for every format; ``ensemble_members`` is empty unless the
+    version is a Triton ensemble."""
 
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    ensemble_members = EnsembleMemberSerializer(source="members", many=True, read_only=True)
 
     class Meta:
         model = ModelVersion
         fields = [
             "model", "version", "status", "format", "artifact_sha256", "artifact_size", "artifact_filename",
-            "signature", "metadata", "tags", "source_commit", "ci_run_url", "training_data_uri", "metrics",
-            "created_by", "created_at",
+            "signature", "ensemble_members", "metadata", "tags", "source_commit", "ci_run_url", "training_data_uri",
+            "metrics", "created_by", "created_at",
         ]
         read_only_fields = fields
 
@@ -67,7 +83,23 @@ class ModelVersionUploadSerializer(serializers.Serializer):
     """Input of ``POST /api/v1/models/<name>/versions/`` (multipart/form-data)."""
 
     artifact = serializers.FileField(
-        help_text="A .tar.gz, .tar or .zip of one Triton model directory (config.pbtxt + one version dir)"
+        help_text=(
+            "A Triton model directory or ensemble (.tar.gz, .tgz, .tar.xz, .tar or .zip: config.pbtxt + one "
+            "version dir), a single ONNX (.onnx), TorchScript (.pt) or TensorRT plan (.plan) file, or a "
+            "BentoML export (.bentomodel, .bento); the file name's suffix tells which"
+        )
+    )
+    signature = JSONObjectField(
+        required=False,
+        help_text=(
+            'Inputs and outputs of a single-file model: {"inputs": [{"name": "input", "data_type": "TYPE_FP32", '
+            '"dims": [-1, 4]}], "outputs": [...]}; required for .pt and .plan, optional for .onnx (read from '
+            "the file, and checked against it when given)"
+        ),
+    )
+    max_batch_size = serializers.IntegerField(
+        required=False, min_value=0, max_value=2**31 - 1,
+        help_text="Single-file models: 0 (default) takes dims as they are; above 0 the first dim is the batch",
     )
     metadata = JSONObjectField(required=False, default=dict, help_text="A JSON object of free-form metadata")
     tags = JSONObjectField(required=False, default=dict, help_text="String key/value tags of the version")

@@ -83,6 +83,7 @@ class ModelVersionViewSet(
             ModelVersion.objects.filter(model=model)
             .exclude(status=VersionStatus.DELETED)
             .select_related("model", "created_by")
+            .prefetch_related("members__member__model")
             .order_by("-version")
         )
 
@@ -96,7 +97,8 @@ class ModelVersionViewSet(
             fields = data.validated_data
             version = services.register_version(
                 model=model, artifact_path=path, filename=upload.name, metadata=fields["metadata"],
-                tags=fields["tags"], actor=request.user,
+                tags=fields["tags"], actor=request.user, signature=fields.get("signature"),
+                max_batch_size=fields.get("max_batch_size"),
                 lineage={key: fields[key] for key in ("source_commit", "ci_run_url", "training_data_uri", "metrics")},
             )
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)

@@ -80,3 +80,24 @@ def test_wait_exits_zero_when_the_rollout_succeeded_and_one_when_it_failed(cli):
 def test_it_needs_a_token(cli):
     result = cli("alias", "get", "iris", "production", token="")
     assert result.returncode == 1 and "MODELYARD_TOKEN is not set" in result.stderr
+
+
+def test_it_registers_single_model_files_with_a_signature_and_batch_size(cli, tmp_path):
+    from tests.registry.format_builders import SIGNATURE, write_onnx, write_torchscript
+
+    RegisteredModel.objects.create(name="double")
+    onnx_run = cli("register", "double", str(write_onnx(tmp_path / "double.onnx")), "--max-batch-size", "8", "--quiet")
+    assert onnx_run.returncode == 0, onnx_run.stderr
+    assert ModelVersion.objects.get(model__name="double", version=1).signature["max_batch_size"] == 8
+
+    torchscript = str(write_torchscript(tmp_path / "double.pt"))
+    refused = cli("register", "double", torchscript, "--quiet")
+    assert refused.returncode == 1 and "HTTP 400" in refused.stderr and "signature" in refused.stderr
+    signature_file = tmp_path / "signature.json"
+    signature_file.write_text(json.dumps(SIGNATURE))
+    from_file = cli("register", "double", torchscript, "--signature", str(signature_file), "--quiet")
+    assert from_file.returncode == 0, from_file.stderr
+    inline = cli("register", "double", torchscript, "--signature", json.dumps(SIGNATURE), "--quiet")
+    assert inline.returncode == 0, inline.stderr
+    formats = ModelVersion.objects.filter(model__name="double").order_by("version").values_list("format", flat=True)
+    assert list(formats) == ["onnx", "torchscript", "torchscript"]

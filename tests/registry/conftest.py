@@ -32,3 +32,11 @@ max_batch_size: 8
 input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "label" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
+
+
+@pytest.fixture(scope="session")
+def bentoml_exports(tmp_path_factory) -> tuple[Path, Path]:
+    """A real BentoML model and a Bento serving it, both tagged ``iris``, as BentoML exports them."""
+    from tests.registry.format_builders import build_bentoml_exports
+
+    return build_bentoml_exports(tmp_path_factory.mktemp("bentoml"), "iris")

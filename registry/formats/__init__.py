@@ -1,0 +1,174 @@
+"""Every model format the registry accepts, and what it stores for each.
+
+An upload is one of:
+
+- a Triton model directory as a ``.tar.gz``/``.tgz``/``.tar.xz``/``.tar``/``.zip`` archive, an
+  ensemble included (``triton.py``);
+- a single model file, ONNX (``.onnx``), TorchScript (``.pt``) or a TensorRT plan (``.plan``),
+  wrapped into a Triton model directory with a generated ``config.pbtxt`` (``single_file.py``);
+- a BentoML model (``.bentomodel``) or Bento (``.bento``) as BentoML exports them (``bento.py``).
+
+:func:`prepare_artifact` tells the kind apart by file name suffix and content, checks the upload and
+returns a :class:`PreparedArtifact`: the file to store, its config, files and signature.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelyard.errors import InvalidInput
+from registry.archives import ArchiveLimits
+from registry.choices import ArtifactFormat
+
+__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "detect_format", "prepare_artifact"]
+
+# File name suffixes, longest first so ".tar.gz" wins over ".gz".
+_SUFFIXES: tuple[tuple[str, str], ...] = (
+    (".tar.gz", ArtifactFormat.TRITON_MODEL_DIR),
+    (".tar.xz", ArtifactFormat.TRITON_MODEL_DIR),
+    (".tgz", ArtifactFormat.TRITON_MODEL_DIR),
+    (".txz", ArtifactFormat.TRITON_MODEL_DIR),
+    (".tar", ArtifactFormat.TRITON_MODEL_DIR),
+    (".zip", ArtifactFormat.TRITON_MODEL_DIR),
+    (".onnx", ArtifactFormat.ONNX),
+    (".pt", ArtifactFormat.TORCHSCRIPT),
+    (".plan", ArtifactFormat.TENSORRT_PLAN),
+    (".bentomodel", ArtifactFormat.BENTOML_MODEL),
+    (".bento", ArtifactFormat.BENTO),
+)
+ACCEPTED_KINDS = (
+    "a Triton model directory or ensemble as .tar.gz, .tgz, .tar.xz, .tar or .zip; "
+    "an ONNX model (.onnx); a TorchScript model (.pt); a TensorRT plan (.plan); "
+    "a BentoML model (.bentomodel) or Bento (.bento) as BentoML exports them"
+)
+_ARCHIVE_MAGICS = (b"\x1f\x8b", b"\xfd7zXZ\x00", b"PK\x03\x04", b"PK\x05\x06")
+_USTAR = (257, b"ustar")
+
+
+@dataclass
+class PreparedArtifact:
+    """A checked upload, ready to be stored as a model version.
+
+    Use it as a context manager (or call :meth:`cleanup`): a generated archive lives in a temporary
+    directory that is removed on exit.
+
+    Attributes:
+        format: an ``ArtifactFormat`` value.
+        path: the file to store: the upload itself, or a generated ``.tar.gz`` Triton model directory
+            (``<model>/config.pbtxt`` and ``<model>/1/model.onnx|model.pt|model.plan``).
+        is_original: True when ``path`` is the uploaded file, unchanged.
+        config_text: the Triton ``config.pbtxt`` (uploaded or generated), or BentoML's
+            ``model.yaml``/``bento.yaml``.
+        files: paths of the model files: inside the version directory for Triton formats, inside the
+            archive for BentoML ones.
+        signature: ``{"inputs": [{"name", "data_type", "dims"}], "outputs": [...]}`` plus what the
+            format adds (``max_batch_size``, ``platform``, ``backend`` for Triton; ``bentoml`` with
+            the tag, module and methods or routes for BentoML).
+        ensemble_members: ``(model_name, requested_version)`` per composing model of an ensemble;
+            -1 asks for the newest version.
+        bento_tag: ``name:version`` of a BentoML model or Bento, else ``""``.
+    """
+
+    format: str
+    path: Path
+    is_original: bool
+    config_text: str
+    files: tuple[str, ...]
+    signature: dict
+    ensemble_members: tuple[tuple[str, int], ...] = ()
+    bento_tag: str = ""
+    workdir: Path | None = field(default=None, repr=False)
+
+    def cleanup(self) -> None:
+        """Remove the generated archive's temporary directory, if any; calling it again does nothing."""
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> PreparedArtifact:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.cleanup()
+
+
+def detect_format(path: Path, filename: str) -> str:
+    """Tell which kind of artifact an upload is.
+
+    The file name's suffix decides; without a file name, an archive (by its magic bytes) is taken
+    as a Triton model directory, as before single files were accepted.
+
+    Args:
+        path: the uploaded file on local disk.
+        filename: the name the client gave the file (may be empty).
+
+    Returns:
+        An ``ArtifactFormat`` value; ``TRITON_MODEL_DIR`` stands for any Triton archive (whether it
+        is an ensemble is known only once its config is read).
+
+    Raises:
+        InvalidInput: the suffix is not one the registry accepts, or a nameless upload is no archive.
+    """
+    name = Path(filename or "").name.lower()
+    for suffix, kind in _SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return kind
+    if not name or "." not in name:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+        offset, magic = _USTAR
+        if head.startswith(_ARCHIVE_MAGICS) or head[offset : offset + len(magic)] == magic:
+            return ArtifactFormat.TRITON_MODEL_DIR
+    shown = repr(Path(filename).name) if filename else "the upload"
+    raise InvalidInput(f"cannot tell what kind of model {shown} is; the registry accepts {ACCEPTED_KINDS}")
+
+
+def prepare_artifact(
+    path: Path, *, filename: str, model_name: str, signature=None, max_batch_size: int | None = None,
+    limits: ArchiveLimits | None = None,
+) -> PreparedArtifact:
+    """Check an upload of any accepted kind and prepare what to store.
+
+    Args:
+        path: the uploaded file on local disk (non-empty, within the size limit).
+        filename: the name the client gave it; its suffix picks the kind.
+        model_name: the registered model's name; configs and tags must agree with it.
+        signature: for single files (required for .pt and .plan, optional for .onnx, where it must
+            agree with the file) and BentoML models without tensor types:
+            ``{"inputs": [{"name", "data_type", "dims"}], "outputs": [...]}``.
+        max_batch_size: for single files: 0 (default) takes the shapes as they are; above 0 the
+            first dimension of every tensor is the batch dimension, at most this large.
+        limits: archive bounds; defaults to the settings.
+
+    Returns:
+        The prepared artifact; use it in a ``with`` block so a generated archive is removed.
+
+    Raises:
+        InvalidInput: the kind is unknown, or the upload is not a valid, safe artifact of its kind
+            (the message says what is wrong and what to pass instead).
+        OSError: the upload cannot be read, or the generated archive cannot be written.
+    """
+    from registry.formats import bento, single_file, triton
+
+    limits = limits or ArchiveLimits.from_settings()
+    kind = detect_format(path, filename)
+    if kind == ArtifactFormat.TRITON_MODEL_DIR:
+        _refuse_single_file_options(signature, max_batch_size, "a Triton model directory's config.pbtxt")
+        return triton.prepare_triton_archive(path, model_name=model_name, limits=limits)
+    if kind in ArtifactFormat.bentoml_formats():
+        if max_batch_size is not None:
+            raise InvalidInput("max_batch_size applies to single-file uploads (.onnx, .pt, .plan) only")
+        return bento.prepare_bentoml_archive(path, kind, model_name=model_name, limits=limits, signature=signature)
+    return single_file.wrap_single_file(
+        path, kind, model_name=model_name, signature=signature, max_batch_size=max_batch_size, limits=limits
+    )
+
+
+def _refuse_single_file_options(signature, max_batch_size, declared_by: str) -> None:
+    if signature is not None or max_batch_size is not None:
+        raise InvalidInput(
+            f"signature and max_batch_size apply to single-file uploads (.onnx, .pt, .plan); {declared_by} "
+            "declares them already"
+        )

@@ -1,0 +1,114 @@
+"""Triton model directory archives, ensembles included, and the members an ensemble composes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from deployments.runtimes.triton_config import (
+    ENSEMBLE_PLATFORM,
+    ModelConfigError,
+    describe_signature,
+    ensemble_steps,
+    parse_model_config,
+)
+from modelyard.errors import InvalidInput
+from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive
+from registry.choices import ArtifactFormat, VersionStatus
+from registry.formats import PreparedArtifact
+from registry.models import ModelVersion
+
+__all__ = ["prepare_triton_archive", "resolve_ensemble_members"]
+
+
+def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits) -> PreparedArtifact:
+    """Check an archive of one Triton model directory; the upload itself is what gets stored.
+
+    Args:
+        path: the archive on local disk.
+        model_name: the registered model's name; the config's ``name``, when set, must equal it.
+        limits: archive bounds.
+
+    Returns:
+        A PreparedArtifact of format TRITON_MODEL_DIR, or TRITON_ENSEMBLE with the composing models
+        named by ``ensemble_scheduling.step`` (not yet checked against the registry: see
+        :func:`resolve_ensemble_members`).
+
+    Raises:
+        InvalidInput: the archive is unsafe or not one model directory, its config does not parse,
+            names another model, or is an ensemble that lists itself as a step.
+    """
+    try:
+        layout = inspect_triton_archive(path, limits)
+    except ArchiveError as exc:
+        raise InvalidInput(f"artifact refused: {exc}") from exc
+    try:
+        config = parse_model_config(layout.config_text)
+    except ModelConfigError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if config.name and config.name != model_name:
+        raise InvalidInput(
+            f"config.pbtxt names the model {config.name!r} but it is being registered as {model_name!r}"
+        )
+    members = tuple(ensemble_steps(config))
+    if any(name == model_name for name, _ in members):
+        raise InvalidInput(f"the ensemble {model_name!r} lists itself as one of its steps")
+    return PreparedArtifact(
+        format=(
+            ArtifactFormat.TRITON_ENSEMBLE if config.platform == ENSEMBLE_PLATFORM else ArtifactFormat.TRITON_MODEL_DIR
+        ),
+        path=Path(path),
+        is_original=True,
+        config_text=layout.config_text,
+        files=layout.files,
+        signature=describe_signature(config),
+        ensemble_members=members,
+    )
+
+
+def resolve_ensemble_members(
+    members: tuple[tuple[str, int], ...], *, lock: bool = False
+) -> list[tuple[ModelVersion, int]]:
+    """Find the registered version each ensemble step names.
+
+    A step's ``model_version`` -1 resolves to the newest live (not deleted) version of that model;
+    any other number must be a live version.
+
+    Args:
+        members: ``(model_name, requested_version)`` pairs, as in ``PreparedArtifact.ensemble_members``.
+        lock: take ``SELECT ... FOR UPDATE`` on the versions found (inside a transaction), so that a
+            concurrent delete waits until the ensemble's rows are written.
+
+    Returns:
+        ``(ModelVersion, requested_version)`` per distinct version, in the given order (two steps that
+        resolve to the same version give one pair).
+
+    Raises:
+        InvalidInput: one or more members are missing or are not Triton models; the message lists
+            every one of them.
+    """
+    found: list[tuple[ModelVersion, int]] = []
+    missing: list[str] = []
+    for name, requested in members:
+        live = ModelVersion.objects.filter(model__name=name).exclude(status=VersionStatus.DELETED)
+        if lock:
+            live = live.select_for_update()
+        if requested == -1:
+            version = live.order_by("-version").first()
+            if version is None:
+                missing.append(f"{name!r} (no live version registered)")
+                continue
+        else:
+            version = live.filter(version=requested).first()
+            if version is None:
+                missing.append(f"{name!r} version {requested}")
+                continue
+        if version.format not in ArtifactFormat.triton_formats():
+            missing.append(f"{name!r} version {version.version} (a {version.get_format_display()}, not a Triton model)")
+        elif all(version.pk != seen.pk for seen, _ in found):
+            found.append((version, requested))
+    if missing:
+        raise InvalidInput(
+            "the ensemble composes models the registry does not have: " + ", ".join(missing)
+            + "; register them first"
+        )
+    return found
