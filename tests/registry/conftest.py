@@ -32,3 +32,28 @@ max_batch_size: 8
 input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "label" data_type: TYPE_INT64 dims: [ 1 ] } ]
 """
+
+
+MiB = 1024**2
+
+
+def make_large_archive(path: Path, *, weights_bytes: int, name: str = "iris") -> Path:
+    """Write a plain .tar of a Triton model directory whose ``1/model.bin`` holds ``weights_bytes``
+    random bytes (so it spans several 5 MiB upload parts)."""
+    import os
+
+    with tarfile.open(path, "w") as tar:
+        config = VALID_CONFIG.replace(b'name: "iris"', f'name: "{name}"'.encode())
+        info = tarfile.TarInfo(f"{name}/config.pbtxt")
+        info.size = len(config)
+        tar.addfile(info, io.BytesIO(config))
+        weights = tarfile.TarInfo(f"{name}/1/model.bin")
+        weights.size = weights_bytes
+        tar.addfile(weights, io.BytesIO(os.urandom(weights_bytes)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def large_archive(tmp_path_factory) -> Path:
+    """A valid model archive of about 11 MiB: three parts of 5 MiB (the last one short)."""
+    return make_large_archive(tmp_path_factory.mktemp("large") / "iris.tar", weights_bytes=11 * MiB)
