@@ -19,7 +19,7 @@ from tqdm import tqdm
 PRESIGN_BATCH = 100
 PART_ATTEMPTS = 3
 PART_TIMEOUT_S = 600
-POLL_INTERVAL_S = 1.0
+POLL_INTERVAL_S = 0.25
 
 
 class UploadFailed(Exception):
