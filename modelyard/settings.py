@@ -187,12 +187,15 @@ IDLE_UNLOAD_AFTER = env_float("MODELYARD_IDLE_UNLOAD_AFTER", 0.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
+UPLOAD_SWEEP_INTERVAL = env_float("MODELYARD_UPLOAD_SWEEP_INTERVAL", 900.0)
 CELERY_BEAT_SCHEDULE = {
     # The orchestrator asks every host agent to report in, and repairs drift from the reports.
     "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
     "reconcile-fleet": {"task": "deployments.reconcile", "schedule": RECONCILE_INTERVAL},
     # Checks every minute; does nothing while IDLE_UNLOAD_AFTER is 0.
     "unload-idle-models": {"task": "deployments.unload_idle_models", "schedule": 60.0},
+    # Multipart uploads left open past their expiry are aborted, so S3 frees their parts.
+    "expire-uploads": {"task": "registry.expire_uploads", "schedule": UPLOAD_SWEEP_INTERVAL},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 
@@ -206,6 +209,15 @@ S3_PRESIGN_SECONDS = env_int("MODELYARD_S3_PRESIGN_SECONDS", 3600)
 S3_CONNECT_TIMEOUT = env_float("MODELYARD_S3_CONNECT_TIMEOUT", 5.0)
 S3_READ_TIMEOUT = env_float("MODELYARD_S3_READ_TIMEOUT", 60.0)
 S3_CREATE_BUCKET = env_bool("MODELYARD_S3_CREATE_BUCKET", DEBUG)
+# Pages on these origins may PUT upload parts straight to the bucket (its CORS rules, set by
+# ``manage.py configure_s3_cors``); the upload page's CSP allows connections to the endpoint.
+S3_CORS_ORIGINS = env_list("MODELYARD_S3_CORS_ORIGINS", ["http://127.0.0.1:8080", "http://localhost:8080"])
+
+# Direct-to-S3 multipart uploads: part size in bytes (the client may choose another between 5 MiB
+# and 5 GiB), how long a presigned part URL stays valid and how long an upload may stay open (seconds).
+UPLOAD_PART_BYTES = env_int("MODELYARD_UPLOAD_PART_BYTES", 64 * 1024**2)
+UPLOAD_PART_URL_SECONDS = env_int("MODELYARD_UPLOAD_PART_URL_SECONDS", 3600)
+UPLOAD_EXPIRY_SECONDS = env_int("MODELYARD_UPLOAD_EXPIRY_SECONDS", 24 * 3600)
 
 # Artifact limits, checked before anything is stored.
 MAX_ARTIFACT_BYTES = env_int("MODELYARD_MAX_ARTIFACT_BYTES", 2 * 1024**3)

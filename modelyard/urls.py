@@ -13,6 +13,7 @@ from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
 from registry import views as registry_views
+from registry.api.uploads import UploadCompleteView, UploadDetailView, UploadPartUrlsView, UploadStartView
 from registry.api.views import (
     AliasDetailView,
     AliasListView,
@@ -35,6 +36,10 @@ api_v1 = [
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
     path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
     path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
+    path("models/<str:model_name>/uploads/", UploadStartView.as_view(), name="model-upload-start"),
+    path("uploads/<uuid:upload_id>/", UploadDetailView.as_view(), name="upload-detail"),
+    path("uploads/<uuid:upload_id>/parts/", UploadPartUrlsView.as_view(), name="upload-parts"),
+    path("uploads/<uuid:upload_id>/complete/", UploadCompleteView.as_view(), name="upload-complete"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
     path("models/<str:model_name>/infer/", ModelInferenceView.as_view(), name="model-infer"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),

@@ -5,17 +5,23 @@ and ``MODELYARD_TOKEN`` (an API token; ``manage.py create_api_token <user>`` pri
 Every command exits 0 on success, 1 when the server refused or the deployment failed, and
 2 on bad usage; errors go to stderr as the server's own message.
 
+A file larger than ``--multipart-threshold`` (default 32 MiB) goes straight to S3 as a multipart
+upload through presigned part URLs, several parts at a time; ``--resume UPLOAD_ID`` continues one
+that was interrupted, skipping the parts S3 already holds.
+
 Examples::
 
     modelyard register iris ./model_repository/iris --metadata '{"commit": "abc123"}'
     modelyard register iris ./iris.onnx --max-batch-size 8
     modelyard register detector ./detector.pt --signature signature.json
+    modelyard register resnet ./resnet.tar --resume 4f6c0d9e-…
     modelyard alias set iris production 3
     modelyard deploy iris 3 --host gpu-0 --host gpu-1 --wait
     modelyard wait 42 --timeout 900
 """
 
 import argparse
+import gzip
 import json
 import os
 import sys
@@ -27,7 +33,10 @@ from pathlib import Path
 import requests
 from requests_toolbelt.multipart.encoder import MultipartEncoder, MultipartEncoderMonitor
 
+from modelyard_cli.multipart import UploadFailed, progress_bar, upload_file
+
 TERMINAL = {"succeeded", "failed", "cancelled", "rolled_back", "paused"}
+MULTIPART_THRESHOLD = 32 * 1024**2
 
 
 class CLIError(Exception):
@@ -65,7 +74,11 @@ class Client:
 
 
 def _archive(source: Path, workdir: Path) -> Path:
-    """Return an uploadable archive: ``source`` itself if it is a file, else a .tar.gz of the directory."""
+    """Return an uploadable archive: ``source`` itself if it is a file, else a .tar.gz of the directory.
+
+    The .tar.gz of an unchanged directory is the same bytes every time (sorted members, no gzip
+    timestamp), so an interrupted upload of it can be resumed.
+    """
     if source.is_file():
         return source
     if not source.is_dir():
@@ -73,30 +86,20 @@ def _archive(source: Path, workdir: Path) -> Path:
     if not (source / "config.pbtxt").is_file():
         raise CLIError(f"{source} has no config.pbtxt: point at one Triton model directory")
     target = workdir / f"{source.name}.tar.gz"
-    with tarfile.open(target, "w:gz") as tar:
+    with target.open("wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as zipped, \
+            tarfile.open(fileobj=zipped, mode="w") as tar:
         tar.add(source, arcname=source.name, filter=lambda info: None if "__pycache__" in info.name else info)
     return target
 
 
-class Progress:
-    """A one-line upload progress bar on stderr: percent, bytes sent of total, MB/s."""
-
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.stream, self.started, self.last = total, stream, time.monotonic(), 0.0
-
-    def __call__(self, monitor) -> None:
-        now = time.monotonic()
-        if now - self.last < 0.2 and monitor.bytes_read < self.total:
-            return
-        self.last = now
-        done = monitor.bytes_read / self.total if self.total else 1
-        rate = monitor.bytes_read / max(now - self.started, 1e-6) / 1e6
-        bar = "#" * int(done * 30)
-        sent = f"{monitor.bytes_read}/{self.total} bytes"
-        self.stream.write(f"\ruploading [{bar:<30}] {done:6.1%} {sent} {rate:.1f} MB/s")
-        if monitor.bytes_read >= self.total:
-            self.stream.write("\n")
-        self.stream.flush()
+def _post_whole_file(client: Client, model: str, archive: Path, fields: dict[str, str], quiet: bool) -> dict:
+    """Send a small artifact and its form ``fields`` through the web process in one multipart/form-data request."""
+    with archive.open("rb") as fh, progress_bar(archive.stat().st_size, quiet) as bar:
+        encoder = MultipartEncoder({"artifact": (archive.name, fh, "application/octet-stream"), **fields})
+        bar.total = encoder.len
+        monitor = MultipartEncoderMonitor(encoder, lambda m: bar.update(m.bytes_read - bar.n))
+        return client.request("POST", f"models/{model}/versions/", data=monitor,
+                              headers={"Content-Type": monitor.content_type})
 
 
 def _signature(value: str | None) -> str | None:
@@ -112,7 +115,7 @@ def _signature(value: str | None) -> str | None:
 def cmd_register(client: Client, args) -> int:
     metadata = args.metadata or "{}"
     try:
-        json.loads(metadata)
+        parsed = json.loads(metadata)
     except json.JSONDecodeError as exc:
         raise CLIError(f"--metadata is not valid JSON: {exc.msg}") from exc
     fields = {"metadata": metadata}
@@ -120,13 +123,29 @@ def cmd_register(client: Client, args) -> int:
         fields["signature"] = _signature(args.signature)
     if args.max_batch_size is not None:
         fields["max_batch_size"] = str(args.max_batch_size)
+    if args.parallel < 1 or (args.part_size is not None and args.part_size < 1):
+        raise CLIError("--parallel and --part-size must be positive")
     with tempfile.TemporaryDirectory(prefix="modelyard-") as tmp:
         archive = _archive(Path(args.path), Path(tmp))
-        with archive.open("rb") as fh:
-            encoder = MultipartEncoder({"artifact": (archive.name, fh, "application/octet-stream"), **fields})
-            monitor = MultipartEncoderMonitor(encoder, Progress(encoder.len) if not args.quiet else None)
-            body = client.request("POST", f"models/{args.model}/versions/", data=monitor,
-                                  headers={"Content-Type": monitor.content_type})
+        if args.resume or archive.stat().st_size > args.multipart_threshold:
+            version_fields = {"metadata": parsed}
+            if args.signature is not None:
+                try:
+                    version_fields["signature"] = json.loads(fields["signature"])
+                except json.JSONDecodeError as exc:
+                    raise CLIError(f"--signature is not valid JSON: {exc.msg}") from exc
+            if args.max_batch_size is not None:
+                version_fields["max_batch_size"] = args.max_batch_size
+            try:
+                upload = upload_file(client, args.model, archive, fields=version_fields,
+                                     part_size=args.part_size, parallel=args.parallel, resume=args.resume,
+                                     quiet=args.quiet, timeout=args.timeout)
+            except UploadFailed as exc:
+                raise CLIError(exc.message) from exc
+            body = {"model": upload["model"], "version": upload["version"], "status": "ready",
+                    "artifact_sha256": upload["sha256"]}
+        else:
+            body = _post_whole_file(client, args.model, archive, fields, args.quiet)
     print(json.dumps({"model": body["model"], "version": body["version"], "status": body["status"],
                       "sha256": body["artifact_sha256"]}))
     return 0
@@ -222,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--max-batch-size", type=int, metavar="N",
                      help="single files: the batch limit; the first dim of every tensor is the batch (default 0)")
     reg.add_argument("--quiet", action="store_true", help="no progress bar")
+    reg.add_argument("--multipart-threshold", type=int, default=MULTIPART_THRESHOLD, metavar="BYTES",
+                     help="files larger than this go straight to S3 in parts (default 32 MiB; 0: always)")
+    reg.add_argument("--part-size", type=int, metavar="BYTES", help="bytes per part (default: the server's)")
+    reg.add_argument("--parallel", type=int, default=4, help="parts sent at once (default 4)")
+    reg.add_argument("--resume", metavar="UPLOAD_ID", help="continue an interrupted multipart upload")
+    reg.add_argument("--timeout", type=float, default=1800, help="seconds to wait for verification")
     reg.set_defaults(func=cmd_register)
     alias = sub.add_parser("alias", help="get, set or delete an alias")
     alias.add_argument("action", choices=["get", "set", "delete"])

@@ -166,7 +166,7 @@ def _check_lineage(lineage: dict | None) -> dict:
 def register_version(
     *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
     store: ArtifactStore | None = None, tags=None, lineage: dict | None = None,
-    signature=None, max_batch_size: int | None = None,
+    signature=None, max_batch_size: int | None = None, staged_key: str | None = None,
 ) -> ModelVersion:
     """Validate an uploaded artifact, store it in S3 and register it as the next version.
 
@@ -194,6 +194,8 @@ def register_version(
             (names to numbers), shown on the version page and searchable.
         actor: the requesting user.
         store: the artifact store; defaults to one built from settings.
+        staged_key: an object in the bucket holding the same bytes as ``artifact_path`` (a
+            verified multipart upload); the stored artifact is then a server-side copy of it.
 
     Returns:
         The new ModelVersion, status READY.
@@ -223,7 +225,9 @@ def register_version(
         sha256, size = sha256_file(prepared.path)
         store = store or ArtifactStore()
         try:
-            stored = store.put_artifact(prepared.path, sha256=sha256, size=size)
+            stored = store.put_artifact(
+                prepared.path, sha256=sha256, size=size, staged_key=staged_key if prepared.is_original else None
+            )
         except StorageError as exc:
             raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
 

@@ -4,12 +4,18 @@ Artifacts are content-addressed: the object key is ``sha256/<aa>/<sha256>``,
 so the same bytes are stored once and a key always names the same content.
 Uploads go through boto3's transfer manager (multipart above 8 MiB, parallel
 parts); verification streams the object back in constant memory.
+
+Large artifacts take another road: the client uploads parts straight to S3
+through presigned ``upload_part`` URLs into a multipart upload on a staging key
+(``uploads/<upload id>``); the server completes it, streams it back once to hash
+it, and the stored artifact is a server-side copy of the staging object.
 """
 
 import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -19,10 +25,17 @@ from django.conf import settings
 
 logger = logging.getLogger(__name__)
 
-CHUNK_BYTES = 1024 * 1024
 TRANSFER_CONFIG = TransferConfig(
     multipart_threshold=8 * 1024 * 1024, multipart_chunksize=8 * 1024 * 1024, max_concurrency=4
 )
+
+# S3's multipart rules: every part but the last at least 5 MiB, at most 5 GiB, at most 10,000 parts.
+MIN_PART_BYTES = 5 * 1024**2
+MAX_PART_BYTES = 5 * 1024**3
+MAX_PARTS = 10_000
+# CopyObject copies up to 5 GiB in one call; above that the managed copy switches to part copies.
+COPY_CONFIG = TransferConfig(multipart_threshold=MAX_PART_BYTES, multipart_chunksize=512 * 1024**2, max_concurrency=4)
+CHUNK_BYTES = 8 * 1024 * 1024
 
 
 class StorageError(Exception):
@@ -32,12 +45,14 @@ class StorageError(Exception):
         message: what went wrong, safe to show.
         retryable: True when the endpoint could not be reached (retrying may
             help); False when S3 answered and the answer was wrong.
+        code: S3's error code when S3 answered (``NoSuchUpload``, …), else "".
     """
 
-    def __init__(self, message: str, *, retryable: bool):
+    def __init__(self, message: str, *, retryable: bool, code: str = ""):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,15 @@ class StoredObject:
 
     key: str
     size: int
+
+
+@dataclass(frozen=True)
+class UploadedPart:
+    """One part of a multipart upload that S3 holds: its number (1-based), size in bytes and ETag."""
+
+    number: int
+    size: int
+    etag: str
 
 
 def artifact_key(sha256: str) -> str:
@@ -57,7 +81,7 @@ def _wrap(exc: Exception, doing: str) -> StorageError:
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
         retryable = code in {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"}
-        return StorageError(f"S3 refused to {doing}: {code or exc}", retryable=retryable)
+        return StorageError(f"S3 refused to {doing}: {code or exc}", retryable=retryable, code=code)
     if isinstance(exc, EndpointConnectionError):
         return StorageError(f"S3 endpoint unreachable while trying to {doing}", retryable=True)
     return StorageError(f"S3 error while trying to {doing}: {exc}", retryable=True)
@@ -131,7 +155,7 @@ class ArtifactStore:
             raise _wrap(exc, f"read {key}") from exc
         return StoredObject(key=key, size=answer["ContentLength"])
 
-    def put_artifact(self, path: Path, *, sha256: str, size: int) -> StoredObject:
+    def put_artifact(self, path: Path, *, sha256: str, size: int, staged_key: str | None = None) -> StoredObject:
         """Store the file at ``path`` under its content address and verify it.
 
         Idempotent: an object already stored under that address with the same
@@ -141,6 +165,10 @@ class ArtifactStore:
             path: local file to upload.
             sha256: its hex digest, computed by the caller while receiving it.
             size: its length in bytes.
+            staged_key: an object in the bucket that holds the same bytes as ``path``
+                (a completed multipart upload the caller has streamed and hashed):
+                the artifact is then a server-side copy of it, not a re-upload, and
+                it is checked by size and recorded sha256 rather than streamed again.
 
         Returns:
             The stored object.
@@ -153,6 +181,12 @@ class ArtifactStore:
         if settings.S3_CREATE_BUCKET:
             self.ensure_bucket()
         existing = self.head(key)
+        if staged_key is not None and (existing is None or existing.size != size):
+            self.copy(staged_key, key, metadata={"sha256": sha256})
+            copied = self.head(key)
+            if copied is None or copied.size != size:
+                raise StorageError(f"the copy of {staged_key} to {key} is not {size} bytes", retryable=False)
+            return StoredObject(key=key, size=size)
         if existing is None or existing.size != size:
             try:
                 self.client.upload_file(
@@ -175,20 +209,37 @@ class ArtifactStore:
         Raises:
             StorageError: the object is missing, unreadable, or differs.
         """
+        digest, seen = self.stream_to(key)
+        if seen != size or digest != sha256:
+            raise StorageError(f"stored object {key} does not match: {seen} bytes, sha256 {digest}", retryable=False)
+
+    def stream_to(self, key: str, sink: BinaryIO | None = None) -> tuple[str, int]:
+        """Read the object at ``key`` front to back in 8 MiB chunks, hashing it and writing it to ``sink``.
+
+        Memory stays constant whatever the object's size.
+
+        Args:
+            key: the object to read.
+            sink: a binary file to write the bytes to, or None to only hash them.
+
+        Returns:
+            ``(sha256 hex digest, size in bytes)`` of what was read.
+
+        Raises:
+            StorageError: the object is missing or reading failed.
+        """
+        digest = hashlib.sha256()
+        seen = 0
         try:
             body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-            digest = hashlib.sha256()
-            seen = 0
             for chunk in body.iter_chunks(CHUNK_BYTES):
                 digest.update(chunk)
                 seen += len(chunk)
+                if sink is not None:
+                    sink.write(chunk)
         except (BotoCoreError, ClientError) as exc:
-            raise _wrap(exc, f"verify {key}") from exc
-        if seen != size or digest.hexdigest() != sha256:
-            raise StorageError(
-                f"stored object {key} does not match: {seen} bytes, sha256 {digest.hexdigest()}",
-                retryable=False,
-            )
+            raise _wrap(exc, f"read {key}") from exc
+        return digest.hexdigest(), seen
 
     def presigned_download_url(self, key: str, expires_in: int | None = None) -> str:
         """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds."""
@@ -208,3 +259,110 @@ class ArtifactStore:
             self.client.delete_object(Bucket=self.bucket, Key=key)
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"delete {key}") from exc
+
+    def copy(self, source_key: str, key: str, *, metadata: dict[str, str]) -> None:
+        """Copy ``source_key`` to ``key`` inside the bucket, server-side, with new ``metadata``.
+
+        Uses boto3's managed copy: one CopyObject up to 5 GiB, part copies above.
+
+        Raises:
+            StorageError: S3 is unreachable, refuses, or the source is missing.
+        """
+        try:
+            self.client.copy(
+                {"Bucket": self.bucket, "Key": source_key}, self.bucket, key,
+                ExtraArgs={"Metadata": metadata, "MetadataDirective": "REPLACE",
+                           "ContentType": "application/octet-stream"},
+                Config=COPY_CONFIG,
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"copy {source_key} to {key}") from exc
+        except Exception as exc:  # the transfer manager wraps failures in its own types
+            raise StorageError(f"S3 copy of {source_key} to {key} failed: {exc}", retryable=True) from exc
+
+    # ------------------------------------------------------------------ multipart uploads
+
+    def start_multipart(self, key: str) -> str:
+        """Open a multipart upload to ``key`` and return S3's upload id.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        if settings.S3_CREATE_BUCKET:
+            self.ensure_bucket()
+        try:
+            answer = self.client.create_multipart_upload(
+                Bucket=self.bucket, Key=key, ContentType="application/octet-stream"
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"start a multipart upload to {key}") from exc
+        return answer["UploadId"]
+
+    def presign_part(self, key: str, upload_id: str, number: int, expires_in: int) -> str:
+        """Return a URL that accepts ``PUT`` of part ``number`` (1-based) for ``expires_in`` seconds."""
+        return self.client.generate_presigned_url(
+            "upload_part",
+            Params={"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number},
+            ExpiresIn=expires_in,
+        )
+
+    def list_parts(self, key: str, upload_id: str) -> list[UploadedPart]:
+        """Every part S3 holds for the upload, by number, following S3's pages of 1,000.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses (``code`` ``NoSuchUpload`` when the
+                upload was completed or aborted).
+        """
+        parts: list[UploadedPart] = []
+        try:
+            pages = self.client.get_paginator("list_parts").paginate(Bucket=self.bucket, Key=key, UploadId=upload_id)
+            for page in pages:
+                parts.extend(
+                    UploadedPart(number=p["PartNumber"], size=p["Size"], etag=p["ETag"]) for p in page.get("Parts", [])
+                )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"list the parts of {key}") from exc
+        return sorted(parts, key=lambda part: part.number)
+
+    def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
+        """Join ``parts`` (in number order) into the object at ``key``.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses (``EntityTooSmall``: a part but the
+                last is under 5 MiB; ``NoSuchUpload``: already completed or aborted).
+        """
+        try:
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=key, UploadId=upload_id,
+                MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag} for p in parts]},
+            )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"complete the multipart upload to {key}") from exc
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Abort the upload and free its parts; an upload already gone is fine.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses for another reason.
+        """
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in {"NoSuchUpload", "404"}:
+                raise _wrap(exc, f"abort the multipart upload to {key}") from exc
+        except BotoCoreError as exc:
+            raise _wrap(exc, f"abort the multipart upload to {key}") from exc
+
+    def allow_browser_uploads(self, origins: list[str], max_age: int = 3600) -> None:
+        """Set the bucket's CORS rules so pages served from ``origins`` may PUT parts to presigned
+        URLs (and GET artifacts); ``max_age`` is how long, in seconds, a browser caches the preflight.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        rule = {"AllowedOrigins": list(origins), "AllowedMethods": ["PUT", "GET", "HEAD"],
+                "AllowedHeaders": ["*"], "ExposeHeaders": ["ETag"], "MaxAgeSeconds": max_age}
+        try:
+            self.client.put_bucket_cors(Bucket=self.bucket, CORSConfiguration={"CORSRules": [rule]})
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"set the CORS rules of {self.bucket}") from exc

@@ -7,6 +7,7 @@ urlpatterns = [
     path("", views.model_list, name="model-list"),
     path("<str:name>/", views.model_detail, name="model-detail"),
     path("<str:name>/edit/", views.model_edit, name="model-edit"),
+    path("<str:name>/upload/", views.version_upload, name="version-upload"),
     path("<str:name>/aliases/", views.alias_set, name="alias-set"),
     path("<str:name>/aliases/<str:alias>/delete/", views.alias_delete, name="alias-delete"),
     path("<str:name>/versions/<int:version>/", views.version_detail, name="version-detail"),

@@ -1,7 +1,8 @@
 """Registry pages: the models list, a model's page and the audit log."""
 
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
@@ -16,7 +17,7 @@ from monitoring.promql import PAGE_RANGES
 from monitoring.views import metrics_panel_context, page_range
 from registry.choices import AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
-from registry.forms import AliasForm
+from registry.forms import AliasForm, VersionUploadForm
 from registry.models import AuditEvent, RegisteredModel
 from registry.services import (
     artifact_download_url,
@@ -157,3 +158,15 @@ def model_edit(request, name: str):
         messages.success(request, "Description saved.")
     return redirect("registry:model-detail", name=model.name)
 
+
+
+@login_required
+def version_upload(request, name: str):
+    """The upload page: a form whose file static/registry/upload.js sends straight to S3 in parts
+    (presigned URLs from the uploads API) with a progress bar, then completes the upload and opens
+    the new version's page. The page may connect to the S3 endpoint (CSP ``connect-src``)."""
+    model = found_or_404(get_model, name)
+    response = render(request, "registry/version_upload.html", {"model": model, "form": VersionUploadForm()})
+    endpoint = urlsplit(settings.S3_ENDPOINT_URL or "https://s3.amazonaws.com")
+    response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"]}
+    return response

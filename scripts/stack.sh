@@ -315,6 +315,9 @@ start_s3() {
     start_bg s3 moto_server -H 127.0.0.1 -p "$S3_PORT"
     wait_until s3 60 "an HTTP answer" http_answers "$MODELYARD_S3_ENDPOINT_URL/"
     "$PY" scripts/s3_snapshot.py restore "$VAR_DIR/s3-snapshot" || die "could not restore var/s3-snapshot"
+    # The upload page sends parts straight to S3 from the browser: allow this stack's web origin.
+    "$PY" manage.py configure_s3_cors "http://127.0.0.1:$WEB_PORT" "http://localhost:$WEB_PORT" \
+        || warn "could not set the bucket's CORS rules; uploads from the browser will fail"
     log "s3: ready at $MODELYARD_S3_ENDPOINT_URL (objects are saved to var/s3-snapshot at stop)"
 }
 

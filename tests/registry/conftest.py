@@ -40,3 +40,28 @@ def bentoml_exports(tmp_path_factory) -> tuple[Path, Path]:
     from tests.registry.format_builders import build_bentoml_exports
 
     return build_bentoml_exports(tmp_path_factory.mktemp("bentoml"), "iris")
+
+
+MiB = 1024**2
+
+
+def make_large_archive(path: Path, *, weights_bytes: int, name: str = "iris") -> Path:
+    """Write a plain .tar of a Triton model directory whose ``1/model.bin`` holds ``weights_bytes``
+    random bytes (so it spans several 5 MiB upload parts)."""
+    import os
+
+    with tarfile.open(path, "w") as tar:
+        config = VALID_CONFIG.replace(b'name: "iris"', f'name: "{name}"'.encode())
+        info = tarfile.TarInfo(f"{name}/config.pbtxt")
+        info.size = len(config)
+        tar.addfile(info, io.BytesIO(config))
+        weights = tarfile.TarInfo(f"{name}/1/model.bin")
+        weights.size = weights_bytes
+        tar.addfile(weights, io.BytesIO(os.urandom(weights_bytes)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def large_archive(tmp_path_factory) -> Path:
+    """A valid model archive of about 11 MiB: three parts of 5 MiB (the last one short)."""
+    return make_large_archive(tmp_path_factory.mktemp("large") / "iris.tar", weights_bytes=11 * MiB)

@@ -1,0 +1,334 @@
+"""Benchmark: a 2 GB artifact through the multipart upload path vs boto3's own ``upload_file``.
+
+What it runs, all real, on free ports and a dedicated database:
+
+1. The S3 stand-in (``moto_server``), the web app (gunicorn, 2 workers, as scripts/stack.sh starts
+   it) and an orchestrator Celery worker (``-Q default --concurrency 2``, as scripts/stack.sh),
+   against a PostgreSQL database ``modelyard_bench_upload`` (dropped, created, migrated).
+2. A model archive of ``--size`` bytes (default 2 GB): a plain .tar of a Triton model directory
+   whose weights file is random bytes (``os.urandom`` in 8 MiB chunks), in a temporary directory
+   that is deleted afterwards.
+3. Baseline: boto3's ``upload_file`` of that file to the same endpoint, with a TransferConfig tuned
+   like the CLI (``--part-size`` chunks, ``--parallel`` threads); boto3's defaults (8 MiB, 10
+   threads) are timed too, for reference.
+4. The product: ``modelyard register`` (the console script, a subprocess), timed from before it
+   starts the upload to the moment it prints the version, i.e. client upload + the server's
+   verification (join the parts, stream them back while hashing, check, server-side copy to the
+   content address, register the version).
+5. Peak RSS of the web and worker processes (each process and each process tree: master plus
+   children), polled every 50 ms with psutil while both runs happen.
+
+The verdict (ratio ≥ ``--target-ratio`` and every web/worker process under ``--target-rss-mb``) is
+written to the results; nothing here asserts it.
+
+Usage::
+
+    python bench/upload.py --json bench/results/upload.json --markdown bench/results/upload.md
+"""
+
+import argparse
+import io
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import boto3
+import psutil
+import requests
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DATABASE = "modelyard_bench_upload"
+BUCKET = "modelyard-bench-upload"
+MIB = 1024**2
+STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
+CONFIG = b'name: "bench"\nbackend: "python"\nmax_batch_size: 8\n' \
+         b'input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' \
+         b'output [ { name: "label" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except Exception:  # still starting
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+class RandomReader:
+    """A file-like object of ``size`` random bytes, for tarfile.addfile."""
+
+    def __init__(self, size: int):
+        self.left = size
+
+    def read(self, n: int = -1) -> bytes:
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return os.urandom(n)
+
+
+def write_archive(path: Path, size: int) -> Path:
+    """A plain .tar of one Triton model directory, ``size`` bytes in total (within a tar record)."""
+    weights = size - 10 * 1024  # headers, the config and the end-of-archive record
+    with tarfile.open(path, "w", bufsize=8 * MIB) as tar:
+        info = tarfile.TarInfo("bench/config.pbtxt")
+        info.size = len(CONFIG)
+        tar.addfile(info, io.BytesIO(CONFIG))
+        data = tarfile.TarInfo("bench/1/model.bin")
+        data.size = weights
+        tar.addfile(data, RandomReader(weights))
+    return path
+
+
+class MemoryWatch:
+    """Polls the RSS of process trees (a master and its children) every ``interval`` seconds."""
+
+    def __init__(self, roots: dict[str, int], interval: float = 0.05):
+        self.roots, self.interval = roots, interval
+        self.peak_tree = dict.fromkeys(roots, 0)
+        self.peak_process: dict[str, int] = dict.fromkeys(roots, 0)
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for name, pid in self.roots.items():
+                try:
+                    root = psutil.Process(pid)
+                    procs = [root, *root.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+                sizes = []
+                for proc in procs:
+                    try:
+                        sizes.append(proc.memory_info().rss)
+                    except psutil.NoSuchProcess:
+                        pass
+                self.peak_tree[name] = max(self.peak_tree[name], sum(sizes))
+                self.peak_process[name] = max(self.peak_process[name], max(sizes, default=0))
+            self.samples += 1
+            time.sleep(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def start(name: str, args: list[str], env: dict, logs: Path) -> subprocess.Popen:
+    log = (logs / f"{name}.log").open("wb")
+    return subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def psql(sql: str) -> None:
+    subprocess.run(["psql", "-h", "127.0.0.1", "-U", "postgres", "-q", "-c", sql], check=True,
+                   capture_output=True)
+
+
+def log_time(text: str, pattern: str) -> float | None:
+    """The timestamp (epoch seconds) of the last log line matching ``pattern`` (logs are in local time)."""
+    found = None
+    for line in text.splitlines():
+        stamp = STAMP.search(line)
+        if stamp and re.search(pattern, line):
+            found = datetime.strptime(stamp.group(0), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return found
+
+
+def run(args) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="bench-upload-", dir=args.tmp))
+    logs = work / "logs"
+    logs.mkdir()
+    s3_port, web_port = free_port(), free_port()
+    s3_url, web_url = f"http://127.0.0.1:{s3_port}", f"http://127.0.0.1:{web_port}"
+    env = {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{DATABASE}",
+           "CELERY_BROKER_URL": args.broker, "MODELYARD_S3_ENDPOINT_URL": s3_url, "MODELYARD_S3_BUCKET": BUCKET,
+           "MODELYARD_DEBUG": "true", "MODELYARD_LOG_LEVEL": "INFO", "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
+    processes: list[subprocess.Popen] = []
+    result: dict = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "size_bytes": args.size,
+                    "part_size_bytes": args.part_size, "parallel": args.parallel}
+    try:
+        psql(f"DROP DATABASE IF EXISTS {DATABASE}")
+        psql(f"CREATE DATABASE {DATABASE}")
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=REPO, env=env, check=True)
+        import redis
+
+        redis.Redis.from_url(args.broker).flushdb()
+        token = subprocess.run(
+            [sys.executable, "manage.py", "shell", "-c",
+             "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token;"
+             "from registry.models import RegisteredModel; RegisteredModel.objects.create(name='bench');"
+             "print(Token.objects.create(user=get_user_model().objects.create_user('bench')).key)"],
+            cwd=REPO, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        processes.append(start("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)], env, logs))
+        wait_until(lambda: requests.get(s3_url, timeout=2).ok, 60, "moto_server")
+        s3 = boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1", aws_access_key_id="bench",
+                          aws_secret_access_key="bench",
+                          config=Config(s3={"addressing_style": "path"}, signature_version="s3v4"))
+        s3.create_bucket(Bucket=BUCKET)
+        web = start("web", [str(BIN / "gunicorn"), "modelyard.wsgi", "-b", f"127.0.0.1:{web_port}", "--workers", "2",
+                            "--timeout", "300", "--access-logfile", "-", "--error-logfile", "-"], env, logs)
+        worker = start("worker", [str(BIN / "celery"), "-A", "modelyard", "worker", "-Q", "default", "-n",
+                                  f"bench-{web_port}@%h", "--concurrency", "2", "--loglevel", "INFO",
+                                  "--without-gossip", "--without-mingle"], env, logs)
+        processes += [web, worker]
+        wait_until(lambda: requests.get(f"{web_url}/healthz", timeout=2).ok, 90, "gunicorn")
+        wait_until(lambda: " ready." in (logs / "worker.log").read_text(errors="replace"), 90, "the worker")
+
+        archive = work / "bench.tar"
+        started = time.monotonic()
+        write_archive(archive, args.size)
+        result["archive_bytes"] = archive.stat().st_size
+        result["archive_write_s"] = round(time.monotonic() - started, 1)
+        result["load_before"] = os.getloadavg()[0]
+
+        tuned = TransferConfig(multipart_threshold=args.part_size, multipart_chunksize=args.part_size,
+                               max_concurrency=args.parallel)
+        baselines = {}
+        with MemoryWatch({"web": web.pid, "worker": worker.pid}) as memory:
+            for label, config in (("boto3 upload_file, tuned like the CLI", tuned),
+                                  ("boto3 upload_file, TransferConfig defaults", TransferConfig())):
+                began = time.monotonic()
+                s3.upload_file(str(archive), BUCKET, "bench/baseline", Config=config)
+                baselines[label] = time.monotonic() - began
+                s3.delete_object(Bucket=BUCKET, Key="bench/baseline")
+            cli_env = {**env, "MODELYARD_URL": web_url, "MODELYARD_TOKEN": token}
+            began = time.monotonic()
+            began_wall = time.time()
+            cli = subprocess.run([str(BIN / "modelyard"), "register", "bench", str(archive), "--quiet",
+                                  "--part-size", str(args.part_size), "--parallel", str(args.parallel)],
+                                 env=cli_env, capture_output=True, text=True, timeout=3600)
+            ours = time.monotonic() - began
+            if cli.returncode != 0:
+                raise RuntimeError(f"modelyard register failed: {cli.stderr[-2000:]}")
+        web_log, worker_log = (logs / "web.log").read_text(errors="replace"), (logs / "worker.log").read_text(
+            errors="replace")
+        completed_at = log_time(web_log, r"complete by .*; verifying")
+        registered_at = log_time(worker_log, r"registered bench v1")
+        result["cli_output"] = json.loads(cli.stdout)
+        result["baselines_s"] = {k: round(v, 2) for k, v in baselines.items()}
+        result["ours_s"] = round(ours, 2)
+        if completed_at and registered_at:
+            result["client_upload_s"] = round(completed_at - began_wall, 2)
+            result["server_verification_s"] = round(registered_at - completed_at, 2)
+        result["peak_rss_bytes"] = {"tree": memory.peak_tree, "largest_process": memory.peak_process}
+        result["rss_samples"] = memory.samples
+        result["load_after"] = os.getloadavg()[0]
+        archive.unlink()
+    finally:
+        for process in reversed(processes):
+            stop(process)
+        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            psql(f"DROP DATABASE IF EXISTS {DATABASE}")
+    baseline = result["baselines_s"]["boto3 upload_file, tuned like the CLI"]
+    result["throughput_mb_s"] = {"baseline": round(args.size / baseline / 1e6, 1),
+                                 "ours": round(args.size / result["ours_s"] / 1e6, 1)}
+    result["ratio"] = round(baseline / result["ours_s"], 3)
+    largest = max(result["peak_rss_bytes"]["largest_process"].values())
+    ok_ratio, ok_rss = result["ratio"] >= args.target_ratio, largest < args.target_rss_mb * MIB
+    result["verdict"] = "pass" if ok_ratio and ok_rss else "fail"
+    result["verdict_reason"] = (
+        f"throughput ratio {result['ratio']:.2f} (target ≥ {args.target_ratio}); largest web/worker process "
+        f"{largest / MIB:.0f} MB (target < {args.target_rss_mb} MB)"
+    )
+    return result
+
+
+def markdown(r: dict, args) -> str:
+    mb = lambda n: f"{n / MIB:.0f}"  # noqa: E731
+    lines = [
+        "# Multipart upload of a large artifact", "",
+        f"Run {r['started']} on {platform.node()}, {os.cpu_count()} CPUs, Python {platform.python_version()}.", "",
+        f"**Verdict: {r['verdict'].upper()}** — {r['verdict_reason']}", "",
+        "## Setup", "",
+        f"- Artifact: a plain .tar of a Triton model directory, {r['archive_bytes']} bytes (random weights), "
+        f"written in {r['archive_write_s']} s.",
+        "- One moto_server (S3 stand-in) for both runs; gunicorn with 2 workers and one Celery worker "
+        "(`-Q default --concurrency 2`), as scripts/stack.sh starts them; PostgreSQL.",
+        f"- Part size {r['part_size_bytes']} bytes, {r['parallel']} parts in flight, for the CLI and the tuned "
+        "boto3 baseline alike.", "",
+        "## Results", "",
+        "| path | seconds | MB/s |", "|---|---|---|",
+    ]
+    for label, seconds in r["baselines_s"].items():
+        lines.append(f"| {label} | {seconds} | {r['size_bytes'] / seconds / 1e6:.1f} |")
+    lines.append(f"| `modelyard register` (create → completed) | {r['ours_s']} | {r['throughput_mb_s']['ours']} |")
+    lines += ["", f"- Ratio (tuned boto3 time / ours): **{r['ratio']}**."]
+    if "client_upload_s" in r:
+        lines.append(f"- Of ours: client upload (hash + parts) {r['client_upload_s']} s, server verification "
+                     f"(join, stream + hash, copy, register) {r['server_verification_s']} s.")
+    lines += [
+        f"- Peak RSS, largest single process: web {mb(r['peak_rss_bytes']['largest_process']['web'])} MB, "
+        f"worker {mb(r['peak_rss_bytes']['largest_process']['worker'])} MB.",
+        f"- Peak RSS, whole tree (master + children): web {mb(r['peak_rss_bytes']['tree']['web'])} MB, "
+        f"worker {mb(r['peak_rss_bytes']['tree']['worker'])} MB ({r['rss_samples']} samples at 50 ms).",
+        f"- 1-minute load average {r['load_before']:.2f} before, {r['load_after']:.2f} after "
+        "(the machine is shared).", "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, default=REPO / "bench/results/upload.json")
+    parser.add_argument("--markdown", type=Path, default=REPO / "bench/results/upload.md")
+    parser.add_argument("--size", type=int, default=2_000_000_000, help="artifact bytes (default 2 GB)")
+    parser.add_argument("--part-size", type=int, default=64 * MIB)
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--broker", default=os.environ.get("MODELYARD_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12"))
+    parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the artifact is written")
+    parser.add_argument("--target-ratio", type=float, default=0.9)
+    parser.add_argument("--target-rss-mb", type=float, default=200)
+    parser.add_argument("--keep", action="store_true", help="keep the database")
+    args = parser.parse_args(argv)
+    free = shutil.disk_usage(args.tmp).free
+    if free < 3 * args.size:
+        print(f"bench/upload.py: {args.tmp} has {free} bytes free; need {3 * args.size}", file=sys.stderr)
+        return 1
+    result = run(args)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    args.markdown.write_text(markdown(result, args))
+    print(result["verdict_reason"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

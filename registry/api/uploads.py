@@ -1,0 +1,163 @@
+"""Registry API: direct-to-S3 multipart uploads of large artifacts (serializers and views).
+
+``POST /api/v1/models/<name>/uploads/`` starts one, ``POST …/uploads/<id>/parts/`` hands out
+presigned part URLs, ``POST …/uploads/<id>/complete/`` closes it for verification, ``GET`` shows
+its state (poll it until ``completed`` or ``failed``) and ``DELETE`` aborts it. Only the user who
+started an upload, or staff, can see or act on it.
+"""
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from registry import uploads
+from registry.api.serializers import JSONObjectField
+from registry.models import Upload
+
+LINEAGE_FIELDS = ("source_commit", "ci_run_url", "training_data_uri", "metrics")
+
+
+class UploadCreateSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/models/<name>/uploads/``: the file and the version's fields."""
+
+    filename = serializers.CharField(max_length=255, help_text="The file's name, e.g. resnet50.tar.gz")
+    size = serializers.IntegerField(min_value=1, help_text="The file's size in bytes")
+    sha256 = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
+                                   help_text="Hex digest, if known now; else give it on completion")
+    part_size = serializers.IntegerField(required=False, allow_null=True, default=None,
+                                         help_text="Bytes per part: 5 MiB to 5 GiB, at most 10,000 parts")
+    metadata = JSONObjectField(required=False, default=dict, help_text="A JSON object of free-form metadata")
+    tags = JSONObjectField(required=False, default=dict, help_text="String key/value tags of the version")
+    source_commit = serializers.CharField(required=False, allow_blank=True, default="", max_length=64)
+    ci_run_url = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+    training_data_uri = serializers.CharField(required=False, allow_blank=True, default="", max_length=500)
+    metrics = JSONObjectField(required=False, default=dict, help_text='Evaluation metrics, e.g. {"accuracy": 0.97}')
+    signature = JSONObjectField(required=False, default=None, allow_null=True,
+                                help_text="For a single .onnx/.pt/.plan file: its inputs and outputs")
+    max_batch_size = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0,
+                                              help_text="For a single model file: the generated config's batch size")
+
+
+class UploadedPartSerializer(serializers.Serializer):
+    """A part S3 already holds: its number and size in bytes."""
+
+    part_number = serializers.IntegerField(source="number")
+    size = serializers.IntegerField()
+
+
+class UploadSerializer(serializers.ModelSerializer):
+    """An upload's state; ``parts`` lists what S3 holds while it is open; ``version`` once completed."""
+
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    part_count = serializers.SerializerMethodField()
+    parts = serializers.SerializerMethodField()
+    version = serializers.IntegerField(source="version.version", read_only=True, allow_null=True, default=None)
+
+    class Meta:
+        model = Upload
+        fields = ["id", "model", "filename", "size", "sha256", "part_size", "part_count", "status", "parts",
+                  "version", "error", "created_by", "created_at", "updated_at", "expires_at"]
+        read_only_fields = fields
+
+    def get_part_count(self, upload: Upload) -> int:
+        return uploads.part_count(upload)
+
+    @extend_schema(responses=UploadedPartSerializer(many=True))
+    def get_parts(self, upload: Upload) -> list[dict]:
+        parts = self.context.get("parts", [])
+        return UploadedPartSerializer(parts, many=True).data
+
+
+class PartUrlsRequestSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/uploads/<id>/parts/``."""
+
+    part_numbers = serializers.ListField(child=serializers.IntegerField(), min_length=1,
+                                         max_length=uploads.MAX_PRESIGN_PER_CALL)
+
+
+class PartUrlSerializer(serializers.Serializer):
+    """Where to ``PUT`` one part (the body is the part's bytes, nothing else)."""
+
+    part_number = serializers.IntegerField()
+    url = serializers.URLField()
+
+
+class PartUrlsSerializer(serializers.Serializer):
+    """Presigned part URLs, valid ``expires_in`` seconds."""
+
+    expires_in = serializers.IntegerField()
+    parts = PartUrlSerializer(many=True)
+
+
+class UploadCompleteSerializer(serializers.Serializer):
+    """Input of ``POST /api/v1/uploads/<id>/complete/``."""
+
+    sha256 = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,
+                                   help_text="The file's hex digest, if not given when the upload started")
+
+
+def _answer(upload: Upload, code: int = status.HTTP_200_OK) -> Response:
+    parts = uploads.uploaded_parts(upload)
+    upload = Upload.objects.select_related("model", "version", "created_by").get(pk=upload.pk)
+    return Response(UploadSerializer(upload, context={"parts": parts}).data, status=code)
+
+
+class UploadStartView(APIView):
+    """``POST /api/v1/models/<name>/uploads/``: open a multipart upload for a new version."""
+
+    @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer})
+    def post(self, request, model_name: str):
+        data = UploadCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = data.validated_data
+        upload = uploads.start_upload(
+            model_name=model_name, filename=fields["filename"], size=fields["size"], sha256=fields["sha256"],
+            part_size=fields["part_size"], metadata=fields["metadata"], tags=fields["tags"],
+            lineage={key: fields[key] for key in LINEAGE_FIELDS}, signature=fields["signature"],
+            max_batch_size=fields["max_batch_size"], actor=request.user,
+        )
+        return _answer(upload, status.HTTP_201_CREATED)
+
+
+class UploadDetailView(APIView):
+    """``GET`` an upload's state and the parts S3 holds; ``DELETE`` aborts it."""
+
+    @extend_schema(responses={200: UploadSerializer})
+    def get(self, request, upload_id):
+        return _answer(uploads.get_upload(upload_id, request.user))
+
+    @extend_schema(responses={200: UploadSerializer})
+    def delete(self, request, upload_id):
+        upload = uploads.abort_upload(uploads.get_upload(upload_id, request.user), actor=request.user)
+        return _answer(upload)
+
+
+class UploadPartUrlsView(APIView):
+    """``POST {"part_numbers": [1, 2, …]}``: presigned ``PUT`` URLs for those parts."""
+
+    @extend_schema(request=PartUrlsRequestSerializer, responses={200: PartUrlsSerializer})
+    def post(self, request, upload_id):
+        data = PartUrlsRequestSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        upload = uploads.get_upload(upload_id, request.user)
+        urls = uploads.presign_parts(upload, data.validated_data["part_numbers"])
+        return Response({"expires_in": settings.UPLOAD_PART_URL_SECONDS,
+                         "parts": [{"part_number": n, "url": url} for n, url in urls.items()]})
+
+
+class UploadCompleteView(APIView):
+    """``POST``: every part is sent; verify the file and register the version (in a worker).
+
+    Answers 202 with the upload VERIFYING (or already COMPLETED); poll ``GET`` for the outcome.
+    """
+
+    @extend_schema(request=UploadCompleteSerializer, responses={202: UploadSerializer})
+    def post(self, request, upload_id):
+        data = UploadCompleteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        upload = uploads.get_upload(upload_id, request.user)
+        upload = uploads.complete_upload(upload, sha256=data.validated_data["sha256"], actor=request.user)
+        return _answer(upload, status.HTTP_202_ACCEPTED)

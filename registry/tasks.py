@@ -1,0 +1,41 @@
+"""Celery tasks of the registry app: thin wrappers around ``registry.uploads``.
+
+Both run on orchestrator workers (queue ``default``) and take ids only.
+"""
+
+import logging
+
+from celery import shared_task
+
+from modelyard.errors import ServiceUnavailable
+from registry import uploads
+from registry.models import Upload
+from registry.storage import StorageError
+
+logger = logging.getLogger(__name__)
+
+VERIFY_MAX_RETRIES = 5
+
+
+@shared_task(name="registry.verify_upload", bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
+def verify_upload_task(self, upload_id: str) -> None:
+    """Verify a completed multipart upload and register its version (idempotent).
+
+    A transient S3 failure is retried with backoff (10 s doubling, at most 5 times); after the
+    last try the upload is marked FAILED with the reason, so a client polling it stops waiting.
+    """
+    try:
+        uploads.verify_upload(upload_id)
+    except (StorageError, ServiceUnavailable) as exc:
+        message = getattr(exc, "message", str(exc))
+        if self.request.retries >= VERIFY_MAX_RETRIES:
+            uploads.fail_upload(Upload.objects.get(pk=upload_id), f"S3 kept failing: {message}")
+            return
+        logger.warning("verifying upload %s failed (%s); retrying", upload_id, message)
+        raise self.retry(exc=exc, countdown=10 * 2**self.request.retries) from exc
+
+
+@shared_task(name="registry.expire_uploads", acks_late=True)
+def expire_uploads_task() -> int:
+    """Abort multipart uploads left open past their expiry; returns how many (run by beat)."""
+    return uploads.expire_uploads()

@@ -1,0 +1,407 @@
+"""Direct-to-S3 multipart uploads of large artifacts: start, presign parts, complete, verify, abort.
+
+The bytes never pass through the web process. The client declares the file (name, size in bytes,
+optionally its sha256) and the version's fields; the server opens an S3 multipart upload on the
+staging key ``uploads/<upload id>`` and hands out presigned ``PUT`` URLs per part. On completion the
+upload turns VERIFYING and a Celery task (:func:`verify_upload`, queue ``default``) joins the parts
+in S3, streams the object once into a temporary file while hashing it (constant memory), checks
+size and sha256 against what was declared, and registers the version through
+``registry.services.register_version``, whose stored artifact is a server-side copy of the staging
+object. The staging object is deleted afterwards, whatever the outcome.
+
+Status changes go through :func:`transition`: a compare-and-set on the old status, so repeating a
+step is harmless and two workers cannot both register the same upload.
+"""
+
+import logging
+import math
+import re
+import tempfile
+import uuid
+from datetime import timedelta
+from pathlib import Path, PurePosixPath, PureWindowsPath
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from registry.choices import AuditAction, UploadStatus
+from registry.models import Upload
+from registry.services import _check_lineage, _validate_tags, get_model, record_audit_event, register_version
+from registry.storage import MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, ArtifactStore, StorageError, UploadedPart
+
+logger = logging.getLogger(__name__)
+
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+MAX_PRESIGN_PER_CALL = 1000
+
+# Which status may follow which; every change goes through transition().
+TRANSITIONS = {
+    UploadStatus.OPEN: {UploadStatus.VERIFYING, UploadStatus.ABORTED, UploadStatus.FAILED},
+    UploadStatus.VERIFYING: {UploadStatus.COMPLETED, UploadStatus.FAILED},
+    UploadStatus.COMPLETED: set(),
+    UploadStatus.ABORTED: set(),
+    UploadStatus.FAILED: set(),
+}
+TERMINAL = frozenset({UploadStatus.COMPLETED, UploadStatus.ABORTED, UploadStatus.FAILED})
+
+
+def part_count(upload: Upload) -> int:
+    """How many parts the upload's declared size makes at its part size (the last may be shorter)."""
+    return max(1, math.ceil(upload.size / upload.part_size))
+
+
+def transition(upload: Upload, to: str, **fields) -> bool:
+    """Move ``upload`` from the status it has in memory to ``to``, setting ``fields`` too.
+
+    A compare-and-set on the old status: a repeat (the row already has ``to``) is a no-op.
+
+    Returns:
+        True when this call made the change, False when the row already had status ``to``.
+
+    Raises:
+        Conflict: the move is not allowed from the row's current status.
+    """
+    if to not in TRANSITIONS[upload.status]:
+        if upload.status == to:
+            return False
+        raise Conflict(f"upload {upload.pk} is {upload.status}; it cannot become {to}")
+    changed = Upload.objects.filter(pk=upload.pk, status=upload.status).update(
+        status=to, updated_at=timezone.now(), **fields
+    )
+    if not changed:
+        upload.refresh_from_db()
+        if upload.status == to:
+            return False
+        raise Conflict(f"upload {upload.pk} is {upload.status}; it cannot become {to}")
+    upload.status = to
+    for name, value in fields.items():
+        setattr(upload, name, value)
+    return True
+
+
+def _clean_filename(filename: str) -> str:
+    name = PureWindowsPath(PurePosixPath(filename or "").name).name.strip()
+    if name in {"", ".", ".."} or "\x00" in name or len(name) > 255:
+        raise InvalidInput("filename must be a file name (no directories) of 1 to 255 characters")
+    return name
+
+
+def _clean_sha256(sha256: str) -> str:
+    value = (sha256 or "").strip().lower()
+    if value and not SHA256_HEX.fullmatch(value):
+        raise InvalidInput("sha256 must be 64 hexadecimal digits")
+    return value
+
+
+def _clean_part_size(size: int, part_size: int | None) -> int:
+    part_size = part_size or settings.UPLOAD_PART_BYTES
+    if part_size < MIN_PART_BYTES or part_size > MAX_PART_BYTES:
+        raise InvalidInput(f"part_size must be between {MIN_PART_BYTES} and {MAX_PART_BYTES} bytes (S3's limits)")
+    if math.ceil(size / part_size) > MAX_PARTS:
+        raise InvalidInput(
+            f"{size} bytes in parts of {part_size} bytes make more than {MAX_PARTS} parts; choose a larger part_size"
+        )
+    return part_size
+
+
+def start_upload(
+    *, model_name: str, filename: str, size: int, sha256: str = "", part_size: int | None = None,
+    metadata=None, tags=None, lineage: dict | None = None, signature=None, max_batch_size: int | None = None,
+    actor=None, store: ArtifactStore | None = None,
+) -> Upload:
+    """Open a multipart upload for a new version of ``model_name``; audited as UPLOAD_STARTED.
+
+    Args:
+        model_name: the registered model the version will belong to.
+        filename: the file's name as the client knows it (directories are dropped).
+        size: the file's size in bytes, 1 to ``settings.MAX_ARTIFACT_BYTES``.
+        sha256: its hex digest if the client knows it now ("" to declare it at completion).
+        part_size: bytes per part, 5 MiB to 5 GiB and at most 10,000 parts;
+            default ``settings.UPLOAD_PART_BYTES``.
+        metadata, tags, lineage: the version's fields, as ``register_version`` takes them;
+            checked now so a mistake is reported before gigabytes are sent.
+        signature, max_batch_size: for a single model file (.onnx, .pt, .plan), the tensors
+            and batch size its generated config.pbtxt gets (see ``registry.formats``).
+        actor: the requesting user, who alone (with staff) may act on the upload.
+        store: the artifact store; defaults to one built from settings.
+
+    Returns:
+        The OPEN upload, expiring ``settings.UPLOAD_EXPIRY_SECONDS`` from now.
+
+    Raises:
+        NotFound: no such model.
+        InvalidInput: a bad size, part size, sha256, file name or version field.
+        ServiceUnavailable: S3 refused or could not be reached.
+    """
+    model = get_model(model_name)
+    if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
+        raise InvalidInput("size must be a positive number of bytes")
+    if size > settings.MAX_ARTIFACT_BYTES:
+        raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
+    name, digest, part_size = _clean_filename(filename), _clean_sha256(sha256), _clean_part_size(size, part_size)
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInput("metadata must be a JSON object")
+    if signature is not None and not isinstance(signature, dict):
+        raise InvalidInput("signature must be a JSON object of inputs and outputs")
+    if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
+                                       or max_batch_size < 0):
+        raise InvalidInput("max_batch_size must be 0 or more")
+    fields = {"metadata": metadata or {}, "tags": _validate_tags(tags), "lineage": _check_lineage(lineage)}
+    if signature is not None:
+        fields["signature"] = signature
+    if max_batch_size is not None:
+        fields["max_batch_size"] = max_batch_size
+    upload_id = uuid.uuid4()
+    staging_key = f"uploads/{upload_id}"
+    store = store or ArtifactStore()
+    try:
+        s3_upload_id = store.start_multipart(staging_key)
+    except StorageError as exc:
+        raise ServiceUnavailable(f"the upload could not be started: {exc.message}") from exc
+    try:
+        with transaction.atomic():
+            upload = Upload.objects.create(
+                id=upload_id, model=model, filename=name, size=size, sha256=digest, part_size=part_size,
+                staging_key=staging_key, s3_upload_id=s3_upload_id, version_fields=fields,
+                created_by=actor if getattr(actor, "is_authenticated", False) else None,
+                expires_at=timezone.now() + timedelta(seconds=settings.UPLOAD_EXPIRY_SECONDS),
+            )
+            record_audit_event(
+                action=AuditAction.UPLOAD_STARTED, actor=actor, obj_type="upload", obj_id=upload.pk, model=model,
+                data={"filename": name, "size": size, "part_size": part_size},
+            )
+    except BaseException:
+        store.abort_multipart(staging_key, s3_upload_id)
+        raise
+    return upload
+
+
+def get_upload(upload_id, actor) -> Upload:
+    """Return the upload ``upload_id`` if ``actor`` created it or is staff.
+
+    Raises:
+        NotFound: no such upload, or it belongs to someone else (its existence is not revealed).
+    """
+    upload = Upload.objects.select_related("model", "version", "created_by").filter(pk=upload_id).first()
+    if upload is None or not (getattr(actor, "is_staff", False) or upload.created_by_id == getattr(actor, "pk", None)):
+        raise NotFound(f"no upload {upload_id}")
+    return upload
+
+
+def _require_open(upload: Upload) -> None:
+    if upload.status != UploadStatus.OPEN:
+        raise Conflict(f"upload {upload.pk} is {upload.status}; parts can only be sent to an open upload")
+
+
+def presign_parts(upload: Upload, numbers: list[int], *, store: ArtifactStore | None = None) -> dict[int, str]:
+    """Presigned ``PUT`` URLs for parts ``numbers`` (1-based), valid ``settings.UPLOAD_PART_URL_SECONDS``.
+
+    Raises:
+        InvalidInput: a number outside 1..part count, or more than 1,000 numbers.
+        Conflict: the upload is not OPEN.
+    """
+    _require_open(upload)
+    count = part_count(upload)
+    if not numbers or len(numbers) > MAX_PRESIGN_PER_CALL:
+        raise InvalidInput(f"ask for 1 to {MAX_PRESIGN_PER_CALL} part numbers at a time")
+    bad = sorted({n for n in numbers if not 1 <= n <= count})
+    if bad:
+        raise InvalidInput(f"part numbers must be between 1 and {count}; got {bad[:10]}")
+    store = store or ArtifactStore()
+    seconds = settings.UPLOAD_PART_URL_SECONDS
+    return {n: store.presign_part(upload.staging_key, upload.s3_upload_id, n, seconds) for n in sorted(set(numbers))}
+
+
+def uploaded_parts(upload: Upload, *, store: ArtifactStore | None = None) -> list[UploadedPart]:
+    """The parts S3 already holds for an OPEN upload (what a resumed client can skip); [] otherwise.
+
+    Raises:
+        ServiceUnavailable: S3 could not be asked.
+    """
+    if upload.status != UploadStatus.OPEN:
+        return []
+    try:
+        return (store or ArtifactStore()).list_parts(upload.staging_key, upload.s3_upload_id)
+    except StorageError as exc:
+        if exc.code == "NoSuchUpload":
+            return []
+        raise ServiceUnavailable(f"the upload's parts could not be listed: {exc.message}") from exc
+
+
+def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: ArtifactStore | None = None) -> Upload:
+    """Close the upload for verification; the version is registered by :func:`verify_upload` in a worker.
+
+    Idempotent: completing an upload that is already VERIFYING or COMPLETED returns it unchanged.
+    Every part 1..N must be in S3; otherwise nothing changes and the client may upload the missing
+    parts and complete again. Parts that add up to another size than declared fail the upload.
+
+    Args:
+        upload: the upload (from :func:`get_upload`).
+        sha256: the file's hex digest, if not declared at the start (it must agree if it was).
+        actor: the requesting user (for the log).
+        store: the artifact store; defaults to one built from settings.
+
+    Returns:
+        The upload, now VERIFYING (or FAILED when the parts' sizes disagree with the declared size).
+
+    Raises:
+        InvalidInput: parts are missing, or ``sha256`` is malformed or contradicts the declared one.
+        Conflict: the upload was aborted or has failed.
+        ServiceUnavailable: S3 could not be asked.
+    """
+    if upload.status in (UploadStatus.VERIFYING, UploadStatus.COMPLETED):
+        return upload
+    _require_open(upload)
+    digest = _clean_sha256(sha256)
+    if digest and upload.sha256 and digest != upload.sha256:
+        raise InvalidInput(f"sha256 {digest} differs from the {upload.sha256} declared when the upload started")
+    parts = uploaded_parts(upload, store=store)
+    count = part_count(upload)
+    present = {p.number for p in parts}
+    missing = [n for n in range(1, count + 1) if n not in present]
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (" …" if len(missing) > 20 else "")
+        raise InvalidInput(f"parts {shown} of {count} have not been uploaded; upload them and complete again")
+    received = sum(p.size for p in parts)
+    if received != upload.size or len(parts) != count:
+        fail_upload(upload, f"the parts hold {received} bytes in {len(parts)} parts, "
+                            f"but {upload.size} bytes in {count} parts were declared", store=store)
+        return upload
+    with transaction.atomic():
+        if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
+            from registry.tasks import verify_upload_task
+
+            upload_id = str(upload.pk)
+            transaction.on_commit(lambda: verify_upload_task.apply_async(args=[upload_id], queue="default"))
+            logger.info("upload %s of %s complete by %s; verifying", upload.pk, upload.model.name, actor)
+    return upload
+
+
+def _discard_staging(upload: Upload, store: ArtifactStore) -> None:
+    """Abort the S3 multipart upload and delete the staging object; failures are only logged."""
+    try:
+        store.abort_multipart(upload.staging_key, upload.s3_upload_id)
+        store.delete(upload.staging_key)
+    except StorageError as exc:
+        logger.warning("could not clean up %s of upload %s: %s", upload.staging_key, upload.pk, exc.message)
+
+
+def fail_upload(upload: Upload, error: str, *, store: ArtifactStore | None = None) -> Upload:
+    """Mark an OPEN or VERIFYING upload FAILED with ``error`` and remove its bytes from S3.
+
+    Idempotent: a FAILED upload stays as it is (with its first error).
+    """
+    if upload.status != UploadStatus.FAILED:
+        transition(upload, UploadStatus.FAILED, error=error[:4000])
+        logger.info("upload %s failed: %s", upload.pk, error)
+    _discard_staging(upload, store or ArtifactStore())
+    return upload
+
+
+def abort_upload(upload: Upload, *, actor=None, reason: str = "", store: ArtifactStore | None = None) -> Upload:
+    """Cancel an OPEN upload: ABORTED, S3 frees its parts; audited as UPLOAD_ABORTED.
+
+    Idempotent: aborting an ABORTED upload changes nothing.
+
+    Raises:
+        Conflict: the upload is being verified or has finished.
+    """
+    if upload.status == UploadStatus.ABORTED:
+        return upload
+    with transaction.atomic():
+        if transition(upload, UploadStatus.ABORTED, error=reason):
+            record_audit_event(
+                action=AuditAction.UPLOAD_ABORTED, actor=actor, obj_type="upload", obj_id=upload.pk,
+                model=upload.model, data={"filename": upload.filename, "reason": reason or "aborted by the client"},
+            )
+    _discard_staging(upload, store or ArtifactStore())
+    return upload
+
+
+def expire_uploads(*, now=None, store: ArtifactStore | None = None) -> int:
+    """Abort every OPEN upload whose ``expires_at`` has passed; return how many were aborted."""
+    now = now or timezone.now()
+    store = store or ArtifactStore()
+    count = 0
+    for upload in Upload.objects.select_related("model").filter(status=UploadStatus.OPEN, expires_at__lt=now):
+        try:
+            abort_upload(upload, reason=f"expired at {upload.expires_at.isoformat()}", store=store)
+            count += 1
+        except Conflict:  # completed by its client a moment ago
+            continue
+    return count
+
+
+def _join_parts(upload: Upload, store: ArtifactStore) -> str | None:
+    """Complete the S3 multipart upload (unless an earlier run did); return why it cannot be, or None."""
+    try:
+        parts = store.list_parts(upload.staging_key, upload.s3_upload_id)
+    except StorageError as exc:
+        if exc.code != "NoSuchUpload":
+            raise
+        return None if store.head(upload.staging_key) is not None else "the upload's parts are gone from S3"
+    try:
+        store.complete_multipart(upload.staging_key, upload.s3_upload_id, parts)
+    except StorageError as exc:
+        if exc.retryable:
+            raise
+        return f"S3 could not join the parts: {exc.message}"
+    return None
+
+
+def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
+    """Verify a VERIFYING upload and register its version; run by the ``registry.verify_upload`` task.
+
+    Joins the parts in S3, streams the object into a temporary file (8 MiB at a time) while
+    hashing it, checks its size and sha256 against the declared ones, then registers the version
+    from that file with the staging object as the source of the stored copy. A refusal (size,
+    sha256, or ``register_version``'s checks) makes the upload FAILED with the reason and no version
+    row. The staging object is deleted afterwards in both cases.
+
+    Idempotent: an upload that is not VERIFYING is returned as it is; the version row and the
+    COMPLETED status are written in one transaction under the upload's row lock, so a repeated
+    or concurrent run registers nothing twice.
+
+    Raises:
+        StorageError: a transient S3 failure (retrying may help); the upload stays VERIFYING.
+        ServiceUnavailable: ``register_version`` could not store the artifact; likewise.
+    """
+    upload = Upload.objects.select_related("model", "created_by").get(pk=upload_id)
+    if upload.status != UploadStatus.VERIFYING:
+        return upload
+    store = store or ArtifactStore()
+    problem = _join_parts(upload, store)
+    if problem:
+        return fail_upload(upload, problem, store=store)
+    with tempfile.NamedTemporaryFile(prefix="modelyard-upload-", suffix=Path(upload.filename).suffix) as tmp:
+        digest, size = store.stream_to(upload.staging_key, tmp)
+        tmp.flush()
+        if size != upload.size:
+            return fail_upload(upload, f"S3 holds {size} bytes but {upload.size} bytes were declared", store=store)
+        if upload.sha256 and digest != upload.sha256:
+            return fail_upload(upload, f"the uploaded bytes have sha256 {digest}, not the declared {upload.sha256}",
+                               store=store)
+        fields = upload.version_fields or {}
+        with transaction.atomic():
+            upload = (Upload.objects.select_for_update(of=("self",)).select_related("model", "created_by")
+                      .get(pk=upload.pk))
+            if upload.status != UploadStatus.VERIFYING:
+                return upload
+            try:
+                with transaction.atomic():
+                    version = register_version(
+                        model=upload.model, artifact_path=Path(tmp.name), filename=upload.filename,
+                        actor=upload.created_by, store=store, staged_key=upload.staging_key, **fields,
+                    )
+            except InvalidInput as exc:
+                error = exc.message
+            else:
+                transition(upload, UploadStatus.COMPLETED, version=version, sha256=digest)
+                error = ""
+    if error:
+        return fail_upload(upload, error, store=store)
+    _discard_staging(upload, store)
+    logger.info("upload %s registered %s v%s", upload.pk, upload.model.name, upload.version.version)
+    return upload

@@ -1,0 +1,95 @@
+"""The upload page in a real browser: the file goes straight to S3 in parts (cross-origin PUTs allowed
+by the bucket's CORS rules, nothing through the web process), a progress bar, a real worker verifies
+it, and the browser lands on the new version; a refused file shows the reason."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from registry.models import ModelVersion, RegisteredModel, Upload
+from registry.storage import ArtifactStore
+from tests.browser.conftest import PASSWORD, USERNAME, log_in
+from tests.registry.conftest import MiB, make_large_archive
+from tests.registry.uploading import PART, sha256_of
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def large_archive(tmp_path):
+    """A valid model archive of about 11 MiB: three 5 MiB parts."""
+    return make_large_archive(tmp_path / "iris.tar", weights_bytes=11 * MiB)
+
+
+@pytest.fixture
+def upload_page(browser, live_server, s3_endpoint, start_celery_worker, watch, settings):
+    """A logged-in page on the live server, with 5 MiB parts, the bucket open to the live server's
+    origin, and a worker verifying uploads."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.UPLOAD_PART_BYTES = PART
+    ArtifactStore().allow_browser_uploads([live_server.url])
+    start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
+    get_user_model().objects.create_user(username=USERNAME, password=PASSWORD)
+    RegisteredModel.objects.create(name="iris")
+    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(30_000)
+    page = context.new_page()
+    for event, handler in (("console", watch.on_console), ("request", watch.on_request),
+                           ("requestfailed", watch.on_request_failed), ("response", watch.on_response)):
+        page.on(event, handler)
+    log_in(page, USERNAME, PASSWORD)
+    yield page
+    context.close()
+
+
+def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_version(
+    upload_page, watch, s3_endpoint, large_archive, screenshots
+):
+    page = upload_page
+    page.goto("/models/iris/")
+    page.get_by_role("link", name="Upload a version").click()
+    page.wait_for_url("**/models/iris/upload/")
+    page.set_input_files("input[name=artifact]", str(large_archive))
+    page.fill("textarea[name=metadata]", '{"dataset": "2024-06"}')
+    page.fill("textarea[name=tags]", '{"team": "vision"}')
+    page.fill("input[name=source_commit]", "abc123")
+    page.get_by_role("button", name="Upload").click()
+    page.wait_for_selector("#upload-status:has-text('Uploading')")
+    page.screenshot(path=screenshots / "upload_progress.png")
+    page.wait_for_url("**/models/iris/versions/1/")
+
+    version = ModelVersion.objects.get(model__name="iris", version=1)
+    assert version.artifact_sha256 == sha256_of(large_archive)
+    assert (version.metadata, version.tags, version.source_commit) == ({"dataset": "2024-06"}, {"team": "vision"},
+                                                                       "abc123")
+    assert version.created_by.username == USERNAME
+    part_puts = [url for url in watch.requests if url.startswith(s3_endpoint) and "partNumber=" in url]
+    assert len(part_puts) == 3  # the preflights are not Playwright requests; three PUTs, one per part
+    # The model page's charts may be cut short by the click (no Prometheus here); the upload's own
+    # requests, to the API and to S3, all succeed and nothing breaks the CSP (a console error).
+    ours = [p for p in watch.failed_requests + watch.error_responses if "/uploads" in p or s3_endpoint in p]
+    foreign = [url for url in watch.foreign_requests if not url.startswith(s3_endpoint)]
+    assert not ours and not foreign and not watch.console_errors, watch.problems()
+
+
+def test_a_file_the_registry_refuses_shows_the_reason_on_the_page(upload_page, watch, tmp_path):
+    page = upload_page
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not an archive" * (MiB // 8))
+    page.goto("/models/iris/upload/")
+    page.set_input_files("input[name=artifact]", str(junk))
+    page.get_by_role("button", name="Upload").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert "the upload was refused: artifact refused" in alert.inner_text()
+    assert Upload.objects.get().status == "failed" and not ModelVersion.objects.exists()
+    assert page.get_by_role("button", name="Upload").is_enabled()
+
+
+def test_bad_json_in_a_field_is_reported_before_anything_is_sent(upload_page, large_archive):
+    page = upload_page
+    page.goto("/models/iris/upload/")
+    page.set_input_files("input[name=artifact]", str(large_archive))
+    page.fill("textarea[name=tags]", "{team: vision}")
+    page.get_by_role("button", name="Upload").click()
+    assert "tags is not valid JSON" in page.get_by_role("alert").inner_text()
+    assert not Upload.objects.exists()
