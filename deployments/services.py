@@ -207,7 +207,7 @@ def create_rollout(
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
                 f"{model_version.model.name} v{model_version.version} is a {model_version.get_format_display()}, "
-                f"which {host.name} ({host.get_runtime_display()}) cannot serve"
+                f"which {host.name!r} ({host.get_runtime_display()}) cannot serve"
             )
     serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
         host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}
