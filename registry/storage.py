@@ -156,7 +156,7 @@ class ArtifactStore:
         return StoredObject(key=key, size=answer["ContentLength"])
 
     def put_artifact(self, path: Path, *, sha256: str, size: int, staged_key: str | None = None) -> StoredObject:
-        """Store the file at ``path`` under its content address and verify it.
+        """Store the file at ``path`` under its content address (or adopt a verified upload) and verify it.
 
         Idempotent: an object already stored under that address with the same
         size is verified and reused instead of uploaded again.
@@ -166,9 +166,11 @@ class ArtifactStore:
             sha256: its hex digest, computed by the caller while receiving it.
             size: its length in bytes.
             staged_key: an object in the bucket that holds the same bytes as ``path``
-                (a completed multipart upload the caller has streamed and hashed):
-                the artifact is then a server-side copy of it, not a re-upload, and
-                it is checked by size and recorded sha256 rather than streamed again.
+                (a completed multipart upload the caller has streamed and hashed). When
+                no object is stored under the content address yet, that object itself
+                becomes the artifact (its key is unique to its upload and nothing else
+                writes there), so gigabytes are neither uploaded again nor copied; it is
+                checked by size, the caller having checked its sha256.
 
         Returns:
             The stored object.
@@ -182,11 +184,10 @@ class ArtifactStore:
             self.ensure_bucket()
         existing = self.head(key)
         if staged_key is not None and (existing is None or existing.size != size):
-            self.copy(staged_key, key, metadata={"sha256": sha256})
-            copied = self.head(key)
-            if copied is None or copied.size != size:
-                raise StorageError(f"the copy of {staged_key} to {key} is not {size} bytes", retryable=False)
-            return StoredObject(key=key, size=size)
+            staged = self.head(staged_key)
+            if staged is None or staged.size != size:
+                raise StorageError(f"the uploaded object {staged_key} is not {size} bytes", retryable=False)
+            return StoredObject(key=staged_key, size=size)
         if existing is None or existing.size != size:
             try:
                 self.client.upload_file(

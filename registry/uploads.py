@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from registry.choices import AuditAction, UploadStatus
-from registry.models import Upload
+from registry.models import ModelVersion, Upload
 from registry.services import _check_lineage, _validate_tags, get_model, record_audit_event, register_version
 from registry.storage import MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, ArtifactStore, StorageError, UploadedPart
 
@@ -280,10 +280,12 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
 
 
 def _discard_staging(upload: Upload, store: ArtifactStore) -> None:
-    """Abort the S3 multipart upload and delete the staging object; failures are only logged."""
+    """Abort the S3 multipart upload and delete the staging object, unless a version adopted it as
+    its artifact (see ``ArtifactStore.put_artifact``); failures are only logged."""
     try:
         store.abort_multipart(upload.staging_key, upload.s3_upload_id)
-        store.delete(upload.staging_key)
+        if not ModelVersion.objects.filter(artifact_key=upload.staging_key).exists():
+            store.delete(upload.staging_key)
     except StorageError as exc:
         logger.warning("could not clean up %s of upload %s: %s", upload.staging_key, upload.pk, exc.message)
 

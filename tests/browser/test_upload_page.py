@@ -68,7 +68,9 @@ def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_versio
     # requests, to the API and to S3, all succeed and nothing breaks the CSP (a console error).
     ours = [p for p in watch.failed_requests + watch.error_responses if "/uploads" in p or s3_endpoint in p]
     foreign = [url for url in watch.foreign_requests if not url.startswith(s3_endpoint)]
-    assert not ours and not foreign and not watch.console_errors, watch.problems()
+    # Without Prometheus the charts' series API answers 503 by design; any other console error counts.
+    console = [e for e in watch.console_errors if "/metrics/series/" not in e]
+    assert not ours and not foreign and not console, watch.problems()
 
 
 def test_a_file_the_registry_refuses_shows_the_reason_on_the_page(upload_page, watch, tmp_path):

@@ -4,7 +4,7 @@ import pytest
 
 from registry.models import ModelVersion, RegisteredModel, Upload
 from tests.fixtures.services import wait_for
-from tests.registry.uploading import bucket_keys, put_parts, sha256_of, start
+from tests.registry.uploading import put_parts, sha256_of, start, upload_object_left
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -25,7 +25,8 @@ def test_a_worker_verifies_a_completed_upload_and_the_client_sees_the_version(
     assert (body["status"], body["version"]) == ("completed", 1), worker.log_text()[-3000:]
     assert body["sha256"] == sha256_of(large_archive)
     assert ModelVersion.objects.filter(model__name="iris").count() == 1
-    assert bucket_keys("uploads/") == set()
+    version = ModelVersion.objects.get(model__name="iris")
+    assert version.artifact_key == f"uploads/{upload_id}" and upload_object_left(upload_id)  # adopted, not copied
 
 
 def test_a_worker_fails_an_upload_whose_bytes_are_not_what_was_declared(
@@ -40,4 +41,4 @@ def test_a_worker_fails_an_upload_whose_bytes_are_not_what_was_declared(
     wait_for(lambda: Upload.objects.get(pk=upload_id).status != "verifying", timeout=60, what="the verification")
     failed = Upload.objects.get(pk=upload_id)
     assert failed.status == "failed" and "not the declared" in failed.error
-    assert not ModelVersion.objects.exists() and bucket_keys("uploads/") == set()
+    assert not ModelVersion.objects.exists() and not upload_object_left(upload_id)

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from registry import uploads
 from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
-from registry.storage import ArtifactStore, artifact_key
+from registry.storage import ArtifactStore
 from tests.registry.uploading import (
     PART,
     bucket_keys,
@@ -20,6 +20,7 @@ from tests.registry.uploading import (
     put_parts,
     sha256_of,
     start,
+    upload_object_left,
 )
 
 pytestmark = pytest.mark.django_db
@@ -65,8 +66,7 @@ def test_a_large_artifact_goes_straight_to_s3_in_parts_and_becomes_a_version(
     assert version.artifact_size == large_archive.stat().st_size
     assert (version.metadata, version.tags, version.source_commit) == ({"run": "42"}, {"team": "vision"}, "abc123")
     assert version.artifact_filename == "iris.tar" and version.created_by.username == "engineer"
-    assert artifact_key(version.artifact_sha256) in bucket_keys()
-    assert bucket_keys("uploads/") == set()
+    assert version.artifact_key == f"uploads/{body['id']}" in bucket_keys()  # the verified upload, not a copy
     actions = set(AuditEvent.objects.values_list("action", flat=True))
     assert {"upload.started", "version.registered"} <= actions
 
@@ -135,7 +135,7 @@ def test_parts_that_add_up_to_another_size_than_declared_fail_the_upload(api_cli
     assert answer.json()["status"] == "failed"
     assert f"but {declared} bytes in 3 parts were declared" in answer.json()["error"]
     assert not ModelVersion.objects.exists()
-    assert bucket_keys("uploads/") == set()
+    assert not upload_object_left(upload_id)
     assert Upload.objects.get(pk=upload_id).s3_upload_id not in open_multipart_ids()
 
 
@@ -171,7 +171,7 @@ def test_an_archive_the_registry_refuses_fails_the_upload_with_the_reason(api_cl
     uploads.verify_upload(upload_id)
     failed = Upload.objects.get(pk=upload_id)
     assert failed.status == "failed" and "artifact refused" in failed.error
-    assert not ModelVersion.objects.exists() and bucket_keys("uploads/") == set()
+    assert not ModelVersion.objects.exists() and not upload_object_left(upload_id)
 
 
 @pytest.mark.parametrize(("fields", "message"), [

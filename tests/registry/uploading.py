@@ -46,3 +46,9 @@ def open_multipart_ids() -> set[str]:
     store = ArtifactStore()
     answer = store.client.list_multipart_uploads(Bucket=store.bucket)
     return {item["UploadId"] for item in answer.get("Uploads", [])}
+
+
+
+def upload_object_left(upload_id) -> bool:
+    """Whether the upload's object (``uploads/<id>``) is still in the bucket."""
+    return f"uploads/{upload_id}" in bucket_keys(f"uploads/{upload_id}")
