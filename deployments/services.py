@@ -15,7 +15,7 @@ from django.utils import timezone
 from deployments.choices import ACTIVE_TARGET_STATES, TARGET_TRANSITIONS, Runtime, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from registry.choices import AuditAction
+from registry.choices import AuditAction, VersionStatus
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event
@@ -146,6 +146,10 @@ def start_deployment(*, model_name: str, version: int, host_names: list[str], ac
     if unknown:
         raise InvalidInput(f"unknown serving host(s): {', '.join(map(repr, unknown))}")
     with transaction.atomic():
+        # delete_version locks the same row: a version deleted since get_version is not deployed.
+        live = ModelVersion.objects.select_for_update().filter(pk=model_version.pk)
+        if not live.exclude(status=VersionStatus.DELETED).exists():
+            raise NotFound(f"model {model_name!r} has no version {version}")
         deployment = Deployment.objects.create(
             model=model_version.model, version=model_version, created_by=acting_user(actor)
         )

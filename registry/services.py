@@ -9,9 +9,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from deployments.runtimes.triton_config import ModelConfigError, describe_signature, parse_model_config
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, sha256_file
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
@@ -300,6 +301,9 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
     target = get_version(model_name, version)
     with transaction.atomic():
         model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
+        # delete_version holds the same lock: a version deleted since get_version is not pointed at.
+        if not ModelVersion.objects.filter(pk=target.pk).exclude(status=VersionStatus.DELETED).exists():
+            raise NotFound(f"model {model_name!r} has no version {version}")
         current = Alias.objects.filter(model=model, name=name).select_related("version").first()
         if current is not None and current.version_id == target.pk:
             return current
@@ -334,6 +338,100 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
             data={"alias": alias, "from": current.version.version, "to": None},
         )
         current.delete()
+
+
+def may_delete_version(version: ModelVersion, actor) -> bool:
+    """True when ``actor`` may delete ``version``: an administrator, or the user who registered it."""
+    if not getattr(actor, "is_authenticated", False):
+        return False
+    return actor.is_staff or (version.created_by_id is not None and version.created_by_id == actor.pk)
+
+
+def _version_in_use(version: ModelVersion) -> list[str]:
+    """What keeps ``version`` from being deleted: live ensembles composing it and hosts serving it.
+
+    A host serves the version when the newest deployment that reached READY there for this model is
+    of this version; a deployment still under way counts as well. Returns one phrase per reason.
+    """
+    from deployments.choices import ACTIVE_TARGET_STATES  # deployments depends on registry, not the reverse
+    from deployments.models import DeploymentTarget
+    from deployments.services import ready_targets_oldest_first
+
+    reasons = []
+    ensembles = (
+        version.used_by.exclude(ensemble__status=VersionStatus.DELETED)
+        .select_related("ensemble__model").order_by("ensemble__model__name", "ensemble__version")
+    )
+    names = [f"{m.ensemble.model.name} v{m.ensemble.version}" for m in ensembles]
+    if names:
+        reasons.append(f"ensemble version(s) {', '.join(names)} compose it")
+    serving = {}
+    for host, version_id in ready_targets_oldest_first(deployment__model_id=version.model_id).values_list(
+        "host__name", "deployment__version_id"
+    ):
+        serving[host] = version_id
+    hosts = sorted(host for host, version_id in serving.items() if version_id == version.pk)
+    hosts += sorted(
+        DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
+        .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()
+    )
+    if hosts:
+        reasons.append(f"host(s) {', '.join(hosts)} serve it or are deploying it")
+    return reasons
+
+
+def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion:
+    """Soft-delete a model version: status DELETED, its aliases removed, all in one transaction.
+
+    The number is never given out again (``RegisteredModel.next_version`` only grows); the artifact
+    stays in S3 until ``registry.gc.collect_garbage`` finds no live version referencing it. Audited:
+    one ``alias.deleted`` event per removed alias (``from`` the version) and one ``version.deleted``.
+
+    Args:
+        model_name: the registered model.
+        version: the version number.
+        actor: the requesting user; must be an administrator or the version's creator.
+
+    Returns:
+        The version row, now DELETED.
+
+    Raises:
+        NotFound: no such model, or no live version with that number (deleting twice is a 404).
+        Forbidden: the actor is neither staff nor the version's creator.
+        Conflict: a live ensemble version composes it, or a host serves it or is deploying it
+            (the message names them).
+    """
+    model = get_model(model_name)
+    with transaction.atomic():
+        # The model lock serialises this with set_alias; the version lock with start_deployment.
+        RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        row = (
+            ModelVersion.objects.select_for_update().filter(model=model, version=version)
+            .exclude(status=VersionStatus.DELETED).first()
+        )
+        if row is None:
+            raise NotFound(f"model {model_name!r} has no version {version}")
+        if not may_delete_version(row, actor):
+            raise Forbidden("only an administrator or the user who registered a version may delete it")
+        reasons = _version_in_use(row)
+        if reasons:
+            raise Conflict(f"{model_name} v{version} cannot be deleted: {'; '.join(reasons)}")
+        for alias in row.aliases.order_by("name"):
+            record_audit_event(
+                action=AuditAction.ALIAS_DELETED, actor=actor, obj_type="alias", obj_id=alias.pk, model=model,
+                data={"alias": alias.name, "from": version, "to": None, "reason": "version deleted"},
+            )
+        row.aliases.all().delete()
+        row.status = VersionStatus.DELETED
+        row.deleted_at = timezone.now()
+        row.deleted_by = acting_user(actor)
+        row.save(update_fields=["status", "deleted_at", "deleted_by"])
+        record_audit_event(
+            action=AuditAction.VERSION_DELETED, actor=actor, obj_type="version", obj_id=row.pk, model=model,
+            data={"version": version, "sha256": row.artifact_sha256},
+        )
+    logger.info("deleted %s v%s", model_name, version)
+    return row
 
 
 def artifact_download_url(version: ModelVersion, *, store: ArtifactStore | None = None) -> str:

@@ -21,8 +21,10 @@ from registry.models import AuditEvent, RegisteredModel
 from registry.services import (
     artifact_download_url,
     delete_alias,
+    delete_version,
     get_model,
     get_version,
+    may_delete_version,
     set_alias,
     update_model,
 )
@@ -101,6 +103,27 @@ def version_detail(request, name: str, version: int):
     return render(request, "registry/version_detail.html", {
         "model": model_version.model, "version": model_version, "deployments": deployments,
         "aliases": model_version.aliases.order_by("name"),
+        "may_delete": may_delete_version(model_version, request.user),
+    })
+
+
+@login_required
+def version_delete(request, name: str, version: int):
+    """Delete a version: GET asks for confirmation (naming the aliases that go with it), POST deletes.
+
+    Refusals (not allowed, in use by an ensemble or a host) go back to the version page as messages.
+    """
+    model_version = found_or_404(get_version, name, version)
+    if request.method == "POST":
+        try:
+            delete_version(model_name=name, version=version, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect("registry:version-detail", name=name, version=version)
+        messages.success(request, f"v{version} deleted; its number will not be reused.")
+        return redirect("registry:model-detail", name=name)
+    return render(request, "registry/version_confirm_delete.html", {
+        "model": model_version.model, "version": model_version, "aliases": model_version.aliases.order_by("name"),
     })
 
 

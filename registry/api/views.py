@@ -14,6 +14,7 @@ from registry.api.serializers import (
     AliasSerializer,
     AliasSetSerializer,
     AuditEventSerializer,
+    ErrorSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
@@ -100,6 +101,18 @@ class ModelVersionViewSet(
                 lineage={key: fields[key] for key in ("source_commit", "ci_run_url", "training_data_uri", "metrics")},
             )
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={204: None, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        description="Soft-delete a version (administrators and the version's creator): its aliases go with it "
+        "in the same transaction, its number is never reused, and its artifact is removed from S3 by the next "
+        "garbage collection once no live version shares it. 409 while an ensemble composes it or a host "
+        "serves it; deleting it again is a 404.",
+    )
+    def destroy(self, request, *args, **kwargs):
+        services.delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
+                                actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AliasListView(APIView):
