@@ -177,10 +177,15 @@ HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
+# Garbage collection of the artifact bucket (registry/gc.py): how often (seconds), and how old an
+# unreferenced object must be before it is removed (seconds; covers registrations still committing).
+GC_INTERVAL = env_float("MODELYARD_GC_INTERVAL", 86_400.0)
+GC_GRACE_SECONDS = env_int("MODELYARD_GC_GRACE_SECONDS", 86_400)
 CELERY_BEAT_SCHEDULE = {
     # The orchestrator asks every host agent to report in, and repairs drift from the reports.
     "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
     "reconcile-fleet": {"task": "deployments.reconcile", "schedule": RECONCILE_INTERVAL},
+    "collect-garbage": {"task": "registry.collect_garbage", "schedule": GC_INTERVAL},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 

@@ -15,9 +15,10 @@ from deployments.runtimes.triton_config import ModelConfigError, describe_signat
 from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, sha256_file
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.locks import artifact_in_use
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
-from registry.storage import ArtifactStore, StorageError
+from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
 
@@ -219,37 +220,39 @@ def register_version(
         )
     sha256, size = sha256_file(artifact_path)
     store = store or ArtifactStore()
-    try:
-        stored = store.put_artifact(artifact_path, sha256=sha256, size=size)
-    except StorageError as exc:
-        raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
+    # Until the row commits nothing references the object: keep the garbage collector off it.
+    with artifact_in_use(artifact_key(sha256)):
+        try:
+            stored = store.put_artifact(artifact_path, sha256=sha256, size=size)
+        except StorageError as exc:
+            raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
 
-    with transaction.atomic():
-        locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        number = locked.next_version
-        locked.next_version = number + 1
-        locked.save(update_fields=["next_version", "updated_at"])
-        version = ModelVersion.objects.create(
-            model=locked,
-            version=number,
-            status=VersionStatus.READY,
-            format=ArtifactFormat.TRITON_MODEL_DIR,
-            artifact_key=stored.key,
-            artifact_sha256=sha256,
-            artifact_size=size,
-            artifact_filename=filename[:255],
-            config_text=layout.config_text,
-            artifact_files=list(layout.files),
-            signature=describe_signature(config),
-            metadata=metadata,
-            tags=clean_tags,
-            **clean_lineage,
-            created_by=acting_user(actor),
-        )
-        record_audit_event(
-            action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
-            model=locked, data={"version": number, "sha256": sha256, "size": size},
-        )
+        with transaction.atomic():
+            locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+            number = locked.next_version
+            locked.next_version = number + 1
+            locked.save(update_fields=["next_version", "updated_at"])
+            version = ModelVersion.objects.create(
+                model=locked,
+                version=number,
+                status=VersionStatus.READY,
+                format=ArtifactFormat.TRITON_MODEL_DIR,
+                artifact_key=stored.key,
+                artifact_sha256=sha256,
+                artifact_size=size,
+                artifact_filename=filename[:255],
+                config_text=layout.config_text,
+                artifact_files=list(layout.files),
+                signature=describe_signature(config),
+                metadata=metadata,
+                tags=clean_tags,
+                **clean_lineage,
+                created_by=acting_user(actor),
+            )
+            record_audit_event(
+                action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
+                model=locked, data={"version": number, "sha256": sha256, "size": size},
+            )
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 

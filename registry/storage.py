@@ -8,7 +8,9 @@ parts); verification streams the object back in constant memory.
 
 import hashlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import boto3
@@ -48,9 +50,30 @@ class StoredObject:
     size: int
 
 
+@dataclass(frozen=True)
+class ListedObject:
+    """One object found by ``ArtifactStore.list_objects``: key, size in bytes, last write time (aware, UTC)."""
+
+    key: str
+    size: int
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class PendingMultipartUpload:
+    """An S3 multipart upload not yet completed or aborted: its key, upload id and start time (aware, UTC)."""
+
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+ARTIFACT_PREFIX = "sha256/"
+
+
 def artifact_key(sha256: str) -> str:
     """Return the content address of an artifact whose sha256 hex digest is ``sha256``."""
-    return f"sha256/{sha256[:2]}/{sha256}"
+    return f"{ARTIFACT_PREFIX}{sha256[:2]}/{sha256}"
 
 
 def _wrap(exc: Exception, doing: str) -> StorageError:
@@ -208,3 +231,50 @@ class ArtifactStore:
             self.client.delete_object(Bucket=self.bucket, Key=key)
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"delete {key}") from exc
+
+    def list_objects(self, prefix: str, page_size: int = 1000) -> Iterator[ListedObject]:
+        """Yield every object whose key starts with ``prefix``, in key order, ``page_size`` keys per S3 request.
+
+        Memory stays constant however many objects there are.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": page_size}):
+                for item in page.get("Contents", []):
+                    yield ListedObject(key=item["Key"], size=item["Size"], last_modified=item["LastModified"])
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"list {prefix}") from exc
+
+    def list_multipart_uploads(self, prefix: str) -> Iterator[PendingMultipartUpload]:
+        """Yield the multipart uploads under ``prefix`` that were started and neither completed nor aborted.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Uploads", []):
+                    yield PendingMultipartUpload(
+                        key=item["Key"], upload_id=item["UploadId"], initiated=item["Initiated"]
+                    )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"list multipart uploads under {prefix}") from exc
+
+    def abort_multipart_upload(self, key: str, upload_id: str) -> None:
+        """Abort a multipart upload and free its parts (one already gone is fine).
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=key, UploadId=upload_id)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchUpload"}:
+                return
+            raise _wrap(exc, f"abort the upload of {key}") from exc
+        except BotoCoreError as exc:
+            raise _wrap(exc, f"abort the upload of {key}") from exc
