@@ -150,7 +150,11 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Modelyard API",
-    "DESCRIPTION": "Model registry and rollout orchestration for Triton and BentoML serving hosts.",
+    "DESCRIPTION": (
+        "Model registry and rollout orchestration for Triton and BentoML serving hosts. Lists are "
+        "cursor-paginated (`results`, `next`, `previous`): follow `next` to page on; no row is skipped or "
+        "repeated while rows are inserted. `page_size` is 50 by default and at most 200 (more is refused with 400)."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,

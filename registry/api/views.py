@@ -1,7 +1,6 @@
 """Registry API: models and their versions."""
 
 import django_filters
-from django.db.models import Max, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -38,11 +37,7 @@ class RegisteredModelViewSet(
     ordering = "name"
 
     def get_queryset(self):
-        return (
-            RegisteredModel.objects.select_related("created_by")
-            .annotate(latest_version=Max("versions__version", filter=~Q(versions__status=VersionStatus.DELETED)))
-            .order_by("name")
-        )
+        return RegisteredModel.objects.select_related("created_by").with_version_summary().order_by("name")
 
     def get_object(self):
         model = services.get_model(self.kwargs["name"])  # a NotFound that names the model
