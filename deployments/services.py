@@ -23,7 +23,7 @@ from deployments.choices import (
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from registry.choices import AuditAction
+from registry.choices import AuditAction, VersionStatus
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event, resolve_alias
@@ -212,6 +212,10 @@ def create_rollout(
     serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
         host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}
     with transaction.atomic():
+        # delete_version locks the same row: a version deleted since get_version is not deployed.
+        live = ModelVersion.objects.select_for_update().filter(pk=model_version.pk)
+        if not live.exclude(status=VersionStatus.DELETED).exists():
+            raise NotFound(f"model {model_version.model.name!r} has no version {model_version.version}")
         deployment = Deployment.objects.create(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},

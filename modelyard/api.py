@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rest_framework import pagination, permissions
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -41,17 +42,39 @@ def uploaded_file_path(uploaded) -> Iterator[Path]:
         yield Path(tmp.name)
 
 
+MAX_PAGE_SIZE = 200
+
+
 class CursorPagination(pagination.CursorPagination):
     """Stable cursor pagination ordered by the view's ``ordering`` attribute.
 
-    A cursor encodes a position, not an offset, so rows inserted while a
-    client pages are neither skipped nor repeated. ``page_size`` (default 50)
-    may be set per request up to ``max_page_size``.
+    A cursor encodes a position, not an offset, so rows inserted while a client pages are neither
+    skipped nor repeated; each view orders on a unique key that never changes (a model's name, a
+    version's number within its model, an audit event's id). ``page_size`` (default 50) may be set
+    per request from 1 to ``MAX_PAGE_SIZE``; a larger one is refused with 400, never cut silently.
     """
 
     page_size = 50
     page_size_query_param = "page_size"
-    max_page_size = 200
+    max_page_size = MAX_PAGE_SIZE
+    page_size_query_description = f"Results per page: 1 to {MAX_PAGE_SIZE} (default 50); more is refused with 400."
+
+    def get_page_size(self, request) -> int:
+        """The requested page size, or the default.
+
+        Raises:
+            ValidationError: ``page_size`` is not an integer from 1 to ``max_page_size`` (HTTP 400).
+        """
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None or raw == "":
+            return self.page_size
+        try:
+            size = int(raw)
+        except ValueError:
+            size = 0
+        if not 1 <= size <= self.max_page_size:
+            raise ValidationError({self.page_size_query_param: [f"must be an integer from 1 to {self.max_page_size}"]})
+        return size
 
     def get_ordering(self, request, queryset, view):
         ordering = getattr(view, "ordering", None)

@@ -27,6 +27,12 @@ class InvalidInput(DomainError):
     status_code = 400
 
 
+class Forbidden(DomainError):
+    """The user is signed in but may not do this (delete someone else's version): HTTP 403."""
+
+    status_code = 403
+
+
 class NotFound(DomainError):
     """A named object does not exist: HTTP 404."""
 

@@ -150,7 +150,11 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Modelyard API",
-    "DESCRIPTION": "Model registry and rollout orchestration for Triton and BentoML serving hosts.",
+    "DESCRIPTION": (
+        "Model registry and rollout orchestration for Triton and BentoML serving hosts. Lists are "
+        "cursor-paginated (`results`, `next`, `previous`): follow `next` to page on; no row is skipped or "
+        "repeated while rows are inserted. `page_size` is 50 by default and at most 200 (more is refused with 400)."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
@@ -188,6 +192,10 @@ RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
 UPLOAD_SWEEP_INTERVAL = env_float("MODELYARD_UPLOAD_SWEEP_INTERVAL", 900.0)
+# Garbage collection of the artifact bucket (registry/gc.py): how often (seconds), and how old an
+# unreferenced object must be before it is removed (seconds; covers registrations still committing).
+GC_INTERVAL = env_float("MODELYARD_GC_INTERVAL", 86_400.0)
+GC_GRACE_SECONDS = env_int("MODELYARD_GC_GRACE_SECONDS", 86_400)
 CELERY_BEAT_SCHEDULE = {
     # The orchestrator asks every host agent to report in, and repairs drift from the reports.
     "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
@@ -196,6 +204,7 @@ CELERY_BEAT_SCHEDULE = {
     "unload-idle-models": {"task": "deployments.unload_idle_models", "schedule": 60.0},
     # Multipart uploads left open past their expiry are aborted, so S3 frees their parts.
     "expire-uploads": {"task": "registry.expire_uploads", "schedule": UPLOAD_SWEEP_INTERVAL},
+    "collect-garbage": {"task": "registry.collect_garbage", "schedule": GC_INTERVAL},
 }
 CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 

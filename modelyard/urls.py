@@ -29,7 +29,7 @@ router.register("deployments", DeploymentViewSet, basename="deployment")
 router.register("audit", AuditEventViewSet, basename="audit")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
-version_detail = ModelVersionViewSet.as_view({"get": "retrieve"})
+version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})
 
 api_v1 = [
     path("models/<str:model_name>/versions/", version_list, name="model-version-list"),

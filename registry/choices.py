@@ -69,3 +69,6 @@ class UploadStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     ABORTED = "aborted", "Aborted"
     FAILED = "failed", "Failed"
+
+
+TERMINAL_UPLOAD_STATUSES = frozenset({UploadStatus.COMPLETED, UploadStatus.ABORTED, UploadStatus.FAILED})

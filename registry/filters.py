@@ -1,63 +1,103 @@
-"""Search filters for registered models, shared by the API and the models page."""
+"""Search filters for registered models and their versions, shared by the API and the models page."""
+
+import re
 
 import django_filters
 from django.core.exceptions import ValidationError
+from django.db.models import Exists, FloatField, OuterRef, Q
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
-from registry.models import ModelVersion, RegisteredModel
+from registry.choices import ArtifactFormat, VersionStatus
+from registry.models import Alias, ModelVersion, RegisteredModel
+
+METRIC_FILTER = re.compile(r"^(?P<name>[^<>=]+?)(?P<op>>=|<=|>|<|=)(?P<value>[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)$")
+METRIC_LOOKUPS = {">=": "gte", "<=": "lte", ">": "gt", "<": "lt", "=": "exact"}
+
+
+def validate_tag_filter(value: str) -> None:
+    """Raises ValidationError (a 400 naming the parameter) unless ``value`` is ``key`` or ``key=value``."""
+    if not value.partition("=")[0]:
+        raise ValidationError("tag must be 'key' or 'key=value'")
+
+
+def validate_metric_filter(value: str) -> None:
+    """Raises ValidationError unless ``value`` is ``<name><op><number>``, e.g. ``accuracy>=0.9``."""
+    if not METRIC_FILTER.match(value.strip()):
+        raise ValidationError("metric must be <name><op><number> with op one of >=, <=, >, <, =; e.g. accuracy>=0.9")
 
 
 def filter_by_tag(queryset, value: str):
-    """Rows whose ``tags`` have the key (``key``) or the key with that value (``key=value``).
-
-    Raises:
-        ValidationError: an empty key.
-    """
+    """Rows whose ``tags`` have the key (``key``) or the key with that value (``key=value``);
+    ``value`` has passed ``validate_tag_filter``."""
     key, sep, tag_value = value.partition("=")
-    if not key:
-        raise ValidationError("tag must be 'key' or 'key=value'")
     if sep:
         # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key.
         return queryset.annotate(_tag_value=KeyTextTransform(key, "tags")).filter(_tag_value=tag_value)
     return queryset.filter(tags__has_key=key)
 
 
+def filter_by_metric(queryset, value: str):
+    """Versions whose ``metrics[name]`` compares as given: ``accuracy>=0.9`` (also ``>``, ``<=``, ``<``, ``=``).
+
+    Versions without that metric never match; ``value`` has passed ``validate_metric_filter``.
+    """
+    match = METRIC_FILTER.match(value.strip())
+    annotated = queryset.annotate(_metric=Cast(KeyTextTransform(match["name"].strip(), "metrics"), FloatField()))
+    return annotated.filter(**{f"_metric__{METRIC_LOOKUPS[match['op']]}": float(match["value"])})
+
+
 class RegisteredModelFilter(django_filters.FilterSet):
-    """Filters: ``search`` (name or description substring), ``tag`` (``key`` or ``key=value``),
-    ``alias`` (models that have that alias), ``created_after`` / ``created_before`` (ISO 8601)."""
+    """Filters: ``search`` (name or description substring, any case), ``name`` (name substring),
+    ``tag`` (``key`` or ``key=value``), ``alias`` (models that have that alias), ``artifact_format`` (models
+    with a live version of that format), ``created_after`` / ``created_before`` (ISO 8601 date or time)."""
 
     search = django_filters.CharFilter(method="filter_search")
-    tag = django_filters.CharFilter(method="filter_tag")
-    alias = django_filters.CharFilter(field_name="aliases__name", distinct=True)
+    name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+    tag = django_filters.CharFilter(method="filter_tag", validators=[validate_tag_filter])
+    alias = django_filters.CharFilter(method="filter_alias")
+    # Not "format": DRF reads ?format= as the response renderer.
+    artifact_format = django_filters.ChoiceFilter(choices=ArtifactFormat.choices, method="filter_format")
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = RegisteredModel
-        fields = ["search", "tag", "alias", "created_after", "created_before"]
+        fields = ["search", "name", "tag", "alias", "artifact_format", "created_after", "created_before"]
 
     def filter_search(self, queryset, name, value):
-        from django.db.models import Q
-
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
     def filter_tag(self, queryset, name, value):
         return filter_by_tag(queryset, value)
 
+    def filter_alias(self, queryset, name, value):
+        # EXISTS, not a join: a model is listed once, and the page's ORDER BY name LIMIT stays cheap.
+        return queryset.filter(Exists(Alias.objects.filter(model=OuterRef("pk"), name=value)))
+
+    def filter_format(self, queryset, name, value):
+        live = ModelVersion.objects.filter(model=OuterRef("pk"), format=value).exclude(status=VersionStatus.DELETED)
+        return queryset.filter(Exists(live))
+
 
 class ModelVersionFilter(django_filters.FilterSet):
-    """Filters of a model's versions: ``source_commit`` (prefix), ``tag``, ``alias``,
-    ``created_after`` / ``created_before``."""
+    """Filters of a model's versions: ``source_commit`` (prefix), ``tag``, ``alias``, ``artifact_format``,
+    ``metric`` (``accuracy>=0.9``), ``created_after`` / ``created_before``."""
 
     source_commit = django_filters.CharFilter(field_name="source_commit", lookup_expr="startswith")
-    tag = django_filters.CharFilter(method="filter_tag")
+    tag = django_filters.CharFilter(method="filter_tag", validators=[validate_tag_filter])
     alias = django_filters.CharFilter(field_name="aliases__name")
+    artifact_format = django_filters.ChoiceFilter(field_name="format", choices=ArtifactFormat.choices)
+    metric = django_filters.CharFilter(method="filter_metric", validators=[validate_metric_filter])
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = ModelVersion
-        fields = ["source_commit", "tag", "alias", "created_after", "created_before"]
+        fields = ["source_commit", "tag", "alias", "artifact_format", "metric", "created_after", "created_before"]
 
     def filter_tag(self, queryset, name, value):
         return filter_by_tag(queryset, value)
+
+    def filter_metric(self, queryset, name, value):
+        return filter_by_metric(queryset, value)

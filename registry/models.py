@@ -4,8 +4,27 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.db.models.functions import Coalesce
 
 from registry.choices import ArtifactFormat, AuditAction, UploadStatus, VersionStatus
+
+
+class RegisteredModelQuerySet(models.QuerySet):
+    """Queries of registered models."""
+
+    def with_version_summary(self) -> "RegisteredModelQuerySet":
+        """Annotate ``latest_version`` (newest live version number, or None) and ``version_count`` (live versions).
+
+        Correlated subqueries on the (model, version) index, not a join and GROUP BY over every
+        version: a page of 50 models costs 50 index lookups however many versions exist.
+        """
+        live = ModelVersion.objects.filter(model=models.OuterRef("pk")).exclude(status=VersionStatus.DELETED)
+        return self.annotate(
+            latest_version=models.Subquery(live.order_by("-version").values("version")[:1]),
+            version_count=Coalesce(
+                models.Subquery(live.order_by().values("model").annotate(n=models.Count("pk")).values("n")[:1]), 0
+            ),
+        )
 
 
 class RegisteredModel(models.Model):
@@ -24,6 +43,8 @@ class RegisteredModel(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RegisteredModelQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -5,20 +5,23 @@ writes, and raises ``modelyard.errors`` exceptions that views map to HTTP.
 """
 
 import logging
+from contextlib import ExitStack
 from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import sha256_file
 from registry.choices import AuditAction, VersionStatus
 from registry.formats import prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
+from registry.locks import artifact_in_use
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from registry.signals import alias_moved
-from registry.storage import ArtifactStore, StorageError
+from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
 
@@ -218,51 +221,53 @@ def register_version(
         raise InvalidInput("the artifact is empty")
     if size > settings.MAX_ARTIFACT_BYTES:
         raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
-    with prepare_artifact(
-        artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
-    ) as prepared:
+    with ExitStack() as stack:
+        prepared = stack.enter_context(prepare_artifact(
+            artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
+        ))
         resolve_ensemble_members(prepared.ensemble_members)
         sha256, size = sha256_file(prepared.path)
         store = store or ArtifactStore()
+        # Until the row commits nothing references the object: keep the garbage collector off it.
+        stack.enter_context(artifact_in_use(artifact_key(sha256)))
         try:
             stored = store.put_artifact(
                 prepared.path, sha256=sha256, size=size, staged_key=staged_key if prepared.is_original else None
             )
         except StorageError as exc:
             raise ServiceUnavailable(f"the artifact could not be stored: {exc.message}") from exc
-
-    with transaction.atomic():
-        locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        # Locked until commit, so a member cannot be deleted between this check and the rows below.
-        members = resolve_ensemble_members(prepared.ensemble_members, lock=True)
-        number = locked.next_version
-        locked.next_version = number + 1
-        locked.save(update_fields=["next_version", "updated_at"])
-        version = ModelVersion.objects.create(
-            model=locked,
-            version=number,
-            status=VersionStatus.READY,
-            format=prepared.format,
-            artifact_key=stored.key,
-            artifact_sha256=sha256,
-            artifact_size=size,
-            artifact_filename=filename[:255],
-            config_text=prepared.config_text,
-            artifact_files=list(prepared.files),
-            signature=prepared.signature,
-            metadata=metadata,
-            tags=clean_tags,
-            **clean_lineage,
-            created_by=acting_user(actor),
-        )
-        EnsembleMember.objects.bulk_create(
-            EnsembleMember(ensemble=version, member=member, requested_version=requested)
-            for member, requested in members
-        )
-        record_audit_event(
-            action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
-            model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format},
-        )
+        with transaction.atomic():
+            locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
+            # Locked until commit, so a member cannot be deleted between this check and the rows below.
+            members = resolve_ensemble_members(prepared.ensemble_members, lock=True)
+            number = locked.next_version
+            locked.next_version = number + 1
+            locked.save(update_fields=["next_version", "updated_at"])
+            version = ModelVersion.objects.create(
+                model=locked,
+                version=number,
+                status=VersionStatus.READY,
+                format=prepared.format,
+                artifact_key=stored.key,
+                artifact_sha256=sha256,
+                artifact_size=size,
+                artifact_filename=filename[:255],
+                config_text=prepared.config_text,
+                artifact_files=list(prepared.files),
+                signature=prepared.signature,
+                metadata=metadata,
+                tags=clean_tags,
+                **clean_lineage,
+                created_by=acting_user(actor),
+            )
+            EnsembleMember.objects.bulk_create(
+                EnsembleMember(ensemble=version, member=member, requested_version=requested)
+                for member, requested in members
+            )
+            record_audit_event(
+                action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
+                model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format},
+            )
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 
@@ -314,6 +319,9 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
     target = get_version(model_name, version)
     with transaction.atomic():
         model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
+        # delete_version holds the same lock: a version deleted since get_version is not pointed at.
+        if not ModelVersion.objects.filter(pk=target.pk).exclude(status=VersionStatus.DELETED).exists():
+            raise NotFound(f"model {model_name!r} has no version {version}")
         current = Alias.objects.filter(model=model, name=name).select_related("version").first()
         if current is not None and current.version_id == target.pk:
             return current
@@ -349,6 +357,100 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
             data={"alias": alias, "from": current.version.version, "to": None},
         )
         current.delete()
+
+
+def may_delete_version(version: ModelVersion, actor) -> bool:
+    """True when ``actor`` may delete ``version``: an administrator, or the user who registered it."""
+    if not getattr(actor, "is_authenticated", False):
+        return False
+    return actor.is_staff or (version.created_by_id is not None and version.created_by_id == actor.pk)
+
+
+def _version_in_use(version: ModelVersion) -> list[str]:
+    """What keeps ``version`` from being deleted: live ensembles composing it and hosts serving it.
+
+    A host serves the version when the newest deployment that reached READY there for this model is
+    of this version; a deployment still under way counts as well. Returns one phrase per reason.
+    """
+    from deployments.choices import ACTIVE_TARGET_STATES  # deployments depends on registry, not the reverse
+    from deployments.models import DeploymentTarget
+    from deployments.services import ready_targets_oldest_first
+
+    reasons = []
+    ensembles = (
+        version.used_by.exclude(ensemble__status=VersionStatus.DELETED)
+        .select_related("ensemble__model").order_by("ensemble__model__name", "ensemble__version")
+    )
+    names = [f"{m.ensemble.model.name} v{m.ensemble.version}" for m in ensembles]
+    if names:
+        reasons.append(f"ensemble version(s) {', '.join(names)} compose it")
+    serving = {}
+    for host, version_id in ready_targets_oldest_first(deployment__model_id=version.model_id).values_list(
+        "host__name", "deployment__version_id"
+    ):
+        serving[host] = version_id
+    hosts = sorted(host for host, version_id in serving.items() if version_id == version.pk)
+    hosts += sorted(
+        DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
+        .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()
+    )
+    if hosts:
+        reasons.append(f"host(s) {', '.join(hosts)} serve it or are deploying it")
+    return reasons
+
+
+def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion:
+    """Soft-delete a model version: status DELETED, its aliases removed, all in one transaction.
+
+    The number is never given out again (``RegisteredModel.next_version`` only grows); the artifact
+    stays in S3 until ``registry.gc.collect_garbage`` finds no live version referencing it. Audited:
+    one ``alias.deleted`` event per removed alias (``from`` the version) and one ``version.deleted``.
+
+    Args:
+        model_name: the registered model.
+        version: the version number.
+        actor: the requesting user; must be an administrator or the version's creator.
+
+    Returns:
+        The version row, now DELETED.
+
+    Raises:
+        NotFound: no such model, or no live version with that number (deleting twice is a 404).
+        Forbidden: the actor is neither staff nor the version's creator.
+        Conflict: a live ensemble version composes it, or a host serves it or is deploying it
+            (the message names them).
+    """
+    model = get_model(model_name)
+    with transaction.atomic():
+        # The model lock serialises this with set_alias; the version lock with start_deployment.
+        RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        row = (
+            ModelVersion.objects.select_for_update().filter(model=model, version=version)
+            .exclude(status=VersionStatus.DELETED).first()
+        )
+        if row is None:
+            raise NotFound(f"model {model_name!r} has no version {version}")
+        if not may_delete_version(row, actor):
+            raise Forbidden("only an administrator or the user who registered a version may delete it")
+        reasons = _version_in_use(row)
+        if reasons:
+            raise Conflict(f"{model_name} v{version} cannot be deleted: {'; '.join(reasons)}")
+        for alias in row.aliases.order_by("name"):
+            record_audit_event(
+                action=AuditAction.ALIAS_DELETED, actor=actor, obj_type="alias", obj_id=alias.pk, model=model,
+                data={"alias": alias.name, "from": version, "to": None, "reason": "version deleted"},
+            )
+        row.aliases.all().delete()
+        row.status = VersionStatus.DELETED
+        row.deleted_at = timezone.now()
+        row.deleted_by = acting_user(actor)
+        row.save(update_fields=["status", "deleted_at", "deleted_by"])
+        record_audit_event(
+            action=AuditAction.VERSION_DELETED, actor=actor, obj_type="version", obj_id=row.pk, model=model,
+            data={"version": version, "sha256": row.artifact_sha256},
+        )
+    logger.info("deleted %s v%s", model_name, version)
+    return row
 
 
 def artifact_download_url(version: ModelVersion, *, store: ArtifactStore | None = None) -> str:

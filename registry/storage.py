@@ -7,13 +7,16 @@ parts); verification streams the object back in constant memory.
 
 Large artifacts take another road: the client uploads parts straight to S3
 through presigned ``upload_part`` URLs into a multipart upload on a staging key
-(``uploads/<upload id>``); the server completes it, streams it back once to hash
-it, and the stored artifact is a server-side copy of the staging object.
+(``uploads/<upload id>``); the server completes it and streams it back once to hash
+it; once verified, that object is the artifact itself (nothing else writes to its key),
+unless the same content is already stored under its content address.
 """
 
 import hashlib
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import BinaryIO
 
@@ -33,8 +36,6 @@ TRANSFER_CONFIG = TransferConfig(
 MIN_PART_BYTES = 5 * 1024**2
 MAX_PART_BYTES = 5 * 1024**3
 MAX_PARTS = 10_000
-# CopyObject copies up to 5 GiB in one call; above that the managed copy switches to part copies.
-COPY_CONFIG = TransferConfig(multipart_threshold=MAX_PART_BYTES, multipart_chunksize=512 * 1024**2, max_concurrency=4)
 CHUNK_BYTES = 8 * 1024 * 1024
 
 
@@ -72,9 +73,30 @@ class UploadedPart:
     etag: str
 
 
+@dataclass(frozen=True)
+class ListedObject:
+    """One object found by ``ArtifactStore.list_objects``: key, size in bytes, last write time (aware, UTC)."""
+
+    key: str
+    size: int
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class PendingMultipartUpload:
+    """An S3 multipart upload not yet completed or aborted: its key, upload id and start time (aware, UTC)."""
+
+    key: str
+    upload_id: str
+    initiated: datetime
+
+
+ARTIFACT_PREFIX = "sha256/"
+
+
 def artifact_key(sha256: str) -> str:
     """Return the content address of an artifact whose sha256 hex digest is ``sha256``."""
-    return f"sha256/{sha256[:2]}/{sha256}"
+    return f"{ARTIFACT_PREFIX}{sha256[:2]}/{sha256}"
 
 
 def _wrap(exc: Exception, doing: str) -> StorageError:
@@ -261,26 +283,6 @@ class ArtifactStore:
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"delete {key}") from exc
 
-    def copy(self, source_key: str, key: str, *, metadata: dict[str, str]) -> None:
-        """Copy ``source_key`` to ``key`` inside the bucket, server-side, with new ``metadata``.
-
-        Uses boto3's managed copy: one CopyObject up to 5 GiB, part copies above.
-
-        Raises:
-            StorageError: S3 is unreachable, refuses, or the source is missing.
-        """
-        try:
-            self.client.copy(
-                {"Bucket": self.bucket, "Key": source_key}, self.bucket, key,
-                ExtraArgs={"Metadata": metadata, "MetadataDirective": "REPLACE",
-                           "ContentType": "application/octet-stream"},
-                Config=COPY_CONFIG,
-            )
-        except (BotoCoreError, ClientError) as exc:
-            raise _wrap(exc, f"copy {source_key} to {key}") from exc
-        except Exception as exc:  # the transfer manager wraps failures in its own types
-            raise StorageError(f"S3 copy of {source_key} to {key} failed: {exc}", retryable=True) from exc
-
     # ------------------------------------------------------------------ multipart uploads
 
     def start_multipart(self, key: str) -> str:
@@ -367,3 +369,35 @@ class ArtifactStore:
             self.client.put_bucket_cors(Bucket=self.bucket, CORSConfiguration={"CORSRules": [rule]})
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"set the CORS rules of {self.bucket}") from exc
+
+    def list_objects(self, prefix: str, page_size: int = 1000) -> Iterator[ListedObject]:
+        """Yield every object whose key starts with ``prefix``, in key order, ``page_size`` keys per S3 request.
+
+        Memory stays constant however many objects there are.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, PaginationConfig={"PageSize": page_size}):
+                for item in page.get("Contents", []):
+                    yield ListedObject(key=item["Key"], size=item["Size"], last_modified=item["LastModified"])
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"list {prefix}") from exc
+
+    def list_multipart_uploads(self, prefix: str) -> Iterator[PendingMultipartUpload]:
+        """Yield the multipart uploads under ``prefix`` that were started and neither completed nor aborted.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        paginator = self.client.get_paginator("list_multipart_uploads")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for item in page.get("Uploads", []):
+                    yield PendingMultipartUpload(
+                        key=item["Key"], upload_id=item["UploadId"], initiated=item["Initiated"]
+                    )
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"list multipart uploads under {prefix}") from exc

@@ -1,6 +1,6 @@
-"""Celery tasks of the registry app: thin wrappers around ``registry.uploads``.
+"""Celery tasks of the registry app: thin wrappers around ``registry.uploads`` and ``registry.gc``.
 
-Both run on orchestrator workers (queue ``default``) and take ids only.
+They run on orchestrator workers (queue ``default``) and take ids only.
 """
 
 import logging
@@ -9,6 +9,7 @@ from celery import shared_task
 
 from modelyard.errors import ServiceUnavailable
 from registry import uploads
+from registry.gc import collect_garbage
 from registry.models import Upload
 from registry.storage import StorageError
 
@@ -39,3 +40,15 @@ def verify_upload_task(self, upload_id: str) -> None:
 def expire_uploads_task() -> int:
     """Abort multipart uploads left open past their expiry; returns how many (run by beat)."""
     return uploads.expire_uploads()
+
+
+@shared_task(
+    name="registry.collect_garbage", acks_late=True, autoretry_for=(StorageError,), retry_backoff=60,
+    retry_backoff_max=3600, max_retries=5,
+)
+def collect_garbage_task() -> dict:
+    """On a schedule (``settings.GC_INTERVAL``): remove unreferenced artifacts and abandoned uploads.
+
+    Idempotent: a repeat finds nothing more to remove. Returns the report as a dict.
+    """
+    return collect_garbage().as_dict()

@@ -6,7 +6,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count, Max, Q
 from django.http import Http404
 from django.shortcuts import redirect, render
 
@@ -15,15 +14,17 @@ from modelyard.errors import DomainError
 from modelyard.views import found_or_404
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import metrics_panel_context, page_range
-from registry.choices import AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
 from registry.models import AuditEvent, RegisteredModel
 from registry.services import (
     artifact_download_url,
     delete_alias,
+    delete_version,
     get_model,
     get_version,
+    may_delete_version,
     set_alias,
     update_model,
 )
@@ -31,21 +32,39 @@ from registry.services import (
 MODEL_PAGE_SIZE = 50
 
 
+def keyset_page(queryset, *, after: str = "", before: str = "", size: int) -> tuple[list, bool, bool]:
+    """One page of ``queryset`` by name: the ``size`` names after ``after`` (or just before ``before``).
+
+    A position, not an offset: models registered while someone pages are neither skipped nor repeated.
+
+    Returns:
+        (rows in name order, whether a previous page exists, whether a next page exists).
+    """
+    if before:
+        rows = list(queryset.filter(name__lt=before).order_by("-name")[: size + 1])
+        return rows[:size][::-1], len(rows) > size, True
+    if after:
+        queryset = queryset.filter(name__gt=after)
+    rows = list(queryset.order_by("name")[: size + 1])
+    return rows[:size], bool(after), len(rows) > size
+
+
 @login_required
 def model_list(request):
-    """Registered models with their latest version number and version count, searchable
-    (``search``, ``tag``, ``alias``) and paginated."""
-    live = ~Q(versions__status=VersionStatus.DELETED)
-    found = RegisteredModelFilter(request.GET, queryset=RegisteredModel.objects.all())
-    models = found.qs.annotate(
-        latest_version=Max("versions__version", filter=live),
-        version_count=Count("versions", filter=live, distinct=True),
-    ).order_by("name")
-    page = Paginator(models, MODEL_PAGE_SIZE).get_page(request.GET.get("page"))
-    query = urlencode({k: v for k, v in request.GET.items() if k != "page" and v})
+    """Registered models with their latest version number and version count, searchable (``search``,
+    ``tag``, ``alias``, ``artifact_format``, ``created_after``, ``created_before``) and paged by name
+    (``after``/``before``)."""
+    found = RegisteredModelFilter(request.GET, queryset=RegisteredModel.objects.with_version_summary())
+    models, has_previous, has_next = [], False, False
+    if found.is_valid():
+        models, has_previous, has_next = keyset_page(
+            found.qs, after=request.GET.get("after", ""), before=request.GET.get("before", ""), size=MODEL_PAGE_SIZE
+        )
+    query = urlencode({k: v for k, v in request.GET.items() if k not in ("after", "before") and v})
     return render(request, "registry/model_list.html", {
-        "page": page, "filters": found.form.cleaned_data if found.is_valid() else {}, "errors": found.errors,
-        "query": query,
+        "models": models, "has_previous": has_previous, "has_next": has_next,
+        "filters": found.form.cleaned_data if found.is_valid() else request.GET, "errors": found.errors,
+        "query": query, "formats": ArtifactFormat.choices,
     })
 
 
@@ -104,6 +123,27 @@ def version_detail(request, name: str, version: int):
         "model": model_version.model, "version": model_version, "deployments": deployments,
         "aliases": model_version.aliases.order_by("name"),
         "members": model_version.members.select_related("member__model"),
+        "may_delete": may_delete_version(model_version, request.user),
+    })
+
+
+@login_required
+def version_delete(request, name: str, version: int):
+    """Delete a version: GET asks for confirmation (naming the aliases that go with it), POST deletes.
+
+    Refusals (not allowed, in use by an ensemble or a host) go back to the version page as messages.
+    """
+    model_version = found_or_404(get_version, name, version)
+    if request.method == "POST":
+        try:
+            delete_version(model_name=name, version=version, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect("registry:version-detail", name=name, version=version)
+        messages.success(request, f"v{version} deleted; its number will not be reused.")
+        return redirect("registry:model-detail", name=name)
+    return render(request, "registry/version_confirm_delete.html", {
+        "model": model_version.model, "version": model_version, "aliases": model_version.aliases.order_by("name"),
     })
 
 

@@ -1,7 +1,6 @@
 """Registry API: models and their versions."""
 
 import django_filters
-from django.db.models import Max, Q
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -14,6 +13,7 @@ from registry.api.serializers import (
     AliasSerializer,
     AliasSetSerializer,
     AuditEventSerializer,
+    ErrorSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
@@ -37,11 +37,7 @@ class RegisteredModelViewSet(
     ordering = "name"
 
     def get_queryset(self):
-        return (
-            RegisteredModel.objects.select_related("created_by")
-            .annotate(latest_version=Max("versions__version", filter=~Q(versions__status=VersionStatus.DELETED)))
-            .order_by("name")
-        )
+        return RegisteredModel.objects.select_related("created_by").with_version_summary().order_by("name")
 
     def get_object(self):
         model = services.get_model(self.kwargs["name"])  # a NotFound that names the model
@@ -102,6 +98,18 @@ class ModelVersionViewSet(
                 lineage={key: fields[key] for key in ("source_commit", "ci_run_url", "training_data_uri", "metrics")},
             )
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={204: None, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        description="Soft-delete a version (administrators and the version's creator): its aliases go with it "
+        "in the same transaction, its number is never reused, and its artifact is removed from S3 by the next "
+        "garbage collection once no live version shares it. 409 while an ensemble composes it or a host "
+        "serves it; deleting it again is a 404.",
+    )
+    def destroy(self, request, *args, **kwargs):
+        services.delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
+                                actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AliasListView(APIView):

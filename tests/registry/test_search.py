@@ -58,3 +58,65 @@ def test_a_model_description_and_tags_are_edited_through_the_api_and_the_page(ap
     client.force_login(user)
     client.post("/models/iris/edit/", {"description": "edited on the page"})
     assert "edited on the page" in client.get("/models/iris/").content.decode()
+
+
+def test_the_api_finds_models_by_name_substring_and_by_the_format_of_a_live_version(api_client, catalogue):
+    resnet = RegisteredModel.objects.get(name="resnet50")
+    ModelVersion.objects.create(model=resnet, version=1, format=ArtifactFormat.ONNX, artifact_key="k2",
+                                artifact_sha256="1" * 64, artifact_size=1, status="deleted")
+    assert names(api_client, "name=NET") == ["resnet50"]
+    assert names(api_client, "artifact_format=triton") == ["iris"]
+    assert names(api_client, "artifact_format=onnx") == []  # its only ONNX version is deleted
+    assert api_client.get("/api/v1/models/?artifact_format=pickle").status_code == 400
+    assert names(api_client, "created_after=2000-01-01&created_before=2999-01-01") == ["bert", "iris", "resnet50"]
+    assert api_client.get("/api/v1/models/?tag=%3Dx").status_code == 400
+
+
+@pytest.fixture
+def versions(db):
+    model = RegisteredModel.objects.create(name="iris")
+    for number, (fmt, accuracy) in enumerate([("triton", 0.8), ("onnx", 0.95), ("onnx", None)], start=1):
+        ModelVersion.objects.create(
+            model=model, version=number, format=fmt, artifact_key=f"k{number}", artifact_sha256=f"{number:064d}",
+            artifact_size=1, metrics={} if accuracy is None else {"accuracy": accuracy}, tags={"stage": str(number)},
+            source_commit=f"abc{number}",
+        )
+    return model
+
+
+def numbers(api_client, query: str) -> list[int]:
+    answer = api_client.get(f"/api/v1/models/iris/versions/?{query}")
+    assert answer.status_code == 200, answer.content
+    return [v["version"] for v in answer.json()["results"]]
+
+
+def test_the_api_filters_versions_by_format_metric_tag_and_commit(api_client, versions):
+    assert numbers(api_client, "artifact_format=onnx") == [3, 2]
+    assert numbers(api_client, "metric=accuracy%3E%3D0.9") == [2]
+    assert numbers(api_client, "metric=accuracy%3C0.9") == [1]
+    assert numbers(api_client, "metric=accuracy%3D0.8") == [1]
+    assert numbers(api_client, "metric=f1%3E0") == []
+    assert numbers(api_client, "tag=stage%3D3&source_commit=abc") == [3]
+    assert numbers(api_client, "created_before=2000-01-01") == []
+
+
+@pytest.mark.parametrize("query", ["metric=accuracy", "metric=accuracy%3E%3Dhigh", "metric=%3E%3D1", "tag=%3D1",
+                                   "artifact_format=pickle", "created_after=tomorrow"])
+def test_the_api_refuses_a_malformed_version_filter_with_a_400(api_client, versions, query):
+    answer = api_client.get(f"/api/v1/models/iris/versions/?{query}")
+    assert answer.status_code == 400 and answer.json()
+
+
+def test_the_models_page_filters_by_format_and_creation_date_and_pages_by_name(client, user, catalogue):
+    client.force_login(user)
+    page = client.get("/models/?artifact_format=triton&created_after=2000-01-01").content.decode()
+    assert page.count('class="model-row"') == 1 and 'value="triton" selected' in page
+    assert client.get("/models/?created_before=2000-01-01").content.decode().count('class="model-row"') == 0
+
+    RegisteredModel.objects.bulk_create(RegisteredModel(name=f"m{n:03d}") for n in range(0, 120, 2))
+    first = client.get("/models/").content.decode()
+    assert first.count('class="model-row"') == 50 and "after=m094" in first
+    RegisteredModel.objects.create(name="a-new-one")  # sorts before the cursor: must not shift the next page
+    second = client.get("/models/?after=m094").content.decode()
+    assert second.count('class="model-row"') == 13 and "m096" in second and "m094<" not in second
+    assert "before=m096" in second and "next →" not in second

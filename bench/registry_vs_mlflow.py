@@ -1,0 +1,383 @@
+"""Benchmark: the registry API against an MLflow tracking server, both on PostgreSQL, 10,000 models × 5 versions.
+
+What it runs, all on this machine, on free ports and in dedicated databases:
+
+1. MLflow from PyPI in its own virtualenv (``bench/.mlflow-venv``, created on first use; MLflow pins
+   many packages, so it never goes into the project's ``.venv``), serving
+   ``mlflow server --backend-store-uri postgresql+psycopg2://…/bench_mlflow`` with ``--workers``.
+   Filled by ``bench/mlflow_populate.py``: 100 models through MLflow's store API (timed), the rest
+   in bulk through MLflow's own SQLAlchemy tables.
+2. Modelyard under gunicorn (``--workers`` the same), ``MODELYARD_DEBUG=false``, database
+   ``bench_registry`` (``manage.py migrate``), filled with bulk ORM inserts: rows only, no S3
+   objects (list, search and get never read an artifact).
+3. Each model has a tag ``team=team-<i mod 10>``. For each operation the two servers get the same
+   request in turn (interleaved, one keep-alive HTTP session each), ``--warmup`` times, then
+   ``--requests`` timed times; p50/p95 in ms:
+   - list one page of models (50): ``GET /api/v1/models/?page_size=50`` vs
+     ``GET /api/2.0/mlflow/registered-models/search?max_results=50``;
+   - search by tag (first page of 50 of the 1,000 matches): ``?tag=team=team-3`` vs
+     ``filter=tags.team = 'team-3'``;
+   - get one version of a random model: ``/api/v1/models/<m>/versions/<n>/`` vs
+     ``/api/2.0/mlflow/model-versions/get?name=<m>&version=<n>``.
+4. SQL queries per list page, counted in-process with Django's ``CaptureQueriesContext`` at
+   ``page_size`` 5 and 50.
+
+Verdict PASS when Modelyard's p50 and p95 are each at least ``--target-ratio`` (2) times faster than
+MLflow's for every operation. Nothing here asserts it.
+
+Usage::
+
+    python bench/registry_vs_mlflow.py --json bench/results/registry.json --markdown bench/results/registry.md
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import requests
+from overview import free_port, machine, stats_ms
+
+REPO = Path(__file__).resolve().parents[1]
+MLFLOW_VENV = REPO / "bench" / ".mlflow-venv"
+OUR_DATABASE = "bench_registry"
+MLFLOW_DATABASE = "bench_mlflow"
+TEAMS = 10
+PAGE_SIZE = 50
+
+
+def log(message: str) -> None:
+    print(f"[registry] {message}", file=sys.stderr, flush=True)
+
+
+def psycopg_connect(database: str):
+    import psycopg
+
+    return psycopg.connect(f"postgresql://postgres@127.0.0.1:5432/{database}", autocommit=True)
+
+
+def admin_sql(*statements: str) -> None:
+    with psycopg_connect("postgres") as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def recreate_databases() -> None:
+    for name in (OUR_DATABASE, MLFLOW_DATABASE):
+        admin_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)", f"CREATE DATABASE {name}")
+
+
+def drop_databases() -> None:
+    for name in (OUR_DATABASE, MLFLOW_DATABASE):
+        admin_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def mlflow_python() -> Path:
+    """MLflow's own virtualenv, created (``pip install mlflow psycopg2-binary``) when missing."""
+    python = MLFLOW_VENV / "bin" / "python"
+    if not (MLFLOW_VENV / "bin" / "mlflow").exists():
+        log(f"installing MLflow into {MLFLOW_VENV}")
+        subprocess.run([sys.executable, "-m", "venv", str(MLFLOW_VENV)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "mlflow", "psycopg2-binary"], check=True)
+    return python
+
+
+def mlflow_version(python: Path) -> str:
+    return subprocess.run([str(python), "-c", "import mlflow; print(mlflow.__version__)"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+
+
+class Server:
+    """A server subprocess in its own process group, logging to a file."""
+
+    def __init__(self, name: str, args: list[str], env: dict, health_url: str, log_dir: Path):
+        self.name, self.health_url = name, health_url
+        self.log_path = log_dir / f"{name}.log"
+        self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log_path.open("wb"),
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+
+    def wait(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if requests.get(self.health_url, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.name} did not answer {self.health_url} within {timeout} s")
+
+    def stop(self) -> None:
+        import signal
+
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def model_name(i: int) -> str:
+    return f"model-{i:05d}"
+
+
+def populate_ours(models: int, versions: int) -> dict:
+    """Bulk ORM inserts: models with a team tag, READY versions (rows only), a user with a token."""
+    from django.contrib.auth import get_user_model
+    from django.db import transaction
+    from rest_framework.authtoken.models import Token
+
+    from registry.choices import ArtifactFormat
+    from registry.models import ModelVersion, RegisteredModel
+
+    started = time.perf_counter()
+    with transaction.atomic():
+        user = get_user_model().objects.create_user(username="bench", password=uuid.uuid4().hex)
+        token = Token.objects.create(user=user).key
+        for low in range(0, models, 2000):
+            rows = RegisteredModel.objects.bulk_create(
+                RegisteredModel(name=model_name(i), tags={"team": f"team-{i % TEAMS}"}, next_version=versions + 1,
+                                created_by=user)
+                for i in range(low, min(low + 2000, models))
+            )
+            ModelVersion.objects.bulk_create(
+                ModelVersion(model=m, version=v, format=ArtifactFormat.TRITON_MODEL_DIR,
+                             artifact_key=f"sha256/{m.name}/{v}", artifact_sha256=uuid.uuid4().hex * 2,
+                             artifact_size=50_000_000, created_by=user, tags={"stage": "bench"})
+                for m in rows for v in range(1, versions + 1)
+            )
+    return {"populate_s": round(time.perf_counter() - started, 1), "token": token}
+
+
+def count_sql_queries(token: str) -> dict:
+    """SQL queries of one list page at page_size 5 and 50, counted in-process."""
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    urls = {"list models": "/api/v1/models/?page_size={n}",
+            "search by tag": "/api/v1/models/?tag=team%3Dteam-3&page_size={n}",
+            "list versions": f"/api/v1/models/{model_name(7)}/versions/?page_size={{n}}"}
+    counts = {}
+    for label, url in urls.items():
+        counts[label] = {}
+        for n in (5, 50):
+            with CaptureQueriesContext(connection) as captured:
+                assert client.get(url.format(n=n), HTTP_HOST="127.0.0.1").status_code == 200
+            counts[label][str(n)] = len(captured)
+    return counts
+
+
+def operations(ours: str, mlflow: str, models: int, versions: int, rng: random.Random):
+    """Yield (operation, our URL, MLflow URL, expected result count) for one round."""
+    team = f"team-{rng.randrange(TEAMS)}"
+    name, version = model_name(rng.randrange(models)), rng.randrange(1, versions + 1)
+    yield ("list one page", f"{ours}/api/v1/models/?page_size={PAGE_SIZE}",
+           f"{mlflow}/api/2.0/mlflow/registered-models/search?max_results={PAGE_SIZE}")
+    yield ("search by tag", f"{ours}/api/v1/models/?tag=team%3D{team}&page_size={PAGE_SIZE}",
+           f"{mlflow}/api/2.0/mlflow/registered-models/search?max_results={PAGE_SIZE}"
+           f"&filter=tags.team%20%3D%20%27{team}%27")
+    yield ("get a version", f"{ours}/api/v1/models/{name}/versions/{version}/",
+           f"{mlflow}/api/2.0/mlflow/model-versions/get?name={name}&version={version}")
+
+
+def rows_in(label: str, body: dict) -> int:
+    if label == "get a version":
+        return 1
+    return len(body.get("results", body.get("registered_models", [])))
+
+
+def measure(ours: str, mlflow: str, token: str, *, models: int, versions: int, warmup: int, rounds: int) -> dict:
+    ours_session, mlflow_session = requests.Session(), requests.Session()
+    ours_session.headers["Authorization"] = f"Token {token}"
+    rng = random.Random(7)
+    timings: dict[str, dict[str, list[float]]] = {}
+    rows: dict[str, dict[str, int]] = {}
+    for round_number in range(warmup + rounds):
+        for label, our_url, mlflow_url in operations(ours, mlflow, models, versions, rng):
+            for side, session, url in (("modelyard", ours_session, our_url), ("mlflow", mlflow_session, mlflow_url)):
+                started = time.perf_counter()
+                answer = session.get(url, timeout=60)
+                elapsed = time.perf_counter() - started
+                if answer.status_code != 200:
+                    raise RuntimeError(f"{side} answered {answer.status_code} to {url}: {answer.text[:300]}")
+                if round_number >= warmup:
+                    timings.setdefault(label, {}).setdefault(side, []).append(elapsed)
+                    rows.setdefault(label, {})[side] = rows_in(label, answer.json())
+    return {label: {side: {**stats_ms(values), "rows": rows[label][side]} for side, values in sides.items()}
+            for label, sides in timings.items()}
+
+
+def verdict(measurement: dict, target: float) -> tuple[str, str, dict]:
+    ratios, short = {}, []
+    for label, sides in measurement.items():
+        ratios[label] = {q: round(sides["mlflow"][f"{q}_ms"] / sides["modelyard"][f"{q}_ms"], 2)
+                         for q in ("p50", "p95")}
+        short += [f"{label} {q} ×{r}" for q, r in ratios[label].items() if r < target]
+    if short:
+        return "fail", f"not {target:g}× faster than MLflow on: {', '.join(short)}", ratios
+    slowest = min(r for pair in ratios.values() for r in pair.values())
+    return "pass", f"Modelyard's p50 and p95 are at least {slowest}× faster than MLflow's on every operation", ratios
+
+
+def markdown(r: dict) -> str:
+    lines = ["# Registry API against MLflow", "", f"Run {r['finished_at']} on {r['machine']}.", "",
+             f"**Verdict: {r['verdict'].upper()}** — {r['verdict_reason']}", ""]
+    s = r.get("setup", {})
+    lines += [
+        "## Setup", "",
+        f"- {s.get('models')} models × {s.get('versions')} versions in each registry, every model tagged "
+        f"`team=team-<i mod {TEAMS}>`; both on PostgreSQL on this machine, {s.get('workers')} server workers each.",
+        f"- MLflow {s.get('mlflow_version')} (`mlflow server`, own virtualenv): schema in "
+        f"{s.get('mlflow', {}).get('schema_s')} s; {s.get('mlflow', {}).get('api_sample_models')} models through its "
+        f"store API in {s.get('mlflow', {}).get('api_sample_s')} s "
+        f"({s.get('mlflow', {}).get('api_per_model_ms')} ms per model with its versions), the rest in bulk through "
+        f"its SQLAlchemy tables in {s.get('mlflow', {}).get('bulk_s')} s.",
+        f"- Modelyard (gunicorn, `MODELYARD_DEBUG=false`): migrated in {s.get('migrate_s')} s, rows (no S3 objects) "
+        f"bulk-inserted with the ORM in {s.get('populate_s')} s. `ANALYZE` on both databases after filling.",
+        f"- {r.get('rounds')} timed requests per operation and server after {r.get('warmup')} warm-ups, the two "
+        "servers asked in turn; one keep-alive HTTP session each.", "",
+    ]
+    m = r.get("measurement")
+    if m:
+        lines += ["## Results (ms)", "",
+                  "| operation | Modelyard p50 | Modelyard p95 | MLflow p50 | MLflow p95 | ratio p50 | ratio p95 "
+                  "| rows |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for label, sides in m.items():
+            ours, theirs, ratio = sides["modelyard"], sides["mlflow"], r["ratios"][label]
+            lines.append(f"| {label} | {ours['p50_ms']} | {ours['p95_ms']} | {theirs['p50_ms']} | {theirs['p95_ms']} | "
+                         f"{ratio['p50']}× | {ratio['p95']}× | {ours['rows']} / {theirs['rows']} |")
+        lines += ["", "Ratio: MLflow's time over Modelyard's (above 1: Modelyard is faster).", ""]
+    q = r.get("sql_queries_per_page")
+    if q:
+        lines += ["## SQL queries per list page (Modelyard)", "", "| page | page_size 5 | page_size 50 |",
+                  "|---|---|---|"]
+        lines += [f"| {label} | {n['5']} | {n['50']} |" for label, n in q.items()]
+        lines += ["", "Constant in the page size; pinned in tests/registry/test_pagination.py.", ""]
+    if r.get("timings_s"):
+        lines += ["## Run time (s)", "", ", ".join(f"{k} {v}" for k, v in r["timings_s"].items()), ""]
+    return "\n".join(lines)
+
+
+def write_results(result: dict, json_path: Path, markdown_path: Path) -> None:
+    """Write both files through ``.tmp`` names, so a failed run leaves the previous results intact."""
+    for path, text in ((json_path, json.dumps(result, indent=2) + "\n"), (markdown_path, markdown(result))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--json", type=Path, default=REPO / "bench/results/registry.json")
+    parser.add_argument("--markdown", type=Path, default=REPO / "bench/results/registry.md")
+    parser.add_argument("--models", type=int, default=10_000)
+    parser.add_argument("--versions", type=int, default=5)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--target-ratio", type=float, default=2.0)
+    parser.add_argument("--keep", action="store_true", help="keep the databases")
+    args = parser.parse_args(argv)
+
+    import tempfile
+
+    workdir = Path(tempfile.mkdtemp(prefix="modelyard-bench-registry-"))
+    result: dict = {"benchmark": "registry_vs_mlflow", "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                    "machine": machine(), "warmup": args.warmup, "rounds": args.requests,
+                    "target_ratio": args.target_ratio}
+    timings: dict[str, float] = {}
+    servers: list[Server] = []
+    clock = time.perf_counter()
+    try:
+        python = mlflow_python()
+        timings["mlflow_venv"] = round(time.perf_counter() - clock, 1)
+        recreate_databases()
+        env = {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{OUR_DATABASE}",
+               "MODELYARD_DEBUG": "false", "MODELYARD_SECRET_KEY": uuid.uuid4().hex * 2,
+               "MODELYARD_SSL_REDIRECT": "false", "MODELYARD_LOG_LEVEL": "WARNING",
+               "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
+        started = time.perf_counter()
+        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, env=env, check=True,
+                       capture_output=True)
+        setup = {"models": args.models, "versions": args.versions, "workers": args.workers,
+                 "mlflow_version": mlflow_version(python), "migrate_s": round(time.perf_counter() - started, 1)}
+        result["setup"] = setup
+        os.environ.update(env)
+        sys.path.insert(0, str(REPO))
+        import django
+
+        django.setup()
+        log(f"filling Modelyard: {args.models} models × {args.versions} versions")
+        ours = populate_ours(args.models, args.versions)
+        setup["populate_s"] = ours["populate_s"]
+        log(f"filling MLflow: {args.models} models × {args.versions} versions")
+        mlflow_uri = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{MLFLOW_DATABASE}"
+        filled = subprocess.run([str(python), str(REPO / "bench" / "mlflow_populate.py"), mlflow_uri,
+                                 str(args.models), str(args.versions), str(TEAMS)],
+                                capture_output=True, text=True, check=True)
+        setup["mlflow"] = json.loads(filled.stdout.strip().splitlines()[-1])
+        for database in (OUR_DATABASE, MLFLOW_DATABASE):  # planner statistics, as autovacuum would gather them
+            with psycopg_connect(database) as conn:
+                conn.execute("ANALYZE")
+        timings["populate"] = round(time.perf_counter() - clock - timings["mlflow_venv"], 1)
+        log(f"populated: {setup}")
+        result["sql_queries_per_page"] = count_sql_queries(ours["token"])
+
+        our_port, mlflow_port = free_port(), free_port()
+        our_url, mlflow_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{mlflow_port}"
+        servers.append(Server("modelyard", [str(Path(sys.executable).parent / "gunicorn"), "modelyard.wsgi",
+                                            "-b", f"127.0.0.1:{our_port}", "--workers", str(args.workers)],
+                              env, f"{our_url}/healthz", workdir))
+        servers.append(Server("mlflow", [str(MLFLOW_VENV / "bin" / "mlflow"), "server",
+                                         "--backend-store-uri", mlflow_uri,
+                                         "--default-artifact-root", f"file://{workdir}/mlartifacts",
+                                         "--host", "127.0.0.1", "--port", str(mlflow_port),
+                                         "--workers", str(args.workers)],
+                              {**os.environ, "PATH": f"{MLFLOW_VENV / 'bin'}:{os.environ['PATH']}"},
+                              f"{mlflow_url}/health", workdir))
+        for server in servers:
+            server.wait()
+        log("measuring")
+        started = time.perf_counter()
+        result["measurement"] = measure(our_url, mlflow_url, ours["token"], models=args.models,
+                                        versions=args.versions, warmup=args.warmup, rounds=args.requests)
+        timings["measure"] = round(time.perf_counter() - started, 1)
+        result["verdict"], result["verdict_reason"], result["ratios"] = verdict(result["measurement"],
+                                                                                 args.target_ratio)
+    except Exception as exc:
+        result["verdict"], result["verdict_reason"] = "not run", f"{type(exc).__name__}: {exc}"
+        for server in servers:
+            log(f"{server.name} log tail: {server.log_path.read_text()[-1500:] if server.log_path.exists() else ''}")
+        raise
+    finally:
+        for server in servers:
+            server.stop()
+        timings["total"] = round(time.perf_counter() - clock, 1)
+        result["timings_s"] = timings
+        result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        if "django" in sys.modules:
+            from django.db import connections
+
+            connections.close_all()
+        if not args.keep:
+            drop_databases()
+        write_results(result, args.json, args.markdown)
+        log(f"{result['verdict']}: {result['verdict_reason']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
