@@ -87,13 +87,14 @@ def queries_for(api_client, url: str) -> int:
     return len(captured)
 
 
-@pytest.mark.parametrize("url", [
-    "/api/v1/models/?page_size={n}",
-    "/api/v1/models/?page_size={n}&tag=team%3Dml&alias=production",
-    "/api/v1/models/iris/versions/?page_size={n}",
-    "/api/v1/audit/?page_size={n}",
+@pytest.mark.parametrize(("url", "most"), [
+    ("/api/v1/models/?page_size={n}", 3),
+    ("/api/v1/models/?page_size={n}&tag=team%3Dml&alias=production", 3),
+    # the model, the page, its aliases and its ensemble members (one prefetch each)
+    ("/api/v1/models/iris/versions/?page_size={n}", 4),
+    ("/api/v1/audit/?page_size={n}", 3),
 ])
-def test_a_list_page_costs_the_same_sql_queries_for_five_rows_as_for_fifty(api_client, url):
+def test_a_list_page_costs_the_same_sql_queries_for_five_rows_as_for_fifty(api_client, url, most):
     models = RegisteredModel.objects.bulk_create(
         RegisteredModel(name="iris" if n == 0 else f"m{n:02d}", tags={"team": "ml"}) for n in range(60)
     )
@@ -106,4 +107,4 @@ def test_a_list_page_costs_the_same_sql_queries_for_five_rows_as_for_fifty(api_c
     )
     small, large = queries_for(api_client, url.format(n=5)), queries_for(api_client, url.format(n=50))
     assert small == large, f"{small} queries for 5 rows, {large} for 50"
-    assert large <= 3
+    assert large <= most
