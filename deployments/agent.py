@@ -348,3 +348,31 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
     except OSError as exc:
         report["errors"].append(f"model repository {model_repository}: {exc}")
     return report
+
+
+def ensure_version_ready(payload: dict, *, load_timeout: float) -> bool:
+    """Reload ``payload``'s model version on Triton if it is not READY (e.g. an ensemble whose
+    composing model was swapped); the version directory is already staged on this host.
+
+    Args:
+        payload: built by ``build_agent_payload`` (model, version, config_text, parameters,
+            config_overrides, inference_url).
+        load_timeout: seconds allowed for the load call.
+
+    Returns:
+        True when the version is READY afterwards.
+    """
+    model, version = payload["model"], int(payload["version"])
+    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout)
+    try:
+        if runtime.is_version_ready(model, version):
+            return True
+        logger.warning("%s v%s is not READY after a composing model changed; reloading it", model, version)
+        runtime.load(model, render_load_config(
+            payload["config_text"], model_name=model, versions=[version],
+            parameters=payload.get("parameters") or {}, overrides=payload.get("config_overrides"),
+        ))
+        return runtime.is_version_ready(model, version)
+    except ServingRuntimeError as exc:
+        logger.error("could not reload %s v%s: %s", model, version, exc.message)
+        return False

@@ -54,7 +54,9 @@ class Deployment(models.Model):
     alias this deployment tracks: moving it starts the next rollout to the same hosts by itself.
     ``selector`` is the label selector the hosts were chosen by (empty when named);
     ``config_overrides`` is a partial Triton model config applied at load (instance_group,
-    dynamic_batching, max_batch_size). ``rollback_of`` links a rollback to the rollout it undoes.
+    dynamic_batching, max_batch_size). ``rollback_of`` links a rollback to the rollout it undoes;
+    ``prerequisite_for`` links the rollout of an ensemble's composing model to the ensemble's,
+    which dispatches no host before its prerequisites succeed.
     ``status`` changes only through ``deployments.rollouts.set_status``, each change a
     ``RolloutEvent``.
     """
@@ -70,6 +72,10 @@ class Deployment(models.Model):
     config_overrides = models.JSONField(default=dict, blank=True)
     rollback_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rollbacks"
+    )
+    prerequisite_for = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="prerequisites",
+        help_text="the ensemble rollout that waits for this one (a composing model deployed first)",
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

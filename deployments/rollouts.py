@@ -26,6 +26,7 @@ from django.utils import timezone
 from deployments.choices import (
     ACTIVE_TARGET_STATES,
     DEPLOYMENT_TRANSITIONS,
+    TERMINAL_DEPLOYMENT_STATUSES,
     DeploymentStatus,
     FailurePolicy,
     TargetState,
@@ -66,6 +67,13 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
             actor_label=getattr(actor, "username", "") or "system", message=message,
         )
         deployment.status, deployment.finished_at = to_status, finished
+        if finished and deployment.prerequisite_for_id:
+            from deployments.tasks import advance_rollout_task
+
+            parent = deployment.prerequisite_for_id
+            transaction.on_commit(lambda: advance_rollout_task.delay(parent))
+        if to_status == DeploymentStatus.SUCCEEDED:
+            transaction.on_commit(lambda pk=deployment.pk: _check_ensembles_after(pk))
     return bool(changed)
 
 
@@ -91,6 +99,17 @@ def advance_rollout(deployment_id: int) -> str:
         deployment = _locked(deployment_id)
         if deployment.status != DeploymentStatus.RUNNING:
             return deployment.status
+        prerequisites = list(deployment.prerequisites.select_related("model").order_by("id"))
+        broken = [p for p in prerequisites if p.status in TERMINAL_DEPLOYMENT_STATUSES
+                  and p.status != DeploymentStatus.SUCCEEDED]
+        if broken:
+            _cancel_waiting(deployment)
+            names = ", ".join(f"{p.model.name} (rollout {p.pk}, {p.get_status_display().lower()})" for p in broken)
+            set_status(deployment, DeploymentStatus.FAILED,
+                       message=f"composing model(s) could not be deployed: {names}; no host was moved")
+            return deployment.status
+        if any(p.status != DeploymentStatus.SUCCEEDED for p in prerequisites):
+            return deployment.status  # composing models first: each one's end advances this rollout
         targets = list(deployment.targets.select_for_update().order_by("batch", "host__name"))
         in_flight = [t for t in targets if t.state in ACTIVE_TARGET_STATES and t.dispatched_at is not None]
         failed = [t for t in targets if t.state == TargetState.FAILED]
@@ -299,3 +318,26 @@ def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
             failure_policy=current.failure_policy, config_overrides=current.config_overrides,
             follow_alias=alias, selector=current.selector, actor=actor,
         )
+
+
+def _check_ensembles_after(deployment_id: int) -> None:
+    """After a model was swapped on some hosts, have each host check every ensemble it serves that
+    composes that model, and reload one that is not READY (Triton reloads dependants itself, so
+    usually nothing needs doing)."""
+    from deployments.services import build_agent_payload, ready_targets_oldest_first
+    from deployments.tasks import check_ensemble_on_host
+    from registry.models import EnsembleMember
+
+    deployment = Deployment.objects.select_related("model").get(pk=deployment_id)
+    hosts = list(deployment.targets.filter(state=TargetState.READY).values_list("host_id", flat=True))
+    ensembles = set(EnsembleMember.objects.filter(member__model=deployment.model).values_list("ensemble_id", flat=True))
+    if not hosts or not ensembles:
+        return
+    serving: dict[tuple[int, int], DeploymentTarget] = {}
+    for target in ready_targets_oldest_first(host_id__in=hosts).select_related(
+            "host", "deployment__version__model"):
+        serving[(target.host_id, target.deployment.model_id)] = target
+    for target in serving.values():
+        if target.deployment.version_id in ensembles:
+            payload = build_agent_payload(target, download_url="")
+            check_ensemble_on_host.apply_async(args=[payload], queue=target.host.queue)

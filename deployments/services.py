@@ -23,7 +23,7 @@ from deployments.choices import (
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from registry.choices import AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.models import ModelVersion
 from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event, resolve_alias
@@ -179,9 +179,14 @@ def start_deployment(
 def create_rollout(
     *, model_version: ModelVersion, hosts: list[ServingHost], batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, follow_alias: str = "",
-    selector: dict | None = None, rollback_of: Deployment | None = None, actor=None,
+    selector: dict | None = None, rollback_of: Deployment | None = None,
+    prerequisite_for: Deployment | None = None, actor=None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
+
+    For a Triton ensemble, every composing model version that a chosen host does not serve yet
+    gets a rollout of its own to those hosts first (``prerequisite_for``); the ensemble's hosts
+    move only once those succeed.
 
     Each target records the version its host serves now (``previous_version``), which a
     rollback returns it to. Hosts keep the given order; batch ``i`` holds hosts
@@ -219,7 +224,7 @@ def create_rollout(
         deployment = Deployment.objects.create(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},
-            config_overrides=overrides, rollback_of=rollback_of,
+            config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
@@ -232,8 +237,26 @@ def create_rollout(
             data={"version": model_version.version, "hosts": [h.name for h in hosts], "batch_size": batch_size,
                   "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None},
         )
+        if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
+            _deploy_composing_models(deployment, hosts, actor=actor)
         transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk))
     return deployment
+
+
+def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, actor) -> None:
+    """Start a prerequisite rollout for each composing model version some of ``hosts`` lack."""
+    served = {(t.host_id, t.deployment.model_id): t.deployment.version_id
+              for t in ready_targets_oldest_first(host__in=hosts).select_related("deployment")}
+    for link in ensemble.version.members.select_related("member__model"):
+        member = link.member
+        missing = [
+            h for h in hosts
+            if not ((h.pk, member.model_id) in served
+                    and (link.requested_version == -1 or served[(h.pk, member.model_id)] == member.pk))
+        ]
+        if missing:
+            create_rollout(model_version=member, hosts=missing, batch_size=ensemble.batch_size,
+                           failure_policy=FailurePolicy.PAUSE, prerequisite_for=ensemble, actor=actor)
 
 
 def _check_labels(labels, field: str) -> dict[str, str]:

@@ -234,3 +234,24 @@ def unload_idle_models() -> int:
     except ServiceUnavailable as exc:
         logger.warning("idle unload skipped: %s", exc.message)
         return 0
+
+
+@shared_task(name="deployments.check_ensemble_on_host", acks_late=True, bind=True, max_retries=None)
+def check_ensemble_on_host(self, payload: dict) -> bool:
+    """Host agent: make sure an ensemble version is READY after one of its composing models changed.
+
+    Reloads it with its config when it is not (under the (host, model) lock). Returns whether it
+    was READY, or became so.
+    """
+    from deployments.agent import ensure_version_ready
+
+    lock = host_model_lock(payload["host"], payload["model"])
+    if not _acquire_or_take_over(lock, self.request.id):
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    try:
+        return ensure_version_ready(payload, load_timeout=settings.AGENT_LOAD_TIMEOUT)
+    finally:
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            logger.warning("the lock on %s expired during the ensemble check", payload["model"])

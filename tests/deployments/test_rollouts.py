@@ -214,3 +214,49 @@ def test_a_deployment_by_selector_takes_every_matching_host(model, hosts, django
     deployment = start(django_capture_on_commit_callbacks, version=2, selector={"zone": "a"})
     assert sorted(deployment.targets.values_list("host__name", flat=True)) == ["gpu-0", "gpu-2"]
     assert deployment.selector == {"zone": "a"}
+
+
+@pytest.fixture
+def ensemble(model) -> ModelVersion:
+    """iris-ens v1: an ensemble composing iris v2."""
+    from registry.models import EnsembleMember
+
+    ens = RegisteredModel.objects.create(name="iris-ens", next_version=2)
+    version = ModelVersion.objects.create(model=ens, version=1, format=ArtifactFormat.TRITON_ENSEMBLE,
+                                          artifact_key="sha256/ee/x", artifact_sha256="e" * 64, artifact_size=10)
+    EnsembleMember.objects.create(ensemble=version, member=model.versions.get(version=2), requested_version=2)
+    return version
+
+
+def test_an_ensemble_rollout_deploys_its_composing_model_first(model, hosts, ensemble,
+                                                                django_capture_on_commit_callbacks):
+    first = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0"])
+    finish(first, "gpu-0")  # gpu-0 serves iris v2 already; gpu-1 does not
+    with django_capture_on_commit_callbacks(execute=False):
+        parent = start_deployment(model_name="iris-ens", version=1, host_names=["gpu-0", "gpu-1"], batch_size=2)
+    (child,) = parent.prerequisites.all()
+    assert (child.model.name, child.version.version) == ("iris", 2)
+    assert list(child.targets.values_list("host__name", flat=True)) == ["gpu-1"]
+    assert rollouts.advance_rollout(parent.pk) == DeploymentStatus.RUNNING
+    assert dispatched(parent) == set()  # waits for iris
+    rollouts.advance_rollout(child.pk)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        assert finish(child, "gpu-1") == DeploymentStatus.SUCCEEDED
+    assert len(callbacks) >= 1  # the ensemble's rollout is advanced once iris is in place
+    rollouts.advance_rollout(parent.pk)
+    assert dispatched(parent) == {"gpu-0", "gpu-1"}
+
+
+def test_an_ensemble_rollout_fails_without_moving_a_host_when_a_composing_model_fails(
+    model, hosts, ensemble, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False):
+        parent = start_deployment(model_name="iris-ens", version=1, host_names=["gpu-0"])
+    (child,) = parent.prerequisites.all()
+    rollouts.advance_rollout(child.pk)
+    with django_capture_on_commit_callbacks(execute=False):
+        finish(child, "gpu-0", TargetState.FAILED, "load failed")
+    assert rollouts.advance_rollout(parent.pk) == DeploymentStatus.FAILED
+    parent.refresh_from_db()
+    assert "composing model(s) could not be deployed: iris" in parent.events.last().message
+    assert list(parent.targets.values_list("state", flat=True)) == ["cancelled"]
