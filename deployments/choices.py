@@ -100,3 +100,15 @@ class FailurePolicy(models.TextChoices):
 
     PAUSE = "pause", "Pause and wait for an operator"
     ROLLBACK = "rollback", "Roll back the hosts already moved"
+
+
+class RolloutTrigger(models.TextChoices):
+    """What started a rollout."""
+
+    OPERATOR = "operator", "An operator or CI"
+    ALIAS = "alias", "Its alias moved"
+    ROLLBACK = "rollback", "A rollback"
+    PREREQUISITE = "prerequisite", "An ensemble that composes it"
+    RECONCILER = "reconciler", "The reconciler"
+    RELOAD = "reload", "A reload after an unload"
+    AUTOSCALE = "autoscale", "The autoscaler"

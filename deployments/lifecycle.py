@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from deployments.choices import ACTIVE_TARGET_STATES, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
 from deployments.models import Deployment, DeploymentTarget
 from deployments.services import create_rollout, get_host, ready_targets_oldest_first, transition
 from modelyard.errors import Conflict, NotFound
@@ -89,7 +89,9 @@ def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
         raise NotFound(f"no version of {model.name} was unloaded from {host.name}")
     with transaction.atomic():
         deployment = create_rollout(model_version=unloaded.deployment.version, hosts=[host],
-                                    config_overrides=unloaded.deployment.config_overrides, actor=actor)
+                                    config_overrides=unloaded.deployment.config_overrides,
+                                    autoscale=unloaded.deployment.autoscale, trigger=RolloutTrigger.RELOAD,
+                                    actor=actor)
         record_audit_event(action=AuditAction.MODEL_RELOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": unloaded.deployment.version.version,
                                               "deployment": deployment.pk})

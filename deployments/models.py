@@ -3,7 +3,7 @@
 from django.conf import settings
 from django.db import models
 
-from deployments.choices import DeploymentStatus, FailurePolicy, Runtime, TargetState
+from deployments.choices import DeploymentStatus, FailurePolicy, RolloutTrigger, Runtime, TargetState
 from registry.models import ModelVersion, RegisteredModel
 
 
@@ -56,7 +56,9 @@ class Deployment(models.Model):
     ``config_overrides`` is a partial Triton model config applied at load (instance_group,
     dynamic_batching, max_batch_size). ``rollback_of`` links a rollback to the rollout it undoes;
     ``prerequisite_for`` links the rollout of an ensemble's composing model to the ensemble's,
-    which dispatches no host before its prerequisites succeed.
+    which dispatches no host before its prerequisites succeed. ``trigger`` says what started the
+    rollout; ``autoscale`` bounds the instance count the autoscaler may set on each host (see
+    ``deployments.autoscale``).
     ``status`` changes only through ``deployments.rollouts.set_status``, each change a
     ``RolloutEvent``.
     """
@@ -73,6 +75,9 @@ class Deployment(models.Model):
     rollback_of = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rollbacks"
     )
+    trigger = models.CharField(max_length=16, choices=RolloutTrigger.choices, default=RolloutTrigger.OPERATOR)
+    autoscale = models.JSONField(default=dict, blank=True, help_text=(
+        '{"min_instances": 1, "max_instances": 4, "queue_ms_high": 20, "queue_ms_low": 2}; empty: off'))
     prerequisite_for = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="prerequisites",
         help_text="the ensemble rollout that waits for this one (a composing model deployed first)",

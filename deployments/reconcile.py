@@ -19,9 +19,9 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.choices import ACTIVE_TARGET_STATES, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import record_target_progress, start_deployment
+from deployments.services import create_rollout, record_target_progress
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +83,11 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff:
             continue  # redeploying this very version failed recently: do not loop
         reason = f"{host.name} reported {model} version {version} not READY"
-        deployment = start_deployment(model_name=model, version=version, host_names=[host.name], actor=None)
+        deployment = create_rollout(
+            model_version=target.deployment.version, hosts=[host],
+            config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
+            trigger=RolloutTrigger.RECONCILER,
+        )
         logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
         repairs.append(Repair(host=host.name, model=model, version=version, reason=reason,
                               deployment_id=deployment.pk))

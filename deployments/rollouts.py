@@ -29,6 +29,7 @@ from deployments.choices import (
     TERMINAL_DEPLOYMENT_STATUSES,
     DeploymentStatus,
     FailurePolicy,
+    RolloutTrigger,
     TargetState,
 )
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent
@@ -244,7 +245,7 @@ def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment
         rollbacks.append(create_rollout(
             model_version=previous, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
             failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
-            rollback_of=deployment, actor=actor,
+            autoscale=deployment.autoscale, rollback_of=deployment, trigger=RolloutTrigger.ROLLBACK, actor=actor,
         ))
     set_status(deployment, DeploymentStatus.ROLLED_BACK, actor=actor, message=reason)
     return rollbacks
@@ -316,7 +317,8 @@ def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
         return create_rollout(
             model_version=version, hosts=hosts, batch_size=current.batch_size,
             failure_policy=current.failure_policy, config_overrides=current.config_overrides,
-            follow_alias=alias, selector=current.selector, actor=actor,
+            follow_alias=alias, selector=current.selector, autoscale=current.autoscale,
+            trigger=RolloutTrigger.ALIAS, actor=actor,
         )
 
 

@@ -17,6 +17,7 @@ from deployments.choices import (
     RUNTIME_FORMATS,
     TARGET_TRANSITIONS,
     FailurePolicy,
+    RolloutTrigger,
     Runtime,
     TargetState,
 )
@@ -124,7 +125,8 @@ def register_host(
 def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
-    failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, actor=None,
+    failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
+    actor=None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -141,6 +143,7 @@ def start_deployment(
         failure_policy: a ``FailurePolicy`` value.
         config_overrides: a partial Triton model config (instance_group, dynamic_batching,
             max_batch_size) applied at load on every host.
+        autoscale: bounds for the autoscaler (see ``check_autoscale``); None or {} for none.
         actor: the requesting user.
 
     Returns:
@@ -172,7 +175,8 @@ def start_deployment(
         raise InvalidInput("hosts must name at least one serving host, or give a selector")
     return create_rollout(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
-        config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, actor=actor,
+        config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,
+        actor=actor,
     )
 
 
@@ -180,7 +184,8 @@ def create_rollout(
     *, model_version: ModelVersion, hosts: list[ServingHost], batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, follow_alias: str = "",
     selector: dict | None = None, rollback_of: Deployment | None = None,
-    prerequisite_for: Deployment | None = None, actor=None,
+    prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
+    trigger: str = RolloutTrigger.OPERATOR, actor=None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -208,6 +213,7 @@ def create_rollout(
         overrides = check_config_overrides(config_overrides)
     except ModelConfigError as exc:
         raise InvalidInput(str(exc)) from exc
+    limits = check_autoscale(autoscale)
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
@@ -225,6 +231,7 @@ def create_rollout(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},
             config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
+            autoscale=limits, trigger=trigger,
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
@@ -256,7 +263,44 @@ def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, 
         ]
         if missing:
             create_rollout(model_version=member, hosts=missing, batch_size=ensemble.batch_size,
-                           failure_policy=FailurePolicy.PAUSE, prerequisite_for=ensemble, actor=actor)
+                           failure_policy=FailurePolicy.PAUSE, prerequisite_for=ensemble,
+                           trigger=RolloutTrigger.PREREQUISITE, actor=actor)
+
+
+AUTOSCALE_KEYS = ("min_instances", "max_instances", "queue_ms_high", "queue_ms_low")
+
+
+def check_autoscale(autoscale: dict | None) -> dict:
+    """Check a deployment's autoscale bounds.
+
+    Args:
+        autoscale: ``{"min_instances": int ≥ 1, "max_instances": int ≤ 64, "queue_ms_high": ms,
+            "queue_ms_low": ms}`` (instances per host; the autoscaler adds one when the mean queue
+            time passes ``queue_ms_high`` and removes one below ``queue_ms_low``); None or {}: off.
+
+    Returns:
+        The bounds, or {}.
+
+    Raises:
+        InvalidInput: a missing or unknown key, or bounds that do not make sense.
+    """
+    from deployments.runtimes.triton_config import MAX_INSTANCE_COUNT
+
+    if not autoscale:
+        return {}
+    if not isinstance(autoscale, dict) or set(autoscale) != set(AUTOSCALE_KEYS):
+        raise InvalidInput(f"autoscale must be a JSON object with exactly {', '.join(AUTOSCALE_KEYS)}")
+    low, high = autoscale["min_instances"], autoscale["max_instances"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) or not (
+        1 <= low <= high <= MAX_INSTANCE_COUNT
+    ):
+        raise InvalidInput(f"autoscale needs 1 ≤ min_instances ≤ max_instances ≤ {MAX_INSTANCE_COUNT}")
+    q_high, q_low = autoscale["queue_ms_high"], autoscale["queue_ms_low"]
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (q_high, q_low)) or not (
+        0 <= q_low < q_high
+    ):
+        raise InvalidInput("autoscale needs 0 ≤ queue_ms_low < queue_ms_high (milliseconds)")
+    return {"min_instances": low, "max_instances": high, "queue_ms_high": q_high, "queue_ms_low": q_low}
 
 
 def _check_labels(labels, field: str) -> dict[str, str]:

@@ -255,3 +255,16 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
             lock.release()
         except redis.exceptions.LockError:
             logger.warning("the lock on %s expired during the ensemble check", payload["model"])
+
+
+@shared_task(name="deployments.autoscale")
+def autoscale() -> int:
+    """Orchestrator, on a schedule: add or remove model instances by queue time. Returns the changes made."""
+    from deployments.autoscale import autoscale_fleet
+    from modelyard.errors import ServiceUnavailable
+
+    try:
+        return len(autoscale_fleet())
+    except ServiceUnavailable as exc:
+        logger.warning("autoscale skipped: %s", exc.message)
+        return 0

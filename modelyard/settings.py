@@ -188,6 +188,8 @@ HEARTBEAT_INTERVAL = env_float("MODELYARD_HEARTBEAT_INTERVAL", 30.0)
 HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)
 # Unload a model from a host once it answered no request for this many seconds (0: never).
 IDLE_UNLOAD_AFTER = env_float("MODELYARD_IDLE_UNLOAD_AFTER", 0.0)
+# The autoscaler's window: the queue time it judges by, and the least time between two changes (seconds).
+AUTOSCALE_WINDOW = env_float("MODELYARD_AUTOSCALE_WINDOW", 120.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
@@ -202,6 +204,8 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile-fleet": {"task": "deployments.reconcile", "schedule": RECONCILE_INTERVAL},
     # Checks every minute; does nothing while IDLE_UNLOAD_AFTER is 0.
     "unload-idle-models": {"task": "deployments.unload_idle_models", "schedule": 60.0},
+    # Only deployments with autoscale bounds are touched.
+    "autoscale-instances": {"task": "deployments.autoscale", "schedule": 60.0},
     # Multipart uploads left open past their expiry are aborted, so S3 frees their parts.
     "expire-uploads": {"task": "registry.expire_uploads", "schedule": UPLOAD_SWEEP_INTERVAL},
     "collect-garbage": {"task": "registry.collect_garbage", "schedule": GC_INTERVAL},

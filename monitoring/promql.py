@@ -255,3 +255,15 @@ def requests_per_host_model(window: int) -> str:
               f" + increase(nv_inference_request_failure[{w}]))")
     bento = f"sum by ({by})(increase(bentoml_service_request_total{_bento({})}[{w}]))"
     return f"({triton}) or {bento}"
+
+
+def queue_ms_per_host_model(window: int) -> str:
+    """Mean time a request waited in Triton's queue per (host, model), all versions together, in ms.
+
+    ``nv_inference_queue_duration_us`` (µs, cumulative) / ``nv_inference_request_success``; BentoML
+    exports no queue time, so BentoML models have no row.
+    """
+    w = _window(window)
+    by = "host, model"
+    return (f"sum by ({by})(rate(nv_inference_queue_duration_us[{w}]))"
+            f" / sum by ({by})(rate(nv_inference_request_success[{w}])) / 1000")

@@ -311,9 +311,24 @@ def requests_per_host_model(
     Raises:
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
+    return _per_host_model(promql.requests_per_host_model(window_seconds), client)
+
+
+def _per_host_model(query: str, client: PrometheusClient | None) -> dict[tuple[str, str], float]:
     client = client or PrometheusClient()
     try:
-        samples = client.instant(promql.requests_per_host_model(window_seconds))
+        samples = client.instant(query)
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
     return {(s.labels.get("host", ""), s.labels.get("model", "")): s.value for s in samples}
+
+
+def queue_ms_per_host_model(
+    *, window_seconds: int, client: PrometheusClient | None = None
+) -> dict[tuple[str, str], float]:
+    """Mean queue time in ms per (host, model) over ``window_seconds`` (``promql.queue_ms_per_host_model``).
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    return _per_host_model(promql.queue_ms_per_host_model(window_seconds), client)

@@ -61,8 +61,9 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Deployment
-        fields = ["id", "model", "version", "status", "batch_size", "failure_policy", "follow_alias", "selector",
-                  "config_overrides", "rollback_of", "targets", "events", "created_by", "created_at", "finished_at"]
+        fields = ["id", "model", "version", "status", "trigger", "batch_size", "failure_policy", "follow_alias",
+                  "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "targets", "events",
+                  "created_by", "created_at", "finished_at"]
         read_only_fields = fields
 
 
@@ -83,6 +84,9 @@ class DeploymentCreateSerializer(serializers.Serializer):
     failure_policy = serializers.ChoiceField(choices=FailurePolicy.choices, default=FailurePolicy.PAUSE)
     config_overrides = serializers.JSONField(required=False, help_text=(
         "partial Triton model config applied at load: instance_group, dynamic_batching, max_batch_size"))
+    autoscale = serializers.JSONField(required=False, help_text=(
+        'instances per host by queue time: {"min_instances": 1, "max_instances": 4, "queue_ms_high": 20, '
+        '"queue_ms_low": 2}'))
 
 
 class InferenceRequestSerializer(serializers.Serializer):

@@ -89,7 +89,7 @@ class DeploymentViewSet(
             model_name=fields["model"], version=fields.get("version"), alias=fields["alias"],
             host_names=fields.get("hosts"), selector=fields.get("selector"), replicas=fields.get("replicas"),
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
-            config_overrides=fields.get("config_overrides"), actor=request.user,
+            config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
