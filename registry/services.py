@@ -169,7 +169,7 @@ def _check_lineage(lineage: dict | None) -> dict:
 def register_version(
     *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
     store: ArtifactStore | None = None, tags=None, lineage: dict | None = None,
-    signature=None, max_batch_size: int | None = None, staged_key: str | None = None,
+    signature=None, max_batch_size: int | None = None, staged_key: str | None = None, sha256: str | None = None,
 ) -> ModelVersion:
     """Validate an uploaded artifact, store it in S3 and register it as the next version.
 
@@ -198,7 +198,9 @@ def register_version(
         actor: the requesting user.
         store: the artifact store; defaults to one built from settings.
         staged_key: an object in the bucket holding the same bytes as ``artifact_path`` (a
-            verified multipart upload); the stored artifact is then a server-side copy of it.
+            verified multipart upload); it then becomes the artifact (see ``put_artifact``).
+        sha256: the hex digest of ``artifact_path`` when the caller computed it while receiving
+            the bytes (a multipart upload read back from S3); saves hashing the file again.
 
     Returns:
         The new ModelVersion, status READY.
@@ -226,7 +228,10 @@ def register_version(
             artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
         ))
         resolve_ensemble_members(prepared.ensemble_members)
-        sha256, size = sha256_file(prepared.path)
+        if sha256 and prepared.is_original:
+            size = prepared.path.stat().st_size
+        else:
+            sha256, size = sha256_file(prepared.path)
         store = store or ArtifactStore()
         # Until the row commits nothing references the object: keep the garbage collector off it.
         stack.enter_context(artifact_in_use(artifact_key(sha256)))
