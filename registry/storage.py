@@ -236,17 +236,14 @@ class ArtifactStore:
         if seen != size or digest != sha256:
             raise StorageError(f"stored object {key} does not match: {seen} bytes, sha256 {digest}", retryable=False)
 
-    def stream_to(self, key: str, sink: BinaryIO | None = None, *, parallel: int = 1) -> tuple[str, int]:
+    def stream_to(self, key: str, sink: BinaryIO | None = None) -> tuple[str, int]:
         """Read the object at ``key`` front to back in 8 MiB chunks, hashing it and writing it to ``sink``.
 
-        Memory stays constant whatever the object's size: at most ``parallel`` chunks are in
-        flight. With ``parallel`` > 1 the chunks are fetched as concurrent ranged GETs and still
-        hashed and written in order (S3 serves ranges in parallel far faster than one stream).
+        Memory stays constant whatever the object's size.
 
         Args:
             key: the object to read.
             sink: a binary file to write the bytes to, or None to only hash them.
-            parallel: ranged GETs in flight (1: one plain GET).
 
         Returns:
             ``(sha256 hex digest, size in bytes)`` of what was read.
@@ -256,47 +253,16 @@ class ArtifactStore:
         """
         digest = hashlib.sha256()
         seen = 0
-
-        def consume(chunk: bytes) -> None:
-            nonlocal seen
-            digest.update(chunk)
-            seen += len(chunk)
-            if sink is not None:
-                sink.write(chunk)
-
         try:
-            if parallel <= 1:
-                body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
-                for chunk in body.iter_chunks(CHUNK_BYTES):
-                    consume(chunk)
-            else:
-                self._stream_ranges(key, consume, parallel)
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            for chunk in body.iter_chunks(CHUNK_BYTES):
+                digest.update(chunk)
+                seen += len(chunk)
+                if sink is not None:
+                    sink.write(chunk)
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"read {key}") from exc
         return digest.hexdigest(), seen
-
-    def _stream_ranges(self, key: str, consume, parallel: int) -> None:
-        from collections import deque
-        from concurrent.futures import ThreadPoolExecutor
-
-        found = self.head(key)
-        if found is None:
-            raise StorageError(f"{key} is not in bucket {self.bucket}", retryable=False, code="NoSuchKey")
-
-        def fetch(start: int) -> bytes:
-            end = min(start + CHUNK_BYTES, found.size) - 1
-            answer = self.client.get_object(Bucket=self.bucket, Key=key, Range=f"bytes={start}-{end}")
-            return answer["Body"].read()
-
-        starts = iter(range(0, found.size, CHUNK_BYTES))
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="s3-range") as pool:
-            pending = deque(pool.submit(fetch, start) for _, start in zip(range(parallel), starts, strict=False))
-            while pending:
-                chunk = pending.popleft().result()
-                next_start = next(starts, None)
-                if next_start is not None:
-                    pending.append(pool.submit(fetch, next_start))
-                consume(chunk)
 
     def presigned_download_url(self, key: str, expires_in: int | None = None) -> str:
         """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds."""

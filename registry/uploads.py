@@ -47,9 +47,6 @@ TRANSITIONS = {
 TERMINAL = frozenset({UploadStatus.COMPLETED, UploadStatus.ABORTED, UploadStatus.FAILED})
 
 
-# Ranged GETs in flight while the server reads a completed upload back (8 MiB each).
-VERIFY_PARALLEL_READS = 4
-
 
 def part_count(upload: Upload) -> int:
     """How many parts the upload's declared size makes at its part size (the last may be shorter)."""
@@ -382,7 +379,7 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
     if problem:
         return fail_upload(upload, problem, store=store)
     with tempfile.NamedTemporaryFile(prefix="modelyard-upload-", suffix=Path(upload.filename).suffix) as tmp:
-        digest, size = store.stream_to(upload.staging_key, tmp, parallel=VERIFY_PARALLEL_READS)
+        digest, size = store.stream_to(upload.staging_key, tmp)
         tmp.flush()
         if size != upload.size:
             return fail_upload(upload, f"S3 holds {size} bytes but {upload.size} bytes were declared", store=store)

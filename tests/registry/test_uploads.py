@@ -254,16 +254,3 @@ def test_the_store_lists_more_parts_than_one_page_of_s3s_answer(s3_endpoint):
     assert [p.number for p in parts] == list(range(1, 1003)) and {p.size for p in parts} == {1}
 
 
-
-def test_reading_back_in_parallel_ranges_hashes_the_bytes_in_order(s3_endpoint, tmp_path):
-    import hashlib
-    import os
-
-    store = ArtifactStore()
-    data = os.urandom(2 * 8 * 1024**2 + 12345)  # two whole chunks and a short one
-    store.client.put_object(Bucket=store.bucket, Key="uploads/parallel-read", Body=data)
-    with (tmp_path / "copy").open("wb") as sink:
-        digest, size = store.stream_to("uploads/parallel-read", sink, parallel=4)
-    assert (digest, size) == (hashlib.sha256(data).hexdigest(), len(data))
-    assert (tmp_path / "copy").read_bytes() == data
-    store.delete("uploads/parallel-read")
