@@ -66,9 +66,8 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
     now = now or timezone.now()
     if not host.is_online(now=now):
         return []
-    served = {
-        (m.get("name"), m.get("version")) for m in host.heartbeat.get("models", []) if m.get("state") == "READY"
-    }
+    reported = {(m.get("name"), m.get("version")): m.get("state") for m in host.heartbeat.get("models", [])}
+    served = {key for key, state in reported.items() if state == "READY"}
     desired, active, newest = _desired_and_active(host)
     backoff = timedelta(seconds=settings.RECONCILE_BACKOFF)
     repairs = []
@@ -82,11 +81,13 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         retried = latest.pk != target.pk and latest.deployment.version_id == target.deployment.version_id
         if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff:
             continue  # redeploying this very version failed recently: do not loop
-        reason = f"{host.name} reported {model} version {version} not READY"
+        state = reported.get((model, version))
+        reason = (f"{host.name} reported {model} version {version} {state}" if state
+                  else f"{host.name} reported {model} version {version} missing")
         deployment = create_rollout(
             model_version=target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
-            trigger=RolloutTrigger.RECONCILER,
+            trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
         logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
         repairs.append(Repair(host=host.name, model=model, version=version, reason=reason,

@@ -185,7 +185,7 @@ def create_rollout(
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, follow_alias: str = "",
     selector: dict | None = None, rollback_of: Deployment | None = None,
     prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
-    trigger: str = RolloutTrigger.OPERATOR, actor=None,
+    trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -242,7 +242,8 @@ def create_rollout(
             action=AuditAction.DEPLOYMENT_CREATED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
             model=model_version.model,
             data={"version": model_version.version, "hosts": [h.name for h in hosts], "batch_size": batch_size,
-                  "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None},
+                  "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None,
+                  "trigger": trigger, **({"reason": reason} if reason else {})},
         )
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
