@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 DISK_MARGIN_BYTES = 64 * 1024 * 1024
+BYTECODE_CACHE = "__pycache__"
 
 
 class StagingError(Exception):
@@ -150,6 +151,7 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
             extract_version_dir(archive, layout, unpacked, limits)
         except ArchiveError as exc:
             raise StagingError(f"artifact refused: {exc}") from exc
+        _block_bytecode_caches(unpacked)
         state.mkdir(parents=True, exist_ok=True)
         (state / "config.pbtxt").write_text(payload["config_text"])
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -163,6 +165,27 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
         return True
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _block_bytecode_caches(version_dir: Path) -> None:
+    """Keep Python from writing ``__pycache__`` directories into a staged version directory.
+
+    Triton reloads every version of a model whose directory changed since its last load. A
+    python-backend stub importing ``model.py`` writes ``__pycache__/`` beside it during the first
+    load, so the cut-over (a load of the new version alone) would start a second, unverified
+    instance of the version the smoke inference just checked, at the cost of a whole load.
+    Setting PYTHONDONTWRITEBYTECODE for tritonserver does not stop the stub (Triton 2.51), so the
+    defence is in the directory: an empty file named ``__pycache__`` beside each Python source
+    makes the interpreter skip writing bytecode (it compiles from source instead), and the
+    version directory stays as staged.
+
+    Args:
+        version_dir: the extracted version directory, before it is renamed into place.
+    """
+    for directory in {source.parent for source in version_dir.rglob("*.py")}:
+        cache = directory / BYTECODE_CACHE
+        if not cache.exists():
+            cache.touch()
 
 
 def _config_text_for(paths: AgentPaths, model: str, version: int, fallback: str) -> str:

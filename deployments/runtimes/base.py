@@ -82,7 +82,7 @@ class ServingRuntime(Protocol):
         """Return True when ``version`` of ``model`` can serve requests."""
         ...
 
-    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.2) -> None:
+    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.05) -> None:
         """Block until none of ``versions`` of ``model`` is serving or unloading."""
         ...
 

@@ -205,14 +205,15 @@ class TritonRuntime:
         with self._client(f"check readiness of {model!r} version {version}") as client:
             return bool(client.is_model_ready(model, model_version=str(version)))
 
-    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.2) -> None:
+    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.05) -> None:
         """Block until none of ``versions`` of ``model`` is READY or UNLOADING.
 
         Args:
             model: model name.
             versions: version numbers to wait for.
             timeout: seconds to wait in total.
-            poll: seconds between two reads of the repository index.
+            poll: seconds between two reads of the repository index (one small local HTTP
+                call; the wait ends every swap, so a coarse poll adds to each deployment).
 
         Raises:
             ServingRuntimeError: still serving or unloading after ``timeout``

@@ -66,3 +66,20 @@ def test_a_version_that_fails_its_smoke_inference_is_not_cut_over_to(triton_serv
     assert runtime.ready_versions("iris") == [1]
     answer = runtime.infer("iris", {"input": sample_input()}, ["label"])
     assert [int(v) for v in answer["label"].reshape(-1)] == expected_labels()
+
+
+def test_the_cut_over_keeps_serving_the_instance_the_smoke_inference_verified(triton_server, artifact_server):
+    root, base_url = artifact_server
+    for version in (1, 2):
+        result = deploy_triton_version(
+            payload(root, base_url, triton_server, version, {"input": SAMPLE_INPUT}),
+            model_repository=triton_server.model_repository, load_timeout=120, unload_timeout=60,
+        )
+        assert result["state"] == "ready", result
+
+    # A bytecode cache written into the version directory during its first load would make Triton
+    # reload version 2 at the cut-over, replacing the instance that answered the smoke inference.
+    assert not (triton_server.model_repository / "iris" / "2" / "__pycache__").is_dir()
+    assert "successfully unloaded 'iris' version 2" not in triton_server.log_text()
+    assert "successfully unloaded 'iris' version 1" in triton_server.log_text()
+    assert TritonRuntime(triton_server.http_url, timeout=10).ready_versions("iris") == [2]
