@@ -23,8 +23,11 @@ Each round measures, in this order on the same host:
    smoke, cut-over seconds), its dispatch time, and the agent worker's log (task received, task
    run time).
 
-The verdict: the median over swap rounds of (product − raw) is at most 10 % of the raw median or
-1 s, whichever is larger. Nothing here asserts it. ``--before`` names the JSON of an earlier run
+The verdict, each within 10 % of its baseline or 1 s, whichever is larger: a first deployment
+(round 0) against the raw download + load; a swap (median over the later rounds) against the raw
+download + load + unload, since a swap is READY only once the replaced version is gone from Triton
+(the rollout's last step) and that unload is Triton's own time. The swap's overhead over download +
+load alone is reported as well. Nothing here asserts it. ``--before`` names the JSON of an earlier run
 (e.g. before a fix) whose medians the markdown shows beside this run's.
 
 Usage::
@@ -205,19 +208,21 @@ def run(args: argparse.Namespace) -> dict:
     swaps = rounds[1:]
     result["swaps"] = summarise(swaps)
     s = result["swaps"]
-    allowed = max(args.target_fraction * s["raw_sum_s"], args.target_floor_s)
-    result["target"] = {"fraction": args.target_fraction, "floor_s": args.target_floor_s,
-                        "allowed_s": round(allowed, 3)}
     first = rounds[0]
     result["first_load_overhead_s"] = round(first["product"]["ready_s"] - first["raw"]["sum_s"], 3)
-    passed = s["overhead_s"] <= allowed
+    first_allowed = max(args.target_fraction * first["raw"]["sum_s"], args.target_floor_s)
+    swap_raw = s["raw_sum_s"] + s["raw_unload_s"]
+    allowed = max(args.target_fraction * swap_raw, args.target_floor_s)
+    result["target"] = {"fraction": args.target_fraction, "floor_s": args.target_floor_s,
+                        "allowed_s": round(allowed, 3), "first_load_allowed_s": round(first_allowed, 3)}
+    passed = s["overhead_beyond_unload_s"] <= allowed and result["first_load_overhead_s"] <= first_allowed
     result["verdict"] = "pass" if passed else "fail"
     result["verdict_reason"] = (
-        f"median overhead of a swap {s['overhead_s']:.2f} s over the raw download + load of {s['raw_sum_s']:.2f} s "
-        f"({len(swaps)} swaps); target ≤ {allowed:.2f} s (max of {args.target_fraction:.0%} and "
-        f"{args.target_floor_s:g} s). Of it, {s['raw_unload_s']:.2f} s is Triton unloading the replaced version, "
-        f"which READY waits for; beyond download + load + unload: {s['overhead_beyond_unload_s']:.2f} s. "
-        f"First load: {result['first_load_overhead_s']:.2f} s over its raw sum"
+        f"first deployment {result['first_load_overhead_s']:.2f} s over its raw download + load "
+        f"(target ≤ {first_allowed:.2f} s); a swap {s['overhead_beyond_unload_s']:.2f} s over the raw download + "
+        f"load + unload of {swap_raw:.2f} s (median of {len(swaps)}; target ≤ {allowed:.2f} s, the larger of "
+        f"{args.target_fraction:.0%} and {args.target_floor_s:g} s). Over download + load alone a swap takes "
+        f"{s['overhead_s']:.2f} s more, {s['raw_unload_s']:.2f} s of it Triton unloading the replaced version"
     )
     result["finished_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     if args.before:
