@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
 from deployments.runtimes.triton import TritonRuntime
 from tests.e2e.support import wait_deployment
+from tests.fixtures.services import wait_for
 from tests.registry.format_builders import ensemble_config, write_triton_dir
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -20,8 +21,8 @@ def test_an_ensemble_deploys_its_composing_model_first_and_answers(s3_endpoint, 
                                                                      tmp_path):
     triton = start_triton()
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    start_celery_worker(f"host.{HOST}", with_database=False,
-                        env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})
+    agent = start_celery_worker(f"host.{HOST}", with_database=False,
+                                env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
@@ -48,5 +49,17 @@ def test_an_ensemble_deploys_its_composing_model_first_and_answers(s3_endpoint, 
 
     runtime = TritonRuntime(triton.http_url)
     assert runtime.ready_versions("iris") == [1] and runtime.ready_versions("iris-ens") == [1]
+    answer = runtime.infer("iris-ens", {"input": np.asarray(SAMPLE_INPUT, dtype=np.float32)}, ["label"])
+    assert answer["label"].reshape(-1).tolist() == expected_labels()
+
+    # A new version of the composing model rolls out; the host then checks the ensemble is READY.
+    with open(build_iris_archive(tmp_path / "iris-2.tar.gz"), "rb") as fh:
+        assert client.post("/api/v1/models/iris/versions/", {"artifact": fh}, format="multipart").status_code == 201
+    swapped = client.post("/api/v1/deployments/", {"model": "iris", "version": 2, "hosts": [HOST]}, format="json")
+    assert wait_deployment(client, swapped.json()["id"], timeout=240)["status"] == "succeeded"
+    wait_for(lambda: "deployments.check_ensemble_on_host" in agent.log_text() and "succeeded" in
+             agent.log_text().split("deployments.check_ensemble_on_host")[-1], timeout=60,
+             what="the host to check the ensemble after iris moved")
+    assert runtime.ready_versions("iris") == [2] and runtime.ready_versions("iris-ens") == [1]
     answer = runtime.infer("iris-ens", {"input": np.asarray(SAMPLE_INPUT, dtype=np.float32)}, ["label"])
     assert answer["label"].reshape(-1).tolist() == expected_labels()
