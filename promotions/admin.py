@@ -1,5 +1,6 @@
 from django.contrib import admin
 
+from promotions.forms import WebhookAdminForm
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
 
 
@@ -17,6 +18,7 @@ class PromotionEvaluationAdmin(admin.ModelAdmin):
 
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
+    form = WebhookAdminForm
     list_display = ["id", "url", "events", "enabled"]
 
 

@@ -124,6 +124,14 @@ def get_policy(policy_id: int) -> PromotionPolicy:
         raise NotFound(f"no promotion policy {policy_id}") from exc
 
 
+def get_evaluation(evaluation_id: int) -> PromotionEvaluation:
+    """The evaluation with that id, with its policy and model. Raises NotFound."""
+    try:
+        return PromotionEvaluation.objects.select_related("policy__model").get(pk=evaluation_id)
+    except PromotionEvaluation.DoesNotExist as exc:
+        raise NotFound(f"no promotion evaluation {evaluation_id}") from exc
+
+
 def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, schedule: str = "*/15 * * * *",
                   window_seconds: int = 900, min_requests: int | None = 100, max_p95_ms: float | None = None,
                   max_error_rate: float | None = None, max_regression: float | None = None,
@@ -298,9 +306,7 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
     Raises:
         NotFound: no such evaluation.
     """
-    evaluation = PromotionEvaluation.objects.select_related("policy__model").filter(pk=evaluation_id).first()
-    if evaluation is None:
-        raise NotFound(f"no promotion evaluation {evaluation_id}")
+    evaluation = get_evaluation(evaluation_id)
     if evaluation.decision != Decision.PENDING:
         return evaluation
     policy = evaluation.policy
@@ -356,7 +362,7 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
 
 
 def _awaiting(evaluation_id: int) -> PromotionEvaluation:
-    evaluation = (PromotionEvaluation.objects.select_for_update()
+    evaluation = (PromotionEvaluation.objects.select_for_update(of=("self",))
                   .select_related("policy__model", "candidate_version", "target_version")
                   .filter(pk=evaluation_id).first())
     if evaluation is None:
