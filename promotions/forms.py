@@ -26,6 +26,8 @@ class PromotionPolicyForm(forms.ModelForm):
 class WebhookAdminForm(forms.ModelForm):
     """The admin's webhook form: the URL is checked like the API's (no internal addresses)."""
 
+    url = forms.URLField(max_length=500, assume_scheme="https")
+
     class Meta:
         model = Webhook
         fields = ["url", "secret", "events", "model", "enabled"]

@@ -190,8 +190,8 @@ def update_policy(policy_id: int, *, actor=None, **changes) -> PromotionPolicy:
         raise InvalidInput(f"cannot change {', '.join(sorted(unknown))}")
     try:
         with transaction.atomic():
-            policy = PromotionPolicy.objects.select_for_update().select_related("model", "periodic_task").filter(
-                pk=policy_id).first()
+            policy = PromotionPolicy.objects.select_for_update(of=("self",)).select_related(
+                "model", "periodic_task").filter(pk=policy_id).first()
             if policy is None:
                 raise NotFound(f"no promotion policy {policy_id}")
             fields = _check({**{f: getattr(policy, f) for f in EDITABLE}, **changes})

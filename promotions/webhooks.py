@@ -120,7 +120,7 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
 
 def _check_events(events) -> list[str]:
     if events is None:
-        return list(WebhookEvent.values)
+        return sorted(WebhookEvent.values)
     if not isinstance(events, list) or not events or not all(e in WebhookEvent.values for e in events):
         raise InvalidInput(f"events must be a non-empty list of {', '.join(WebhookEvent.values)}")
     return sorted(set(events))
