@@ -55,3 +55,41 @@ def test_the_signature_is_an_hmac_sha256_over_the_timestamp_and_the_body():
     body = b'{"event":"promotion"}'
     expected = hmac.new(b"0123456789abcdef", b"1700000000." + body, hashlib.sha256).hexdigest()
     assert sign("0123456789abcdef", "1700000000", body) == f"sha256={expected}"
+
+
+@pytest.mark.django_db
+@override_settings(WEBHOOK_ALLOW_PRIVATE=False)
+def test_an_address_that_turned_internal_since_it_was_saved_is_refused_at_delivery_without_a_retry():
+    from promotions.choices import DeliveryStatus
+    from promotions.models import Webhook, WebhookDelivery
+    from promotions.webhooks import attempt_delivery
+    from tests.promotions.support import WebhookReceiver
+
+    receiver = WebhookReceiver("0123456789abcdef")
+    try:
+        # As if its name resolved to a public address when saved and to loopback now.
+        hook = Webhook.objects.create(url=receiver.url, secret="0123456789abcdef", events=["promotion"])
+        delivery = WebhookDelivery.objects.create(webhook=hook, event="promotion", payload={})
+        assert attempt_delivery(delivery.pk) is None
+        delivery.refresh_from_db()
+        assert delivery.status == DeliveryStatus.FAILED and "loopback" in delivery.last_error
+        assert receiver.received == []
+    finally:
+        receiver.stop()
+
+
+@pytest.mark.django_db
+@override_settings(WEBHOOK_ALLOW_PRIVATE=True, WEBHOOK_MAX_ATTEMPTS=3)
+def test_a_receiver_that_never_answers_gets_attempts_with_growing_backoff_then_the_delivery_fails():
+    from promotions.choices import DeliveryStatus
+    from promotions.models import Webhook, WebhookDelivery
+    from promotions.webhooks import attempt_delivery
+    from tests.fixtures.services import free_port
+
+    hook = Webhook.objects.create(url=f"http://127.0.0.1:{free_port()}/", secret="0123456789abcdef",
+                                  events=["promotion"])
+    delivery = WebhookDelivery.objects.create(webhook=hook, event="promotion", payload={})
+    assert [attempt_delivery(delivery.pk) for _ in range(4)] == [2.0, 4.0, None, None]
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 3)
+    assert "Connection refused" in delivery.last_error or "connect" in delivery.last_error.lower()
