@@ -6,6 +6,16 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus holding the known counters of ``tests.promotions.support`` (one per module)."""
+    from tests.promotions.support import FedPrometheus
+
+    fed = FedPrometheus(tmp_path_factory.mktemp("promotions"))
+    yield fed
+    fed.stop()
+
+
 def client_for(user) -> APIClient:
     """An API client authenticated with ``user``'s token (or anonymous for None)."""
     client = APIClient()

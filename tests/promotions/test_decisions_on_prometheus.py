@@ -15,18 +15,11 @@ from promotions.choices import Decision
 from registry.choices import AuditAction
 from registry.models import Alias, AuditEvent
 from tests.fixtures.services import free_port
-from tests.promotions.support import FedPrometheus, following, iris_with_aliases
+from tests.promotions.support import following, iris_with_aliases
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 GATES = {"window_seconds": 60, "min_requests": 600, "max_p95_ms": 20, "max_error_rate": 0.01, "max_regression": 0.1}
-
-
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
-    fed = FedPrometheus(tmp_path_factory.mktemp("promotions"))
-    yield fed
-    fed.stop()
 
 
 def evaluate(policy, client) -> object:

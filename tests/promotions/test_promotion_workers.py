@@ -24,19 +24,12 @@ from promotions.models import PromotionEvaluation, WebhookDelivery
 from promotions.webhooks import create_webhook
 from registry.models import Alias
 from tests.fixtures.services import free_port, wait_for
-from tests.promotions.support import FedPrometheus, WebhookReceiver, following, iris_with_aliases
+from tests.promotions.support import WebhookReceiver, following, iris_with_aliases
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 CLI = Path(sys.executable).parent / "modelyard"
 SECRET = "a-webhook-secret-of-some-length"
 GATES = {"window_seconds": 60, "min_requests": 600, "max_p95_ms": 20, "max_error_rate": 0.01, "max_regression": 0.1}
-
-
-@pytest.fixture(scope="module")
-def prometheus(tmp_path_factory):
-    fed = FedPrometheus(tmp_path_factory.mktemp("promotion-workers"))
-    yield fed
-    fed.stop()
 
 
 @pytest.fixture
