@@ -317,9 +317,7 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
     error = ""
     if candidate is None:
         error = f"{policy.model.name} has no alias @{policy.candidate_alias}"
-    elif target is not None and target.pk == candidate.pk:
-        pass
-    else:
+    elif target is None or target.pk != candidate.pk:
         try:
             seen = version_gate_metrics(policy.model.name, window_seconds=policy.window_seconds, client=client)
         except ServiceUnavailable as exc:
@@ -334,6 +332,9 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
         if evaluation.decision != Decision.PENDING:
             return evaluation
         fields = {"candidate_version": candidate, "target_version": target, "metrics": metrics}
+        moved = _alias_version(policy.model, policy.target_alias)
+        if not error and getattr(moved, "pk", None) != getattr(target, "pk", None):
+            error = f"@{policy.target_alias} moved while the metrics were read; run the policy again"
         if error:
             _finish(evaluation, Decision.ERROR, error, **fields)
             return evaluation

@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from modelyard.errors import NotFound
 from promotions import services, webhooks
 
 
@@ -13,9 +14,13 @@ def evaluate_policy(policy_id: int) -> str | None:
 
 
 @shared_task(name="promotions.run_evaluation", acks_late=True)
-def run_evaluation(evaluation_id: int) -> str:
-    """Make a queued ("run now") evaluation; idempotent once decided. Returns the decision."""
-    return services.evaluate(evaluation_id).decision
+def run_evaluation(evaluation_id: int) -> str | None:
+    """Make a queued ("run now") evaluation; idempotent once decided. Returns the decision, or None
+    when the evaluation was deleted (with its policy) before a worker got to it."""
+    try:
+        return services.evaluate(evaluation_id).decision
+    except NotFound:
+        return None
 
 
 @shared_task(name="promotions.deliver_webhook", acks_late=True, bind=True, max_retries=None)
