@@ -33,6 +33,7 @@ from deployments.choices import (
     TargetState,
 )
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent
+from deployments.signals import rollout_finished
 from modelyard.errors import Conflict, NotFound
 from registry.choices import AuditAction
 from registry.services import record_audit_event
@@ -43,7 +44,8 @@ logger = logging.getLogger(__name__)
 def set_status(deployment: Deployment, to_status: str, *, actor=None, message: str = "") -> bool:
     """Move a rollout to ``to_status`` with a compare-and-set update and a RolloutEvent.
 
-    Call inside a transaction that holds the deployment's row lock.
+    Call inside a transaction that holds the deployment's row lock. Reaching a terminal status
+    sends ``deployments.signals.rollout_finished`` (promotion webhooks listen).
 
     Returns:
         True when it changed, False when it already was ``to_status`` (a repeat is a no-op).
@@ -63,8 +65,9 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
         status=to_status, finished_at=finished
     )
     if changed:
+        from_status = deployment.status
         RolloutEvent.objects.create(
-            deployment=deployment, from_status=deployment.status, to_status=to_status,
+            deployment=deployment, from_status=from_status, to_status=to_status,
             actor_label=getattr(actor, "username", "") or "system", message=message,
         )
         deployment.status, deployment.finished_at = to_status, finished
@@ -75,6 +78,9 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
             transaction.on_commit(lambda: advance_rollout_task.delay(parent))
         if to_status == DeploymentStatus.SUCCEEDED:
             transaction.on_commit(lambda pk=deployment.pk: _check_ensembles_after(pk))
+        if to_status in TERMINAL_DEPLOYMENT_STATUSES:
+            rollout_finished.send(sender=Deployment, deployment=deployment, from_status=from_status,
+                                  to_status=to_status)
     return bool(changed)
 
 

@@ -37,10 +37,13 @@ def dispatch_target(target_id: int) -> None:
     store = ArtifactStore()
     key = target.deployment.version.artifact_key
     if store.head(key) is None:
+        from deployments.rollouts import advance_rollout
+
         record_target_progress(
             target_id, TargetState.FAILED,
             message=f"the artifact of {target.deployment.version} ({key}) is missing from bucket {store.bucket}",
         )
+        advance_rollout(target.deployment_id)  # as after an agent's report: pause, fail or roll back now
         return
     payload = build_agent_payload(target, download_url=store.presigned_download_url(key))
     deploy_version_on_host.apply_async(args=[payload], queue=target.host.queue)

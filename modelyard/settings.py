@@ -41,6 +41,7 @@ INSTALLED_APPS = [
     "registry",
     "deployments",
     "monitoring",
+    "promotions",
 ]
 
 MIDDLEWARE = [
@@ -161,6 +162,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.choices.DeploymentStatus",
         "VersionStatusEnum": "registry.choices.VersionStatus",
+        "PromotionDecisionEnum": "promotions.choices.Decision",
     },
 }
 
@@ -244,6 +246,13 @@ PROMETHEUS_TIMEOUT = env_float("MODELYARD_PROMETHEUS_TIMEOUT", 5.0)
 # The app's own /metrics (counts only) is open unless this is set; then a scrape
 # must send ``Authorization: Bearer <token>``.
 METRICS_TOKEN = env_str("MODELYARD_METRICS_TOKEN")
+
+# Promotion webhooks: seconds per delivery attempt, attempts before giving up (backoff 2, 4, 8 … s).
+WEBHOOK_TIMEOUT = env_float("MODELYARD_WEBHOOK_TIMEOUT", 5.0)
+WEBHOOK_MAX_ATTEMPTS = env_int("MODELYARD_WEBHOOK_MAX_ATTEMPTS", 6)
+# For tests only: lets webhooks reach loopback, private and link-local addresses (a receiver on
+# 127.0.0.1). Left False, such URLs are refused when saved and again before each delivery.
+WEBHOOK_ALLOW_PRIVATE = env_bool("MODELYARD_WEBHOOK_ALLOW_PRIVATE", False)
 
 # Host agent (runs on a serving host; needs no database or S3 write access).
 AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))

@@ -12,6 +12,7 @@ from deployments.api.views import DeploymentViewSet, ModelInferenceView, Serving
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
+from promotions.api.views import PromotionEvaluationViewSet, PromotionPolicyViewSet, WebhookViewSet
 from registry import views as registry_views
 from registry.api.uploads import UploadCompleteView, UploadDetailView, UploadPartUrlsView, UploadStartView
 from registry.api.views import (
@@ -27,6 +28,9 @@ router.register("models", RegisteredModelViewSet, basename="model")
 router.register("hosts", ServingHostViewSet, basename="host")
 router.register("deployments", DeploymentViewSet, basename="deployment")
 router.register("audit", AuditEventViewSet, basename="audit")
+router.register("promotion-policies", PromotionPolicyViewSet, basename="promotion-policy")
+router.register("promotion-evaluations", PromotionEvaluationViewSet, basename="promotion-evaluation")
+router.register("webhooks", WebhookViewSet, basename="webhook")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})
@@ -66,4 +70,5 @@ urlpatterns = [
     path("audit/", registry_views.audit_log, name="audit-log"),
     path("", include("deployments.urls")),
     path("monitoring/", include("monitoring.urls")),
+    path("promotions/", include("promotions.urls")),
 ]

@@ -90,6 +90,21 @@ def throughput(selector: dict[str, str], window: int, *, over_window: bool = Fal
     )
 
 
+def requests_in_window(selector: dict[str, str], window: int) -> str:
+    """Requests answered per version over the last ``window`` seconds (successes and failures).
+
+    Triton: ``increase()`` of ``nv_inference_request_success`` and ``nv_inference_request_failure``
+    (requests; the failure counter is split by ``reason``, so both are summed per version first).
+    BentoML: ``increase()`` of ``bentoml_service_request_total`` without health probes.
+    ``increase()`` copes with counter resets; a version Prometheus has no series of gives no row.
+    """
+    w = _window(window)
+    names = '__name__=~"nv_inference_request_success|nv_inference_request_failure"'
+    triton = f"sum by ({BY})(increase({_matchers(selector, names)}[{w}]))"
+    bento = f"sum by ({BY})(increase(bentoml_service_request_total{_bento(selector)}[{w}]))"
+    return f"({triton}) or {bento}"
+
+
 def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Mean request latency in milliseconds per version.
 

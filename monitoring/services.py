@@ -332,3 +332,44 @@ def queue_ms_per_host_model(
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
     return _per_host_model(promql.queue_ms_per_host_model(window_seconds), client)
+
+
+GATE_METRICS = ("latency_p95_ms", "error_rate")
+
+
+def version_gate_metrics(
+    model_name: str, *, window_seconds: int, client: PrometheusClient | None = None
+) -> dict[str, dict]:
+    """What promotion gates judge, per version of one model, over the last ``window_seconds``.
+
+    Three queries, whatever the number of versions: requests answered
+    (``promql.requests_in_window``), the worst p95 latency seen (``promql.latency_quantile_ms``
+    over the window) and the error rate (``promql.error_rate``).
+
+    Returns:
+        ``{version (str, as Prometheus labels it): {"requests": count, "latency_p95_ms": ms,
+        "error_rate": 0..1}}``; a value is None when Prometheus has no data for it, and the
+        latency is None for a version that answered no request in the window (Triton's summary
+        keeps its last quantiles after traffic stops). Versions without series are absent.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    client = client or PrometheusClient()
+    selector = {"model": model_name}
+    jobs = {"requests": lambda: client.instant(promql.requests_in_window(selector, window_seconds))}
+    jobs.update(_metric_jobs(client, selector, window_seconds, over_window=True, keys=GATE_METRICS))
+    try:
+        results = client.gather(jobs)
+    except PrometheusUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    versions: dict[str, dict] = {}
+    for key, samples in results.items():
+        for sample in samples:
+            empty = {"requests": None, **dict.fromkeys(GATE_METRICS)}
+            row = versions.setdefault(sample.labels.get("version", ""), empty)
+            row[key] = sample.value
+    for row in versions.values():
+        if not row["requests"]:
+            row["latency_p95_ms"] = None
+    return versions

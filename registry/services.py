@@ -297,7 +297,7 @@ def resolve_alias(model_name: str, alias: str) -> ModelVersion:
         raise NotFound(f"model {model_name!r} has no alias {alias!r}") from exc
 
 
-def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias:
+def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_data: dict | None = None) -> Alias:
     """Point ``alias`` of a model at one of its versions, creating or moving it.
 
     Idempotent: setting an alias to the version it already names writes nothing.
@@ -308,7 +308,9 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
         model_name: the registered model.
         alias: the alias name (``registry.names.validate_alias``).
         version: the version number to point at.
-        actor: the requesting user.
+        actor: the requesting user, or an object with ``username`` (and ``is_authenticated``
+            False) naming an automated actor such as a promotion policy.
+        audit_data: extra JSON details for the audit event (e.g. the promotion policy that moved it).
 
     Returns:
         The Alias row.
@@ -339,7 +341,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None) -> Alias
             current.save(update_fields=["version", "updated_by", "updated_at"])
         record_audit_event(
             action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
-            data={"alias": name, "from": previous, "to": target.version},
+            data={**(audit_data or {}), "alias": name, "from": previous, "to": target.version},
         )
         alias_moved.send(sender=Alias, model=model, alias=name, version=target, actor=actor)
     return current

@@ -14,6 +14,7 @@ from modelyard.errors import DomainError
 from modelyard.views import found_or_404
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import metrics_panel_context, page_range
+from promotions.views import policies_context
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
@@ -84,7 +85,7 @@ def model_detail(request, name: str):
     context = {
         "model": model, "versions": versions, "deployments": deployments, "ranges": PAGE_RANGES,
         "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
-        **metrics_panel_context(model, chart_range),
+        **metrics_panel_context(model, chart_range), **policies_context(model),
     }
     return render(request, "registry/model_detail.html", context)
 

@@ -62,3 +62,10 @@ def test_byte_counts_are_shown_in_binary_units(value, text):
     from monitoring.templatetags.monitoring_tags import binary_bytes
 
     assert binary_bytes(value) == text
+
+
+def test_the_request_count_is_an_increase_over_the_window_of_successes_and_failures_per_version():
+    query = promql.requests_in_window({"model": "iris"}, 600)
+    assert 'increase({model="iris",__name__=~"nv_inference_request_success|nv_inference_request_failure"}[600s])' \
+        in query
+    assert "sum by (model, version)" in query and "bentoml_service_request_total" in query

@@ -1,0 +1,27 @@
+from django.contrib import admin
+
+from promotions.forms import WebhookAdminForm
+from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
+
+
+@admin.register(PromotionPolicy)
+class PromotionPolicyAdmin(admin.ModelAdmin):
+    list_display = ["id", "model", "candidate_alias", "target_alias", "schedule", "enabled", "dry_run"]
+    readonly_fields = ["periodic_task"]  # written by promotions.services with the schedule
+
+
+@admin.register(PromotionEvaluation)
+class PromotionEvaluationAdmin(admin.ModelAdmin):
+    list_display = ["id", "policy", "decision", "created_at"]
+    list_filter = ["decision"]
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    form = WebhookAdminForm
+    list_display = ["id", "url", "events", "enabled"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["id", "webhook", "event", "status", "attempts", "created_at"]

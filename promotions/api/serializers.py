@@ -1,0 +1,126 @@
+"""Serializers of the promotions API."""
+
+from rest_framework import serializers
+
+from promotions.choices import Decision, DeliveryStatus, WebhookEvent
+from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
+from registry.models import RegisteredModel
+
+POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
+                 "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
+
+
+class PromotionPolicySerializer(serializers.ModelSerializer):
+    """A promotion policy as the API shows it."""
+
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = PromotionPolicy
+        fields = ["id", "model", *POLICY_FIELDS, "created_by", "created_at", "updated_at"]
+        read_only_fields = fields
+
+
+class PromotionPolicyWriteSerializer(serializers.Serializer):
+    """Input of ``POST`` (all but the gates required) and ``PATCH`` (any subset) on promotion policies.
+
+    The service checks the values (alias grammar, crontab, bounds) and answers 400 naming the field.
+    """
+
+    model = serializers.CharField(max_length=200, help_text="create only")
+    name = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    candidate_alias = serializers.CharField(max_length=63, help_text="the alias whose version is judged")
+    target_alias = serializers.CharField(max_length=63, help_text="the alias moved when every gate passes")
+    schedule = serializers.CharField(max_length=100, required=False, default="*/15 * * * *",
+                                     help_text="five-field crontab, UTC")
+    window_seconds = serializers.IntegerField(required=False, default=900, help_text="seconds, 60 to 604800")
+    min_requests = serializers.IntegerField(required=False, allow_null=True, default=100)
+    max_p95_ms = serializers.FloatField(required=False, allow_null=True, default=None, help_text="milliseconds")
+    max_error_rate = serializers.FloatField(required=False, allow_null=True, default=None, help_text="0..1")
+    max_regression = serializers.FloatField(required=False, allow_null=True, default=None,
+                                            help_text="relative to the target version, 0.1 = 10 % worse")
+    requires_approval = serializers.BooleanField(required=False, default=False)
+    dry_run = serializers.BooleanField(required=False, default=False)
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class GateCheckSerializer(serializers.Serializer):
+    """One gate's verdict within an evaluation."""
+
+    gate = serializers.CharField()
+    passed = serializers.BooleanField()
+    value = serializers.FloatField(allow_null=True)
+    limit = serializers.FloatField(allow_null=True)
+    message = serializers.CharField()
+
+
+class PromotionEvaluationSerializer(serializers.ModelSerializer):
+    """One evaluation: the versions, the metrics seen, each gate's verdict, the decision and the reason.
+
+    ``final`` is true once nothing more will happen (CI stops polling); ``awaiting_approval`` is
+    not final.
+    """
+
+    model = serializers.CharField(source="policy.model.name", read_only=True)
+    candidate_version = serializers.IntegerField(source="candidate_version.version", read_only=True, allow_null=True)
+    target_version = serializers.IntegerField(source="target_version.version", read_only=True, allow_null=True)
+    decision = serializers.ChoiceField(choices=Decision.choices, read_only=True)
+    checks = GateCheckSerializer(many=True, read_only=True)
+    final = serializers.SerializerMethodField()
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+
+    class Meta:
+        model = PromotionEvaluation
+        fields = ["id", "policy", "model", "trigger", "candidate_version", "target_version", "metrics", "checks",
+                  "decision", "final", "reason", "requested_by", "decided_by", "created_at", "decided_at"]
+        read_only_fields = fields
+
+    def get_final(self, evaluation: PromotionEvaluation) -> bool:
+        from promotions.services import is_final
+
+        return is_final(evaluation)
+
+
+class RejectSerializer(serializers.Serializer):
+    """Input of ``POST .../reject/``: an optional reason."""
+
+    reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
+
+
+class WebhookSerializer(serializers.ModelSerializer):
+    """A webhook. ``secret`` is write-only (a random one is made when omitted) and shown once, in the
+    answer to ``POST``."""
+
+    url = serializers.CharField(max_length=500)
+    secret = serializers.CharField(max_length=128, write_only=True, required=False, allow_blank=True, default="",
+                                   help_text="HMAC-SHA256 key, 16+ characters")
+    events = serializers.ListField(child=serializers.ChoiceField(choices=WebhookEvent.choices), required=False,
+                                   help_text="default: every event")
+    model = serializers.SlugRelatedField(slug_field="name", queryset=RegisteredModel.objects.all(), required=False,
+                                         allow_null=True, default=None,
+                                         help_text="only this model's events; empty: all models")
+
+    class Meta:
+        model = Webhook
+        fields = ["id", "url", "secret", "events", "model", "enabled", "created_at"]
+        read_only_fields = ["id", "created_at"]
+
+
+class WebhookCreatedSerializer(WebhookSerializer):
+    """The answer to creating a webhook: the webhook with its secret, shown this once."""
+
+    secret = serializers.CharField(read_only=True)
+
+
+class WebhookDeliverySerializer(serializers.ModelSerializer):
+    """One delivery of an event to a webhook: attempts, outcome and the last error."""
+
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices, read_only=True)
+
+    class Meta:
+        model = WebhookDelivery
+        fields = ["id", "webhook", "event", "payload", "status", "attempts", "response_status", "last_error",
+                  "created_at", "delivered_at"]
+        read_only_fields = fields

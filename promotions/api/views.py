@@ -1,0 +1,159 @@
+"""Promotions API: policies (run now, pause, resume), evaluations (approve, reject) and webhooks."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, permissions, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from modelyard.api import StaffCanWrite
+from modelyard.errors import InvalidInput
+from promotions import services, webhooks
+from promotions.api.serializers import (
+    PromotionEvaluationSerializer,
+    PromotionPolicySerializer,
+    PromotionPolicyWriteSerializer,
+    RejectSerializer,
+    WebhookCreatedSerializer,
+    WebhookDeliverySerializer,
+    WebhookSerializer,
+)
+from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook
+
+EVALUATIONS = PromotionEvaluation.objects.select_related(
+    "policy__model", "candidate_version", "target_version", "requested_by", "decided_by")
+
+
+def _evaluation_data(pk: int) -> dict:
+    return PromotionEvaluationSerializer(EVALUATIONS.get(pk=pk)).data
+
+
+class PromotionPolicyViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+):
+    """Promotion policies: move a target alias to a candidate alias's version when its metrics pass.
+
+    Any signed-in user may read and ``POST .../<id>/run/`` (gates still decide); creating, editing
+    (``PATCH``), deleting, ``pause/`` and ``resume/`` need an administrator.
+    """
+
+    serializer_class = PromotionPolicySerializer
+    permission_classes = [StaffCanWrite]
+    queryset = PromotionPolicy.objects.select_related("model", "created_by").order_by("id")
+    ordering = "id"
+    filterset_fields = {"model__name": ["exact"], "enabled": ["exact"]}
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def _show(self, pk: int) -> dict:
+        return PromotionPolicySerializer(self.queryset.get(pk=pk)).data
+
+    @extend_schema(request=PromotionPolicyWriteSerializer, responses={201: PromotionPolicySerializer})
+    def create(self, request, *args, **kwargs):
+        data = PromotionPolicyWriteSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        policy = services.create_policy(model_name=fields.pop("model"), actor=request.user, **fields)
+        return Response(self._show(policy.pk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=PromotionPolicyWriteSerializer, responses={200: PromotionPolicySerializer})
+    def partial_update(self, request, *args, **kwargs):
+        data = PromotionPolicyWriteSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        if "model" in fields:
+            raise InvalidInput("a policy's model cannot change; create a policy for the other model")
+        policy = services.update_policy(int(kwargs["pk"]), actor=request.user, **fields)
+        return Response(self._show(policy.pk))
+
+    def destroy(self, request, *args, **kwargs):
+        services.delete_policy(int(kwargs["pk"]), actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=None, responses={202: PromotionEvaluationSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    def run(self, request, pk=None):
+        """Queue an evaluation now; poll ``/api/v1/promotion-evaluations/<id>/`` until ``final``."""
+        evaluation = services.request_evaluation(int(pk), actor=request.user)
+        return Response(_evaluation_data(evaluation.pk), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=None, responses={200: PromotionPolicySerializer})
+    @action(detail=True, methods=["post"])
+    def pause(self, request, pk=None):
+        """Stop the schedule (run-now still works); idempotent."""
+        services.set_policy_enabled(int(pk), False, actor=request.user)
+        return Response(self._show(pk))
+
+    @extend_schema(request=None, responses={200: PromotionPolicySerializer})
+    @action(detail=True, methods=["post"])
+    def resume(self, request, pk=None):
+        """Run the schedule again; idempotent."""
+        services.set_policy_enabled(int(pk), True, actor=request.user)
+        return Response(self._show(pk))
+
+
+class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Evaluations of promotion policies, newest first (``?policy=``, ``?decision=``, ``?model=``).
+
+    ``POST .../<id>/approve/`` and ``reject/`` (administrators) decide one awaiting approval; 409
+    otherwise, or when the target alias moved since it was evaluated.
+    """
+
+    serializer_class = PromotionEvaluationSerializer
+    permission_classes = [StaffCanWrite]
+    queryset = EVALUATIONS.order_by("-id")
+    ordering = "-id"
+    filterset_fields = {"policy": ["exact"], "decision": ["exact"], "policy__model__name": ["exact"]}
+
+    @extend_schema(request=None, responses={200: PromotionEvaluationSerializer})
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        """Approve: the target alias moves to the evaluated candidate version."""
+        services.approve_evaluation(int(pk), actor=request.user)
+        return Response(_evaluation_data(int(pk)))
+
+    @extend_schema(request=RejectSerializer, responses={200: PromotionEvaluationSerializer})
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        """Reject: nothing moves."""
+        data = RejectSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        services.reject_evaluation(int(pk), actor=request.user, reason=data.validated_data["reason"])
+        return Response(_evaluation_data(int(pk)))
+
+
+class WebhookViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
+):
+    """Webhooks told about promotions and rollout outcomes; administrators only.
+
+    URLs resolving to loopback, private or link-local addresses are refused (400).
+    ``GET .../<id>/deliveries/`` lists the latest 100 deliveries with their attempts and errors.
+    """
+
+    serializer_class = WebhookSerializer
+    permission_classes = [permissions.IsAdminUser]
+    queryset = Webhook.objects.select_related("model").order_by("id")
+    ordering = "id"
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    @extend_schema(request=WebhookSerializer, responses={201: WebhookCreatedSerializer})
+    def create(self, request, *args, **kwargs):
+        data = WebhookSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        hook = webhooks.create_webhook(**data.validated_data)
+        return Response(WebhookCreatedSerializer(hook).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=WebhookSerializer, responses={200: WebhookSerializer})
+    def partial_update(self, request, *args, **kwargs):
+        data = WebhookSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        hook = webhooks.update_webhook(int(kwargs["pk"]), **data.validated_data)
+        return Response(WebhookSerializer(hook).data)
+
+    @extend_schema(responses={200: WebhookDeliverySerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def deliveries(self, request, pk=None):
+        """The latest 100 deliveries to this webhook, newest first."""
+        hook = self.get_object()
+        return Response(WebhookDeliverySerializer(hook.deliveries.order_by("-id")[:100], many=True).data)

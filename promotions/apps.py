@@ -1,0 +1,14 @@
+from django.apps import AppConfig
+
+
+class PromotionsConfig(AppConfig):
+    """Scheduled, metric-gated promotion policies and the webhooks that report them."""
+
+    name = "promotions"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from deployments.signals import rollout_finished
+        from promotions.webhooks import on_rollout_finished
+
+        rollout_finished.connect(on_rollout_finished, dispatch_uid="promotions.rollout_webhooks")

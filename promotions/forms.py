@@ -1,0 +1,39 @@
+"""Forms of the promotions pages and admin."""
+
+from django import forms
+
+from modelyard.errors import InvalidInput
+from promotions.models import PromotionPolicy, Webhook
+from promotions.webhooks import check_webhook_url
+
+POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
+                      "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
+
+
+class PromotionPolicyForm(forms.ModelForm):
+    """Create or edit a policy from the browser; ``promotions.services`` checks and saves it."""
+
+    class Meta:
+        model = PromotionPolicy
+        fields = POLICY_FORM_FIELDS
+        labels = {"max_p95_ms": "Max p95 latency (ms)", "max_error_rate": "Max error rate (0..1)",
+                  "max_regression": "Max regression vs target (0.1 = 10 %)", "window_seconds": "Window (seconds)"}
+
+    def validate_unique(self):
+        """Uniqueness is the service's to answer (as a message), not the form's."""
+
+
+class WebhookAdminForm(forms.ModelForm):
+    """The admin's webhook form: the URL is checked like the API's (no internal addresses)."""
+
+    url = forms.URLField(max_length=500, assume_scheme="https")
+
+    class Meta:
+        model = Webhook
+        fields = ["url", "secret", "events", "model", "enabled"]
+
+    def clean_url(self) -> str:
+        try:
+            return check_webhook_url(self.cleaned_data["url"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from exc

@@ -1,0 +1,419 @@
+"""Promotion policies: create, edit, pause and run them; evaluate, approve and reject.
+
+An evaluation reads the candidate's metrics from Prometheus (``monitoring.services``), judges
+them (``promotions.gates``) and, when every gate passes, moves the target alias to the candidate's
+version with ``registry.services.set_alias``, recorded as done by ``policy:<id>``; deployments
+that follow the target alias then roll out by themselves. Failing, erring or dry runs change no
+alias. Every evaluation is a ``PromotionEvaluation`` row with the metrics it saw.
+
+The schedule is a django-celery-beat ``PeriodicTask`` with a ``CrontabSchedule``, written here in
+the same transaction as the policy: beat's database scheduler notices the change and uses it
+without a restart.
+"""
+
+import json
+from dataclasses import dataclass
+
+from celery.schedules import crontab
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from monitoring.services import version_gate_metrics
+from promotions import gates
+from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, WebhookEvent
+from promotions.models import PromotionEvaluation, PromotionPolicy
+from promotions.webhooks import emit
+from registry.models import Alias
+from registry.names import InvalidName, validate_alias
+from registry.services import acting_user, get_model, set_alias
+
+EVALUATE_TASK = "promotions.evaluate_policy"
+MIN_WINDOW_SECONDS = 60
+MAX_WINDOW_SECONDS = 7 * 86400
+EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
+            "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled")
+
+
+@dataclass(frozen=True)
+class PolicyActor:
+    """The actor a policy's promotion is recorded under: not a user (no row), named ``policy:<id>``."""
+
+    username: str
+    is_authenticated: bool = False
+    pk: None = None
+
+
+def _alias(value, field: str) -> str:
+    try:
+        return validate_alias(value or "")
+    except InvalidName as exc:
+        raise InvalidInput(f"{field}: {exc}") from exc
+
+
+def _cron_fields(text: str) -> list[str]:
+    fields = (text or "").split()
+    if len(fields) != 5:
+        raise InvalidInput(f"schedule must be a crontab of five fields (minute hour day month weekday), got {text!r}")
+    try:
+        crontab(minute=fields[0], hour=fields[1], day_of_month=fields[2], month_of_year=fields[3],
+                day_of_week=fields[4])
+    except (ValueError, KeyError) as exc:
+        raise InvalidInput(f"schedule {text!r} is not a valid crontab: {exc}") from exc
+    return fields
+
+
+def _number(value, field: str, *, low: float, high: float | None = None, integer: bool = False):
+    if value is None:
+        return None
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or value < low or (high is not None and value > high):
+        bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+        raise InvalidInput(f"{field} must be {'a whole number' if integer else 'a number'} {bounds}, or empty")
+    return value
+
+
+def _check(fields: dict) -> dict:
+    """Check and normalise a policy's fields; raises InvalidInput naming the field."""
+    clean = dict(fields)
+    clean["candidate_alias"] = _alias(fields["candidate_alias"], "candidate_alias")
+    clean["target_alias"] = _alias(fields["target_alias"], "target_alias")
+    if clean["candidate_alias"] == clean["target_alias"]:
+        raise InvalidInput("candidate_alias and target_alias must differ")
+    clean["schedule"] = " ".join(_cron_fields(fields["schedule"]))
+    if _number(fields["window_seconds"], "window_seconds", low=MIN_WINDOW_SECONDS, high=MAX_WINDOW_SECONDS,
+               integer=True) is None:
+        raise InvalidInput("window_seconds is required")
+    _number(fields["min_requests"], "min_requests", low=0, integer=True)
+    _number(fields["max_p95_ms"], "max_p95_ms", low=0)
+    _number(fields["max_error_rate"], "max_error_rate", low=0, high=1)
+    _number(fields["max_regression"], "max_regression", low=0)
+    for flag in ("requires_approval", "dry_run", "enabled"):
+        if not isinstance(fields[flag], bool):
+            raise InvalidInput(f"{flag} must be true or false")
+    clean["name"] = str(fields.get("name") or "")[:100]
+    return clean
+
+
+def _sync_schedule(policy: PromotionPolicy) -> None:
+    """Write the policy's PeriodicTask (crontab, enabled) so that beat follows the edit."""
+    minute, hour, day, month, weekday = policy.schedule.split()
+    schedule = CrontabSchedule.objects.filter(
+        minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday, timezone="UTC"
+    ).first() or CrontabSchedule.objects.create(
+        minute=minute, hour=hour, day_of_month=day, month_of_year=month, day_of_week=weekday, timezone="UTC"
+    )
+    task = policy.periodic_task or PeriodicTask(name=f"promotion-policy-{policy.pk}")
+    task.task = EVALUATE_TASK
+    task.crontab, task.interval = schedule, None
+    task.args = json.dumps([policy.pk])
+    task.enabled = policy.enabled
+    task.description = str(policy)
+    task.save()
+    if policy.periodic_task_id != task.pk:
+        policy.periodic_task = task
+        PromotionPolicy.objects.filter(pk=policy.pk).update(periodic_task=task)
+
+
+def get_policy(policy_id: int) -> PromotionPolicy:
+    """The policy with that id. Raises NotFound."""
+    try:
+        return PromotionPolicy.objects.select_related("model", "periodic_task").get(pk=policy_id)
+    except PromotionPolicy.DoesNotExist as exc:
+        raise NotFound(f"no promotion policy {policy_id}") from exc
+
+
+def get_evaluation(evaluation_id: int) -> PromotionEvaluation:
+    """The evaluation with that id, with its policy and model. Raises NotFound."""
+    try:
+        return PromotionEvaluation.objects.select_related("policy__model").get(pk=evaluation_id)
+    except PromotionEvaluation.DoesNotExist as exc:
+        raise NotFound(f"no promotion evaluation {evaluation_id}") from exc
+
+
+def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, schedule: str = "*/15 * * * *",
+                  window_seconds: int = 900, min_requests: int | None = 100, max_p95_ms: float | None = None,
+                  max_error_rate: float | None = None, max_regression: float | None = None,
+                  requires_approval: bool = False, dry_run: bool = False, enabled: bool = True, name: str = "",
+                  actor=None) -> PromotionPolicy:
+    """Create a promotion policy and its schedule.
+
+    Args:
+        model_name: the registered model.
+        candidate_alias, target_alias: alias names (different); the candidate's version is promoted
+            to the target.
+        schedule: a five-field crontab in UTC, e.g. ``*/15 * * * *``.
+        window_seconds: how far back the gates look, 60 s to 7 days.
+        min_requests, max_p95_ms (ms), max_error_rate (0..1), max_regression (relative): the gates;
+            None switches one off (see ``PromotionPolicy``).
+        requires_approval, dry_run, enabled: see ``PromotionPolicy``.
+        name: a label for people.
+        actor: the requesting user (callers check they are staff).
+
+    Returns:
+        The new policy, its PeriodicTask written.
+
+    Raises:
+        NotFound: no such model.
+        InvalidInput: a field is invalid.
+        Conflict: the model already has a policy from that candidate alias to that target alias.
+    """
+    model = get_model(model_name)
+    fields = _check({
+        "name": name, "candidate_alias": candidate_alias, "target_alias": target_alias, "schedule": schedule,
+        "window_seconds": window_seconds, "min_requests": min_requests, "max_p95_ms": max_p95_ms,
+        "max_error_rate": max_error_rate, "max_regression": max_regression, "requires_approval": requires_approval,
+        "dry_run": dry_run, "enabled": enabled,
+    })
+    try:
+        with transaction.atomic():
+            policy = PromotionPolicy.objects.create(model=model, created_by=acting_user(actor), **fields)
+            _sync_schedule(policy)
+    except IntegrityError as exc:
+        raise Conflict(f"{model.name} already has a policy from @{fields['candidate_alias']} "
+                       f"to @{fields['target_alias']}") from exc
+    return policy
+
+
+def update_policy(policy_id: int, *, actor=None, **changes) -> PromotionPolicy:
+    """Change some of a policy's fields (those of ``create_policy`` but the model); the schedule
+    follows at once.
+
+    Raises:
+        NotFound: no such policy.
+        InvalidInput: an unknown or invalid field.
+        Conflict: the new aliases clash with another policy of the model.
+    """
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise InvalidInput(f"cannot change {', '.join(sorted(unknown))}")
+    try:
+        with transaction.atomic():
+            policy = PromotionPolicy.objects.select_for_update(of=("self",)).select_related(
+                "model", "periodic_task").filter(pk=policy_id).first()
+            if policy is None:
+                raise NotFound(f"no promotion policy {policy_id}")
+            fields = _check({**{f: getattr(policy, f) for f in EDITABLE}, **changes})
+            for key, value in fields.items():
+                setattr(policy, key, value)
+            policy.save()
+            _sync_schedule(policy)
+    except IntegrityError as exc:
+        raise Conflict("the model already has a policy between those aliases") from exc
+    return policy
+
+
+def set_policy_enabled(policy_id: int, enabled: bool, *, actor=None) -> PromotionPolicy:
+    """Pause (False) or resume (True) a policy's schedule; idempotent. Run-now still works while paused.
+
+    Raises:
+        NotFound: no such policy.
+    """
+    return update_policy(policy_id, enabled=enabled, actor=actor)
+
+
+def delete_policy(policy_id: int, *, actor=None) -> None:
+    """Delete a policy, its schedule and its evaluations.
+
+    Raises:
+        NotFound: no such policy.
+    """
+    with transaction.atomic():
+        policy = get_policy(policy_id)
+        task = policy.periodic_task
+        policy.delete()
+        if task is not None:
+            task.delete()
+
+
+def request_evaluation(policy_id: int, *, actor=None,
+                       trigger: str = EvaluationTrigger.MANUAL) -> PromotionEvaluation:
+    """Queue an evaluation of a policy ("run now"); a worker makes it once the transaction commits.
+
+    Returns:
+        The PENDING evaluation; poll it until its decision is final (``FINAL_DECISIONS``).
+
+    Raises:
+        NotFound: no such policy.
+    """
+    from promotions.tasks import run_evaluation
+
+    policy = get_policy(policy_id)
+    with transaction.atomic():
+        evaluation = PromotionEvaluation.objects.create(policy=policy, trigger=trigger,
+                                                        requested_by=acting_user(actor))
+        transaction.on_commit(lambda: run_evaluation.delay(evaluation.pk))
+    return evaluation
+
+
+def evaluate_scheduled(policy_id: int, *, client=None) -> PromotionEvaluation | None:
+    """What beat's task does: evaluate a policy now, unless it was paused or deleted since.
+
+    Returns:
+        The evaluation, or None when the policy is gone or paused.
+    """
+    policy = PromotionPolicy.objects.filter(pk=policy_id, enabled=True).first()
+    if policy is None:
+        return None
+    evaluation = PromotionEvaluation.objects.create(policy=policy, trigger=EvaluationTrigger.SCHEDULE)
+    return evaluate(evaluation.pk, client=client)
+
+
+def _alias_version(model, name: str):
+    row = Alias.objects.filter(model=model, name=name).select_related("version").first()
+    return row.version if row is not None else None
+
+
+def _finish(evaluation: PromotionEvaluation, decision: str, reason: str, *, actor=None, **fields) -> None:
+    for key, value in fields.items():
+        setattr(evaluation, key, value)
+    evaluation.decision, evaluation.reason = decision, reason[:5000]
+    evaluation.decided_by = acting_user(actor)
+    evaluation.decided_at = timezone.now()
+    evaluation.save()
+
+
+def _promote(evaluation: PromotionEvaluation, *, approved_by=None) -> None:
+    """Move the target alias to the candidate version; inside a transaction holding the evaluation's lock."""
+    policy = evaluation.policy
+    data = {"policy": policy.pk, "evaluation": evaluation.pk}
+    if approved_by is not None:
+        data["approved_by"] = approved_by.username
+    set_alias(model_name=policy.model.name, alias=policy.target_alias, version=evaluation.candidate_version.version,
+              actor=PolicyActor(policy.actor_label), audit_data=data)
+    emit(WebhookEvent.PROMOTION, model=policy.model, data={
+        "model": policy.model.name, "policy": policy.pk, "evaluation": evaluation.pk,
+        "alias": policy.target_alias, "from_version": getattr(evaluation.target_version, "version", None),
+        "to_version": evaluation.candidate_version.version, "metrics": evaluation.metrics,
+        "approved_by": approved_by.username if approved_by is not None else None,
+    })
+
+
+def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
+    """Make a PENDING evaluation: read metrics, judge the gates, and promote, hold or wait for approval.
+
+    Idempotent: an evaluation already decided is returned as it is. Prometheus being down or the
+    candidate alias missing is recorded as ERROR with the reason; no alias moves then.
+
+    Args:
+        evaluation_id: a PromotionEvaluation's id.
+        client: a ``monitoring.prometheus.PrometheusClient``; defaults to one from settings.
+
+    Returns:
+        The evaluation with its decision.
+
+    Raises:
+        NotFound: no such evaluation.
+    """
+    evaluation = get_evaluation(evaluation_id)
+    if evaluation.decision != Decision.PENDING:
+        return evaluation
+    policy = evaluation.policy
+    candidate = _alias_version(policy.model, policy.candidate_alias)
+    target = _alias_version(policy.model, policy.target_alias)
+    metrics: dict = {"window_seconds": policy.window_seconds, "candidate": None, "target": None}
+    seen: dict = {}
+    error = ""
+    if candidate is None:
+        error = f"{policy.model.name} has no alias @{policy.candidate_alias}"
+    elif target is None or target.pk != candidate.pk:
+        try:
+            seen = version_gate_metrics(policy.model.name, window_seconds=policy.window_seconds, client=client)
+        except ServiceUnavailable as exc:
+            error = f"metrics unavailable: {exc.message}"
+    if candidate is not None:
+        metrics["candidate"] = {"version": candidate.version, **(seen.get(str(candidate.version)) or {})}
+    if target is not None:
+        metrics["target"] = {"version": target.version, **(seen.get(str(target.version)) or {})}
+    with transaction.atomic():
+        evaluation = PromotionEvaluation.objects.select_for_update().select_related("policy__model").get(
+            pk=evaluation_id)
+        if evaluation.decision != Decision.PENDING:
+            return evaluation
+        fields = {"candidate_version": candidate, "target_version": target, "metrics": metrics}
+        moved = _alias_version(policy.model, policy.target_alias)
+        if not error and getattr(moved, "pk", None) != getattr(target, "pk", None):
+            error = f"@{policy.target_alias} moved while the metrics were read; run the policy again"
+        if error:
+            _finish(evaluation, Decision.ERROR, error, **fields)
+            return evaluation
+        if target is not None and target.pk == candidate.pk:
+            _finish(evaluation, Decision.SKIPPED,
+                    f"@{policy.target_alias} already names v{candidate.version}: nothing to promote", **fields)
+            return evaluation
+        checks = gates.judge(
+            gates.Limits(policy.min_requests, policy.max_p95_ms, policy.max_error_rate, policy.max_regression),
+            seen.get(str(candidate.version)), seen.get(str(target.version)) if target else None,
+            has_target=target is not None,
+        )
+        fields["checks"] = [c.as_dict() for c in checks]
+        summary = gates.summarise(checks)
+        move = f"v{candidate.version} to @{policy.target_alias}"
+        if not all(c.passed for c in checks):
+            _finish(evaluation, Decision.HELD, summary, **fields)
+        elif policy.dry_run:
+            _finish(evaluation, Decision.DRY_RUN_PASS, f"{summary}; dry run: would promote {move}", **fields)
+        elif policy.requires_approval:
+            _finish(evaluation, Decision.AWAITING_APPROVAL, f"{summary}; promoting {move} awaits approval", **fields)
+        else:
+            _finish(evaluation, Decision.PROMOTED, f"{summary}; promoted {move}", **fields)
+            _promote(evaluation)
+    return evaluation
+
+
+def _awaiting(evaluation_id: int) -> PromotionEvaluation:
+    evaluation = (PromotionEvaluation.objects.select_for_update(of=("self",))
+                  .select_related("policy__model", "candidate_version", "target_version")
+                  .filter(pk=evaluation_id).first())
+    if evaluation is None:
+        raise NotFound(f"no promotion evaluation {evaluation_id}")
+    if evaluation.decision != Decision.AWAITING_APPROVAL:
+        raise Conflict(f"evaluation {evaluation_id} is {evaluation.get_decision_display().lower()}, "
+                       "not awaiting approval")
+    return evaluation
+
+
+def approve_evaluation(evaluation_id: int, *, actor) -> PromotionEvaluation:
+    """Approve an evaluation awaiting approval: the target alias moves to the evaluated candidate version.
+
+    Args:
+        evaluation_id: the evaluation.
+        actor: the approving user (callers check they are staff).
+
+    Raises:
+        NotFound: no such evaluation.
+        Conflict: it is not awaiting approval, or the target alias moved since it was evaluated
+            (its gates compared against another version: run the policy again).
+    """
+    with transaction.atomic():
+        evaluation = _awaiting(evaluation_id)
+        policy = evaluation.policy
+        now = _alias_version(policy.model, policy.target_alias)
+        if getattr(now, "pk", None) != evaluation.target_version_id:
+            raise Conflict(f"@{policy.target_alias} moved since this evaluation; run the policy again")
+        if evaluation.candidate_version is None:
+            raise Conflict("the candidate version was deleted since this evaluation")
+        _finish(evaluation, Decision.APPROVED,
+                f"{evaluation.reason}; approved by {actor.username}", actor=actor)
+        _promote(evaluation, approved_by=actor)
+    return evaluation
+
+
+def reject_evaluation(evaluation_id: int, *, actor, reason: str = "") -> PromotionEvaluation:
+    """Reject an evaluation awaiting approval; nothing moves.
+
+    Raises:
+        NotFound: no such evaluation.
+        Conflict: it is not awaiting approval.
+    """
+    with transaction.atomic():
+        evaluation = _awaiting(evaluation_id)
+        why = f"rejected by {actor.username}" + (f": {reason.strip()[:1000]}" if reason.strip() else "")
+        _finish(evaluation, Decision.REJECTED, why, actor=actor)
+    return evaluation
+
+
+def is_final(evaluation: PromotionEvaluation) -> bool:
+    """True when nothing more will happen to the evaluation (CI may stop polling)."""
+    return evaluation.decision in FINAL_DECISIONS

@@ -1,0 +1,168 @@
+"""Promotion pages: the policies section of a model's page, a policy's history, and its form."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from modelyard.errors import DomainError
+from modelyard.views import found_or_404
+from promotions import services
+from promotions.forms import POLICY_FORM_FIELDS, PromotionPolicyForm
+from promotions.models import PromotionEvaluation, PromotionPolicy
+from registry.services import get_model
+
+RECENT_EVALUATIONS = 5
+HISTORY_EVALUATIONS = 100
+
+
+def policies_context(model) -> dict:
+    """What the model page's policies section shows: each policy with its latest evaluations.
+
+    Two queries whatever the number of policies: the policies, then their recent evaluations.
+
+    Returns:
+        ``{"policies": [PromotionPolicy with .recent (list of evaluations, newest first)]}``.
+    """
+    policies = list(PromotionPolicy.objects.filter(model=model).order_by("id"))
+    recent: dict[int, list] = {p.pk: [] for p in policies}
+    evaluations = (
+        PromotionEvaluation.objects.filter(policy__model=model)
+        .annotate(rank=Window(RowNumber(), partition_by=F("policy_id"), order_by=F("id").desc()))
+        .filter(rank__lte=RECENT_EVALUATIONS)
+        .select_related("candidate_version", "target_version", "decided_by").order_by("-id")
+    )
+    for evaluation in evaluations:
+        recent[evaluation.policy_id].append(evaluation)
+    for policy in policies:
+        policy.recent = recent[policy.pk]
+    return {"policies": policies}
+
+
+@login_required
+def model_policies(request, model_name: str):
+    """The policies section alone, for the model page's htmx refresh."""
+    model = found_or_404(get_model, model_name)
+    return render(request, "promotions/partials/model_policies.html", {"model": model, **policies_context(model)})
+
+
+@login_required
+def policy_detail(request, policy_id: int):
+    """A policy's settings and its last 100 evaluations with the metrics, checks and reasons."""
+    policy = found_or_404(services.get_policy, policy_id)
+    evaluations = (policy.evaluations.select_related("candidate_version", "target_version", "decided_by")
+                   .order_by("-id")[:HISTORY_EVALUATIONS])
+    return render(request, "promotions/policy_detail.html", {"policy": policy, "evaluations": evaluations})
+
+
+def _staff(request, what: str) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied(f"only administrators {what}")
+
+
+def _save(request, form, save) -> PromotionPolicy | None:
+    if request.method != "POST" or not form.is_valid():
+        return None
+    try:
+        return save({f: form.cleaned_data[f] for f in POLICY_FORM_FIELDS})
+    except DomainError as exc:
+        form.add_error(None, exc.message)
+        return None
+
+
+@login_required
+def policy_create(request, model_name: str):
+    """Create a policy for a model (administrators)."""
+    _staff(request, "create promotion policies")
+    model = found_or_404(get_model, model_name)
+    form = PromotionPolicyForm(request.POST or None, initial={"candidate_alias": "staging",
+                                                              "target_alias": "production"})
+    policy = _save(request, form, lambda fields: services.create_policy(model_name=model.name, actor=request.user,
+                                                                        **fields))
+    if policy is not None:
+        messages.success(request, f"Policy {policy.pk} created; it runs on '{policy.schedule}' (UTC).")
+        return redirect("registry:model-detail", name=model.name)
+    return render(request, "promotions/policy_form.html", {"model": model, "form": form, "policy": None})
+
+
+@login_required
+def policy_edit(request, policy_id: int):
+    """Edit a policy (administrators); a new schedule takes effect without restarting beat."""
+    _staff(request, "edit promotion policies")
+    policy = found_or_404(services.get_policy, policy_id)
+    form = PromotionPolicyForm(request.POST or None, instance=policy)
+    saved = _save(request, form, lambda fields: services.update_policy(policy.pk, actor=request.user, **fields))
+    if saved is not None:
+        messages.success(request, f"Policy {saved.pk} saved.")
+        return redirect("registry:model-detail", name=policy.model.name)
+    return render(request, "promotions/policy_form.html", {"model": policy.model, "form": form, "policy": policy})
+
+
+def _act(request, policy_id: int, act, done: str):
+    policy = found_or_404(services.get_policy, policy_id)
+    try:
+        act(policy)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done)
+    return redirect("registry:model-detail", name=policy.model.name)
+
+
+@login_required
+@require_POST
+def policy_run(request, policy_id: int):
+    """Run now: queue an evaluation (any signed-in user; the gates decide)."""
+    return _act(request, policy_id, lambda p: services.request_evaluation(p.pk, actor=request.user),
+                "Evaluation queued; its decision appears below within seconds.")
+
+
+@login_required
+@require_POST
+def policy_pause(request, policy_id: int):
+    """Pause a policy's schedule (administrators)."""
+    _staff(request, "pause promotion policies")
+    return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, False, actor=request.user),
+                "Policy paused.")
+
+
+@login_required
+@require_POST
+def policy_resume(request, policy_id: int):
+    """Resume a policy's schedule (administrators)."""
+    _staff(request, "resume promotion policies")
+    return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, True, actor=request.user),
+                "Policy resumed.")
+
+
+def _decide(request, evaluation_id: int, decide, done: str):
+    _staff(request, "approve or reject promotions")
+    evaluation = found_or_404(services.get_evaluation, evaluation_id)
+    try:
+        decide(evaluation.pk)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done)
+    return redirect("registry:model-detail", name=evaluation.policy.model.name)
+
+
+@login_required
+@require_POST
+def evaluation_approve(request, evaluation_id: int):
+    """Approve an evaluation awaiting approval: the target alias moves (administrators)."""
+    return _decide(request, evaluation_id, lambda pk: services.approve_evaluation(pk, actor=request.user),
+                   "Approved: the alias moved and rollouts following it start.")
+
+
+@login_required
+@require_POST
+def evaluation_reject(request, evaluation_id: int):
+    """Reject an evaluation awaiting approval (administrators)."""
+    return _decide(request, evaluation_id,
+                   lambda pk: services.reject_evaluation(pk, actor=request.user,
+                                                         reason=request.POST.get("reason", "")),
+                   "Rejected: nothing moved.")

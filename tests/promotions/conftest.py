@@ -1,0 +1,44 @@
+"""Clients for the promotion tests: an administrator, a member and an anonymous outsider."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus holding the known counters of ``tests.promotions.support`` (one per module)."""
+    from tests.promotions.support import FedPrometheus
+
+    fed = FedPrometheus(tmp_path_factory.mktemp("promotions"))
+    yield fed
+    fed.stop()
+
+
+def client_for(user) -> APIClient:
+    """An API client authenticated with ``user``'s token (or anonymous for None)."""
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.fixture
+def admin(db):
+    return get_user_model().objects.create_user(username="ops", password="a-long-test-password", is_staff=True)
+
+
+@pytest.fixture
+def member(db):
+    return get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
+
+
+@pytest.fixture
+def admin_api(admin) -> APIClient:
+    return client_for(admin)
+
+
+@pytest.fixture
+def member_api(member) -> APIClient:
+    return client_for(member)
