@@ -4,7 +4,7 @@ import re
 
 import django_filters
 from django.core.exceptions import ValidationError
-from django.db.models import Exists, FloatField, OuterRef, Q
+from django.db.models import Exists, FloatField, OuterRef, Q, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
@@ -32,8 +32,11 @@ def filter_by_tag(queryset, value: str):
     ``value`` has passed ``validate_tag_filter``."""
     key, sep, tag_value = value.partition("=")
     if sep:
-        # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key.
-        return queryset.annotate(_tag_value=KeyTextTransform(key, "tags")).filter(_tag_value=tag_value)
+        # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key. Cast to
+        # text so the comparison is plain text on every database (SQLite would otherwise compare
+        # JSON and read the value as a JSON document).
+        return queryset.annotate(_tag_value=Cast(KeyTextTransform(key, "tags"), TextField())).filter(
+            _tag_value=tag_value)
     return queryset.filter(tags__has_key=key)
 
 

@@ -120,3 +120,26 @@ def test_the_models_page_filters_by_format_and_creation_date_and_pages_by_name(c
     second = client.get("/models/?after=m094").content.decode()
     assert second.count('class="model-row"') == 13 and "m096" in second and "m094<" not in second
     assert "before=m096" in second and "next →" not in second
+
+
+def test_the_tag_value_filter_works_on_sqlite_too(tmp_path):
+    """``make run`` uses SQLite by default; the key=value tag filter once compared JSON there (a 500)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'tags.sqlite3'}"}
+    script = (
+        "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
+        "from registry.models import RegisteredModel\n"
+        "from registry.filters import filter_by_tag\n"
+        "RegisteredModel.objects.create(name='iris', tags={'team': 'ml'})\n"
+        "RegisteredModel.objects.create(name='wine', tags={'team': 'bi'})\n"
+        "print([m.name for m in filter_by_tag(RegisteredModel.objects.all(), 'team=ml')])\n"
+    )
+    answer = subprocess.run([sys.executable, "manage.py", "shell", "-c", script], cwd=repo, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert answer.returncode == 0, answer.stderr[-2000:]
+    assert answer.stdout.strip().splitlines()[-1] == "['iris']"
