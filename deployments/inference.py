@@ -73,7 +73,14 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
 
 
 def _jsonable(array) -> list:
-    """Nested lists of an output tensor; BYTES elements decoded as UTF-8 (invalid bytes replaced)."""
+    """Nested lists of an output tensor; BYTES elements decoded as UTF-8 (invalid bytes replaced);
+    NaN and ±infinity (which JSON cannot carry) as null."""
+    import numpy as np
+
+    if array.dtype.kind == "f" and not np.isfinite(array).all():
+        values = array.astype(object)
+        values[~np.isfinite(array)] = None
+        return values.tolist()
     if array.dtype == object or array.dtype.kind == "S":
         return [_jsonable(a) if getattr(a, "ndim", 0) else (a.decode(errors="replace") if isinstance(a, bytes) else a)
                 for a in array]

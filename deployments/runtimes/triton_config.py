@@ -266,7 +266,7 @@ def sample_arrays(sample_input: dict, signature: dict) -> dict:
 
     Raises:
         ModelConfigError: not an object, an input the model does not declare or one it lacks,
-            or values that do not convert to the input's data type.
+            or values that do not convert to the input's data type or are not finite.
     """
     import numpy as np
     from tritonclient.utils import triton_to_np_dtype
@@ -286,6 +286,10 @@ def sample_arrays(sample_input: dict, signature: dict) -> dict:
         dtype = triton_to_np_dtype(declared[name].removeprefix("TYPE_"))
         try:
             arrays[name] = np.asarray(values, dtype=dtype)
-        except (TypeError, ValueError) as exc:
-            raise ModelConfigError(f"sample input {name!r} is not {declared[name]} data: {exc}") from exc
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise ModelConfigError(
+                f"input {name!r} must be {declared[name].removeprefix('TYPE_')} numbers: {exc}"
+            ) from exc
+        if arrays[name].dtype.kind == "f" and not np.isfinite(arrays[name]).all():
+            raise ModelConfigError(f"input {name!r} holds a value that is not a finite number (NaN or ±infinity)")
     return arrays

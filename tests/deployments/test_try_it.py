@@ -53,7 +53,7 @@ def test_the_api_returns_the_models_own_predictions_and_the_latency(api_client, 
     [
         ({"host": "cpu-0", "inputs": {"input": [[1.0, 2.0]]}}, 400, "cpu-0"),
         ({"host": "cpu-0", "inputs": {"pixels": [[1.0]]}}, 400, "exactly the model's inputs"),
-        ({"host": "cpu-0", "inputs": {"input": [["a", "b", "c", "d"]]}}, 400, "TYPE_FP32"),
+        ({"host": "cpu-0", "inputs": {"input": [["a", "b", "c", "d"]]}}, 400, "FP32 numbers"),
         ({"host": "nowhere", "inputs": {"input": SAMPLE_INPUT}}, 404, "nowhere"),
         ({"host": "cpu-0", "version": 7, "inputs": {"input": SAMPLE_INPUT}}, 404, "no version 7"),
     ],
@@ -73,3 +73,10 @@ def test_the_page_prefills_the_sample_and_shows_the_outputs(client, served):
     html = answer.content.decode()
     assert "v1 on cpu-0 answered in" in html
     assert str([[label] for label in expected_labels()]) in html
+
+
+def test_an_input_that_overflows_to_infinity_is_refused_not_a_500(api_client, served):
+    body = '{"host": "cpu-0", "inputs": {"input": [[1e400, 3.5, 1.4, 0.2]]}}'  # JSON parses 1e400 as infinity
+    answer = api_client.post("/api/v1/models/iris/infer/", body, content_type="application/json")
+    assert answer.status_code == 400, answer.content
+    assert "not a finite number" in answer.json()["detail"]
