@@ -156,7 +156,9 @@ def start_deployment(
     """
     from deployments.placement import choose_hosts
 
-    if (version is None) == (not alias):
+    if version is None and not alias:
+        raise InvalidInput("give a version to pin or an alias to follow")
+    if version is not None and alias:
         raise InvalidInput("give either a version or an alias to follow, not both")
     model_version = resolve_alias(model_name, alias) if alias else get_version(model_name, version)
     if host_names and selector:
@@ -317,12 +319,16 @@ def delete_host(*, name: str, actor=None) -> None:
 
     Raises:
         NotFound: no such host.
-        Conflict: a deployment is in progress there.
+        Conflict: a deployment is in progress there, or it serves a model (unload it first, so no
+            version is left served by a host the registry no longer knows).
     """
     host = get_host(name)
     with transaction.atomic():
         if host.targets.filter(state__in=ACTIVE_TARGET_STATES).exists():
             raise Conflict(f"a deployment is in progress on {name!r}; wait for it to finish first")
+        serving = sorted(set(ready_targets_oldest_first(host=host).values_list("deployment__model__name", flat=True)))
+        if serving:
+            raise Conflict(f"{name!r} serves {', '.join(serving)}; unload them from it first")
         record_audit_event(action=AuditAction.HOST_DELETED, actor=actor, obj_type="host", obj_id=host.pk,
                            data={"name": host.name, "inference_url": host.inference_url})
         host.delete()

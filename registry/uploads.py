@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from registry.choices import AuditAction, UploadStatus
+from registry.formats import check_filename
 from registry.models import ModelVersion, Upload
 from registry.services import _check_lineage, _validate_tags, get_model, record_audit_event, register_version
 from registry.storage import MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, ArtifactStore, StorageError, UploadedPart
@@ -142,6 +143,7 @@ def start_upload(
     if size > settings.MAX_ARTIFACT_BYTES:
         raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
     name, digest, part_size = _clean_filename(filename), _clean_sha256(sha256), _clean_part_size(size, part_size)
+    check_filename(name)  # a kind the registry cannot take is refused before gigabytes are sent
     if metadata is not None and not isinstance(metadata, dict):
         raise InvalidInput("metadata must be a JSON object")
     if signature is not None and not isinstance(signature, dict):

@@ -22,7 +22,7 @@ from modelyard.errors import InvalidInput
 from registry.archives import ArchiveLimits
 from registry.choices import ArtifactFormat
 
-__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "detect_format", "prepare_artifact"]
+__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "check_filename", "detect_format", "prepare_artifact"]
 
 # File name suffixes, longest first so ".tar.gz" wins over ".gz".
 _SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -92,6 +92,23 @@ class PreparedArtifact:
 
     def __exit__(self, *exc) -> None:
         self.cleanup()
+
+
+def check_filename(filename: str) -> str:
+    """Tell from its name alone which kind of artifact a file will be, before any byte is sent.
+
+    Returns:
+        An ``ArtifactFormat`` value (see ``detect_format``).
+
+    Raises:
+        InvalidInput: the name's suffix is not one the registry accepts.
+    """
+    name = Path(filename or "").name.lower()
+    for suffix, kind in _SUFFIXES:
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return kind
+    raise InvalidInput(f"cannot tell what kind of model {Path(filename or '').name!r} is from its name; "
+                       f"the registry accepts {ACCEPTED_KINDS}")
 
 
 def detect_format(path: Path, filename: str) -> str:

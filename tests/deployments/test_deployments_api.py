@@ -166,3 +166,13 @@ def test_a_host_is_deleted_unless_a_deployment_runs_there(api_client, version):
     assert not ServingHost.objects.exists()
     assert Deployment.objects.filter(pk=created["id"]).exists()
     assert api_client.delete("/api/v1/hosts/gpu-0/").status_code == 404
+
+
+def test_a_host_that_serves_a_model_is_not_deleted(api_client, version):
+    api_client.post("/api/v1/hosts/", HOST, format="json")
+    created = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
+                              format="json").json()
+    transition(DeploymentTarget.objects.get(deployment_id=created["id"]).pk, TargetState.READY)
+    refused = api_client.delete("/api/v1/hosts/gpu-0/")
+    assert refused.status_code == 409 and "serves iris" in refused.json()["detail"]
+    assert ServingHost.objects.filter(name="gpu-0").exists()

@@ -82,7 +82,7 @@ def test_a_rollout_starts_from_the_model_page_form(browser, deployment, django_c
 @pytest.mark.parametrize(
     ("form", "message"),
     [
-        ({"hosts": ["gpu-1"]}, "give either a version or an alias"),
+        ({"hosts": ["gpu-1"]}, "give a version to pin or an alias to follow"),
         ({"version": "1"}, "at least one serving host"),
         ({"version": "1", "selector": "pool"}, "key=value"),
         ({"version": "1", "hosts": ["gpu-1"], "config_overrides": "{"}, "not valid JSON"),

@@ -162,7 +162,7 @@ def test_an_alias_nobody_follows_starts_nothing(model, hosts, django_capture_on_
     ("kwargs", "message"),
     [
         ({"version": 2, "alias": "production"}, "not both"),
-        ({}, "not both"),
+        ({}, "a version to pin or an alias to follow"),
         ({"version": 2, "host_names": ["gpu-0"], "batch_size": 0}, "batch_size"),
         ({"version": 2, "host_names": ["gpu-0"], "failure_policy": "pray"}, "failure_policy"),
         ({"version": 2, "host_names": ["gpu-0"], "selector": {"zone": "a"}}, "not both"),

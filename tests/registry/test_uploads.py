@@ -182,6 +182,7 @@ def test_an_archive_the_registry_refuses_fails_the_upload_with_the_reason(api_cl
     ({"size": 49 * GiB, "part_size": PART}, "more than 10000 parts"),
     ({"sha256": "xyz"}, "64 hexadecimal digits"),
     ({"filename": "../"}, "filename"),
+    ({"filename": "model.exe"}, "cannot tell what kind of model"),
     ({"tags": {"team": 3}}, "tag"),
     ({"metrics": {"accuracy": "high"}}, "metrics"),
     ({"ci_run_url": "file:///etc/passwd"}, "ci_run_url"),
