@@ -12,9 +12,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
 from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import sha256_file
-from registry.choices import AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.formats import prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
@@ -228,6 +229,7 @@ def register_version(
             artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
         ))
         resolve_ensemble_members(prepared.ensemble_members)
+        _check_sample_input(metadata.get("sample_input"), prepared)
         if sha256 and prepared.is_original:
             size = prepared.path.stat().st_size
         else:
@@ -276,6 +278,16 @@ def register_version(
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 
+
+
+def _check_sample_input(sample, prepared) -> None:
+    """A ``metadata.sample_input`` must fit the model's inputs: the rollout's smoke inference sends it."""
+    if sample is None or prepared.format not in ArtifactFormat.triton_formats():
+        return
+    try:
+        sample_arrays(sample, prepared.signature)
+    except ModelConfigError as exc:
+        raise InvalidInput(f"metadata.sample_input does not fit the model: {exc}") from exc
 
 
 def resolve_alias(model_name: str, alias: str) -> ModelVersion:

@@ -83,6 +83,11 @@ class ModelVersionViewSet(
             .order_by("-version")
         )
 
+    def get_object(self):
+        # a NotFound that names the model and version, also for a deleted one
+        found = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]))
+        return self.get_queryset().get(pk=found.pk)
+
     @extend_schema(request=ModelVersionUploadSerializer, responses={201: ModelVersionSerializer})
     def create(self, request, *args, **kwargs):
         model = services.get_model(self.kwargs["model_name"])

@@ -126,6 +126,24 @@ def test_it_refuses_metadata_that_is_not_a_json_object(api_client, s3_endpoint, 
     assert not ModelVersion.objects.exists()
 
 
+def test_it_refuses_a_sample_input_that_does_not_fit_the_model(api_client, s3_endpoint, iris_archive):
+    """The smoke inference of every rollout sends it, so a wrong one is refused at registration."""
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    wrong_name = upload(api_client, "iris", iris_archive, metadata='{"sample_input": {"INPUT": [[1, 2, 3, 4]]}}')
+    assert wrong_name.status_code == 400 and "exactly the model's inputs" in wrong_name.json()["detail"]
+    assert not ModelVersion.objects.exists()
+    right = upload(api_client, "iris", iris_archive, metadata='{"sample_input": {"input": [[5.1, 3.5, 1.4, 0.2]]}}')
+    assert right.status_code == 201, right.content
+
+
+def test_a_deleted_version_is_a_404_that_names_it(api_client, s3_endpoint, iris_archive):
+    api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
+    assert upload(api_client, "iris", iris_archive).status_code == 201
+    assert api_client.delete("/api/v1/models/iris/versions/1/").status_code == 204
+    answer = api_client.get("/api/v1/models/iris/versions/1/")
+    assert answer.status_code == 404 and "'iris' has no version 1" in answer.json()["detail"]
+
+
 def test_it_answers_404_for_a_version_of_an_unknown_model(api_client, iris_archive):
     assert upload(api_client, "nope", iris_archive).status_code == 404
     assert api_client.get("/api/v1/models/nope/versions/").status_code == 404
