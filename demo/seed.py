@@ -267,6 +267,28 @@ def output_data(result: dict, name: str) -> list:
     raise SeedError(f"inference response has no output {name!r}: {json.dumps(result)[:500]}")
 
 
+def wait_for_scrapes(prometheus_url: str, host: str, timeout: float = 60.0) -> bool:
+    """Wait until Prometheus has scraped ``host`` twice (a rate needs two samples); True when it has.
+
+    Prometheus discovers the host through the app within one refresh interval; counters that
+    grow before its first scrape would never show as throughput.
+    """
+    query = f'count_over_time(up{{host="{host}"}}[5m])'
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            answer = requests.get(f"{prometheus_url.rstrip('/')}/api/v1/query", params={"query": query}, timeout=5)
+            result = answer.json().get("data", {}).get("result", [])
+            if result and float(result[0]["value"][1]) >= 2:
+                print(f"prometheus: scraping {host}")
+                return True
+        except (requests.RequestException, ValueError, KeyError, IndexError):
+            pass
+        time.sleep(2)
+    print(f"prometheus: not scraping {host} after {timeout:g} s; sending the requests anyway")
+    return False
+
+
 def inference_burst(inference_url: str, model: str, count: int) -> None:
     """Send ``count`` inference requests spread over about 20 s, cycling through the sample rows."""
     if count <= 0:
@@ -305,6 +327,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="python-backend execution environment on the serving host",
     )
     parser.add_argument("--requests", type=int, default=200, help="inference requests to send (0: none)")
+    parser.add_argument("--prometheus-url", default="",
+                        help="wait (up to 60 s) until this Prometheus scrapes the host before sending requests, "
+                             "so the burst shows up as throughput (empty: do not wait)")
     return parser.parse_args(argv)
 
 
@@ -336,6 +361,8 @@ def seed(args: argparse.Namespace) -> None:
     else:
         deploy(api, model, version)
 
+    if args.prometheus_url:
+        wait_for_scrapes(args.prometheus_url, HOST_NAME)
     inference_burst(args.inference_url, model, args.requests)
 
 

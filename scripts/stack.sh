@@ -470,6 +470,7 @@ run_seed() {
         --token-file "$TOKEN_FILE" \
         --inference-url "http://127.0.0.1:$TRITON_HTTP_PORT" \
         --metrics-url "http://127.0.0.1:$TRITON_METRICS_PORT/metrics" \
+        --prometheus-url "http://127.0.0.1:$PROMETHEUS_PORT" \
         --execution-env "$STACK_DIR/triton-env"
 }
 
