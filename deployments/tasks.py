@@ -148,16 +148,23 @@ def deploy_version_on_host(self, payload: dict) -> None:
 def request_heartbeats() -> int:
     """Orchestrator, on a schedule: ask every host agent to report in.
 
-    Each request expires after one interval, so an agent that is down does not
-    find a backlog of stale requests when it comes back. Returns the number of hosts asked.
+    Each request expires after one interval, so an agent that is down does not act on stale
+    requests when it comes back; and a host whose queue still holds a message (its agent is down
+    or busy) is not sent another, so the queue of an agent that never comes back does not grow
+    in Redis. Returns the number of hosts asked.
     """
     hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url"))
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    asked = 0
     for name, inference_url, metrics_url in hosts:
+        if broker.llen(f"host.{name}"):  # Celery's Redis transport keeps each queue as a list of that name
+            continue
+        asked += 1
         report_heartbeat.apply_async(
             args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url}],
             queue=f"host.{name}", expires=settings.HEARTBEAT_INTERVAL,
         )
-    return len(hosts)
+    return asked
 
 
 @shared_task(name="deployments.report_heartbeat", acks_late=True)

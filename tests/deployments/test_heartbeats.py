@@ -46,3 +46,22 @@ def test_the_hosts_page_and_api_show_the_status(host, client, user, api_client):
     hosts = {h["name"]: h for h in api_client.get("/api/v1/hosts/").json()["results"]}
     assert hosts["gpu-0"]["online"] is True and hosts["ghost"]["online"] is False
     assert "iris" in client.get("/hosts/gpu-0/").content.decode()
+
+
+def test_a_host_whose_agent_is_away_gets_one_pending_request_not_a_backlog(db, settings):
+    import redis
+
+    from deployments.tasks import request_heartbeats
+    from modelyard.celery import app
+    from tests.fixtures.services import TEST_BROKER_URL
+
+    ServingHost.objects.create(name="ghost", inference_url="http://ghost:8000")
+    settings.CELERY_BROKER_URL = TEST_BROKER_URL
+    app.conf.broker_url = TEST_BROKER_URL
+    broker = redis.Redis.from_url(TEST_BROKER_URL)
+    broker.delete("host.ghost")
+    try:
+        assert [request_heartbeats() for _ in range(3)] == [1, 0, 0]
+        assert broker.llen("host.ghost") == 1
+    finally:
+        broker.delete("host.ghost")
