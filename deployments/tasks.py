@@ -13,7 +13,7 @@ import redis
 from celery import shared_task
 from django.conf import settings
 
-from deployments.choices import TERMINAL_TARGET_STATES, TargetState
+from deployments.choices import TERMINAL_TARGET_STATES, Runtime, TargetState
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from registry.storage import ArtifactStore, StorageError
@@ -101,6 +101,19 @@ def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
     return False
 
 
+def _deploy_on_runtime(payload: dict, *, report) -> dict:
+    """Carry one target out with the adapter of the host's runtime (``payload["runtime"]``)."""
+    common = {"report": report, "load_timeout": settings.AGENT_LOAD_TIMEOUT,
+              "unload_timeout": settings.AGENT_UNLOAD_TIMEOUT}
+    if payload.get("runtime", Runtime.TRITON) == Runtime.BENTOML:
+        from deployments.agent_bentoml import deploy_bentoml_version
+
+        return deploy_bentoml_version(payload, root=Path(settings.AGENT_BENTOML_ROOT), **common)
+    from deployments.agent import deploy_triton_version
+
+    return deploy_triton_version(payload, model_repository=Path(settings.AGENT_MODEL_REPOSITORY), **common)
+
+
 @shared_task(name="deployments.deploy_version_on_host", acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Host agent: stage, load and cut over one model version, reporting each step.
@@ -110,8 +123,6 @@ def deploy_version_on_host(self, payload: dict) -> None:
     Safe to run twice: staging skips a version dir already built from the same sha256 and
     loading an already-served version is a no-op swap.
     """
-    from deployments.agent import deploy_triton_version
-
     target_id = payload["target_id"]
     lock = host_model_lock(payload.get("host", ""), payload["model"])
     if not _acquire_or_take_over(lock, self.request.id):
@@ -122,13 +133,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
             return
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        result = deploy_triton_version(
-            payload,
-            model_repository=Path(settings.AGENT_MODEL_REPOSITORY),
-            report=lambda state: _report(target_id, state),
-            load_timeout=settings.AGENT_LOAD_TIMEOUT,
-            unload_timeout=settings.AGENT_UNLOAD_TIMEOUT,
-        )
+        result = _deploy_on_runtime(payload, report=lambda state: _report(target_id, state))
     except Exception as exc:  # the orchestrator must hear of every failure, not only the foreseen ones
         logger.exception("deploying target %s failed", target_id)
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
@@ -151,10 +156,10 @@ def request_heartbeats() -> int:
     Each request expires after one interval, so an agent that is down does not
     find a backlog of stale requests when it comes back. Returns the number of hosts asked.
     """
-    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url"))
-    for name, inference_url, metrics_url in hosts:
+    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url", "runtime"))
+    for name, inference_url, metrics_url, runtime in hosts:
         report_heartbeat.apply_async(
-            args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url}],
+            args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url, "runtime": runtime}],
             queue=f"host.{name}", expires=settings.HEARTBEAT_INTERVAL,
         )
     return len(hosts)
@@ -162,13 +167,19 @@ def request_heartbeats() -> int:
 
 @shared_task(name="deployments.report_heartbeat", acks_late=True)
 def report_heartbeat(request: dict) -> None:
-    """Host agent: report the runtime's liveness, loaded models, GPUs and free disk."""
-    from deployments.agent import collect_heartbeat
+    """Host agent: report the runtime's liveness, loaded (or, on BentoML, served) models, GPUs and free disk."""
+    if request.get("runtime", Runtime.TRITON) == Runtime.BENTOML:
+        from deployments.agent_bentoml import collect_bentoml_heartbeat
 
-    report = collect_heartbeat(
-        inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
-        model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
-    )
+        report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
+                                           root=Path(settings.AGENT_BENTOML_ROOT), labels=settings.AGENT_LABELS)
+    else:
+        from deployments.agent import collect_heartbeat
+
+        report = collect_heartbeat(
+            inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
+            model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
+        )
     record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
 
 
