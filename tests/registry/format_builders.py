@@ -178,7 +178,8 @@ def build_bentoml_exports(out: Path, name: str, *, refuse_to_start: bool = False
     """
     env = {**os.environ, "BENTOML_HOME": str(out / "bentoml-home"), "BENTOML_DO_NOT_TRACK": "true"}
     result = subprocess.run(
-        [sys.executable, "-c", _BENTOML_SCRIPT, str(out), name, "refuse" if refuse_to_start else "serve"], env=env, cwd=out, capture_output=True, text=True,
+        [sys.executable, "-c", _BENTOML_SCRIPT, str(out), name, "refuse" if refuse_to_start else "serve"],
+        env=env, cwd=out, capture_output=True, text=True,
         timeout=300,
     )
     if result.returncode != 0:
