@@ -201,6 +201,34 @@ def deploy_bentoml_version(
     return {"state": "ready", "details": details}
 
 
+def unload_bentoml_model(payload: dict, *, root: Path, timeout: float = 120.0) -> int | None:
+    """Stop serving a model on this host: nginx stops routing ``/<model>/`` (gracefully), its
+    requests finish, then every instance of it stops. The Bento stays in the store.
+
+    Args:
+        payload: ``{"model", "inference_url"}``.
+        root: the agent's BentoML directory.
+        timeout: seconds allowed for in-flight requests to finish and the processes to stop.
+
+    Returns:
+        The version that was served, or None when none was.
+
+    Raises:
+        ServingRuntimeError: nginx refused the change or the old processes did not stop.
+    """
+    root, model = Path(root), payload["model"]
+    front = front_for(root, payload["inference_url"])
+    front.ensure_running()
+    roles = ServeState(root).read().get(model, {})
+    front.wait_drained(front.remove(model), timeout=timeout)
+    for instance in roles.values():
+        serve.stop_instance(instance, timeout=timeout)
+        shutil.rmtree(instance.home, ignore_errors=True)
+    ServeState(root).update(model, serving=None, starting=None, draining=None)
+    served = roles.get("serving")
+    return served.version if served else None
+
+
 def _import(payload: dict, store: BentoStore, *, kind: str, tag: str, timeout: float) -> bool:
     """Download the artifact (size and sha256 checked) and import it; False when already imported."""
     if not tag:

@@ -7,13 +7,13 @@ target host (queue ``host.<name>``) and reports back by enqueueing
 """
 
 import logging
-from pathlib import Path
 
 import redis
 from celery import shared_task
 from django.conf import settings
 
-from deployments.choices import TERMINAL_TARGET_STATES, Runtime, TargetState
+from deployments.choices import TERMINAL_TARGET_STATES, TargetState
+from deployments.host_agents import host_agent
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from registry.storage import ArtifactStore, StorageError
@@ -101,19 +101,6 @@ def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
     return False
 
 
-def _deploy_on_runtime(payload: dict, *, report) -> dict:
-    """Carry one target out with the adapter of the host's runtime (``payload["runtime"]``)."""
-    common = {"report": report, "load_timeout": settings.AGENT_LOAD_TIMEOUT,
-              "unload_timeout": settings.AGENT_UNLOAD_TIMEOUT}
-    if payload.get("runtime", Runtime.TRITON) == Runtime.BENTOML:
-        from deployments.agent_bentoml import deploy_bentoml_version
-
-        return deploy_bentoml_version(payload, root=Path(settings.AGENT_BENTOML_ROOT), **common)
-    from deployments.agent import deploy_triton_version
-
-    return deploy_triton_version(payload, model_repository=Path(settings.AGENT_MODEL_REPOSITORY), **common)
-
-
 @shared_task(name="deployments.deploy_version_on_host", acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Host agent: stage, load and cut over one model version, reporting each step.
@@ -133,7 +120,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
             return
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        result = _deploy_on_runtime(payload, report=lambda state: _report(target_id, state))
+        result = host_agent(payload.get("runtime")).deploy(payload, report=lambda state: _report(target_id, state))
     except Exception as exc:  # the orchestrator must hear of every failure, not only the foreseen ones
         logger.exception("deploying target %s failed", target_id)
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
@@ -168,18 +155,7 @@ def request_heartbeats() -> int:
 @shared_task(name="deployments.report_heartbeat", acks_late=True)
 def report_heartbeat(request: dict) -> None:
     """Host agent: report the runtime's liveness, loaded (or, on BentoML, served) models, GPUs and free disk."""
-    if request.get("runtime", Runtime.TRITON) == Runtime.BENTOML:
-        from deployments.agent_bentoml import collect_bentoml_heartbeat
-
-        report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
-                                           root=Path(settings.AGENT_BENTOML_ROOT), labels=settings.AGENT_LABELS)
-    else:
-        from deployments.agent import collect_heartbeat
-
-        report = collect_heartbeat(
-            inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
-            model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
-        )
+    report = host_agent(request.get("runtime")).heartbeat(request)
     record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
 
 
@@ -214,18 +190,15 @@ def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) ->
 
 @shared_task(name="deployments.unload_model_on_host", acks_late=True, bind=True, max_retries=None)
 def unload_model_on_host(self, payload: dict) -> None:
-    """Host agent: unload a model from Triton under the (host, model) lock and wait until it is gone."""
+    """Host agent: stop serving a model (Triton unload, or BentoML's nginx route and processes) under
+    the (host, model) lock and wait until it is gone."""
     from deployments.runtimes.base import ServingRuntimeError
-    from deployments.runtimes.triton import TritonRuntime
 
     lock = host_model_lock(payload["host"], payload["model"])
     if not _acquire_or_take_over(lock, self.request.id):
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        runtime = TritonRuntime(payload["inference_url"])
-        versions = runtime.ready_versions(payload["model"])
-        runtime.unload(payload["model"])
-        runtime.wait_versions_gone(payload["model"], versions, timeout=settings.AGENT_UNLOAD_TIMEOUT)
+        host_agent(payload.get("runtime")).unload(payload)
     except ServingRuntimeError as exc:
         logger.error("unloading %s from %s failed: %s", payload["model"], payload["host"], exc.message)
         if exc.retryable and self.request.retries < 5:

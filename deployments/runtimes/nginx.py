@@ -48,6 +48,7 @@ http {{
     server {{
         listen {listen};
         location = /healthz {{ return 200 "ok\\n"; }}
+        location / {{ return 404 "no model is served under this path\\n"; }}
         include {dir}/locations/*.conf;
     }}
 }}
@@ -172,25 +173,35 @@ class NginxFront:
             ServingRuntimeError: a bad model name, nginx refused the config, or the reload did not
                 happen within ``timeout`` seconds.
         """
+        key = model.replace("-", "_")
+        return self._apply(model, {
+            "upstreams": _UPSTREAM.format(key=key, port=int(port)),
+            "locations": _LOCATION.format(model=model, key=key, version=int(version)),
+        }, timeout)
+
+    def remove(self, model: str, timeout: float = 10.0) -> set[int]:
+        """Stop routing ``/<model>/`` (a graceful reload); returns the old workers, as ``switch``.
+
+        Raises:
+            ServingRuntimeError: as ``switch``.
+        """
+        return self._apply(model, {"upstreams": None, "locations": None}, timeout)
+
+    def _apply(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
+        """Write (or, for None, delete) the model's files, check the config and reload gracefully."""
         if not _SAFE_NAME.match(model):
             raise ServingRuntimeError(f"model name {model!r} cannot be used in an nginx location", retryable=False)
         master = self.master_pid()
         if master is None:
             raise ServingRuntimeError("nginx is not running", retryable=True)
-        key = model.replace("-", "_")
-        files = {
-            self.dir / "upstreams" / f"{model}.conf": _UPSTREAM.format(key=key, port=int(port)),
-            self.dir / "locations" / f"{model}.conf": _LOCATION.format(model=model, key=key, version=int(version)),
-        }
+        files = {self.dir / sub / f"{model}.conf": text for sub, text in texts.items()}
         before = {path: path.read_text() if path.exists() else None for path in files}
         old_workers = set(_children(master))
-        for path, text in files.items():
-            _atomic_write(path, text)
+        self._write(files)
         try:
             self._nginx("-t")
         except ServingRuntimeError:
-            for path, text in before.items():
-                _atomic_write(path, text) if text is not None else path.unlink(missing_ok=True)
+            self._write(before)
             raise
         self._nginx("-s", "reload")
         deadline = time.monotonic() + timeout
@@ -203,6 +214,14 @@ class NginxFront:
             if time.monotonic() > deadline:
                 raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
             time.sleep(0.02)
+
+    @staticmethod
+    def _write(files: dict[Path, str | None]) -> None:
+        for path, text in files.items():
+            if text is None:
+                path.unlink(missing_ok=True)
+            else:
+                _atomic_write(path, text)
 
     def wait_drained(self, old_workers: set[int], timeout: float) -> None:
         """Wait until the given (old) workers have finished their requests and exited.

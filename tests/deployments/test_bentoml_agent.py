@@ -20,6 +20,7 @@ from deployments.agent_bentoml import (
     deploy_bentoml_version,
     front_for,
     recover_model,
+    unload_bentoml_model,
 )
 from deployments.runtimes import bentoml as serve
 from deployments.runtimes.bento_store import BentoStore
@@ -204,3 +205,14 @@ def test_a_bentoml_model_is_imported_into_the_store_without_being_served(bentos,
     name, version = result["details"]["tag"].split(":")
     assert (root / "store" / "models" / name / version / "model.yaml").is_file()
     assert not serving_homes(root)
+
+
+def test_an_unloaded_model_stops_being_routed_and_its_processes_stop(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    served = ServeState(root).read()[MODEL]["serving"]
+    assert unload_bentoml_model({"model": MODEL, "inference_url": url}, root=root) == 1
+    assert classify(url).status_code == 404
+    assert not serving_homes(root) and serve.port_is_free(served.port)
+    assert collect_bentoml_heartbeat(inference_url=url, root=root, labels={})["models"] == []
+    assert BentoStore(root).bento_dir(served.tag).is_dir()  # the store keeps it for a reload
