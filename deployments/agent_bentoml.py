@@ -182,6 +182,11 @@ def deploy_bentoml_version(
         started = time.monotonic()
         old_workers = front.switch(model, green.port, version)
     except ServingRuntimeError as exc:
+        if blue is not None and front.upstream_port(model) == green.port:
+            try:  # the switch went half way (e.g. the reload was slow): route back before green stops
+                front.wait_drained(front.switch(model, blue.port, blue.version), timeout=unload_timeout)
+            except ServingRuntimeError as back:
+                logger.error("could not route %s back to version %s: %s", model, blue.version, back.message)
         _discard(state, model, green)
         return failed(f"{model} version {version} ({tag}) did not take over: {exc.message}",
                       retryable=exc.retryable)
@@ -199,6 +204,40 @@ def deploy_bentoml_version(
     state.update(model, draining=None)
     details["cutover_seconds"] = round(time.monotonic() - started, 3)
     return {"state": "ready", "details": details}
+
+
+def tidy_models(root: Path, inference_url: str, lock_for: Callable[[str], object]) -> list[str]:
+    """Finish or undo what a dead agent left (``recover_model``) for every model whose state records a
+    ``starting`` or ``draining`` instance, or a ``serving`` one that no longer runs.
+
+    Args:
+        root: the agent's BentoML directory.
+        inference_url: the host's inference URL (nginx's address).
+        lock_for: model name -> its (host, model) lock (``acquire(blocking=False)``, ``release()``);
+            a model whose lock is held, i.e. being deployed right now, is left alone.
+
+    Returns:
+        The models tidied.
+    """
+    front, tidied = None, []
+    for model, roles in sorted(ServeState(root).read().items()):
+        serving = roles.get("serving")
+        if set(roles) == {"serving"} and serve.is_running(serving):
+            continue
+        lock = lock_for(model)
+        if not lock.acquire(blocking=False):
+            continue
+        try:
+            if front is None:
+                front = front_for(root, inference_url)
+                front.ensure_running()
+            recover_model(root, front, model)
+            tidied.append(model)
+        except ServingRuntimeError as exc:
+            logger.error("could not tidy %s: %s", model, exc.message)
+        finally:
+            lock.release()
+    return tidied
 
 
 def unload_bentoml_model(payload: dict, *, root: Path, timeout: float = 120.0) -> int | None:

@@ -70,10 +70,16 @@ class BentoMLHostAgent:
                                       unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
 
     def heartbeat(self, request: dict) -> dict:
-        from deployments.agent_bentoml import collect_bentoml_heartbeat
+        """Tidy what a dead agent left (under each model's lock, skipping models being deployed), then report."""
+        from deployments.agent_bentoml import collect_bentoml_heartbeat, tidy_models
+        from deployments.tasks import host_model_lock
 
-        return collect_bentoml_heartbeat(inference_url=request["inference_url"],
-                                         root=Path(settings.AGENT_BENTOML_ROOT), labels=settings.AGENT_LABELS)
+        root = Path(settings.AGENT_BENTOML_ROOT)
+        tidied = tidy_models(root, request["inference_url"], lambda model: host_model_lock(request["host"], model))
+        report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
+                                           root=root, labels=settings.AGENT_LABELS)
+        report["tidied"] = tidied
+        return report
 
     def unload(self, payload: dict) -> None:
         from deployments.agent_bentoml import unload_bentoml_model

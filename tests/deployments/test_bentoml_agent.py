@@ -18,10 +18,9 @@ from deployments.agent_bentoml import (
     ServeState,
     collect_bentoml_heartbeat,
     deploy_bentoml_version,
-    front_for,
-    recover_model,
     unload_bentoml_model,
 )
+from deployments.host_agents import host_agent
 from deployments.runtimes import bentoml as serve
 from deployments.runtimes.bento_store import BentoStore
 from tests.deployments.bentoml_host import (
@@ -33,7 +32,7 @@ from tests.deployments.bentoml_host import (
     make_payload,
     serving_homes,
 )
-from tests.fixtures.services import wait_for
+from tests.fixtures.services import TEST_BROKER_URL, wait_for
 
 pytestmark = pytest.mark.integration
 __all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
@@ -133,9 +132,10 @@ print("done", flush=True)
 """
 
 
+@pytest.mark.parametrize("recovery", ["redelivery", "heartbeat"])
 @pytest.mark.parametrize("kill_at", ["loading", "cutting_over"])
 def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_recovery(
-    bentos, artifact_server, agent_root, kill_at
+    bentos, artifact_server, agent_root, settings, kill_at, recovery
 ):
     root, url = agent_root
     _, base_url = artifact_server
@@ -154,17 +154,20 @@ def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_
             break
     agent.wait()
     assert agent.returncode == -signal.SIGKILL
+    assert len(ServeState(root).read()[MODEL]) == 2  # the swap was cut short: serving and starting recorded
 
-    kept = recover_model(root, front_for(root, url), MODEL)
-    assert kept is not None and serving_homes(root) == [kept.home]
+    if recovery == "redelivery":  # the broker hands the unacknowledged task out again
+        redelivered = deploy_bentoml_version(payload, root=root)
+        assert redelivered["state"] == "ready", redelivered
+        assert classify(url).headers["X-Modelyard-Version"] == "2"
+    else:  # the next heartbeat tidies up, under the model's lock
+        settings.AGENT_BENTOML_ROOT, settings.CELERY_BROKER_URL = str(root), TEST_BROKER_URL
+        report = host_agent("bentoml").heartbeat({"host": "bento-host", "inference_url": url})
+        assert report["tidied"] == [MODEL]
+        assert [(m["name"], m["state"]) for m in report["models"]] == [(MODEL, "READY")]
+    kept = ServeState(root).read()[MODEL]
+    assert set(kept) == {"serving"} and serving_homes(root) == [kept["serving"].home]
     assert classify(url).status_code == 200
-    assert ServeState(root).read()[MODEL] == {"serving": kept}
-
-    redelivered = deploy_bentoml_version(payload, root=root)
-    assert redelivered["state"] == "ready", redelivered
-    answer = classify(url)
-    assert answer.status_code == 200 and answer.headers["X-Modelyard-Version"] == "2"
-    assert len(serving_homes(root)) == 1
 
 
 def test_a_truncated_or_corrupt_archive_is_refused_with_a_clear_error(bentos, tmp_path):
