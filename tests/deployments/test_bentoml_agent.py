@@ -23,6 +23,7 @@ from deployments.agent_bentoml import (
 from deployments.host_agents import host_agent
 from deployments.runtimes import bentoml as serve
 from deployments.runtimes.bento_store import BentoStore
+from modelyard.errors import InvalidInput
 from tests.deployments.bentoml_host import (
     MODEL,
     SAMPLE,
@@ -219,3 +220,25 @@ def test_an_unloaded_model_stops_being_routed_and_its_processes_stop(bentos, art
     assert not serving_homes(root) and serve.port_is_free(served.port)
     assert collect_bentoml_heartbeat(inference_url=url, root=root, labels={})["models"] == []
     assert BentoStore(root).bento_dir(served.tag).is_dir()  # the store keeps it for a reload
+
+
+@pytest.mark.django_db
+def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifact_server, agent_root):
+    from deployments.inference import try_inference
+    from deployments.models import Deployment, DeploymentTarget, ServingHost
+    from registry.models import ModelVersion, RegisteredModel
+
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    signature = make_payload(bentos["v1"], "", url, 1)["signature"]
+    model = RegisteredModel.objects.create(name=MODEL, next_version=2)
+    version = ModelVersion.objects.create(model=model, version=1, format="bento", artifact_key="sha256/01/x",
+                                          artifact_sha256="1" * 64, artifact_size=10, signature=signature)
+    host = ServingHost.objects.create(name="bento-host", runtime="bentoml", inference_url=url)
+    deployment = Deployment.objects.create(model=model, version=version)
+    DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
+
+    result = try_inference(model_name=MODEL, host_name="bento-host", inputs=SAMPLE)
+    assert (result["version"], result["outputs"], result["shapes"]) == (1, {"output": [1]}, {"output": [1]})
+    with pytest.raises(InvalidInput, match="HTTP 400"):
+        try_inference(model_name=MODEL, host_name="bento-host", inputs={"nonsense": 1})
