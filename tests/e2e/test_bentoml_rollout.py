@@ -1,8 +1,10 @@
 """A BentoML host through the same API, rollouts and workers as Triton hosts: Bentos built by BentoML
 are uploaded, rolled out by a real orchestrator worker to a real host agent, which serves them with
 ``bentoml serve`` behind its nginx; v1 to v2 under continuous requests fails none, a Bento whose
-service cannot start fails its rollout with v2 still serving, and the heartbeat reports what serves."""
+service cannot start fails its rollout with v2 still serving, the heartbeat reports what serves, and
+an agent SIGKILLed mid-swap leaves one version serving and the rollout finishes once an agent is back."""
 
+import signal
 import threading
 
 import pytest
@@ -11,9 +13,9 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from deployments.models import ServingHost
+from deployments.models import DeploymentTarget, ServingHost
 from deployments.tasks import report_heartbeat
-from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos
+from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos, serving_homes
 from tests.e2e.support import wait_deployment
 from tests.fixtures.services import wait_for
 
@@ -21,19 +23,59 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 __all__ = ["agent_root", "bentos"]  # fixtures
 
 
-def test_a_bentoml_host_takes_rollouts_through_the_api_without_failing_a_request(
-    s3_endpoint, start_celery_worker, bentos, agent_root
-):
+HOST = "bento-1"
+VISIBILITY_TIMEOUT_S = 20  # a redelivered deployment comes back soon, never while its first delivery runs
+
+
+class Traffic:
+    """A client thread posting the sample input to the model through the host's nginx, with keep-alive:
+    ``versions`` holds the version that answered each successful request, ``failures`` the others."""
+
+    def __init__(self, url: str):
+        self.url, self.versions, self.failures = url, [], []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        session = requests.Session()
+        while not self._stop.is_set():
+            try:
+                answer = session.post(f"{self.url}/{MODEL}/classify", json=SAMPLE, timeout=30)
+                if answer.status_code == 200:
+                    self.versions.append(answer.headers.get("X-Modelyard-Version"))
+                else:
+                    self.failures.append(f"{answer.status_code}: {answer.text[:200]}")
+            except requests.RequestException as exc:
+                self.failures.append(repr(exc))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture
+def bento_host(s3_endpoint, start_celery_worker, bentos, agent_root):
+    """An API client, a BentoML host with a real agent, versions 1, 2 and 3 (cannot start) uploaded
+    and v1 rolled out. Returns ``(client, deploy(version) -> started deployment, start_agent, agents)``."""
     root, url = agent_root
-    env = {"MODELYARD_S3_ENDPOINT_URL": s3_endpoint}
+    env = {"MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "MODELYARD_BROKER_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT_S)}
     start_celery_worker("default", env=env)
-    start_celery_worker("host.bento-1", with_database=False, env={**env, "MODELYARD_AGENT_BENTOML_ROOT": str(root)})
+    agents = []
+
+    def start_agent():
+        agents.append(start_celery_worker(f"host.{HOST}", with_database=False,
+                                          env={**env, "MODELYARD_AGENT_BENTOML_ROOT": str(root)}))
+
+    start_agent()
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
     assert client.post("/api/v1/models/", {"name": MODEL}, format="json").status_code == 201
-    answer = client.post("/api/v1/hosts/", {"name": "bento-1", "runtime": "bentoml", "inference_url": url},
-                         format="json")
+    answer = client.post("/api/v1/hosts/", {"name": HOST, "runtime": "bentoml", "inference_url": url}, format="json")
     assert answer.status_code == 201, answer.content
     for number, name in ((1, "v1"), (2, "v2"), (3, "refuses")):
         with bentos[name].open("rb") as handle:
@@ -42,41 +84,30 @@ def test_a_bentoml_host_takes_rollouts_through_the_api_without_failing_a_request
         assert answer.status_code == 201, answer.content
         assert answer.json()["version"] == number
 
-    def deploy(version: int) -> dict:
-        started = client.post("/api/v1/deployments/", {"model": MODEL, "version": version, "hosts": ["bento-1"]},
+    def deploy(version: int) -> int:
+        started = client.post("/api/v1/deployments/", {"model": MODEL, "version": version, "hosts": [HOST]},
                               format="json")
         assert started.status_code == 201, started.content
-        return wait_deployment(client, started.json()["id"])
+        return started.json()["id"]
 
-    assert deploy(1)["status"] == "succeeded"
-    stop, failures, versions = threading.Event(), [], []
+    assert wait_deployment(client, deploy(1))["status"] == "succeeded"
+    return client, deploy, start_agent, agents
 
-    def traffic() -> None:
-        session = requests.Session()
-        while not stop.is_set():
-            try:
-                answer = session.post(f"{url}/{MODEL}/classify", json=SAMPLE, timeout=30)
-                (versions if answer.status_code == 200 else failures).append(
-                    answer.headers.get("X-Modelyard-Version") if answer.status_code == 200 else answer.text[:200])
-            except requests.RequestException as exc:
-                failures.append(repr(exc))
 
-    client_thread = threading.Thread(target=traffic)
-    client_thread.start()
-    try:
-        second = deploy(2)
-        wait_for(lambda: versions[-1:] == ["2"], timeout=10, what="answers from v2")
-        third = deploy(3)
-    finally:
-        stop.set()
-        client_thread.join()
+def test_a_bentoml_host_takes_rollouts_through_the_api_without_failing_a_request(bento_host, agent_root):
+    client, deploy, _, _ = bento_host
+    root, url = agent_root
+    with Traffic(url) as traffic:
+        second = wait_deployment(client, deploy(2))
+        wait_for(lambda: traffic.versions[-1:] == ["2"], timeout=10, what="answers from v2")
+        third = wait_deployment(client, deploy(3))
     assert second["status"] == "succeeded", second
     assert third["status"] in ("paused", "failed"), third
     assert "this service refuses to start" in third["targets"][0]["error"]
-    assert failures == []
-    assert set(versions[versions.index("2"):]) == {"2"}
+    assert traffic.failures == []
+    assert set(traffic.versions[traffic.versions.index("2"):]) == {"2"}
 
-    host = ServingHost.objects.get(name="bento-1")
+    host = ServingHost.objects.get(name=HOST)
     report_heartbeat.apply_async(args=[{"host": host.name, "inference_url": url, "runtime": "bentoml"}],
                                  queue=host.queue)
 
@@ -87,3 +118,25 @@ def test_a_bentoml_host_takes_rollouts_through_the_api_without_failing_a_request
     wait_for(reported, timeout=30, what="the BentoML agent's heartbeat")
     assert host.heartbeat["runtime_live"] is True
     assert host.heartbeat["models"] == [{"name": MODEL, "version": 2, "state": "READY"}]
+
+
+def test_a_rollout_survives_a_bentoml_agent_killed_mid_swap(bento_host, agent_root):
+    client, deploy, start_agent, agents = bento_host
+    root, url = agent_root
+    with Traffic(url) as traffic:
+        started = deploy(2)
+        target = DeploymentTarget.objects.get(deployment_id=started)
+
+        def in_flight() -> bool:
+            target.refresh_from_db()
+            return target.state in ("loading", "verifying")
+
+        wait_for(in_flight, timeout=60, what="the agent to start v2", interval=0.05)
+        agents[0].stop(sig=signal.SIGKILL)  # the whole worker, as a crashed machine would
+        wait_for(lambda: len(traffic.versions) > 10, timeout=30, what="answers while no agent runs")
+        start_agent()  # the broker hands the unacknowledged deployment to the new agent
+        rollout = wait_deployment(client, started, timeout=240)
+        wait_for(lambda: traffic.versions[-1:] == ["2"], timeout=10, what="answers from v2")
+    assert rollout["status"] == "succeeded", rollout
+    assert traffic.failures == []
+    assert len(serving_homes(root)) == 1
