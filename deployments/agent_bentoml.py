@@ -28,6 +28,7 @@ import logging
 import shutil
 import time
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -304,11 +305,9 @@ def collect_bentoml_heartbeat(*, inference_url: str, root: Path, labels: dict) -
         [{"name", "version", "state": "READY" or "UNAVAILABLE"}], "gpus": [], "disk_free_bytes",
         "labels", "errors"}``.
     """
-    import bentoml
-
     root = Path(root)
     front = front_for(root, inference_url)
-    report: dict = {"runtime_live": front.is_live(), "runtime_version": f"bentoml {bentoml.__version__}",
+    report: dict = {"runtime_live": front.is_live(), "runtime_version": f"bentoml {metadata.version('bentoml')}",
                     "models": [], "gpus": [], "disk_free_bytes": None, "labels": labels, "errors": []}
     try:
         for model, roles in sorted(ServeState(root).read().items()):

@@ -147,8 +147,10 @@ class BentoStore:
             try:
                 suffix = ".bento" if kind == "bento" else ".bentomodel"
                 named = staging / f"artifact{suffix}"
-                os.link(archive, named) if archive.stat().st_dev == staging.stat().st_dev else shutil.copy(
-                    archive, named)
+                if archive.stat().st_dev == staging.stat().st_dev:
+                    os.link(archive, named)  # BentoML picks the format by the file name's suffix
+                else:
+                    shutil.copy(archive, named)
                 home = staging / "home"
                 imported = self._run_import(kind, named, home, timeout)
                 if imported != tag:
