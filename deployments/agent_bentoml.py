@@ -130,7 +130,8 @@ def deploy_bentoml_version(
     Returns:
         ``{"state": "ready", "details": {...}}`` or ``{"state": "failed", "error": "...",
         "retryable": bool, "details": {...}}``; details hold ``previous_versions``, the ``tag``,
-        the new instance's ``port`` and step durations in seconds.
+        the new instance's ``port``, step durations in seconds, and ``drain_error`` when the new
+        version serves but the old one did not stop in time (left for ``recover_model``).
     """
     root = Path(root)
     model, version = payload["model"], int(payload["version"])
@@ -199,9 +200,11 @@ def deploy_bentoml_version(
             serve.stop_instance(blue, timeout=unload_timeout)
             shutil.rmtree(blue.home, ignore_errors=True)
     except ServingRuntimeError as exc:
-        # The new version serves; the old one is still recorded as draining for recover_model.
-        return failed(f"{model} version {version} serves, but the old one did not stop: {exc.message}",
-                      retryable=exc.retryable)
+        # The new version serves (the target is READY); the old one stays recorded as draining, and
+        # the next heartbeat or deployment of the model stops it (recover_model).
+        logger.error("%s v%s serves, but the old instance did not stop: %s", model, version, exc.message)
+        details["drain_error"] = exc.message
+        return {"state": "ready", "details": details}
     state.update(model, draining=None)
     details["cutover_seconds"] = round(time.monotonic() - started, 3)
     return {"state": "ready", "details": details}
