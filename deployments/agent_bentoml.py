@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -80,10 +81,12 @@ class ServeState:
 
 
 def front_for(root: Path, inference_url: str) -> NginxFront:
-    """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``."""
+    """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``;
+    ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds (default 0: off)."""
     parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
     loopback = parts.hostname in ("127.0.0.1", "localhost")
-    return NginxFront(root, parts.port or 80, listen_host="127.0.0.1" if loopback else "")
+    return NginxFront(root, parts.port or 80, listen_host="127.0.0.1" if loopback else "",
+                      client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", "0")))
 
 
 def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance | None:

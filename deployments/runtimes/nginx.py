@@ -39,6 +39,7 @@ error_log {dir}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
     access_log off;
+    keepalive_timeout {keepalive}s;
     client_body_temp_path {dir}/tmp/body;
     proxy_temp_path {dir}/tmp/proxy;
     fastcgi_temp_path {dir}/tmp/fastcgi;
@@ -102,13 +103,20 @@ class NginxFront:
         listen_port: the host's inference port (from its ``inference_url``).
         listen_host: the address to listen on; ``127.0.0.1`` for a loopback inference URL.
         shutdown_timeout: seconds old workers may take to finish their requests after a reload.
+        client_keepalive: seconds nginx keeps an idle client connection open; 0 (the default)
+            answers every request with ``Connection: close``. A graceful reload closes the idle
+            connections of the old workers, and a request a client sends on one at that moment
+            fails with "connection closed without response" (measured: 1 in about 13,000 requests
+            with 4 busy keep-alive clients, 10 swaps), so keep-alive trades that for a handshake.
     """
 
-    def __init__(self, root: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0):
+    def __init__(self, root: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0,
+                 client_keepalive: float = 0.0):
         self.dir = Path(root).resolve() / "nginx"
         self.listen_port = int(listen_port)
         self.listen = f"{listen_host}:{self.listen_port}" if listen_host else str(self.listen_port)
         self.shutdown_timeout = shutdown_timeout
+        self.client_keepalive = client_keepalive
         self.conf = self.dir / "nginx.conf"
 
     def _nginx(self, *args: str) -> None:
@@ -135,7 +143,8 @@ class NginxFront:
         """
         for sub in ("upstreams", "locations", "tmp"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        text = _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout))
+        text = _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
+                                 keepalive=int(self.client_keepalive))
         if not self.conf.exists() or self.conf.read_text() != text:
             _atomic_write(self.conf, text)
             if self.master_pid() is not None:
