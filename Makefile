@@ -1,7 +1,7 @@
 # Local development entry points. Every step is idempotent and skips itself
 # quickly when its work is already done.
 #
-#   make install   virtualenv + Python deps, Prometheus and Chromium (Debian), Triton (.stack/)
+#   make install   virtualenv + Python deps, Prometheus, nginx and Chromium (Debian), Triton (.stack/)
 #   make run       install, then start the whole local stack (scripts/stack.sh)
 #   make stop      stop what `make run` started
 #   make status    one line per service, up or down
@@ -18,12 +18,12 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-triton install-browser run stop status test lint bench
+.PHONY: help install install-python install-prometheus install-nginx install-triton install-browser run stop status test lint bench
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
 
-install: install-python install-prometheus install-triton install-browser
+install: install-python install-prometheus install-nginx install-triton install-browser
 
 install-python: $(VENV_MARKER)
 
@@ -39,6 +39,16 @@ install-prometheus:
 		echo "prometheus: already installed ($$(command -v prometheus))"; \
 	else \
 		apt-get update && apt-get install -y --no-install-recommends prometheus; \
+	fi
+
+# Debian's nginx: BentoML host agents run their own master in front of their bentoml serve
+# processes (never the system service; the package's start is refused where there is no init).
+install-nginx:
+	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then \
+		echo "nginx: already installed ($$(command -v nginx || echo /usr/sbin/nginx))"; \
+	else \
+		apt-get install -y --no-install-recommends nginx \
+			|| { apt-get update && apt-get install -y --no-install-recommends nginx; }; \
 	fi
 
 # The script keeps its own marker in .stack/ and exits at once when done.

@@ -9,11 +9,13 @@ class Runtime(models.TextChoices):
     """The serving runtime a host runs."""
 
     TRITON = "triton", "NVIDIA Triton Inference Server"
+    BENTOML = "bentoml", "BentoML (bentoml serve behind nginx)"
 
 
 # Which registry artifact formats each runtime can serve.
 RUNTIME_FORMATS: dict[str, frozenset[str]] = {
     Runtime.TRITON: ArtifactFormat.triton_formats(),
+    Runtime.BENTOML: ArtifactFormat.bentoml_formats(),
 }
 
 

@@ -2,6 +2,10 @@
 
 import time
 
+import numpy as np
+import requests
+
+from deployments.choices import Runtime
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import TritonRuntime
 from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
@@ -29,7 +33,7 @@ def served_version(model_name: str, host_name: str):
 
 
 def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int | None = None) -> dict:
-    """Send ``inputs`` to the model on one host through tritonclient and time the round trip.
+    """Send ``inputs`` to the model on one host (tritonclient, or JSON to a BentoML host's API route) and time it.
 
     Args:
         model_name: the registered model.
@@ -49,6 +53,8 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
     """
     host = get_host(host_name)
     model_version = get_version(model_name, version) if version else served_version(model_name, host_name)
+    if host.runtime == Runtime.BENTOML:
+        return _try_bentoml(host, model_version, inputs)
     try:
         arrays = sample_arrays(inputs, model_version.signature)
     except ModelConfigError as exc:
@@ -68,6 +74,38 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
         "host": host.name, "model": model_name, "version": model_version.version,
         "outputs": {name: _jsonable(array) for name, array in result.items()},
         "shapes": {name: list(array.shape) for name, array in result.items()},
+        "latency_ms": round(latency_ms, 3),
+    }
+
+
+def _try_bentoml(host, model_version, inputs: dict) -> dict:
+    """Try it on a BentoML host: POST ``inputs`` as JSON to the Bento's first API route through the
+    host's nginx (``/<model>/<route>``); the answer must come from ``model_version``."""
+    apis = ((model_version.signature or {}).get("bentoml") or {}).get("apis") or []
+    if not apis:
+        raise InvalidInput(f"{model_version.model.name} v{model_version.version} declares no BentoML API route")
+    route = apis[0].get("route") or f"/{apis[0]['name']}"
+    url = f"{host.inference_url}/{model_version.model.name}{route}"
+    started = time.perf_counter()
+    try:
+        answer = requests.post(url, json=inputs, timeout=TRY_TIMEOUT_S)
+    except requests.RequestException as exc:
+        raise ServiceUnavailable(f"{host.name}: {exc}") from exc
+    latency_ms = (time.perf_counter() - started) * 1000
+    if answer.status_code >= 500:
+        raise ServiceUnavailable(f"{host.name}: HTTP {answer.status_code}: {answer.text[:300]}")
+    if answer.status_code != 200:
+        raise InvalidInput(f"{host.name}: HTTP {answer.status_code}: {answer.text[:300]}")
+    served = answer.headers.get("X-Modelyard-Version")
+    if served != str(model_version.version):
+        raise ServiceUnavailable(f"{host.name} answered from version {served}, not {model_version.version}")
+    try:
+        output = answer.json()
+    except ValueError:
+        output = answer.text
+    return {
+        "host": host.name, "model": model_version.model.name, "version": model_version.version,
+        "outputs": {"output": output}, "shapes": {"output": list(np.shape(output)) if isinstance(output, list) else []},
         "latency_ms": round(latency_ms, 3),
     }
 

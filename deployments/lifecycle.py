@@ -42,7 +42,7 @@ def serving_target(host_name: str, model_name: str) -> DeploymentTarget:
 
 
 def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "unloaded by an operator") -> int:
-    """Stop serving ``model_name`` on ``host_name``; the agent unloads it from Triton.
+    """Stop serving ``model_name`` on ``host_name``; the host's agent unloads it from its runtime.
 
     Returns:
         The version number that was unloaded.
@@ -64,7 +64,8 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
             transition(pk, TargetState.UNLOADED, message=reason)
         record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": version.version, "reason": reason})
-        payload = {"host": host.name, "model": model.name, "inference_url": host.inference_url}
+        payload = {"host": host.name, "model": model.name, "inference_url": host.inference_url,
+                   "runtime": host.runtime}
         transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
     logger.info("unloading %s v%s from %s: %s", model.name, version.version, host.name, reason)
     return version.version

@@ -432,12 +432,15 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
 
     The agent gets no database or S3 credentials: it receives a presigned
     download URL, the artifact's sha256 and size (bytes), the uploaded
-    config.pbtxt text and the host's config overrides.
+    config.pbtxt text (bento.yaml or model.yaml for BentoML archives) and the host's config
+    overrides. ``runtime`` tells the agent which runtime adapter carries the target out.
     """
     version: ModelVersion = target.deployment.version
     return {
         "target_id": target.pk,
         "host": target.host.name,
+        "runtime": target.host.runtime,
+        "format": version.format,
         "model": version.model.name,
         "version": version.version,
         "artifact_url": download_url,
@@ -451,7 +454,6 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "inference_url": target.host.inference_url,
         "metrics_url": target.host.metrics_url,
     }
-
 
 
 def record_heartbeat(host_name: str, report: dict) -> bool:

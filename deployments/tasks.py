@@ -7,13 +7,13 @@ target host (queue ``host.<name>``) and reports back by enqueueing
 """
 
 import logging
-from pathlib import Path
 
 import redis
 from celery import shared_task
 from django.conf import settings
 
 from deployments.choices import TERMINAL_TARGET_STATES, TargetState
+from deployments.host_agents import host_agent
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from registry.storage import ArtifactStore, StorageError
@@ -110,8 +110,6 @@ def deploy_version_on_host(self, payload: dict) -> None:
     Safe to run twice: staging skips a version dir already built from the same sha256 and
     loading an already-served version is a no-op swap.
     """
-    from deployments.agent import deploy_triton_version
-
     target_id = payload["target_id"]
     lock = host_model_lock(payload.get("host", ""), payload["model"])
     if not _acquire_or_take_over(lock, self.request.id):
@@ -122,13 +120,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
             return
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        result = deploy_triton_version(
-            payload,
-            model_repository=Path(settings.AGENT_MODEL_REPOSITORY),
-            report=lambda state: _report(target_id, state),
-            load_timeout=settings.AGENT_LOAD_TIMEOUT,
-            unload_timeout=settings.AGENT_UNLOAD_TIMEOUT,
-        )
+        result = host_agent(payload.get("runtime")).deploy(payload, report=lambda state: _report(target_id, state))
     except Exception as exc:  # the orchestrator must hear of every failure, not only the foreseen ones
         logger.exception("deploying target %s failed", target_id)
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
@@ -153,15 +145,15 @@ def request_heartbeats() -> int:
     or busy) is not sent another, so the queue of an agent that never comes back does not grow
     in Redis. Returns the number of hosts asked.
     """
-    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url"))
+    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url", "runtime"))
     broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     asked = 0
-    for name, inference_url, metrics_url in hosts:
+    for name, inference_url, metrics_url, runtime in hosts:
         if broker.llen(f"host.{name}"):  # Celery's Redis transport keeps each queue as a list of that name
             continue
         asked += 1
         report_heartbeat.apply_async(
-            args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url}],
+            args=[{"host": name, "inference_url": inference_url, "metrics_url": metrics_url, "runtime": runtime}],
             queue=f"host.{name}", expires=settings.HEARTBEAT_INTERVAL,
         )
     return asked
@@ -169,13 +161,8 @@ def request_heartbeats() -> int:
 
 @shared_task(name="deployments.report_heartbeat", acks_late=True)
 def report_heartbeat(request: dict) -> None:
-    """Host agent: report the runtime's liveness, loaded models, GPUs and free disk."""
-    from deployments.agent import collect_heartbeat
-
-    report = collect_heartbeat(
-        inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
-        model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
-    )
+    """Host agent: report the runtime's liveness, loaded (or, on BentoML, served) models, GPUs and free disk."""
+    report = host_agent(request.get("runtime")).heartbeat(request)
     record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
 
 
@@ -210,18 +197,15 @@ def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) ->
 
 @shared_task(name="deployments.unload_model_on_host", acks_late=True, bind=True, max_retries=None)
 def unload_model_on_host(self, payload: dict) -> None:
-    """Host agent: unload a model from Triton under the (host, model) lock and wait until it is gone."""
+    """Host agent: stop serving a model (Triton unload, or BentoML's nginx route and processes) under
+    the (host, model) lock and wait until it is gone."""
     from deployments.runtimes.base import ServingRuntimeError
-    from deployments.runtimes.triton import TritonRuntime
 
     lock = host_model_lock(payload["host"], payload["model"])
     if not _acquire_or_take_over(lock, self.request.id):
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        runtime = TritonRuntime(payload["inference_url"])
-        versions = runtime.ready_versions(payload["model"])
-        runtime.unload(payload["model"])
-        runtime.wait_versions_gone(payload["model"], versions, timeout=settings.AGENT_UNLOAD_TIMEOUT)
+        host_agent(payload.get("runtime")).unload(payload)
     except ServingRuntimeError as exc:
         logger.error("unloading %s from %s failed: %s", payload["model"], payload["host"], exc.message)
         if exc.retryable and self.request.retries < 5:

@@ -259,6 +259,8 @@ AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR
 AGENT_LOAD_TIMEOUT = env_float("MODELYARD_AGENT_LOAD_TIMEOUT", 600.0)
 AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
 AGENT_LABELS = env_json("MODELYARD_AGENT_LABELS", {})
+# A BentoML host agent's Bento Store, serve instances, nginx config and state file.
+AGENT_BENTOML_ROOT = env_str("MODELYARD_AGENT_BENTOML_ROOT", str(VAR_DIR / "bentoml-agent"))
 
 LOGGING = {
     "version": 1,

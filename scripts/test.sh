@@ -50,6 +50,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
     log "installing Prometheus (Debian package)"
     apt-get update && apt-get install -y --no-install-recommends prometheus
 fi
+if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
+    log "installing nginx (Debian package; BentoML host agents run their own master)"
+    apt-get install -y --no-install-recommends nginx \
+        || { apt-get update && apt-get install -y --no-install-recommends nginx; }
+fi
 # Exits at once when its marker says Triton is installed.
 scripts/install_triton.sh
 

@@ -5,7 +5,7 @@ import pytest
 from deployments import rollouts
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
-from deployments.services import record_target_progress, start_deployment
+from deployments.services import build_agent_payload, record_target_progress, start_deployment
 from modelyard.errors import Conflict, InvalidInput
 from registry.choices import ArtifactFormat, AuditAction
 from registry.models import AuditEvent, ModelVersion, RegisteredModel
@@ -186,6 +186,18 @@ def test_a_triton_host_refuses_a_bentoml_artifact(model, hosts):
     with pytest.raises(Conflict, match="cannot serve"):
         start_deployment(model_name="iris", version=4, host_names=["gpu-0"])
     assert not Deployment.objects.exists()
+
+
+def test_a_bentoml_host_refuses_a_triton_model_and_takes_a_bento_with_its_runtime_in_the_payload(model):
+    host = ServingHost.objects.create(name="bento-0", runtime="bentoml", inference_url="http://bento-0:3000")
+    with pytest.raises(Conflict, match="cannot serve"):
+        start_deployment(model_name="iris", version=1, host_names=["bento-0"])
+    ModelVersion.objects.create(model=model, version=4, format=ArtifactFormat.BENTO, artifact_key="sha256/04/x",
+                                artifact_sha256="4" * 64, artifact_size=10, signature={"bentoml": {"tag": "iris:v4"}})
+    deployment = start_deployment(model_name="iris", version=4, host_names=["bento-0"])
+    payload = build_agent_payload(deployment.targets.get(host=host), download_url="http://s3/x")
+    assert (payload["runtime"], payload["format"]) == ("bentoml", "bento")
+    assert payload["signature"]["bentoml"]["tag"] == "iris:v4"
 
 
 def test_rollout_controls_through_the_api(api_client, model, hosts, django_capture_on_commit_callbacks):

@@ -138,7 +138,7 @@ import bentoml
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-out, name = sys.argv[1], sys.argv[2]
+out, name, refuse = sys.argv[1], sys.argv[2], sys.argv[3] == "refuse"
 features = np.array([[0.0, 0.0], [1.0, 1.0], [0.0, 1.0], [1.0, 0.0]])
 model = bentoml.sklearn.save_model(
     name, LogisticRegression().fit(features, [0, 1, 1, 0]), signatures={"predict": {"batchable": True}}
@@ -154,25 +154,32 @@ import numpy as np
 class Classifier:
     model_ref = bentoml.models.BentoModel("%s:latest")
 
+    def __init__(self):
+        if %r:
+            raise RuntimeError("this service refuses to start")
+
     @bentoml.api
     def classify(self, features: np.ndarray) -> np.ndarray:
         return bentoml.sklearn.load_model(self.model_ref).predict(features)
-''' % name)
+''' % (name, refuse))
 bento = bentoml.bentos.build("service:Classifier", name=name, build_ctx=out)
 bentoml.bentos.export_bento(bento.tag, f"{out}/{name}.bento")
 print(model.tag, bento.tag)
 """
 
 
-def build_bentoml_exports(out: Path, name: str) -> tuple[Path, Path]:
+def build_bentoml_exports(out: Path, name: str, *, refuse_to_start: bool = False) -> tuple[Path, Path]:
     """Save a small scikit-learn model with BentoML, build a Bento serving it, export both.
+
+    With ``refuse_to_start`` the Bento's service raises while it initialises (it never gets ready).
 
     Returns:
         ``(out/<name>.bentomodel, out/<name>.bento)``.
     """
     env = {**os.environ, "BENTOML_HOME": str(out / "bentoml-home"), "BENTOML_DO_NOT_TRACK": "true"}
     result = subprocess.run(
-        [sys.executable, "-c", _BENTOML_SCRIPT, str(out), name], env=env, cwd=out, capture_output=True, text=True,
+        [sys.executable, "-c", _BENTOML_SCRIPT, str(out), name, "refuse" if refuse_to_start else "serve"],
+        env=env, cwd=out, capture_output=True, text=True,
         timeout=300,
     )
     if result.returncode != 0:

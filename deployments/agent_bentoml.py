@@ -1,0 +1,332 @@
+"""Host-side work of a BentoML host agent: import a version into the Bento Store, swap blue/green.
+
+Runs on the serving host; like the Triton agent (``deployments.agent``) it needs no database or
+S3 credentials, only the payload built by ``build_agent_payload``.
+
+A swap of model M from the version that serves (blue) to a new one (green):
+
+1. download the archive (size and sha256 checked) and import it into the host's store
+   (``runtimes.bento_store``, under the host-wide lock);
+2. record green as M's ``starting`` instance in the state file, then start ``bentoml serve`` for its
+   exact tag on a free port with its own BENTOML_HOME, and wait for /readyz;
+3. send the version's sample input to it, when the version has one;
+4. point nginx's upstream for ``/M/`` at green with a graceful reload; record green as serving;
+5. wait until nginx's old workers finished their requests (blue is drained), stop blue's whole
+   process group and check its port is free.
+
+A failure up to step 4 stops green and leaves blue serving untouched. The state file
+(``<root>/serving.json``: per model ``serving``, ``starting`` and ``draining`` instances) lets a
+restarted agent finish or undo a swap its predecessor died in (``recover_model``): whichever
+instance nginx routes to and answers /readyz is kept, every other instance of the model is stopped.
+A Bento model (``.bentomodel``) is imported into the store only: it has no service to serve.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable
+from importlib import metadata
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from deployments.agent import StagingError, _download
+from deployments.runtimes import bentoml as serve
+from deployments.runtimes.base import ServingRuntimeError
+from deployments.runtimes.bento_store import BentoStore, file_lock
+from deployments.runtimes.nginx import NginxFront
+from registry.choices import ArtifactFormat
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("serving", "starting", "draining")
+
+
+class ServeState:
+    """The state file of one host's BentoML agent: which instance of each model has which role.
+
+    Every change is a read-modify-write under ``serving.json.lock`` and an atomic replace.
+    """
+
+    def __init__(self, root: Path):
+        self.path = Path(root) / "serving.json"
+
+    def read(self) -> dict[str, dict[str, serve.Instance]]:
+        """{model: {role: Instance}} as last written."""
+        if not self.path.exists():
+            return {}
+        raw = json.loads(self.path.read_text())
+        return {model: {role: serve.Instance(**data) for role, data in roles.items() if data}
+                for model, roles in raw.get("models", {}).items()}
+
+    def update(self, model: str, **roles: serve.Instance | None) -> None:
+        """Set (or, with None, clear) roles of ``model``'s instances."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with file_lock(self.path.with_name("serving.json.lock")):
+            state = json.loads(self.path.read_text()) if self.path.exists() else {"models": {}}
+            entry = state["models"].setdefault(model, {})
+            for role, instance in roles.items():
+                if instance is None:
+                    entry.pop(role, None)
+                else:
+                    entry[role] = instance.as_dict()
+            if not entry:
+                del state["models"][model]
+            partial = self.path.with_suffix(".partial")
+            partial.write_text(json.dumps(state, indent=1, sort_keys=True))
+            partial.replace(self.path)
+
+
+def front_for(root: Path, inference_url: str) -> NginxFront:
+    """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``;
+    ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds (default 0: off)."""
+    parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
+    loopback = parts.hostname in ("127.0.0.1", "localhost")
+    return NginxFront(root, parts.port or 80, listen_host="127.0.0.1" if loopback else "",
+                      client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", "0")))
+
+
+def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance | None:
+    """Leave exactly one instance of ``model`` serving, after a crash or at any time; returns it.
+
+    The instance kept is the one nginx routes to when it is ready, else the recorded ``serving``
+    one when it is ready (nginx is pointed back at it); every other recorded instance is stopped.
+    """
+    state = ServeState(root)
+    roles = state.read().get(model, {})
+    routed = front.upstream_port(model)
+    candidates = sorted(roles.values(), key=lambda i: (i.port != routed, i is not roles.get("serving")))
+    keep = next((i for i in candidates if serve.is_running(i) and serve.is_ready(i)), None)
+    if keep is not None and routed != keep.port:
+        front.wait_drained(front.switch(model, keep.port, keep.version), timeout=front.shutdown_timeout)
+    for role, instance in roles.items():
+        if keep is None or instance.home != keep.home:
+            logger.warning("stopping %s instance of %s v%s left by an earlier agent", role, model, instance.version)
+            serve.stop_instance(instance)
+            shutil.rmtree(instance.home, ignore_errors=True)
+    state.update(model, serving=keep, starting=None, draining=None)
+    return keep
+
+
+def deploy_bentoml_version(
+    payload: dict,
+    *,
+    root: Path,
+    report: Callable[[str], None] = lambda state: None,
+    load_timeout: float = 600.0,
+    unload_timeout: float = 120.0,
+) -> dict:
+    """Import one version into this host's Bento Store and, for a Bento, make it the one served.
+
+    Args:
+        payload: built by ``build_agent_payload`` (model, version, format, artifact_url, sha256,
+            size in bytes, signature with ``bentoml.tag`` and ``bentoml.apis``, sample_input,
+            inference_url: nginx's address).
+        root: the agent's BentoML directory (store, instances, nginx, state file).
+        report: called with "staging", "loading", "verifying" and "cutting_over" as work proceeds.
+        load_timeout: seconds allowed for the import, and for the new service to become ready.
+        unload_timeout: seconds allowed for the old version's requests to finish, and for it to stop.
+
+    Returns:
+        ``{"state": "ready", "details": {...}}`` or ``{"state": "failed", "error": "...",
+        "retryable": bool, "details": {...}}``; details hold ``previous_versions``, the ``tag``,
+        the new instance's ``port``, step durations in seconds, and ``drain_error`` when the new
+        version serves but the old one did not stop in time (left for ``recover_model``).
+    """
+    root = Path(root)
+    model, version = payload["model"], int(payload["version"])
+    tag = ((payload.get("signature") or {}).get("bentoml") or {}).get("tag", "")
+    kind = "bento" if payload.get("format") == ArtifactFormat.BENTO else "bentomodel"
+    details: dict = {"tag": tag}
+
+    def failed(message: str, *, retryable: bool = False) -> dict:
+        logger.warning("deploy %s v%s failed: %s", model, version, message)
+        return {"state": "failed", "error": message, "retryable": retryable, "details": details}
+
+    report("staging")
+    started = time.monotonic()
+    try:
+        details["staged"] = _import(payload, BentoStore(root), kind=kind, tag=tag, timeout=load_timeout)
+    except StagingError as exc:
+        return failed(exc.message, retryable=exc.retryable)
+    details["stage_seconds"] = round(time.monotonic() - started, 3)
+    if kind == "bentomodel":
+        details["served"] = False
+        return {"state": "ready", "details": details}
+
+    front = front_for(root, payload["inference_url"])
+    try:
+        front.ensure_running()
+        blue = recover_model(root, front, model)
+    except ServingRuntimeError as exc:
+        return failed(f"nginx: {exc.message}", retryable=exc.retryable)
+    details["previous_versions"] = [blue.version] if blue and blue.version != version else []
+    if blue is not None and blue.tag == tag and blue.version == version:
+        details["port"] = blue.port
+        return {"state": "ready", "details": details}
+
+    report("loading")
+    started = time.monotonic()
+    state = ServeState(root)
+    green = serve.plan_instance(root, BentoStore(root).home, model=model, version=version, tag=tag)
+    state.update(model, starting=green)  # before the start: a crash right after still finds its home
+    try:
+        green = serve.start_instance(green)
+        state.update(model, starting=green)
+        serve.wait_ready(green, timeout=load_timeout)
+        details["load_seconds"] = round(time.monotonic() - started, 3)
+        if payload.get("sample_input"):
+            report("verifying")
+            started = time.monotonic()
+            serve.smoke_request(green, payload["sample_input"], payload.get("signature") or {})
+            details["smoke_seconds"] = round(time.monotonic() - started, 3)
+        report("cutting_over")
+        started = time.monotonic()
+        old_workers = front.switch(model, green.port, version)
+    except ServingRuntimeError as exc:
+        if blue is not None and front.upstream_port(model) == green.port:
+            try:  # the switch went half way (e.g. the reload was slow): route back before green stops
+                front.wait_drained(front.switch(model, blue.port, blue.version), timeout=unload_timeout)
+            except ServingRuntimeError as back:
+                logger.error("could not route %s back to version %s: %s", model, blue.version, back.message)
+        _discard(state, model, green)
+        return failed(f"{model} version {version} ({tag}) did not take over: {exc.message}",
+                      retryable=exc.retryable)
+    state.update(model, serving=green, starting=None, draining=blue)
+    details["port"] = green.port
+    try:
+        front.wait_drained(old_workers, timeout=unload_timeout)
+        if blue is not None:
+            serve.stop_instance(blue, timeout=unload_timeout)
+            shutil.rmtree(blue.home, ignore_errors=True)
+    except ServingRuntimeError as exc:
+        # The new version serves (the target is READY); the old one stays recorded as draining, and
+        # the next heartbeat or deployment of the model stops it (recover_model).
+        logger.error("%s v%s serves, but the old instance did not stop: %s", model, version, exc.message)
+        details["drain_error"] = exc.message
+        return {"state": "ready", "details": details}
+    state.update(model, draining=None)
+    details["cutover_seconds"] = round(time.monotonic() - started, 3)
+    return {"state": "ready", "details": details}
+
+
+def tidy_models(root: Path, inference_url: str, lock_for: Callable[[str], object]) -> list[str]:
+    """Finish or undo what a dead agent left (``recover_model``) for every model whose state records a
+    ``starting`` or ``draining`` instance, or a ``serving`` one that no longer runs.
+
+    Args:
+        root: the agent's BentoML directory.
+        inference_url: the host's inference URL (nginx's address).
+        lock_for: model name -> its (host, model) lock (``acquire(blocking=False)``, ``release()``);
+            a model whose lock is held, i.e. being deployed right now, is left alone.
+
+    Returns:
+        The models tidied.
+    """
+    front, tidied = None, []
+    for model, roles in sorted(ServeState(root).read().items()):
+        serving = roles.get("serving")
+        if set(roles) == {"serving"} and serve.is_running(serving):
+            continue
+        lock = lock_for(model)
+        if not lock.acquire(blocking=False):
+            continue
+        try:
+            if front is None:
+                front = front_for(root, inference_url)
+                front.ensure_running()
+            recover_model(root, front, model)
+            tidied.append(model)
+        except ServingRuntimeError as exc:
+            logger.error("could not tidy %s: %s", model, exc.message)
+        finally:
+            lock.release()
+    return tidied
+
+
+def unload_bentoml_model(payload: dict, *, root: Path, timeout: float = 120.0) -> int | None:
+    """Stop serving a model on this host: nginx stops routing ``/<model>/`` (gracefully), its
+    requests finish, then every instance of it stops. The Bento stays in the store.
+
+    Args:
+        payload: ``{"model", "inference_url"}``.
+        root: the agent's BentoML directory.
+        timeout: seconds allowed for in-flight requests to finish and the processes to stop.
+
+    Returns:
+        The version that was served, or None when none was.
+
+    Raises:
+        ServingRuntimeError: nginx refused the change or the old processes did not stop.
+    """
+    root, model = Path(root), payload["model"]
+    front = front_for(root, payload["inference_url"])
+    front.ensure_running()
+    roles = ServeState(root).read().get(model, {})
+    front.wait_drained(front.remove(model), timeout=timeout)
+    for instance in roles.values():
+        serve.stop_instance(instance, timeout=timeout)
+        shutil.rmtree(instance.home, ignore_errors=True)
+    ServeState(root).update(model, serving=None, starting=None, draining=None)
+    served = roles.get("serving")
+    return served.version if served else None
+
+
+def _import(payload: dict, store: BentoStore, *, kind: str, tag: str, timeout: float) -> bool:
+    """Download the artifact (size and sha256 checked) and import it; False when already imported."""
+    if not tag:
+        raise StagingError("the version records no BentoML tag; it was not registered as a BentoML archive")
+    store.root.mkdir(parents=True, exist_ok=True)
+    with file_lock(store.root / "store.lock"):
+        if store.is_imported(kind, tag, payload["sha256"]):
+            return False
+    work = store.new_work_dir(prefix="dl-")
+    try:
+        archive = work / "artifact"
+        _download(payload["artifact_url"], archive, sha256=payload["sha256"], size=int(payload["size"]),
+                  timeout=timeout)
+        return store.import_archive(archive, kind=kind, tag=tag, sha256=payload["sha256"], timeout=timeout)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _discard(state: ServeState, model: str, instance: serve.Instance) -> None:
+    try:
+        serve.stop_instance(instance)
+    except ServingRuntimeError as exc:
+        logger.error("could not stop failed instance of %s: %s", model, exc.message)
+        return
+    shutil.rmtree(instance.home, ignore_errors=True)
+    state.update(model, starting=None)
+
+
+def collect_bentoml_heartbeat(*, inference_url: str, root: Path, labels: dict) -> dict:
+    """What a BentoML host agent reports, in the Triton agent's shape; never raises.
+
+    Returns:
+        ``{"runtime_live": nginx answers, "runtime_version": "bentoml <version>", "models":
+        [{"name", "version", "state": "READY" or "UNAVAILABLE"}], "gpus": [], "disk_free_bytes",
+        "labels", "errors"}``.
+    """
+    root = Path(root)
+    front = front_for(root, inference_url)
+    report: dict = {"runtime_live": front.is_live(), "runtime_version": f"bentoml {metadata.version('bentoml')}",
+                    "models": [], "gpus": [], "disk_free_bytes": None, "labels": labels, "errors": []}
+    try:
+        for model, roles in sorted(ServeState(root).read().items()):
+            instance = roles.get("serving")
+            if instance is not None:
+                ready = serve.is_running(instance) and serve.is_ready(instance)
+                report["models"].append({"name": model, "version": instance.version,
+                                         "state": "READY" if ready else "UNAVAILABLE"})
+    except (OSError, ValueError) as exc:
+        report["errors"].append(f"state file: {exc}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        report["disk_free_bytes"] = shutil.disk_usage(root).free
+    except OSError as exc:
+        report["errors"].append(f"{root}: {exc}")
+    return report

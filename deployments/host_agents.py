@@ -1,0 +1,103 @@
+"""One host-agent interface over the serving runtimes: deploy a version, report in, unload a model.
+
+The agent tasks (``deployments.tasks``) pick the adapter named by the host's ``runtime`` and call
+only these three operations, so rollouts, locks, the reconciler and the pages above them are the
+same for Triton and BentoML hosts. Each adapter reads its host-side paths from the settings.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from django.conf import settings
+
+from deployments.choices import Runtime
+
+
+class HostAgent(Protocol):
+    """What a host agent does on its host, whatever runtime serves there."""
+
+    def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
+        """Stage ``payload``'s version and make it the one served; never raises.
+
+        Returns ``{"state": "ready" | "failed", "error"?, "retryable"?, "details": {...}}``.
+        """
+        ...
+
+    def heartbeat(self, request: dict) -> dict:
+        """Report liveness, served models (``[{"name", "version", "state"}]``), GPUs, free disk; never raises."""
+        ...
+
+    def unload(self, payload: dict) -> None:
+        """Stop serving ``payload["model"]`` and wait until it is gone; raises ServingRuntimeError."""
+        ...
+
+
+class TritonHostAgent:
+    """Triton: a model repository on disk, explicit load/unload over HTTP (``deployments.agent``)."""
+
+    def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
+        from deployments.agent import deploy_triton_version
+
+        return deploy_triton_version(payload, model_repository=Path(settings.AGENT_MODEL_REPOSITORY), report=report,
+                                     load_timeout=settings.AGENT_LOAD_TIMEOUT,
+                                     unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
+
+    def heartbeat(self, request: dict) -> dict:
+        from deployments.agent import collect_heartbeat
+
+        return collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
+                                 model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS)
+
+    def unload(self, payload: dict) -> None:
+        from deployments.runtimes.triton import TritonRuntime
+
+        runtime = TritonRuntime(payload["inference_url"])
+        versions = runtime.ready_versions(payload["model"])
+        runtime.unload(payload["model"])
+        runtime.wait_versions_gone(payload["model"], versions, timeout=settings.AGENT_UNLOAD_TIMEOUT)
+
+
+class BentoMLHostAgent:
+    """BentoML: a locked Bento Store and blue/green ``bentoml serve`` processes behind nginx
+    (``deployments.agent_bentoml``)."""
+
+    def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
+        from deployments.agent_bentoml import deploy_bentoml_version
+
+        return deploy_bentoml_version(payload, root=Path(settings.AGENT_BENTOML_ROOT), report=report,
+                                      load_timeout=settings.AGENT_LOAD_TIMEOUT,
+                                      unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
+
+    def heartbeat(self, request: dict) -> dict:
+        """Tidy what a dead agent left (under each model's lock, skipping models being deployed), then report."""
+        from deployments.agent_bentoml import collect_bentoml_heartbeat, tidy_models
+        from deployments.tasks import host_model_lock
+
+        root = Path(settings.AGENT_BENTOML_ROOT)
+        tidied = tidy_models(root, request["inference_url"], lambda model: host_model_lock(request["host"], model))
+        report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
+                                           root=root, labels=settings.AGENT_LABELS)
+        report["tidied"] = tidied
+        return report
+
+    def unload(self, payload: dict) -> None:
+        from deployments.agent_bentoml import unload_bentoml_model
+
+        unload_bentoml_model(payload, root=Path(settings.AGENT_BENTOML_ROOT), timeout=settings.AGENT_UNLOAD_TIMEOUT)
+
+
+_AGENTS: dict[str, HostAgent] = {Runtime.TRITON: TritonHostAgent(), Runtime.BENTOML: BentoMLHostAgent()}
+
+
+def host_agent(runtime: str | None) -> HostAgent:
+    """The adapter for a host's ``runtime`` (a ``Runtime`` value; missing means Triton, as payloads
+    queued before runtimes were sent).
+
+    Raises:
+        ValueError: an unknown runtime.
+    """
+    try:
+        return _AGENTS[runtime or Runtime.TRITON]
+    except KeyError as exc:
+        raise ValueError(f"no host agent for runtime {runtime!r}") from exc

@@ -1,0 +1,271 @@
+"""``bentoml serve`` processes: one per served version, each in its own session and BENTOML_HOME.
+
+Two ``serve`` processes sharing one BENTOML_HOME wipe each other's metrics directory, so each
+instance gets a home of its own under ``<root>/instances/`` with ``bentos`` and ``models`` linked to
+the host's store. It is started with an exact tag (``:latest`` can serve two versions at once after
+a worker restart), on a free loopback port, in a new session: killing BentoML's arbiter alone
+leaves its workers serving, so a stop signals the whole process group, and every process whose
+environment names the instance's home, then checks the port is free. ``BENTOML_CONTAINERIZED``
+makes a service whose initialisation fails exit instead of restarting it forever.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+
+from deployments.runtimes.base import ServingRuntimeError
+from deployments.runtimes.bento_store import bentoml_env
+
+LOG_TAIL_BYTES = 16000
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One ``bentoml serve`` process.
+
+    Attributes:
+        model: registered model name; version: its version number; tag: the Bento tag served.
+        port: loopback port it listens on; home: its BENTOML_HOME; pid: its process (group) id,
+            0 before it was started.
+    """
+
+    model: str
+    version: int
+    tag: str
+    port: int
+    home: str
+    pid: int = 0
+
+    def as_dict(self) -> dict:
+        """A JSON-ready dict (the state file's form)."""
+        return asdict(self)
+
+    @property
+    def url(self) -> str:
+        """The instance's own base URL (not through nginx)."""
+        return f"http://127.0.0.1:{self.port}"
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_free(port: int) -> bool:
+    """True when ``127.0.0.1:port`` can be bound (nobody listens there)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def plan_instance(root: Path, store_home: Path, *, model: str, version: int, tag: str) -> Instance:
+    """Make the home of a new instance (links to the store) and choose its port; starts nothing."""
+    home = Path(root) / "instances" / f"{model}-v{version}-{uuid.uuid4().hex[:8]}"
+    home.mkdir(parents=True)
+    for sub in ("bentos", "models"):
+        (Path(store_home) / sub).mkdir(parents=True, exist_ok=True)
+        (home / sub).symlink_to(Path(store_home).resolve() / sub)
+    return Instance(model=model, version=int(version), tag=tag, port=free_port(), home=str(home))
+
+
+def start_instance(planned: Instance) -> Instance:
+    """Start ``bentoml serve <tag>`` for a planned instance, in a new session; returns it with its pid.
+
+    Output goes to ``<home>/serve.log``.
+    """
+    log = open(Path(planned.home) / "serve.log", "ab")  # noqa: SIM115 - handed to the child
+    env = {**bentoml_env(Path(planned.home)), "BENTOML_CONTAINERIZED": "true", "PYTHONDONTWRITEBYTECODE": "1"}
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "bentoml", "serve", planned.tag, "--host", "127.0.0.1",
+             "--port", str(planned.port)],
+            env=env, cwd=planned.home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    finally:
+        log.close()
+    return Instance(**{**planned.as_dict(), "pid": process.pid})
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def is_running(instance: Instance) -> bool:
+    """True while the instance's leader process is alive (a zombie child is reaped, not counted)."""
+    if not instance.pid:
+        return False
+    _reap(instance.pid)
+    try:
+        state = Path(f"/proc/{instance.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z" and _home_of(instance.pid) == instance.home
+
+
+def _home_of(pid: int) -> str | None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"BENTOML_HOME="):
+            return item.split(b"=", 1)[1].decode()
+    return None
+
+
+def processes_of(home: str) -> list[int]:
+    """Pids of the live processes whose BENTOML_HOME is ``home`` (the arbiter and its workers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _home_of(int(entry.name)) == home:
+            found.append(int(entry.name))
+    return found
+
+
+def log_tail(instance: Instance) -> str:
+    """The last lines of the instance's serve.log (for error messages)."""
+    path = Path(instance.home) / "serve.log"
+    if not path.exists():
+        return ""
+    with path.open("rb") as handle:
+        handle.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+        return handle.read().decode(errors="replace").strip()
+
+
+_ERROR_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*)?(?:Error|Exception): .+")
+
+
+def startup_error(instance: Instance) -> str:
+    """The first ``SomethingError: message`` line of the instance's log (the root cause of a failed
+    start), else its last line."""
+    lines = [line.strip() for line in log_tail(instance).splitlines() if line.strip()]
+    errors = [line for line in lines if _ERROR_LINE.match(line)]
+    return errors[0] if errors else (lines[-1] if lines else "no output")
+
+
+def is_ready(instance: Instance, timeout: float = 2.0) -> bool:
+    """True when the instance answers 200 on /readyz."""
+    try:
+        return requests.get(f"{instance.url}/readyz", timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def wait_ready(instance: Instance, timeout: float, poll: float = 0.1) -> None:
+    """Wait until the instance answers /readyz (it does not while the service initialises).
+
+    Raises:
+        ServingRuntimeError: the process exited (its log's tail is in the message) or was not
+            ready within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while not is_ready(instance):
+        if not is_running(instance):
+            raise ServingRuntimeError(
+                f"bentoml serve {instance.tag} exited before it was ready: {startup_error(instance)}",
+                retryable=False)
+        if time.monotonic() > deadline:
+            raise ServingRuntimeError(f"bentoml serve {instance.tag} was not ready within {timeout:g} s",
+                                      retryable=True)
+        time.sleep(poll)
+
+
+def smoke_request(instance: Instance, sample_input: dict, signature: dict, timeout: float = 30.0) -> None:
+    """POST the version's sample input to its first API route (as JSON) and require a 200.
+
+    Raises:
+        ServingRuntimeError: no API route is known, or the service did not answer 200.
+    """
+    apis = ((signature or {}).get("bentoml") or {}).get("apis") or []
+    if not apis:
+        raise ServingRuntimeError("the Bento declares no API to send the sample input to", retryable=False)
+    route = apis[0].get("route") or f"/{apis[0]['name']}"
+    try:
+        answer = requests.post(f"{instance.url}{route}", json=sample_input, timeout=timeout)
+    except requests.RequestException as exc:
+        raise ServingRuntimeError(f"smoke request to {route} failed: {exc}", retryable=True) from exc
+    if answer.status_code != 200:
+        raise ServingRuntimeError(f"smoke request to {route} answered {answer.status_code}: {answer.text[:300]}",
+                                  retryable=False)
+
+
+def stop_instance(instance: Instance, timeout: float = 30.0) -> None:
+    """Stop the instance's whole process group (SIGTERM, then SIGKILL after ``timeout`` s) and any
+    process still using its home, then wait until its port is free.
+
+    Raises:
+        ServingRuntimeError: its port is still taken 10 s after every process was gone.
+    """
+    pids = set(processes_of(instance.home))
+    if instance.pid and is_running(instance):
+        pids.add(instance.pid)
+    groups = {pid for pid in pids if _group_of(pid) == pid} | ({instance.pid} if instance.pid else set())
+    _signal_all(groups, pids, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if _alive(pids):
+        _signal_all(groups, _alive(pids), signal.SIGKILL)
+        end = time.monotonic() + 10
+        while _alive(pids) and time.monotonic() < end:
+            time.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while not port_is_free(instance.port):
+        if time.monotonic() > deadline:
+            raise ServingRuntimeError(f"port {instance.port} is still taken after stopping {instance.tag}",
+                                      retryable=True)
+        time.sleep(0.05)
+
+
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _signal_all(groups: set[int], pids: set[int], sig: int) -> None:
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+        except OSError:
+            pass
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def _alive(pids: set[int]) -> set[int]:
+    alive = set()
+    for pid in pids:
+        _reap(pid)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state != "Z":
+            alive.add(pid)
+    return alive

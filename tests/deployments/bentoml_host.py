@@ -1,0 +1,81 @@
+"""Fixtures for BentoML host agent tests: Bentos built by BentoML, an artifact server, an agent root
+with its nginx, and payloads as ``build_agent_payload`` writes them."""
+
+import functools
+import http.server
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from deployments.agent_bentoml import ServeState, front_for
+from deployments.runtimes import bentoml as serve
+from registry.archives import ArchiveLimits, sha256_file
+from registry.choices import ArtifactFormat
+from registry.formats.bento import prepare_bentoml_archive
+from tests.fixtures.services import free_port
+from tests.registry.format_builders import build_bentoml_exports
+
+MODEL = "clf"
+SAMPLE = {"features": [[0.0, 1.0]]}
+
+
+@pytest.fixture(scope="module")
+def bentos(tmp_path_factory) -> dict[str, Path]:
+    """Three exports of model ``clf`` built by BentoML: ``v1``, ``v2`` and ``refuses`` (a service that
+    raises while it initialises), served over HTTP from one directory."""
+    root = tmp_path_factory.mktemp("bentos")
+    built = {}
+    for name, refuse in (("v1", False), ("v2", False), ("refuses", True)):
+        out = root / name
+        out.mkdir()
+        bentomodel, bento = build_bentoml_exports(out, MODEL, refuse_to_start=refuse)
+        built[name], built[f"{name}-model"] = bento, bentomodel
+    return built
+
+
+@pytest.fixture
+def artifact_server(bentos):
+    """A plain HTTP server for the artifacts (what a presigned S3 URL is to the agent)."""
+    root = next(iter(bentos.values())).parent.parent
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+@pytest.fixture
+def agent_root(tmp_path):
+    """The agent's BentoML directory and the inference URL its nginx listens on; on teardown every
+    ``bentoml serve`` it started and its nginx are stopped."""
+    root = tmp_path / "bentoml-agent"
+    url = f"http://127.0.0.1:{free_port()}"
+    yield root, url
+    for roles in ServeState(root).read().values():
+        for instance in roles.values():
+            serve.stop_instance(instance, timeout=10)
+    for home in serving_homes(root):  # port 0: nothing to wait for beyond the processes
+        serve.stop_instance(serve.Instance(model=MODEL, version=0, tag="", port=0, home=home), timeout=10)
+    front_for(root, url).stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def make_payload(archive: Path, base_url: str, inference_url: str, version: int, *, sample=SAMPLE) -> dict:
+    """The agent payload for ``archive`` (a .bento or .bentomodel under the artifact server)."""
+    kind = ArtifactFormat.BENTO if archive.suffix == ".bento" else ArtifactFormat.BENTOML_MODEL
+    prepared = prepare_bentoml_archive(archive, kind, model_name=MODEL, limits=ArchiveLimits.from_settings())
+    sha256, size = sha256_file(archive)
+    return {
+        "target_id": version, "host": "bento-host", "runtime": "bentoml", "format": kind, "model": MODEL,
+        "version": version, "artifact_url": f"{base_url}/{archive.parent.name}/{archive.name}", "sha256": sha256,
+        "size": size, "config_text": prepared.config_text, "parameters": {}, "config_overrides": {},
+        "sample_input": sample, "signature": prepared.signature, "inference_url": inference_url, "metrics_url": "",
+    }
+
+
+def serving_homes(root: Path) -> list[str]:
+    """The instance homes under ``root`` that still have a live process."""
+    instances = root / "instances"
+    return sorted(str(h) for h in instances.glob("*") if serve.processes_of(str(h))) if instances.is_dir() else []

@@ -1,0 +1,244 @@
+"""The BentoML host agent on real ``bentoml serve`` processes behind a real nginx: Bentos built by
+BentoML itself are imported into the host's store and swapped blue/green without failing a request;
+a version that cannot start, a killed agent and broken archives leave exactly one version serving."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+
+from deployments.agent import StagingError
+from deployments.agent_bentoml import (
+    ServeState,
+    collect_bentoml_heartbeat,
+    deploy_bentoml_version,
+    unload_bentoml_model,
+)
+from deployments.host_agents import host_agent
+from deployments.runtimes import bentoml as serve
+from deployments.runtimes.bento_store import BentoStore
+from modelyard.errors import InvalidInput
+from tests.deployments.bentoml_host import (
+    MODEL,
+    SAMPLE,
+    agent_root,
+    artifact_server,
+    bentos,
+    make_payload,
+    serving_homes,
+)
+from tests.fixtures.services import TEST_BROKER_URL, wait_for
+
+pytestmark = pytest.mark.integration
+__all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
+
+
+def classify(url: str, session=None) -> requests.Response:
+    return (session or requests).post(f"{url}/{MODEL}/classify", json=SAMPLE, timeout=30)
+
+
+def deploy(bentos, artifact_server, agent_root, name: str, version: int, steps=None) -> dict:
+    _, base_url = artifact_server
+    root, url = agent_root
+    return deploy_bentoml_version(make_payload(bentos[name], base_url, url, version), root=root,
+                                  report=(steps.append if steps is not None else lambda step: None))
+
+
+def test_a_bento_is_imported_under_its_exact_tag_and_served_through_nginx(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    steps = []
+    result = deploy(bentos, artifact_server, agent_root, "v1", 1, steps)
+    assert result["state"] == "ready", result
+    assert steps == ["staging", "loading", "verifying", "cutting_over"]
+    tag = result["details"]["tag"]
+    assert BentoStore(root).bento_dir(tag).is_dir() and not tag.endswith(":latest")
+    answer = classify(url)
+    assert answer.status_code == 200 and answer.json() == [1]
+    assert answer.headers["X-Modelyard-Version"] == "1"
+    heartbeat = collect_bentoml_heartbeat(inference_url=url, root=root, labels={})
+    assert heartbeat["runtime_live"] and heartbeat["models"] == [{"name": MODEL, "version": 1, "state": "READY"}]
+
+    again = deploy(bentos, artifact_server, agent_root, "v1", 1)
+    assert again["state"] == "ready" and again["details"]["staged"] is False
+    assert again["details"]["port"] == result["details"]["port"]
+    assert len(serving_homes(root)) == 1
+
+
+def test_a_swap_under_continuous_requests_fails_none(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    old = ServeState(root).read()[MODEL]["serving"]
+    stop, failures, versions, counts = threading.Event(), [], set(), [0]
+
+    def client(keepalive: bool) -> None:
+        session = requests.Session() if keepalive else None
+        while not stop.is_set():
+            try:
+                answer = classify(url, session)
+                if answer.status_code != 200 or answer.json() != [1]:
+                    failures.append(f"{answer.status_code}: {answer.text[:200]}")
+                versions.add(answer.headers.get("X-Modelyard-Version"))
+            except requests.RequestException as exc:
+                failures.append(repr(exc))
+            counts[0] += 1
+
+    clients = [threading.Thread(target=client, args=(keepalive,)) for keepalive in (True, True, False)]
+    for thread in clients:
+        thread.start()
+    try:
+        result = deploy(bentos, artifact_server, agent_root, "v2", 2)
+        sent_during_swap = counts[0]
+        for _ in range(20):
+            classify(url)
+    finally:
+        stop.set()
+        for thread in clients:
+            thread.join()
+    assert result["state"] == "ready", result
+    assert result["details"]["previous_versions"] == [1]
+    assert failures == []
+    assert sent_during_swap > 0 and versions == {"1", "2"}
+    assert not serve.processes_of(old.home) and serve.port_is_free(old.port)
+    assert serving_homes(root) == [ServeState(root).read()[MODEL]["serving"].home]
+
+
+def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    result = deploy(bentos, artifact_server, agent_root, "refuses", 2)
+    assert result["state"] == "failed"
+    assert "exited before it was ready" in result["error"]
+    assert "this service refuses to start" in result["error"]
+    answer = classify(url)
+    assert answer.status_code == 200 and answer.headers["X-Modelyard-Version"] == "1"
+    state = ServeState(root).read()[MODEL]
+    assert set(state) == {"serving"} and state["serving"].version == 1
+    assert serving_homes(root) == [state["serving"].home]
+
+
+_AGENT_SCRIPT = """
+import json, sys
+import django
+django.setup()
+from deployments.agent_bentoml import deploy_bentoml_version
+payload, root = json.loads(sys.argv[1]), sys.argv[2]
+deploy_bentoml_version(payload, root=root, report=lambda step: print(step, flush=True))
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("recovery", ["redelivery", "heartbeat"])
+@pytest.mark.parametrize("kill_at", ["loading", "cutting_over"])
+def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_recovery(
+    bentos, artifact_server, agent_root, settings, kill_at, recovery
+):
+    root, url = agent_root
+    _, base_url = artifact_server
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    payload = make_payload(bentos["v2"], base_url, url, 2)
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _AGENT_SCRIPT, json.dumps(payload), str(root)], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "modelyard.settings"}, cwd=Path(__file__).parents[2],
+    )
+    for line in agent.stdout:
+        if line.strip() == kill_at:
+            if kill_at == "loading":  # once the new service process exists
+                wait_for(lambda: ServeState(root).read()[MODEL]["starting"].pid, timeout=60,
+                         what="the new bentoml serve process")
+            agent.send_signal(signal.SIGKILL)
+            break
+    agent.wait()
+    assert agent.returncode == -signal.SIGKILL
+    assert len(ServeState(root).read()[MODEL]) == 2  # the swap was cut short: serving and starting recorded
+
+    if recovery == "redelivery":  # the broker hands the unacknowledged task out again
+        redelivered = deploy_bentoml_version(payload, root=root)
+        assert redelivered["state"] == "ready", redelivered
+        assert classify(url).headers["X-Modelyard-Version"] == "2"
+    else:  # the next heartbeat tidies up, under the model's lock
+        settings.AGENT_BENTOML_ROOT, settings.CELERY_BROKER_URL = str(root), TEST_BROKER_URL
+        report = host_agent("bentoml").heartbeat({"host": "bento-host", "inference_url": url})
+        assert report["tidied"] == [MODEL]
+        assert [(m["name"], m["state"]) for m in report["models"]] == [(MODEL, "READY")]
+    kept = ServeState(root).read()[MODEL]
+    assert set(kept) == {"serving"} and serving_homes(root) == [kept["serving"].home]
+    assert classify(url).status_code == 200
+
+
+def test_a_truncated_or_corrupt_archive_is_refused_with_a_clear_error(bentos, tmp_path):
+    store = BentoStore(tmp_path / "store")
+    data = bentos["v1"].read_bytes()
+    truncated, corrupt = tmp_path / "truncated", tmp_path / "corrupt"
+    truncated.write_bytes(data[: len(data) // 2])
+    corrupt.write_bytes(data[:4096] + bytes(len(data) - 4096))
+    for archive in (truncated, corrupt):
+        with pytest.raises(StagingError, match="truncated or corrupt"):
+            store.import_archive(archive, kind="bento", tag=f"{MODEL}:abc", sha256="0" * 64)
+    assert not list((tmp_path / "store" / "store").glob("bentos/*/*"))
+
+
+def test_an_archive_holding_another_tag_than_the_registry_recorded_is_refused(bentos, artifact_server, agent_root,
+                                                                                  tmp_path):
+    store = BentoStore(tmp_path / "store")
+    with pytest.raises(StagingError, match="the registry recorded clf:other"):
+        store.import_archive(bentos["v1"], kind="bento", tag=f"{MODEL}:other", sha256="0" * 64)
+    with pytest.raises(StagingError, match="exact tag"):
+        store.import_archive(bentos["v1"], kind="bento", tag=f"{MODEL}:latest", sha256="0" * 64)
+
+
+def test_a_download_that_differs_from_the_registered_archive_is_refused(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    _, base_url = artifact_server
+    payload = {**make_payload(bentos["v1"], base_url, url, 1), "sha256": "0" * 64}
+    result = deploy_bentoml_version(payload, root=root)
+    assert result["state"] == "failed" and "does not match the registered" in result["error"]
+    assert not serving_homes(root)
+
+
+def test_a_bentoml_model_is_imported_into_the_store_without_being_served(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    _, base_url = artifact_server
+    result = deploy_bentoml_version(make_payload(bentos["v1-model"], base_url, url, 1), root=root)
+    assert result["state"] == "ready" and result["details"]["served"] is False
+    name, version = result["details"]["tag"].split(":")
+    assert (root / "store" / "models" / name / version / "model.yaml").is_file()
+    assert not serving_homes(root)
+
+
+def test_an_unloaded_model_stops_being_routed_and_its_processes_stop(bentos, artifact_server, agent_root):
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    served = ServeState(root).read()[MODEL]["serving"]
+    assert unload_bentoml_model({"model": MODEL, "inference_url": url}, root=root) == 1
+    assert classify(url).status_code == 404
+    assert not serving_homes(root) and serve.port_is_free(served.port)
+    assert collect_bentoml_heartbeat(inference_url=url, root=root, labels={})["models"] == []
+    assert BentoStore(root).bento_dir(served.tag).is_dir()  # the store keeps it for a reload
+
+
+@pytest.mark.django_db
+def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifact_server, agent_root):
+    from deployments.inference import try_inference
+    from deployments.models import Deployment, DeploymentTarget, ServingHost
+    from registry.models import ModelVersion, RegisteredModel
+
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    signature = make_payload(bentos["v1"], "", url, 1)["signature"]
+    model = RegisteredModel.objects.create(name=MODEL, next_version=2)
+    version = ModelVersion.objects.create(model=model, version=1, format="bento", artifact_key="sha256/01/x",
+                                          artifact_sha256="1" * 64, artifact_size=10, signature=signature)
+    host = ServingHost.objects.create(name="bento-host", runtime="bentoml", inference_url=url)
+    deployment = Deployment.objects.create(model=model, version=version)
+    DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
+
+    result = try_inference(model_name=MODEL, host_name="bento-host", inputs=SAMPLE)
+    assert (result["version"], result["outputs"], result["shapes"]) == (1, {"output": [1]}, {"output": [1]})
+    with pytest.raises(InvalidInput, match="HTTP 400"):
+        try_inference(model_name=MODEL, host_name="bento-host", inputs={"nonsense": 1})
