@@ -51,7 +51,7 @@ class UploadSerializer(serializers.ModelSerializer):
     """An upload's state; ``parts`` lists what S3 holds while it is open; ``version`` once completed."""
 
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     part_count = serializers.SerializerMethodField()
     parts = serializers.SerializerMethodField()
     version = serializers.IntegerField(source="version.version", read_only=True, allow_null=True, default=None)
