@@ -49,3 +49,10 @@ def test_objects_with_no_creator_and_events_with_no_model_answer_as_the_schema_s
     assert model["created_by"] is None and version["created_by"] is None
     assert version["ci_run_url"] == ""
     assert alias["updated_by"] is None and rollout["created_by"] is None
+
+
+def test_a_deployment_id_that_is_not_a_number_is_not_found(token):
+    for action in ("pause", "resume", "cancel", "rollback"):
+        answer = call_and_check("POST", f"/api/v1/deployments/{{id}}/{action}/", token=token,
+                                path_parameters={"id": "\u00ad5\u00b9"})
+        assert answer.status_code == 404

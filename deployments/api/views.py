@@ -72,6 +72,7 @@ class DeploymentViewSet(
     """
 
     serializer_class = DeploymentSerializer
+    lookup_value_regex = "[0-9]+"
     ordering = "-id"
     queryset = (
         Deployment.objects.select_related("model", "version", "created_by")
