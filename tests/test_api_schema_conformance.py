@@ -9,7 +9,10 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 
 from demo.iris import build_iris_archive
+from deployments import rollouts
 from deployments import services as deployment_services
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget
 from registry import services as registry_services
 from tests.fuzzing import call_and_check
 
@@ -56,3 +59,14 @@ def test_a_deployment_id_that_is_not_a_number_is_not_found(token):
         answer = call_and_check("POST", f"/api/v1/deployments/{{id}}/{action}/", token=token,
                                 path_parameters={"id": "\u00ad5\u00b9"})
         assert answer.status_code == 404
+
+
+def test_a_rollback_answers_the_list_of_rollback_deployments_as_documented(token, iris_v1):
+    deployment_services.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
+    first = deployment_services.start_deployment(model_name="iris", version=1, host_names=["gpu-1"])
+    DeploymentTarget.objects.filter(deployment=first).update(state=TargetState.READY)
+    rollouts.cancel_rollout(first.pk)
+
+    answer = call_and_check("POST", "/api/v1/deployments/{id}/rollback/", token=token,
+                            path_parameters={"id": first.pk})
+    assert answer.status_code == 200 and isinstance(answer.json(), list)

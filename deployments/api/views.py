@@ -119,7 +119,7 @@ class DeploymentViewSet(
         return Response(self._show(pk))
 
     @extend_schema(request=None, responses={200: DeploymentSerializer(many=True)})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], pagination_class=None)
     def rollback(self, request, pk=None):
         """Send the hosts this rollout moved back to their previous version; returns the rollback rollouts."""
         started = rollouts.rollback_rollout(int(pk), actor=request.user)
