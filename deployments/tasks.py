@@ -16,16 +16,20 @@ from django.conf import settings
 from deployments.choices import TERMINAL_TARGET_STATES, TargetState
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
+from modelyard.celery import DATABASE_ERRORS
 from registry.storage import ArtifactStore, StorageError
 
 logger = logging.getLogger(__name__)
 
 ORCHESTRATOR_QUEUE = "default"
 LOCK_RETRY_SECONDS = 5
+# Orchestrator tasks that only read and compare-and-set rows retry a dropped database connection.
+RETRY_ON_DATABASE_ERRORS = {"autoretry_for": DATABASE_ERRORS, "retry_backoff": True, "retry_backoff_max": 60,
+                            "max_retries": 8}
 
 
 @shared_task(
-    name="deployments.dispatch_target", acks_late=True, autoretry_for=(StorageError,),
+    name="deployments.dispatch_target", acks_late=True, autoretry_for=(StorageError, *DATABASE_ERRORS),
     retry_backoff=True, retry_backoff_max=60, max_retries=5,
 )
 def dispatch_target(target_id: int) -> None:
@@ -46,7 +50,7 @@ def dispatch_target(target_id: int) -> None:
     deploy_version_on_host.apply_async(args=[payload], queue=target.host.queue)
 
 
-@shared_task(name="deployments.record_target_report", acks_late=True)
+@shared_task(name="deployments.record_target_report", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_target_report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
     """Record a host agent's progress or result for one target, then advance its rollout (idempotent)."""
     from deployments.rollouts import advance_rollout
@@ -58,7 +62,7 @@ def record_target_report(target_id: int, state: str, message: str = "", details:
             advance_rollout(deployment_id)
 
 
-@shared_task(name="deployments.advance_rollout", acks_late=True)
+@shared_task(name="deployments.advance_rollout", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def advance_rollout_task(deployment_id: int) -> str:
     """Orchestrator: take a rollout's next step (dispatch a batch, pause, finish); idempotent."""
     from deployments.rollouts import advance_rollout
@@ -169,7 +173,7 @@ def report_heartbeat(request: dict) -> None:
     record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
 
 
-@shared_task(name="deployments.record_host_heartbeat", acks_late=True)
+@shared_task(name="deployments.record_host_heartbeat", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_host_heartbeat(host_name: str, report: dict) -> None:
     """Orchestrator: store a host agent's report."""
     record_heartbeat(host_name, report)
@@ -183,7 +187,7 @@ def reconcile() -> int:
     return len(reconcile_fleet())
 
 
-@shared_task(name="deployments.follow_alias", acks_late=True)
+@shared_task(name="deployments.follow_alias", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) -> int | None:
     """Orchestrator: roll the version an alias now names out to the deployments following it.
 
