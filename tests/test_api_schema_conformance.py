@@ -4,6 +4,8 @@ Each request goes through the same checks as tests/test_api_fuzzing.py (no undoc
 body matches the schema of its status).
 """
 
+import datetime
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
@@ -70,3 +72,25 @@ def test_a_rollback_answers_the_list_of_rollback_deployments_as_documented(token
     answer = call_and_check("POST", "/api/v1/deployments/{id}/rollback/", token=token,
                             path_parameters={"id": first.pk})
     assert answer.status_code == 200 and isinstance(answer.json(), list)
+
+
+@pytest.mark.parametrize("path, parameter", [
+    ("/api/v1/audit/", "since"), ("/api/v1/audit/", "until"),
+    ("/api/v1/models/", "created_before"), ("/api/v1/models/", "created_after"),
+])
+def test_a_time_filter_with_any_offset_or_year_is_answered_without_a_server_error(token, path, parameter):
+    # +20:56 is a valid ISO 8601 offset that PostgreSQL refuses; year 1 at +01:00 is year 0 in UTC.
+    for value, expected in (("0201-05-12T03:37:37+20:56", 200), ("2030-01-01T00:00:00-23:59", 200),
+                            ("0001-01-01T00:30:00+01:00", 400)):
+        answer = call_and_check("GET", path, token=token, query={parameter: value})
+        assert answer.status_code == expected, (value, answer.content)
+    assert "out of range" in str(answer.json())
+
+
+def test_a_time_filter_compares_in_utc(token):
+    registry_services.create_model(name="iris")
+    created = registry_services.get_model("iris").created_at
+    shifted = created.astimezone(datetime.timezone(datetime.timedelta(hours=20, minutes=56)))
+    names = [m["name"] for m in call_and_check("GET", "/api/v1/models/", token=token,
+                                               query={"created_after": shifted.isoformat()}).json()["results"]]
+    assert names == ["iris"]

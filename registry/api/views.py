@@ -21,7 +21,7 @@ from registry.api.serializers import (
     RegisteredModelUpdateSerializer,
 )
 from registry.choices import VersionStatus
-from registry.filters import ModelVersionFilter, RegisteredModelFilter
+from registry.filters import ModelVersionFilter, RegisteredModelFilter, UtcIsoDateTimeFilter
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
@@ -153,8 +153,8 @@ class AuditEventFilter(django_filters.FilterSet):
     model = django_filters.CharFilter(field_name="model__name")
     actor = django_filters.CharFilter(field_name="actor_label")
     object_type = django_filters.CharFilter(field_name="object_type")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent
