@@ -23,6 +23,9 @@ logger = logging.getLogger(__name__)
 
 ORCHESTRATOR_QUEUE = "default"
 LOCK_RETRY_SECONDS = 5
+# A host agent's report must outlive a broker restart or failover: publishing it is retried for
+# about two minutes (0, 0.5, 1, … then every 3 s) before the task gives up.
+REPORT_RETRY_POLICY = {"max_retries": 45, "interval_start": 0, "interval_step": 0.5, "interval_max": 3}
 # Orchestrator tasks that only read and compare-and-set rows retry a dropped database connection.
 RETRY_ON_DATABASE_ERRORS = {"autoretry_for": DATABASE_ERRORS, "retry_backoff": True, "retry_backoff_max": 60,
                             "max_retries": 8}
@@ -71,7 +74,8 @@ def advance_rollout_task(deployment_id: int) -> str:
 
 
 def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
-    record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE)
+    record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE,
+                                     retry=True, retry_policy=REPORT_RETRY_POLICY)
 
 
 def host_model_lock(host: str, model: str) -> redis.lock.Lock:
@@ -82,6 +86,17 @@ def host_model_lock(host: str, model: str) -> redis.lock.Lock:
     """
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * settings.AGENT_LOAD_TIMEOUT)
+
+
+def _release(lock: redis.lock.Lock, during: str) -> None:
+    """Release the (host, model) lock; one that expired, or a broker that cannot be reached (the
+    lock then expires by itself), is only logged, so the work's outcome is still reported."""
+    try:
+        lock.release()
+    except redis.exceptions.LockError:
+        logger.warning("%s expired %s", lock.name, during)
+    except redis.exceptions.RedisError as exc:
+        logger.warning("could not release %s %s (%s); it expires by itself", lock.name, during, exc)
 
 
 def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
@@ -135,10 +150,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
         return
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired before the deployment ended", payload["model"])
+        _release(lock, "before the deployment ended")
     if result["state"] == TargetState.READY:
         _report(target_id, TargetState.READY, details=result["details"])
     else:
@@ -170,7 +182,8 @@ def report_heartbeat(request: dict) -> None:
         inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
         model_repository=Path(settings.AGENT_MODEL_REPOSITORY), labels=settings.AGENT_LABELS,
     )
-    record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
+    record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE,
+                                      retry=True, retry_policy=REPORT_RETRY_POLICY)
 
 
 @shared_task(name="deployments.record_host_heartbeat", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
@@ -221,10 +234,7 @@ def unload_model_on_host(self, payload: dict) -> None:
         if exc.retryable and self.request.retries < 5:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired before the unload ended", payload["model"])
+        _release(lock, "before the unload ended")
 
 
 @shared_task(name="deployments.unload_idle_models")
@@ -255,10 +265,7 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
     try:
         return ensure_version_ready(payload, load_timeout=settings.AGENT_LOAD_TIMEOUT)
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired during the ensemble check", payload["model"])
+        _release(lock, "during the ensemble check")
 
 
 @shared_task(name="deployments.autoscale")
