@@ -17,7 +17,7 @@ from deployments.api.serializers import (
 )
 from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
-from modelyard.api import StaffCanWrite
+from modelyard.api import StaffCanWrite, error_responses
 
 
 class ServingHostViewSet(
@@ -129,7 +129,9 @@ class DeploymentViewSet(
 class ModelInferenceView(APIView):
     """Try it: send one inference request to the model on a chosen host and get the outputs and latency."""
 
-    @extend_schema(request=InferenceRequestSerializer, responses={200: InferenceResultSerializer})
+    @extend_schema(request=InferenceRequestSerializer,
+                   responses={200: InferenceResultSerializer, **error_responses(404, 409, 503)},
+                   description="503 when the host's Triton cannot be reached or times out; retrying may help.")
     def post(self, request, model_name: str):
         data = InferenceRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -6,12 +6,6 @@ from modelyard.jsonobject import parse_json_object
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 
 
-class ErrorSerializer(serializers.Serializer):
-    """An error answer: ``{"detail": "..."}``."""
-
-    detail = serializers.CharField()
-
-
 class RegisteredModelSerializer(serializers.ModelSerializer):
     """A registered model as the API shows it."""
 
