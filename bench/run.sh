@@ -13,7 +13,7 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
 PY="$REPO_DIR/.venv/bin/python"
 RESULTS="$REPO_DIR/bench/results"
-BENCHMARKS=(overview rollout_planning upload registry_vs_mlflow)
+BENCHMARKS=(overview rollout_planning upload registry_vs_mlflow api_fuzz)
 
 log() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }
