@@ -74,6 +74,19 @@ def kill_triton(server: TritonServer) -> None:
     server.process.wait(timeout=30)
 
 
+def point_celery_at(broker_url: str) -> None:
+    """Publish this process's Celery messages to ``broker_url``.
+
+    The app keeps its broker connection pool and producer pool once it has published; they do
+    not follow a changed ``broker_url``, so they are dropped and made again on the next publish.
+    """
+    from modelyard.celery import app
+
+    app.conf.broker_url = broker_url
+    app._pool = None
+    app.amqp._producer_pool = None
+
+
 @pytest.fixture
 def fleet_broker() -> str:
     """The broker the fleet's workers and this process use; a test module may start its own."""
@@ -105,10 +118,8 @@ class OneHostFleet:
 @pytest.fixture
 def one_host_fleet(fleet_broker, s3_endpoint, start_triton, start_celery_worker, tmp_path,
                    settings) -> Iterator[OneHostFleet]:
-    from modelyard.celery import app
-
     settings.CELERY_BROKER_URL = fleet_broker
-    app.conf.broker_url = fleet_broker
+    point_celery_at(fleet_broker)
     triton = start_triton()
     env = {"MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "CELERY_BROKER_URL": fleet_broker,
            "MODELYARD_BROKER_VISIBILITY_TIMEOUT": "20"}
@@ -130,4 +141,4 @@ def one_host_fleet(fleet_broker, s3_endpoint, start_triton, start_celery_worker,
     first = wait_deployment(client, fleet.deploy(1))
     assert first["status"] == "succeeded", (first, fleet.worker_logs())
     yield fleet
-    app.conf.broker_url = TEST_BROKER_URL
+    point_celery_at(TEST_BROKER_URL)
