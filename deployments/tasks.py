@@ -16,16 +16,23 @@ from deployments.choices import TERMINAL_TARGET_STATES, TargetState
 from deployments.host_agents import host_agent
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
+from modelyard.celery import DATABASE_ERRORS
 from registry.storage import ArtifactStore, StorageError
 
 logger = logging.getLogger(__name__)
 
 ORCHESTRATOR_QUEUE = "default"
 LOCK_RETRY_SECONDS = 5
+# A host agent's report must outlive a broker restart or failover: publishing it is retried for
+# about two minutes (0, 0.5, 1, … then every 3 s) before the task gives up.
+REPORT_RETRY_POLICY = {"max_retries": 45, "interval_start": 0, "interval_step": 0.5, "interval_max": 3}
+# Orchestrator tasks that only read and compare-and-set rows retry a dropped database connection.
+RETRY_ON_DATABASE_ERRORS = {"autoretry_for": DATABASE_ERRORS, "retry_backoff": True, "retry_backoff_max": 60,
+                            "max_retries": 8}
 
 
 @shared_task(
-    name="deployments.dispatch_target", acks_late=True, autoretry_for=(StorageError,),
+    name="deployments.dispatch_target", acks_late=True, autoretry_for=(StorageError, *DATABASE_ERRORS),
     retry_backoff=True, retry_backoff_max=60, max_retries=5,
 )
 def dispatch_target(target_id: int) -> None:
@@ -49,7 +56,7 @@ def dispatch_target(target_id: int) -> None:
     deploy_version_on_host.apply_async(args=[payload], queue=target.host.queue)
 
 
-@shared_task(name="deployments.record_target_report", acks_late=True)
+@shared_task(name="deployments.record_target_report", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_target_report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
     """Record a host agent's progress or result for one target, then advance its rollout (idempotent)."""
     from deployments.rollouts import advance_rollout
@@ -61,7 +68,7 @@ def record_target_report(target_id: int, state: str, message: str = "", details:
             advance_rollout(deployment_id)
 
 
-@shared_task(name="deployments.advance_rollout", acks_late=True)
+@shared_task(name="deployments.advance_rollout", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def advance_rollout_task(deployment_id: int) -> str:
     """Orchestrator: take a rollout's next step (dispatch a batch, pause, finish); idempotent."""
     from deployments.rollouts import advance_rollout
@@ -70,7 +77,8 @@ def advance_rollout_task(deployment_id: int) -> str:
 
 
 def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
-    record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE)
+    record_target_report.apply_async(args=[target_id, state, message, details or {}], queue=ORCHESTRATOR_QUEUE,
+                                     retry=True, retry_policy=REPORT_RETRY_POLICY)
 
 
 def host_model_lock(host: str, model: str) -> redis.lock.Lock:
@@ -81,6 +89,17 @@ def host_model_lock(host: str, model: str) -> redis.lock.Lock:
     """
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
     return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * settings.AGENT_LOAD_TIMEOUT)
+
+
+def _release(lock: redis.lock.Lock, during: str) -> None:
+    """Release the (host, model) lock; one that expired, or a broker that cannot be reached (the
+    lock then expires by itself), is only logged, so the work's outcome is still reported."""
+    try:
+        lock.release()
+    except redis.exceptions.LockError:
+        logger.warning("%s expired %s", lock.name, during)
+    except redis.exceptions.RedisError as exc:
+        logger.warning("could not release %s %s (%s); it expires by itself", lock.name, during, exc)
 
 
 def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
@@ -126,10 +145,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
         return
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired before the deployment ended", payload["model"])
+        _release(lock, "before the deployment ended")
     if result["state"] == TargetState.READY:
         _report(target_id, TargetState.READY, details=result["details"])
     else:
@@ -163,10 +179,11 @@ def request_heartbeats() -> int:
 def report_heartbeat(request: dict) -> None:
     """Host agent: report the runtime's liveness, loaded (or, on BentoML, served) models, GPUs and free disk."""
     report = host_agent(request.get("runtime")).heartbeat(request)
-    record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE)
+    record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE,
+                                      retry=True, retry_policy=REPORT_RETRY_POLICY)
 
 
-@shared_task(name="deployments.record_host_heartbeat", acks_late=True)
+@shared_task(name="deployments.record_host_heartbeat", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_host_heartbeat(host_name: str, report: dict) -> None:
     """Orchestrator: store a host agent's report."""
     record_heartbeat(host_name, report)
@@ -180,7 +197,7 @@ def reconcile() -> int:
     return len(reconcile_fleet())
 
 
-@shared_task(name="deployments.follow_alias", acks_late=True)
+@shared_task(name="deployments.follow_alias", acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def follow_alias_task(model_id: int, alias: str, actor_id: int | None = None) -> int | None:
     """Orchestrator: roll the version an alias now names out to the deployments following it.
 
@@ -211,10 +228,7 @@ def unload_model_on_host(self, payload: dict) -> None:
         if exc.retryable and self.request.retries < 5:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired before the unload ended", payload["model"])
+        _release(lock, "before the unload ended")
 
 
 @shared_task(name="deployments.unload_idle_models")
@@ -245,10 +259,7 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
     try:
         return ensure_version_ready(payload, load_timeout=settings.AGENT_LOAD_TIMEOUT)
     finally:
-        try:
-            lock.release()
-        except redis.exceptions.LockError:
-            logger.warning("the lock on %s expired during the ensemble check", payload["model"])
+        _release(lock, "during the ensemble check")
 
 
 @shared_task(name="deployments.autoscale")

@@ -6,12 +6,27 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rest_framework import pagination, permissions
+from rest_framework import pagination, permissions, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from modelyard.errors import DomainError
+
+
+class ErrorSerializer(serializers.Serializer):
+    """An error answer: ``{"detail": "..."}``."""
+
+    detail = serializers.CharField()
+
+
+def error_responses(*statuses: int) -> dict:
+    """OpenAPI responses for domain errors: ``{status: ErrorSerializer}`` for each HTTP status given.
+
+    Document a status only where every answer with it is ``{"detail": ...}`` (a 400 may also carry
+    per-field messages, so it is not documented this way).
+    """
+    return dict.fromkeys(statuses, ErrorSerializer)
 
 
 def exception_handler(exc, context):

@@ -7,8 +7,14 @@ host ``<name>`` consumes ``host.<name>`` only.
 import os
 
 from celery import Celery
+from django.db import InterfaceError, OperationalError
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "modelyard.settings")
+
+# A database connection dropped or refused (a terminated backend, a PostgreSQL restart or failover).
+# Tasks retry on these: Celery's Django fixup closes an unusable connection after each task, so the
+# next try opens a fresh one; every task retried this way is idempotent.
+DATABASE_ERRORS = (OperationalError, InterfaceError)
 
 app = Celery("modelyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")

@@ -1,8 +1,10 @@
 """Search filters for registered models and their versions, shared by the API and the models page."""
 
 import re
+from datetime import UTC
 
 import django_filters
+from django import forms
 from django.core.exceptions import ValidationError
 from django.db.models import Exists, FloatField, OuterRef, Q, TextField
 from django.db.models.fields.json import KeyTextTransform
@@ -13,6 +15,30 @@ from registry.models import Alias, ModelVersion, RegisteredModel
 
 METRIC_FILTER = re.compile(r"^(?P<name>[^<>=]+?)(?P<op>>=|<=|>|<|=)(?P<value>[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?)$")
 METRIC_LOOKUPS = {">=": "gte", "<=": "lte", ">": "gt", "<": "lt", "=": "exact"}
+
+
+class UtcIsoDateTimeField(django_filters.fields.IsoDateTimeField):
+    """An ISO 8601 date or time, turned into UTC before it reaches the database.
+
+    PostgreSQL refuses offsets beyond ±15:59 that Python accepts (``+20:56``), and a time near
+    year 1 or 9999 can leave the range of ``datetime`` once shifted to UTC: both are a 400 here,
+    not a 500 there.
+    """
+
+    def to_python(self, value):
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return parsed.astimezone(UTC)
+        except OverflowError as exc:
+            raise forms.ValidationError("the time is out of range once converted to UTC") from exc
+
+
+class UtcIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """``IsoDateTimeFilter`` on :class:`UtcIsoDateTimeField`: any ISO 8601 time, compared in UTC."""
+
+    field_class = UtcIsoDateTimeField
 
 
 def validate_tag_filter(value: str) -> None:
@@ -61,8 +87,8 @@ class RegisteredModelFilter(django_filters.FilterSet):
     alias = django_filters.CharFilter(method="filter_alias")
     # Not "format": DRF reads ?format= as the response renderer.
     artifact_format = django_filters.ChoiceFilter(choices=ArtifactFormat.choices, method="filter_format")
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = RegisteredModel
@@ -92,8 +118,8 @@ class ModelVersionFilter(django_filters.FilterSet):
     alias = django_filters.CharFilter(field_name="aliases__name")
     artifact_format = django_filters.ChoiceFilter(field_name="format", choices=ArtifactFormat.choices)
     metric = django_filters.CharFilter(method="filter_metric", validators=[validate_metric_filter])
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    created_after = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = ModelVersion

@@ -7,6 +7,7 @@ import logging
 
 from celery import shared_task
 
+from modelyard.celery import DATABASE_ERRORS
 from modelyard.errors import ServiceUnavailable
 from registry import uploads
 from registry.gc import collect_garbage
@@ -24,9 +25,14 @@ def verify_upload_task(self, upload_id: str) -> None:
 
     A transient S3 failure is retried with backoff (10 s doubling, at most 5 times); after the
     last try the upload is marked FAILED with the reason, so a client polling it stops waiting.
+    A dropped database connection is retried the same way (the upload stays VERIFYING meanwhile;
+    the version and the COMPLETED status commit together, so no try registers it twice).
     """
     try:
         uploads.verify_upload(upload_id)
+    except DATABASE_ERRORS as exc:
+        logger.warning("verifying upload %s lost its database connection (%s); retrying", upload_id, exc)
+        raise self.retry(exc=exc, countdown=10 * 2**self.request.retries) from exc
     except (StorageError, ServiceUnavailable) as exc:
         message = getattr(exc, "message", str(exc))
         if self.request.retries >= VERIFY_MAX_RETRIES:
@@ -36,14 +42,15 @@ def verify_upload_task(self, upload_id: str) -> None:
         raise self.retry(exc=exc, countdown=10 * 2**self.request.retries) from exc
 
 
-@shared_task(name="registry.expire_uploads", acks_late=True)
+@shared_task(name="registry.expire_uploads", acks_late=True, autoretry_for=DATABASE_ERRORS, retry_backoff=True,
+             max_retries=5)
 def expire_uploads_task() -> int:
     """Abort multipart uploads left open past their expiry; returns how many (run by beat)."""
     return uploads.expire_uploads()
 
 
 @shared_task(
-    name="registry.collect_garbage", acks_late=True, autoretry_for=(StorageError,), retry_backoff=60,
+    name="registry.collect_garbage", acks_late=True, autoretry_for=(StorageError, *DATABASE_ERRORS), retry_backoff=60,
     retry_backoff_max=3600, max_retries=5,
 )
 def collect_garbage_task() -> dict:

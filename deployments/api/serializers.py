@@ -55,7 +55,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     version = serializers.IntegerField(source="version.version", read_only=True)
     status = serializers.ChoiceField(choices=DeploymentStatus.choices, read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     targets = DeploymentTargetSerializer(many=True, read_only=True)
     events = RolloutEventSerializer(many=True, read_only=True)
 

@@ -17,7 +17,7 @@ from deployments.api.serializers import (
 )
 from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
-from modelyard.api import StaffCanWrite
+from modelyard.api import StaffCanWrite, error_responses
 
 
 class ServingHostViewSet(
@@ -72,6 +72,7 @@ class DeploymentViewSet(
     """
 
     serializer_class = DeploymentSerializer
+    lookup_value_regex = "[0-9]+"
     ordering = "-id"
     queryset = (
         Deployment.objects.select_related("model", "version", "created_by")
@@ -118,7 +119,7 @@ class DeploymentViewSet(
         return Response(self._show(pk))
 
     @extend_schema(request=None, responses={200: DeploymentSerializer(many=True)})
-    @action(detail=True, methods=["post"])
+    @action(detail=True, methods=["post"], pagination_class=None)
     def rollback(self, request, pk=None):
         """Send the hosts this rollout moved back to their previous version; returns the rollback rollouts."""
         started = rollouts.rollback_rollout(int(pk), actor=request.user)
@@ -128,7 +129,9 @@ class DeploymentViewSet(
 class ModelInferenceView(APIView):
     """Try it: send one inference request to the model on a chosen host and get the outputs and latency."""
 
-    @extend_schema(request=InferenceRequestSerializer, responses={200: InferenceResultSerializer})
+    @extend_schema(request=InferenceRequestSerializer,
+                   responses={200: InferenceResultSerializer, **error_responses(404, 409, 503)},
+                   description="503 when the host's Triton cannot be reached or times out; retrying may help.")
     def post(self, request, model_name: str):
         data = InferenceRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)

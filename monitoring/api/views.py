@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from modelyard.api import error_responses
 from monitoring import services
 
 RANGE_PARAMETER = OpenApiParameter(
@@ -16,7 +17,7 @@ class ModelMetricsView(APIView):
     """``GET /api/v1/models/<name>/metrics/?range=15m``: throughput (inferences/s), mean and
     p95 latency (ms) and error rate (0..1) per version. 503 when Prometheus is unreachable."""
 
-    @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT, **error_responses(404, 503)})
     def get(self, request, model_name: str):
         return Response(services.model_metrics(model_name, request.query_params.get("range", "15m")))
 
@@ -24,6 +25,6 @@ class ModelMetricsView(APIView):
 class ModelMetricSeriesView(APIView):
     """``GET /api/v1/models/<name>/metrics/series/?range=15m``: the same metrics as time series."""
 
-    @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT})
+    @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT, **error_responses(404, 503)})
     def get(self, request, model_name: str):
         return Response(services.model_series(model_name, request.query_params.get("range", "15m")))

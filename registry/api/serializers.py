@@ -6,16 +6,10 @@ from modelyard.jsonobject import parse_json_object
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 
 
-class ErrorSerializer(serializers.Serializer):
-    """An error answer: ``{"detail": "..."}``."""
-
-    detail = serializers.CharField()
-
-
 class RegisteredModelSerializer(serializers.ModelSerializer):
     """A registered model as the API shows it."""
 
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     latest_version = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
@@ -58,8 +52,10 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     version is a Triton ensemble."""
 
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     ensemble_members = EnsembleMemberSerializer(source="members", many=True, read_only=True)
+    # A URLField would be documented as format "uri", which the empty string (no CI run given) is not.
+    ci_run_url = serializers.CharField(read_only=True, help_text="the CI run's http(s) URL, or empty")
 
     class Meta:
         model = ModelVersion
@@ -121,7 +117,7 @@ class AliasSerializer(serializers.ModelSerializer):
     alias = serializers.CharField(source="name", read_only=True)
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     version = serializers.IntegerField(source="version.version", read_only=True)
-    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
 
     class Meta:
         model = Alias
@@ -139,7 +135,7 @@ class AuditEventSerializer(serializers.ModelSerializer):
     """One audit event: who did what to which object, with its before/after details in ``data``."""
 
     actor = serializers.CharField(source="actor_label", read_only=True)
-    model = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = AuditEvent

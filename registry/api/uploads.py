@@ -12,6 +12,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from modelyard.api import error_responses
 from registry import uploads
 from registry.api.serializers import JSONObjectField
 from registry.models import Upload
@@ -51,7 +52,7 @@ class UploadSerializer(serializers.ModelSerializer):
     """An upload's state; ``parts`` lists what S3 holds while it is open; ``version`` once completed."""
 
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     part_count = serializers.SerializerMethodField()
     parts = serializers.SerializerMethodField()
     version = serializers.IntegerField(source="version.version", read_only=True, allow_null=True, default=None)
@@ -108,7 +109,7 @@ def _answer(upload: Upload, code: int = status.HTTP_200_OK) -> Response:
 class UploadStartView(APIView):
     """``POST /api/v1/models/<name>/uploads/``: open a multipart upload for a new version."""
 
-    @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer})
+    @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **error_responses(404, 503)})
     def post(self, request, model_name: str):
         data = UploadCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -125,11 +126,11 @@ class UploadStartView(APIView):
 class UploadDetailView(APIView):
     """``GET`` an upload's state and the parts S3 holds; ``DELETE`` aborts it."""
 
-    @extend_schema(responses={200: UploadSerializer})
+    @extend_schema(responses={200: UploadSerializer, **error_responses(404, 503)})
     def get(self, request, upload_id):
         return _answer(uploads.get_upload(upload_id, request.user))
 
-    @extend_schema(responses={200: UploadSerializer})
+    @extend_schema(responses={200: UploadSerializer, **error_responses(404, 409, 503)})
     def delete(self, request, upload_id):
         upload = uploads.abort_upload(uploads.get_upload(upload_id, request.user), actor=request.user)
         return _answer(upload)
@@ -138,7 +139,7 @@ class UploadDetailView(APIView):
 class UploadPartUrlsView(APIView):
     """``POST {"part_numbers": [1, 2, …]}``: presigned ``PUT`` URLs for those parts."""
 
-    @extend_schema(request=PartUrlsRequestSerializer, responses={200: PartUrlsSerializer})
+    @extend_schema(request=PartUrlsRequestSerializer, responses={200: PartUrlsSerializer, **error_responses(404, 409)})
     def post(self, request, upload_id):
         data = PartUrlsRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -154,7 +155,8 @@ class UploadCompleteView(APIView):
     Answers 202 with the upload VERIFYING (or already COMPLETED); poll ``GET`` for the outcome.
     """
 
-    @extend_schema(request=UploadCompleteSerializer, responses={202: UploadSerializer})
+    @extend_schema(request=UploadCompleteSerializer,
+                   responses={202: UploadSerializer, **error_responses(404, 409, 503)})
     def post(self, request, upload_id):
         data = UploadCompleteSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -7,13 +7,12 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from modelyard.api import uploaded_file_path
+from modelyard.api import error_responses, uploaded_file_path
 from registry import services
 from registry.api.serializers import (
     AliasSerializer,
     AliasSetSerializer,
     AuditEventSerializer,
-    ErrorSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
@@ -21,7 +20,7 @@ from registry.api.serializers import (
     RegisteredModelUpdateSerializer,
 )
 from registry.choices import VersionStatus
-from registry.filters import ModelVersionFilter, RegisteredModelFilter
+from registry.filters import ModelVersionFilter, RegisteredModelFilter, UtcIsoDateTimeFilter
 from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
 
 
@@ -88,7 +87,9 @@ class ModelVersionViewSet(
         found = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]))
         return self.get_queryset().get(pk=found.pk)
 
-    @extend_schema(request=ModelVersionUploadSerializer, responses={201: ModelVersionSerializer})
+    @extend_schema(request=ModelVersionUploadSerializer,
+                   responses={201: ModelVersionSerializer, **error_responses(404, 409, 503)},
+                   description="503 when S3 cannot store the artifact (nothing is registered; retry).")
     def create(self, request, *args, **kwargs):
         model = services.get_model(self.kwargs["model_name"])
         data = ModelVersionUploadSerializer(data=request.data)
@@ -105,7 +106,7 @@ class ModelVersionViewSet(
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses={204: None, 403: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
+        responses={204: None, **error_responses(403, 404, 409)},
         description="Soft-delete a version (administrators and the version's creator): its aliases go with it "
         "in the same transaction, its number is never reused, and its artifact is removed from S3 by the next "
         "garbage collection once no live version shares it. 409 while an ensemble composes it or a host "
@@ -158,8 +159,8 @@ class AuditEventFilter(django_filters.FilterSet):
     model = django_filters.CharFilter(field_name="model__name")
     actor = django_filters.CharFilter(field_name="actor_label")
     object_type = django_filters.CharFilter(field_name="object_type")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent

@@ -41,4 +41,6 @@ def test_a_worker_fails_an_upload_whose_bytes_are_not_what_was_declared(
     wait_for(lambda: Upload.objects.get(pk=upload_id).status != "verifying", timeout=60, what="the verification")
     failed = Upload.objects.get(pk=upload_id)
     assert failed.status == "failed" and "not the declared" in failed.error
-    assert not ModelVersion.objects.exists() and not upload_object_left(upload_id)
+    assert not ModelVersion.objects.exists()
+    # The worker marks the upload FAILED first and deletes its staging object just after.
+    wait_for(lambda: not upload_object_left(upload_id), timeout=30, what="the staging object to be deleted")

@@ -1,0 +1,72 @@
+"""Schemathesis against the OpenAPI schema: no 5xx and no answer that breaks the schema.
+
+The schema is loaded from ``/api/schema/`` of the Django WSGI app in-process (no server). Every
+operation gets generated cases (valid ones against objects that exist, valid ones with generated
+path parameters, and invalid ones), sent with a staff token; each answer must not be a server
+error, except a 503 the operation documents (Triton unreachable), and must match the schema of
+its status when the schema has one. Generation is derandomized (a fixed seed), so a CI failure
+reproduces. S3 is the moto server, Prometheus a real (empty) one; the one Triton host points at a
+closed port. Each operation runs in its own savepoint, rolled back afterwards.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.authtoken.models import Token
+
+from demo.iris import build_iris_archive
+from deployments import services as deployment_services
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget
+from registry import services as registry_services
+from registry import uploads
+from tests.fixtures.services import free_port
+from tests.fuzzing import FuzzWorld, fuzz_api
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+# bench/api_fuzz.py runs this test longer through these variables and reads the report it writes.
+CASES_PER_OPERATION = int(os.environ.get("MODELYARD_FUZZ_CASES_PER_OPERATION", "40"))
+REPORT_PATH = os.environ.get("MODELYARD_FUZZ_REPORT", "")
+MIN_TOTAL_CASES = 1000
+
+
+def test_every_operation_answers_without_server_errors_and_within_its_schema(fuzz_world: FuzzWorld):
+    report = fuzz_api(fuzz_world, cases_per_operation=CASES_PER_OPERATION)
+    if REPORT_PATH:
+        Path(REPORT_PATH).write_text(json.dumps(report.as_dict(), indent=2))
+    assert report.failures == {}, report.describe_failures()
+    assert report.total_cases >= MIN_TOTAL_CASES, report.counts
+
+
+@pytest.fixture
+def fuzz_world(s3_endpoint, start_prometheus_with_config, tmp_path, settings) -> FuzzWorld:
+    """A staff token and one of each object: model ``iris`` (version 1, alias ``production``), host
+    ``local`` (Triton at a closed port), a deployment and an open upload; Prometheus real and empty."""
+    prometheus = start_prometheus_with_config({"global": {"scrape_interval": "15s"}, "scrape_configs": []})
+    settings.PROMETHEUS_URL = prometheus.url
+    staff = get_user_model().objects.create_user(username="fuzzer", is_staff=True)
+    registry_services.create_model(name="iris", actor=staff)
+    archive = build_iris_archive(tmp_path / "iris.tar.gz")
+    version = registry_services.register_version(
+        model=registry_services.get_model("iris"), artifact_path=archive, filename="iris.tar.gz", actor=staff)
+    registry_services.set_alias(model_name="iris", alias="production", version=version.version, actor=staff)
+    deployment_services.register_host(name="local", inference_url=f"http://127.0.0.1:{free_port()}", actor=staff)
+    deployment = deployment_services.start_deployment(model_name="iris", version=1, host_names=["local"],
+                                                      actor=staff)
+    DeploymentTarget.objects.filter(deployment=deployment).update(state=TargetState.READY)  # "served" by local
+    upload = uploads.start_upload(model_name="iris", filename="big.tar.gz", size=20 * 1024 * 1024, actor=staff)
+    return FuzzWorld(token=Token.objects.create(user=staff).key, path_parameters={
+        "/api/v1/": {"model_name": "iris", "name": "iris", "version": 1, "alias": "production",
+                     "id": deployment.pk, "upload_id": str(upload.pk)},
+        "/api/v1/hosts/": {"name": "local", "model_name": "iris"},
+    }, bodies={
+        "POST /api/v1/models/{model_name}/infer/": {"host": "local", "inputs": {"input": [[5.1, 3.5, 1.4, 0.2]]}},
+        "POST /api/v1/deployments/": {"model": "iris", "version": 1, "hosts": ["local"]},
+        "POST /api/v1/hosts/": {"name": "other", "inference_url": "http://127.0.0.1:9/"},
+        "POST /api/v1/models/{model_name}/uploads/": {"filename": "iris.onnx", "size": 1000},
+        "PUT /api/v1/models/{model_name}/aliases/{alias}/": {"version": 1},
+    })
