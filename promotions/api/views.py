@@ -37,6 +37,8 @@ class PromotionPolicyViewSet(
     (``PATCH``), deleting, ``pause/`` and ``resume/`` need an administrator.
     """
 
+    lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
+
     serializer_class = PromotionPolicySerializer
     permission_classes = [StaffCanWrite]
     queryset = PromotionPolicy.objects.select_related("model", "created_by").order_by("id")
@@ -98,6 +100,8 @@ class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
     otherwise, or when the target alias moved since it was evaluated.
     """
 
+    lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
+
     serializer_class = PromotionEvaluationSerializer
     permission_classes = [StaffCanWrite]
     queryset = EVALUATIONS.order_by("-id")
@@ -130,6 +134,8 @@ class WebhookViewSet(
     URLs resolving to loopback, private or link-local addresses are refused (400).
     ``GET .../<id>/deliveries/`` lists the latest 100 deliveries with their attempts and errors.
     """
+
+    lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = WebhookSerializer
     permission_classes = [permissions.IsAdminUser]
