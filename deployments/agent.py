@@ -6,7 +6,7 @@ comes in the payload built by ``deployments.services.build_agent_payload``.
 Layout on the host::
 
     <repo>/<model>/<version>/...              Triton model repository (immutable version dirs)
-    <repo>/<model>/config.pbtxt               written once, when the model dir is created
+    <repo>/<model>/config.pbtxt               the config of the last load that served (versions, parameters)
     <repo-parent>/.<repo-name>.modelyard/     agent state, same file system as the repository
         tmp/                                  downloads and extractions in progress
         versions/<model>/<version>/sha256     what a staged version dir was built from
@@ -32,7 +32,7 @@ import requests
 
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
-from deployments.runtimes.triton_config import ModelConfigError, render_load_config, sample_arrays
+from deployments.runtimes.triton_config import ModelConfigError, render_config_file, render_load_config, sample_arrays
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 
 logger = logging.getLogger(__name__)
@@ -282,7 +282,20 @@ def deploy_triton_version(
         except ServingRuntimeError as exc:
             return failed(f"cut-over to {model} version {version} failed: {exc.message}", retryable=exc.retryable)
         details["cutover_seconds"] = round(time.monotonic() - started, 3)
+    _write_model_config(paths, model, config_for([version], version))
     return {"state": "ready", "details": details}
+
+
+def _write_model_config(paths: AgentPaths, model: str, config_json: str) -> None:
+    """Make ``<repo>/<model>/config.pbtxt`` the config Triton serves the model with now (atomic rename).
+
+    Triton reads it when it loads the model without a config override: after a restart, or when
+    loading an ensemble makes it load the ensemble's composing models from the repository.
+    """
+    model_dir = paths.model_repository / model
+    staged = model_dir / ".config.pbtxt.new"
+    staged.write_text(render_config_file(config_json))
+    os.replace(staged, model_dir / "config.pbtxt")
 
 
 def _smoke_test(runtime: TritonRuntime, model: str, version: int, payload: dict) -> str:

@@ -293,3 +293,15 @@ def sample_arrays(sample_input: dict, signature: dict) -> dict:
         if arrays[name].dtype.kind == "f" and not np.isfinite(arrays[name]).all():
             raise ModelConfigError(f"input {name!r} holds a value that is not a finite number (NaN or ±infinity)")
     return arrays
+
+
+def render_config_file(config_json: str) -> str:
+    """The protobuf text form (a ``config.pbtxt``) of a load config from ``render_load_config``.
+
+    Written into the model directory once a version serves, so that Triton loading the model
+    from disk (a restart with models loaded at start, or an ensemble loading its composing
+    models) gets the same versions, parameters and overrides as the agent's last load.
+    """
+    cfg = ModelConfig()
+    json_format.Parse(config_json, cfg)
+    return text_format.MessageToString(cfg)

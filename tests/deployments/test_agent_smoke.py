@@ -56,6 +56,9 @@ def test_a_version_that_fails_its_smoke_inference_is_not_cut_over_to(triton_serv
 
     first = deploy(1, {"input": SAMPLE_INPUT})
     assert first["state"] == "ready", first
+    on_disk = (triton_server.model_repository / "iris" / "config.pbtxt").read_text()
+    # what Triton loads from disk (restart, an ensemble's dependencies) is what the agent served
+    assert "EXECUTION_ENV_PATH" in on_disk and "specific" in on_disk
     assert first["details"]["smoke_seconds"] >= 0 and "verifying" in steps
 
     second = deploy(2, {"input": [[1.0, 2.0]]})  # the wrong shape: the model takes 4 features
