@@ -6,30 +6,16 @@ import numpy as np
 import requests
 
 from deployments.choices import Runtime
+from deployments.lifecycle import serving_target
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import TritonRuntime
 from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
-from deployments.services import get_host, ready_targets_oldest_first
-from modelyard.errors import InvalidInput, NotFound, ServiceUnavailable
-from registry.services import get_model, get_version
+from deployments.services import get_host
+from modelyard.errors import InvalidInput, ServiceUnavailable
+from registry.services import get_version
 
 TRY_TIMEOUT_S = 10.0
 MAX_OUTPUT_VALUES = 10_000
-
-
-def served_version(model_name: str, host_name: str):
-    """The version of ``model_name`` that ``host_name`` serves per the registry (newest READY target).
-
-    Raises:
-        NotFound: the model, the host, or no version of it deployed there.
-    """
-    model, host = get_model(model_name), get_host(host_name)
-    served = None
-    for target in ready_targets_oldest_first(host=host, deployment__model=model).select_related("deployment__version"):
-        served = target.deployment.version
-    if served is None:
-        raise NotFound(f"{host.name} serves no version of {model.name}")
-    return served
 
 
 def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int | None = None) -> dict:
@@ -52,7 +38,10 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
         ServiceUnavailable: the host did not answer, or the version is not ready there.
     """
     host = get_host(host_name)
-    model_version = get_version(model_name, version) if version else served_version(model_name, host_name)
+    if version:
+        model_version = get_version(model_name, version)
+    else:
+        model_version = serving_target(host_name, model_name).deployment.version
     if host.runtime == Runtime.BENTOML:
         return _try_bentoml(host, model_version, inputs)
     try:
