@@ -11,7 +11,8 @@ class ServingHost(models.Model):
     """A machine running a serving runtime, with a host agent on queue ``host.<name>``.
 
     ``config_overrides`` holds per-host model config overrides applied at load
-    time, e.g. ``{"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}}``.
+    time, e.g. ``{"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}}``. ``production``
+    hosts take rollouts only from a team's owners (``accounts.access``).
     """
 
     name = models.CharField(max_length=63, unique=True)
@@ -20,6 +21,9 @@ class ServingHost(models.Model):
     metrics_url = models.URLField(blank=True, help_text="Prometheus metrics URL, e.g. http://gpu-0:8002/metrics")
     config_overrides = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
+    production = models.BooleanField(
+        default=False, help_text="Serves production traffic: deploying here needs a team owner, not a maintainer"
+    )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     heartbeat = models.JSONField(default=dict, blank=True, help_text="What the host agent last reported")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "csp",
     "django_celery_beat",
+    "accounts",
     "registry",
     "deployments",
     "monitoring",
@@ -165,6 +166,11 @@ SPECTACULAR_SETTINGS = {
         "PromotionDecisionEnum": "promotions.choices.Decision",
     },
 }
+
+# Access control (accounts.access): the team models go to when none is named, and the aliases
+# only a team's owners may move.
+MODELYARD_DEFAULT_TEAM = env_str("MODELYARD_DEFAULT_TEAM", "default")
+MODELYARD_PRODUCTION_ALIASES = env_list("MODELYARD_PRODUCTION_ALIASES", ["production"])
 
 # Celery: JSON only, late acknowledgement, so a worker killed mid-task hands
 # the message back to the broker instead of losing it.

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Coalesce
 
+from accounts.services import default_team_id
 from registry.choices import ArtifactFormat, AuditAction, UploadStatus, VersionStatus
 
 
@@ -28,13 +29,16 @@ class RegisteredModelQuerySet(models.QuerySet):
 
 
 class RegisteredModel(models.Model):
-    """A named model whose versions the registry stores.
+    """A named model whose versions the registry stores, owned by one team.
 
     ``next_version`` is the number the next registered version gets; it only
     grows, so a number is never reused, even after a version is deleted.
     """
 
     name = models.CharField(max_length=63, unique=True)
+    team = models.ForeignKey(
+        "accounts.Team", on_delete=models.PROTECT, related_name="models", default=default_team_id
+    )
     description = models.TextField(blank=True)
     tags = models.JSONField(default=dict, blank=True)
     next_version = models.PositiveIntegerField(default=1)

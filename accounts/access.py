@@ -1,0 +1,226 @@
+"""Who may do what: the one place pages, the API (and so the CLI) and the admin ask.
+
+A request acts as a :class:`Principal`: a user and, for API calls, the token used. Rights are the
+user's role in the model's team (``accounts.choices.Role``; administrators are owners of every
+team) narrowed by the token: its scopes (``accounts.choices.Scope``) and, when set, its team.
+
+What each action needs (role in the model's team, token scope):
+
+========================  ==============================================  ========
+action                    role                                            scope
+========================  ==============================================  ========
+``VIEW``                  viewer                                          read
+``CHANGE``                maintainer (register, edit, upload)             write
+``MOVE_ALIAS``            maintainer; owner for a production alias        write
+``DELETE_VERSION``        owner, or the maintainer who registered it      write
+``DEPLOY``                maintainer; owner when any host is production   deploy
+``RUN_POLICY``            maintainer                                      write
+``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
+``CREATE_MODEL``          maintainer of the team it goes to               write
+``ADMIN``                 administrator (hosts, teams, users, webhooks)   admin
+========================  ==============================================  ========
+
+A model of a team the principal cannot see answers exactly like a model that does not exist
+(404 with the same message), so names do not leak across teams.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import Enum
+
+from django.conf import settings
+from django.db.models import QuerySet
+
+from accounts.choices import Role, Scope
+from accounts.models import ApiToken, Membership
+from modelyard.errors import Forbidden
+
+
+class Action(Enum):
+    """Something a principal may be allowed to do; see the module's table."""
+
+    VIEW = (Role.VIEWER, Scope.READ)
+    CHANGE = (Role.MAINTAINER, Scope.WRITE)
+    MOVE_ALIAS = (Role.MAINTAINER, Scope.WRITE)
+    DELETE_VERSION = (Role.MAINTAINER, Scope.WRITE)
+    DEPLOY = (Role.MAINTAINER, Scope.DEPLOY)
+    RUN_POLICY = (Role.MAINTAINER, Scope.WRITE)
+    MANAGE_POLICY = (Role.OWNER, Scope.WRITE)
+    CREATE_MODEL = (Role.MAINTAINER, Scope.WRITE)
+    ADMIN = (None, Scope.ADMIN)
+
+    @property
+    def role(self) -> str | None:
+        return self.value[0]
+
+    @property
+    def scope(self) -> str:
+        return self.value[1]
+
+
+def production_aliases() -> frozenset[str]:
+    """Alias names only a team's owners may move (``MODELYARD_PRODUCTION_ALIASES``, default ``production``)."""
+    return frozenset(settings.MODELYARD_PRODUCTION_ALIASES)
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who acts: a signed-in user and the API token used, if any.
+
+    Attributes:
+        user: the Django user (``is_staff`` marks an administrator).
+        token: the ``ApiToken`` the request authenticated with; None for a browser session,
+            a management command or a worker acting for the user.
+    """
+
+    user: object
+    token: ApiToken | None = None
+
+    @classmethod
+    def of(cls, request_or_user) -> "Principal":
+        """The principal of a Django/DRF request (its user and ``request.auth``), or of a bare user."""
+        if isinstance(request_or_user, Principal):
+            return request_or_user
+        user = getattr(request_or_user, "user", None)
+        if user is None or not hasattr(request_or_user, "method"):
+            return cls(user=request_or_user)
+        token = getattr(request_or_user, "auth", None)
+        return cls(user=user, token=token if isinstance(token, ApiToken) else None)
+
+    @property
+    def is_authenticated(self) -> bool:
+        return bool(getattr(self.user, "is_authenticated", False))
+
+    @property
+    def is_admin(self) -> bool:
+        """An administrator acting with full rights (a token limited to a team or without ``admin``
+        scope acts as an owner of the teams it reaches, not as an administrator)."""
+        if not (self.is_authenticated and self.user.is_staff):
+            return False
+        return self.token is None or (self.token.allows(Scope.ADMIN) and self.token.team_id is None)
+
+    @property
+    def team_limit(self) -> int | None:
+        """The id of the only team the token reaches, or None."""
+        return self.token.team_id if self.token is not None else None
+
+    def allows_scope(self, scope: str) -> bool:
+        """True when the token (if any) carries ``scope``."""
+        return self.token is None or self.token.allows(scope)
+
+    def role_in(self, team_id: int) -> str | None:
+        """The principal's role in team ``team_id``: owner for administrators, else the membership's
+        role, None without one or outside the token's team."""
+        if not self.is_authenticated:
+            return None
+        if self.team_limit is not None and self.team_limit != team_id:
+            return None
+        if self.user.is_staff:
+            return Role.OWNER
+        return (
+            Membership.objects.filter(user=self.user, team_id=team_id).values_list("role", flat=True).first()
+        )
+
+    def team_ids(self, minimum: str = Role.VIEWER) -> QuerySet | None:
+        """Ids of the teams where the principal holds at least role ``minimum``; None means every team
+        (an administrator without a team-limited token)."""
+        if self.is_authenticated and self.user.is_staff and self.team_limit is None:
+            return None
+        roles = [role for role in Role.values if Role.rank(role) >= Role.rank(minimum)]
+        ids = Membership.objects.filter(user=self.user, role__in=roles)
+        if self.team_limit is not None:
+            if self.user.is_staff:
+                from accounts.models import Team
+
+                return Team.objects.filter(pk=self.team_limit).values("pk")
+            ids = ids.filter(team_id=self.team_limit)
+        return ids.values("team_id")
+
+
+def scope_team_filter(principal: Principal, queryset: QuerySet, team_path: str = "team") -> QuerySet:
+    """``queryset`` narrowed to rows whose ``team_path`` is a team the principal can see.
+
+    Args:
+        principal: who asks.
+        queryset: any queryset; ``team_path`` is the lookup from its rows to a Team
+            (``"team"`` for models, ``"model__team"`` for versions, deployments, audit events).
+
+    Returns:
+        The narrowed queryset (the same one for an administrator; none for an anonymous principal).
+    """
+    if not principal.is_authenticated or not principal.allows_scope(Scope.READ):
+        return queryset.none()
+    team_ids = principal.team_ids()
+    if team_ids is None:
+        return queryset
+    return queryset.filter(**{f"{team_path}__in": team_ids})
+
+
+def visible_models(principal: Principal) -> QuerySet:
+    """The registered models ``principal`` may read, as a queryset."""
+    from registry.models import RegisteredModel
+
+    return scope_team_filter(principal, RegisteredModel.objects.all())
+
+
+def can_see(principal: Principal, model) -> bool:
+    """True when ``principal`` may read ``model`` (a RegisteredModel)."""
+    return principal.allows_scope(Scope.READ) and principal.role_in(model.team_id) is not None
+
+
+def check(principal: Principal, action: Action, *, model=None, team=None, alias: str | None = None,
+          hosts: Iterable = (), version=None) -> str | None:
+    """Why ``principal`` may not do ``action``, or None when it may.
+
+    Args:
+        principal: who acts.
+        action: what it wants to do.
+        model: the RegisteredModel acted on (its team decides the role), for every action but
+            ``ADMIN`` and ``CREATE_MODEL``.
+        team: the Team a new model goes to, for ``CREATE_MODEL``.
+        alias: the alias name, for ``MOVE_ALIAS`` (production aliases need an owner).
+        hosts: the ServingHosts a rollout or host operation touches, for ``DEPLOY`` (production
+            hosts need an owner).
+        version: the ModelVersion, for ``DELETE_VERSION`` (its creator may delete it as a maintainer).
+
+    Returns:
+        A sentence saying what is missing, or None.
+    """
+    if not principal.is_authenticated:
+        return "sign in first"
+    if not principal.allows_scope(action.scope):
+        return f"this API token lacks the '{action.scope}' scope"
+    if action is Action.ADMIN:
+        return None if principal.is_admin else "only administrators may do this"
+    team_id = team.pk if team is not None else model.team_id
+    role = principal.role_in(team_id)
+    needed = action.role
+    if action is Action.MOVE_ALIAS and alias in production_aliases():
+        needed = Role.OWNER
+    if action is Action.DEPLOY and any(getattr(host, "production", False) for host in hosts):
+        needed = Role.OWNER
+    if action is Action.DELETE_VERSION and not (
+        version is not None and version.created_by_id is not None and version.created_by_id == principal.user.pk
+    ):
+        needed = Role.OWNER
+    if Role.rank(role) >= Role.rank(needed):
+        return None
+    team_name = team.name if team is not None else model.team.name
+    what = {
+        Action.MOVE_ALIAS: f"moving the alias '{alias}'",
+        Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
+        Action.DELETE_VERSION: "deleting a version someone else registered",
+    }.get(action, "this")
+    held = f"you are {role}" if role else "you are not a member"
+    return f"{what} needs the {needed} role in team '{team_name}' ({held})"
+
+
+def require(principal: Principal, action: Action, **context) -> None:
+    """Raise ``Forbidden`` (HTTP 403) unless ``principal`` may do ``action``; see :func:`check`.
+
+    Raises:
+        Forbidden: with the sentence from :func:`check`.
+    """
+    reason = check(principal, action, **context)
+    if reason is not None:
+        raise Forbidden(reason)

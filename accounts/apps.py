@@ -1,0 +1,9 @@
+"""Teams, their members' roles and API tokens."""
+
+from django.apps import AppConfig
+
+
+class AccountsConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "accounts"
+    verbose_name = "Teams and API tokens"
