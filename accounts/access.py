@@ -25,7 +25,7 @@ A model of a team the principal cannot see answers exactly like a model that doe
 """
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from django.conf import settings
@@ -33,29 +33,31 @@ from django.db.models import QuerySet
 
 from accounts.choices import Role, Scope
 from accounts.models import ApiToken, Membership
-from modelyard.errors import Forbidden
+from modelyard.errors import Forbidden, InvalidInput
 
 
 class Action(Enum):
-    """Something a principal may be allowed to do; see the module's table."""
+    """Something a principal may be allowed to do: (name, least role, token scope); see the module's table."""
 
-    VIEW = (Role.VIEWER, Scope.READ)
-    CHANGE = (Role.MAINTAINER, Scope.WRITE)
-    MOVE_ALIAS = (Role.MAINTAINER, Scope.WRITE)
-    DELETE_VERSION = (Role.MAINTAINER, Scope.WRITE)
-    DEPLOY = (Role.MAINTAINER, Scope.DEPLOY)
-    RUN_POLICY = (Role.MAINTAINER, Scope.WRITE)
-    MANAGE_POLICY = (Role.OWNER, Scope.WRITE)
-    CREATE_MODEL = (Role.MAINTAINER, Scope.WRITE)
-    ADMIN = (None, Scope.ADMIN)
+    VIEW = ("view", Role.VIEWER, Scope.READ)
+    CHANGE = ("change", Role.MAINTAINER, Scope.WRITE)
+    MOVE_ALIAS = ("move_alias", Role.MAINTAINER, Scope.WRITE)
+    DELETE_VERSION = ("delete_version", Role.MAINTAINER, Scope.WRITE)
+    DEPLOY = ("deploy", Role.MAINTAINER, Scope.DEPLOY)
+    RUN_POLICY = ("run_policy", Role.MAINTAINER, Scope.WRITE)
+    MANAGE_POLICY = ("manage_policy", Role.OWNER, Scope.WRITE)
+    CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
+    ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
     def role(self) -> str | None:
-        return self.value[0]
+        """The least role in the model's team (None for ``ADMIN``, which needs an administrator)."""
+        return self.value[1]
 
     @property
     def scope(self) -> str:
-        return self.value[1]
+        """The token scope the action needs."""
+        return self.value[2]
 
 
 def production_aliases() -> frozenset[str]:
@@ -63,7 +65,7 @@ def production_aliases() -> frozenset[str]:
     return frozenset(settings.MODELYARD_PRODUCTION_ALIASES)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Principal:
     """Who acts: a signed-in user and the API token used, if any.
 
@@ -75,17 +77,28 @@ class Principal:
 
     user: object
     token: ApiToken | None = None
+    _roles: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, request_or_user) -> "Principal":
-        """The principal of a Django/DRF request (its user and ``request.auth``), or of a bare user."""
+        """The principal of a Django/DRF request (its user and ``request.auth``), or of a bare user.
+
+        A request's principal is made once and kept on the request, so the roles it looks up are
+        cached for the rest of the request (one query per team however many checks a page makes).
+        """
         if isinstance(request_or_user, Principal):
             return request_or_user
         user = getattr(request_or_user, "user", None)
         if user is None or not hasattr(request_or_user, "method"):
             return cls(user=request_or_user)
         token = getattr(request_or_user, "auth", None)
-        return cls(user=user, token=token if isinstance(token, ApiToken) else None)
+        token = token if isinstance(token, ApiToken) else None
+        cached = getattr(request_or_user, "_modelyard_principal", None)
+        if cached is not None and cached.user is user and cached.token is token:
+            return cached
+        principal = cls(user=user, token=token)
+        request_or_user._modelyard_principal = principal
+        return principal
 
     @property
     def is_authenticated(self) -> bool:
@@ -117,15 +130,19 @@ class Principal:
             return None
         if self.user.is_staff:
             return Role.OWNER
-        return (
-            Membership.objects.filter(user=self.user, team_id=team_id).values_list("role", flat=True).first()
-        )
+        if team_id not in self._roles:
+            self._roles[team_id] = (
+                Membership.objects.filter(user=self.user, team_id=team_id).values_list("role", flat=True).first()
+            )
+        return self._roles[team_id]
 
     def team_ids(self, minimum: str = Role.VIEWER) -> QuerySet | None:
         """Ids of the teams where the principal holds at least role ``minimum``; None means every team
         (an administrator without a team-limited token)."""
         if self.is_authenticated and self.user.is_staff and self.team_limit is None:
             return None
+        if not self.is_authenticated:
+            return Membership.objects.none().values("team_id")
         roles = [role for role in Role.values if Role.rank(role) >= Role.rank(minimum)]
         ids = Membership.objects.filter(user=self.user, role__in=roles)
         if self.team_limit is not None:
@@ -224,3 +241,66 @@ def require(principal: Principal, action: Action, **context) -> None:
     reason = check(principal, action, **context)
     if reason is not None:
         raise Forbidden(reason)
+
+
+def model_for(principal: Principal, name: str, action: Action = Action.VIEW, **context):
+    """The model called ``name`` once ``principal`` may do ``action`` on it.
+
+    Args:
+        principal: who acts.
+        name: the model's name.
+        action: what it wants to do; ``context`` as for :func:`check` (``alias``, ``hosts``, ``version``).
+
+    Returns:
+        The RegisteredModel.
+
+    Raises:
+        NotFound: no such model, or one the principal may not read (the same answer, HTTP 404).
+        Forbidden: the principal may read it but not do ``action`` (HTTP 403).
+    """
+    from registry.services import get_model
+
+    model = get_model(name, visible_to=principal)
+    require(principal, action, model=model, **context)
+    return model
+
+
+def team_for_new_model(principal: Principal, team_name: str = ""):
+    """The team a model registered by ``principal`` goes to, once it may create models there.
+
+    Args:
+        principal: who registers the model.
+        team_name: the team asked for; empty means "the obvious one": the token's team, the
+            only team where the principal is a maintainer or owner, or the default team for
+            an administrator.
+
+    Returns:
+        The Team.
+
+    Raises:
+        InvalidInput: no such team, or the principal belongs to several and named none (HTTP 400).
+        Forbidden: the principal may not create models in that team (HTTP 403).
+    """
+    from accounts.models import Team
+    from accounts.services import default_team
+
+    if team_name:
+        team = Team.objects.filter(name=team_name).first()
+        if team is None:
+            raise InvalidInput(f"no team named {team_name!r}")
+    elif principal.team_limit is not None:
+        team = Team.objects.get(pk=principal.team_limit)
+    else:
+        ids = principal.team_ids(Role.MAINTAINER)
+        if ids is None:
+            team = default_team()
+        else:
+            teams = list(Team.objects.filter(pk__in=ids).order_by("name"))
+            if len(teams) > 1:
+                names = ", ".join(t.name for t in teams)
+                raise InvalidInput(f"name the team the model belongs to: one of {names}")
+            if not teams:
+                raise Forbidden("registering a model needs the maintainer role in a team (you have none)")
+            team = teams[0]
+    require(principal, Action.CREATE_MODEL, team=team)
+    return team

@@ -13,6 +13,7 @@ class ServingHostForm(forms.Form):
     runtime = forms.ChoiceField(choices=Runtime.choices, initial=Runtime.TRITON)
     inference_url = forms.CharField(max_length=200, help_text="e.g. http://gpu-0:8000")
     metrics_url = forms.CharField(max_length=200, required=False, help_text="e.g. http://gpu-0:8002/metrics")
+    production = forms.BooleanField(required=False, help_text="Serves production traffic: rollouts need a team owner")
     parameters = forms.CharField(
         label="Config overrides: parameters", required=False, widget=forms.Textarea(attrs={"rows": 3}),
         help_text='Per-host model parameters as JSON, e.g. {"EXECUTION_ENV_PATH": "/opt/envs/py311"}',

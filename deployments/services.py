@@ -68,7 +68,7 @@ def _check_overrides(overrides) -> dict:
 
 def register_host(
     *, name: str, runtime: str = Runtime.TRITON, inference_url: str, metrics_url: str = "",
-    config_overrides=None, labels=None, actor=None,
+    config_overrides=None, labels=None, production: bool = False, actor=None,
 ) -> ServingHost:
     """Add a serving host to the fleet.
 
@@ -79,6 +79,7 @@ def register_host(
         metrics_url: the runtime's Prometheus metrics URL.
         config_overrides: ``{"parameters": {key: value}}`` applied to every model loaded there.
         labels: string key/value labels.
+        production: the host serves production traffic (rollouts there need a team owner).
         actor: the requesting user.
 
     Returns:
@@ -112,10 +113,12 @@ def register_host(
                 metrics_url=metrics_url,
                 config_overrides=_check_overrides(config_overrides),
                 labels=labels or {},
+                production=bool(production),
             )
             record_audit_event(
                 action=AuditAction.HOST_REGISTERED, actor=actor, obj_type="host", obj_id=host.pk,
-                data={"name": host.name, "runtime": host.runtime, "inference_url": host.inference_url},
+                data={"name": host.name, "runtime": host.runtime, "inference_url": host.inference_url,
+                      "production": host.production},
             )
     except IntegrityError as exc:
         raise Conflict(f"a serving host named {clean_name!r} already exists") from exc
@@ -126,7 +129,7 @@ def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
-    actor=None,
+    actor=None, authorize=None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -145,6 +148,9 @@ def start_deployment(
             max_batch_size) applied at load on every host.
         autoscale: bounds for the autoscaler (see ``check_autoscale``); None or {} for none.
         actor: the requesting user.
+        authorize: ``authorize(model_version, hosts)``, called once the hosts are chosen and before
+            anything is written; it raises (e.g. ``Forbidden``) to refuse the rollout. The API and
+            pages pass the access check of ``accounts.access`` (production hosts need an owner).
 
     Returns:
         The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
@@ -175,6 +181,8 @@ def start_deployment(
         hosts = choose_hosts(model_version, _check_labels(selector, "selector"), replicas=replicas)
     else:
         raise InvalidInput("hosts must name at least one serving host, or give a selector")
+    if authorize is not None:
+        authorize(model_version, hosts)
     return create_rollout(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,

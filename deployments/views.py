@@ -4,10 +4,10 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.shortcuts import redirect, render
 
+from accounts.access import Action, Principal, check, require, visible_models
 from deployments import rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
@@ -22,9 +22,8 @@ from deployments.services import (
     start_deployment,
 )
 from modelyard.errors import DomainError, ServiceUnavailable
-from modelyard.views import found_or_404
+from modelyard.views import forbidden_unless, found_or_404, model_or_404
 from monitoring import services as monitoring
-from registry.services import get_model
 
 
 @login_required
@@ -35,9 +34,8 @@ def host_list(request):
 
 @login_required
 def host_create(request):
-    """Register a serving host (staff only): Prometheus discovers and scrapes it from then on."""
-    if not request.user.is_staff:
-        raise PermissionDenied("only administrators register serving hosts")
+    """Register a serving host (administrators only): Prometheus discovers and scrapes it from then on."""
+    forbidden_unless(request, Action.ADMIN)
     form = ServingHostForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -46,7 +44,7 @@ def host_create(request):
                 name=data["name"], runtime=data["runtime"], inference_url=data["inference_url"],
                 metrics_url=data["metrics_url"],
                 config_overrides={"parameters": data["parameters"]} if data["parameters"] else {},
-                actor=request.user,
+                production=data.get("production", False), actor=request.user,
             )
         except DomainError as exc:
             form.add_error(None, exc.message)
@@ -56,10 +54,12 @@ def host_create(request):
     return render(request, "deployments/host_form.html", {"form": form})
 
 
-def _loaded_models(host: ServingHost) -> list[dict]:
-    """The versions this host serves per the registry, with the footprint measured at their load."""
+def _loaded_models(host: ServingHost, visible) -> list[dict]:
+    """The versions of the ``visible`` models (a RegisteredModel queryset) this host serves per the registry,
+    with the footprint measured at their load."""
     latest: dict[int, DeploymentTarget] = {}
-    targets = ready_targets_oldest_first(host=host).select_related("deployment__model", "deployment__version")
+    targets = ready_targets_oldest_first(host=host, deployment__model__in=visible).select_related(
+        "deployment__model", "deployment__version")
     for target in targets:
         latest[target.deployment.model_id] = target
     rows = []
@@ -75,10 +75,11 @@ def _loaded_models(host: ServingHost) -> list[dict]:
     return rows
 
 
-def _unloaded_models(host: ServingHost, served: set[str]) -> list[dict]:
-    """Models unloaded from this host (by hand or for idleness) that it does not serve again since."""
+def _unloaded_models(host: ServingHost, served: set[str], visible) -> list[dict]:
+    """The ``visible`` models unloaded from this host (by hand or for idleness) that it does not serve again since."""
     latest: dict[str, DeploymentTarget] = {}
-    for target in (DeploymentTarget.objects.filter(host=host, state=TargetState.UNLOADED)
+    for target in (DeploymentTarget.objects.filter(host=host, state=TargetState.UNLOADED,
+                                                   deployment__model__in=visible)
                    .select_related("deployment__model", "deployment__version")
                    .order_by("deployment__created_at", "deployment_id")):
         latest[target.deployment.model.name] = target
@@ -90,8 +91,14 @@ def _unloaded_models(host: ServingHost, served: set[str]) -> list[dict]:
 def host_detail(request, name: str):
     """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
     host = found_or_404(get_host, name)
-    models = _loaded_models(host)
-    context = {"host": host, "models": models, "unloaded": _unloaded_models(host, {m["model"] for m in models}),
+    visible = visible_models(Principal.of(request))
+    models = _loaded_models(host, visible)
+    unloaded = _unloaded_models(host, {m["model"] for m in models}, visible)
+    principal = Principal.of(request)
+    by_name = {m.name: m for m in visible.filter(name__in=[row["model"] for row in models + unloaded])}
+    for row in models + unloaded:
+        row["may_deploy"] = check(principal, Action.DEPLOY, model=by_name[row["model"]], hosts=[host]) is None
+    context = {"host": host, "models": models, "unloaded": unloaded,
                "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:
@@ -116,8 +123,8 @@ ROLLOUT_ACTIONS = {
 CONFIRMED_ACTIONS = {"cancel", "rollback"}
 
 
-def _rollout_context(pk: int) -> dict:
-    deployment = found_or_404(get_deployment, pk)
+def _rollout_context(request, pk: int) -> dict:
+    deployment = _deployment_or_404(request, pk)
     targets = list(deployment.targets.select_related("host", "previous_version").prefetch_related("events")
                    .order_by("batch", "host__name"))
     for target in targets:
@@ -134,13 +141,13 @@ def _rollout_context(pk: int) -> dict:
 @login_required
 def rollout_detail(request, pk: int):
     """A rollout: per-host step progress and log, batches, status history and the controls."""
-    return render(request, "deployments/rollout_detail.html", _rollout_context(pk))
+    return render(request, "deployments/rollout_detail.html", _rollout_context(request, pk))
 
 
 @login_required
 def rollout_progress(request, pk: int):
     """The htmx fragment of the rollout page, polled while the rollout runs."""
-    return render(request, "deployments/partials/rollout_progress.html", _rollout_context(pk))
+    return render(request, "deployments/partials/rollout_progress.html", _rollout_context(request, pk))
 
 
 @login_required
@@ -148,7 +155,9 @@ def rollout_action(request, pk: int, action: str):
     """Pause, resume, cancel or roll back a rollout (POST); cancel and rollback are confirmed on a GET page first."""
     if action not in ROLLOUT_ACTIONS:
         raise Http404(f"no rollout action {action!r}")
-    deployment = found_or_404(get_deployment, pk)
+    deployment = _deployment_or_404(request, pk)
+    forbidden_unless(request, Action.DEPLOY, model=deployment.model,
+                     hosts=[t.host for t in deployment.targets.select_related("host")])
     if request.method != "POST":
         if action not in CONFIRMED_ACTIONS:
             return redirect("deployments:rollout-detail", pk=pk)
@@ -163,6 +172,14 @@ def rollout_action(request, pk: int, action: str):
     return redirect("deployments:rollout-detail", pk=pk)
 
 
+def _deployment_or_404(request, pk: int):
+    """Deployment ``pk`` if the user may read its model (else the same 404 as for a missing one)."""
+    deployment = found_or_404(get_deployment, pk)
+    if not visible_models(Principal.of(request)).filter(pk=deployment.model_id).exists():
+        raise Http404(f"no deployment {pk}")
+    return deployment
+
+
 def _hosts_serving(model) -> list[str]:
     return sorted(set(ready_targets_oldest_first(deployment__model=model).values_list("host__name", flat=True)))
 
@@ -170,7 +187,8 @@ def _hosts_serving(model) -> list[str]:
 @login_required
 def rollout_create(request, model_name: str):
     """Start a rollout of one model from the browser; on success, go to its rollout page."""
-    model = found_or_404(get_model, model_name)
+    model = model_or_404(request, model_name, Action.DEPLOY)
+    principal = Principal.of(request)
     versions = list(model.versions.exclude(status="deleted").order_by("-version").values_list("version", flat=True))
     form = RolloutForm(request.POST or None, versions=versions,
                        aliases=list(model.aliases.order_by("name").values_list("name", flat=True)),
@@ -183,6 +201,7 @@ def rollout_create(request, model_name: str):
                 model_name=model.name, version=data["version"], alias=data["alias"], host_names=data["hosts"],
                 selector=data["selector"], replicas=data["replicas"], batch_size=data["batch_size"],
                 failure_policy=data["failure_policy"], config_overrides=data["config_overrides"], actor=request.user,
+                authorize=lambda version, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts),
             )
         except DomainError as exc:
             form.add_error(None, exc.message)
@@ -195,7 +214,7 @@ def rollout_create(request, model_name: str):
 @login_required
 def try_it(request, model_name: str):
     """Send an input (the version's sample, or JSON typed in) to a deployed version and show the outputs."""
-    model = found_or_404(get_model, model_name)
+    model = model_or_404(request, model_name, Action.DEPLOY)
     versions = list(model.versions.exclude(status="deleted").order_by("-version"))
     sample = next((v.metadata.get("sample_input") for v in versions if (v.metadata or {}).get("sample_input")), None)
     form = TryItForm(request.POST or None, hosts=_hosts_serving(model), versions=[v.version for v in versions],
@@ -213,9 +232,9 @@ def try_it(request, model_name: str):
 
 @login_required
 def host_model_unload(request, name: str, model_name: str):
-    """Unload a model from a host (staff): GET asks for confirmation, POST unloads."""
-    if not request.user.is_staff:
-        raise PermissionDenied("only administrators load and unload models by hand")
+    """Unload a model from a host (rights of a rollout there): GET asks for confirmation, POST unloads."""
+    host = found_or_404(get_host, name)
+    model_or_404(request, model_name, Action.DEPLOY, hosts=[host])
     target = found_or_404(serving_target, name, model_name)
     if request.method == "POST":
         try:
@@ -230,9 +249,9 @@ def host_model_unload(request, name: str, model_name: str):
 
 @login_required
 def host_model_reload(request, name: str, model_name: str):
-    """Load again the version of a model last unloaded from a host (staff, POST)."""
-    if not request.user.is_staff:
-        raise PermissionDenied("only administrators load and unload models by hand")
+    """Load again the version of a model last unloaded from a host (rights of a rollout there, POST)."""
+    host = found_or_404(get_host, name)
+    model_or_404(request, model_name, Action.DEPLOY, hosts=[host])
     if request.method != "POST":
         return redirect("deployments:host-detail", name=name)
     try:

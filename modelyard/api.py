@@ -98,8 +98,9 @@ class CursorPagination(pagination.CursorPagination):
         return super().get_ordering(request, queryset, view)
 
 
-class StaffCanWrite(permissions.BasePermission):
-    """Any authenticated user may read; only staff (administrators) may change.
+class AdminCanWrite(permissions.BasePermission):
+    """Any signed-in principal with the ``read`` scope may read; only administrators (with the ``admin``
+    scope on a token) may change.
 
     For resources whose URLs the server itself will call (serving hosts): letting any user
     point the fleet at an address would let them make the server reach internal services.
@@ -108,7 +109,23 @@ class StaffCanWrite(permissions.BasePermission):
     message = "only administrators may change this"
 
     def has_permission(self, request, view) -> bool:
-        user = request.user
-        if not (user and user.is_authenticated):
+        from accounts.access import Principal
+        from accounts.choices import Scope
+
+        principal = Principal.of(request)
+        if not principal.is_authenticated:
             return False
-        return request.method in permissions.SAFE_METHODS or user.is_staff
+        if request.method in permissions.SAFE_METHODS:
+            return principal.allows_scope(Scope.READ)
+        return principal.is_admin
+
+
+class AdminOnly(permissions.BasePermission):
+    """Administrators only (with the ``admin`` scope on a token), for reading too: webhooks, teams' writes."""
+
+    message = "only administrators may do this"
+
+    def has_permission(self, request, view) -> bool:
+        from accounts.access import Principal
+
+        return Principal.of(request).is_admin

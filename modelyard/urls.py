@@ -8,6 +8,7 @@ from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
+from accounts.api.teams import TeamViewSet
 from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
@@ -31,6 +32,7 @@ router.register("audit", AuditEventViewSet, basename="audit")
 router.register("promotion-policies", PromotionPolicyViewSet, basename="promotion-policy")
 router.register("promotion-evaluations", PromotionEvaluationViewSet, basename="promotion-evaluation")
 router.register("webhooks", WebhookViewSet, basename="webhook")
+router.register("teams", TeamViewSet, basename="team")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})

@@ -5,13 +5,13 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
 
+from accounts.access import Principal, visible_models
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
-from modelyard.views import found_or_404
+from modelyard.views import model_or_404
 from monitoring import promql, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
 from registry.models import RegisteredModel
-from registry.services import get_model
 
 PANEL_RANGE = "15m"
 OVERVIEW_PAGE_SIZE = 50
@@ -41,7 +41,7 @@ def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE)
 @login_required
 def model_metrics_panel(request, name: str):
     """The htmx-refreshed metrics fragment of the model page (``?range=`` one of the page ranges)."""
-    model = found_or_404(get_model, name)
+    model = model_or_404(request, name)
     return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(model, page_range(request)))
 
 
@@ -58,6 +58,12 @@ def _overview_context(request) -> dict:
     sort = sort if sort in SORT_KEYS else "model"
     descending = request.GET.get("order", "desc" if sort != "model" else "asc") == "desc"
     overview = services.fleet_overview()
+    principal = Principal.of(request)
+    # Rows of other teams' models stay hidden; so do series of models the registry does not know
+    # (their names could be anyone's), except for administrators.
+    visible = None if principal.team_ids() is None else set(
+        visible_models(principal).values_list("name", flat=True))
+    overview["rows"] = [r for r in overview["rows"] if visible is None or r["model"] in visible]
     rows = [
         r for r in overview["rows"]
         if (not query or query.lower() in r["model"]) and (not host or host in r["hosts"])

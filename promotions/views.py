@@ -2,18 +2,17 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.db.models import F, Window
 from django.db.models.functions import RowNumber
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from accounts.access import Action
 from modelyard.errors import DomainError
-from modelyard.views import found_or_404
+from modelyard.views import found_or_404, model_or_404
 from promotions import services
 from promotions.forms import POLICY_FORM_FIELDS, PromotionPolicyForm
 from promotions.models import PromotionEvaluation, PromotionPolicy
-from registry.services import get_model
 
 RECENT_EVALUATIONS = 5
 HISTORY_EVALUATIONS = 100
@@ -27,13 +26,13 @@ def policies_context(model) -> dict:
     Returns:
         ``{"policies": [PromotionPolicy with .recent (list of evaluations, newest first)]}``.
     """
-    policies = list(PromotionPolicy.objects.filter(model=model).order_by("id"))
+    policies = list(PromotionPolicy.objects.filter(model=model).select_related("model").order_by("id"))
     recent: dict[int, list] = {p.pk: [] for p in policies}
     evaluations = (
         PromotionEvaluation.objects.filter(policy__model=model)
         .annotate(rank=Window(RowNumber(), partition_by=F("policy_id"), order_by=F("id").desc()))
         .filter(rank__lte=RECENT_EVALUATIONS)
-        .select_related("candidate_version", "target_version", "decided_by").order_by("-id")
+        .select_related("candidate_version", "target_version", "decided_by", "policy__model").order_by("-id")
     )
     for evaluation in evaluations:
         recent[evaluation.policy_id].append(evaluation)
@@ -45,22 +44,24 @@ def policies_context(model) -> dict:
 @login_required
 def model_policies(request, model_name: str):
     """The policies section alone, for the model page's htmx refresh."""
-    model = found_or_404(get_model, model_name)
+    model = model_or_404(request, model_name)
     return render(request, "promotions/partials/model_policies.html", {"model": model, **policies_context(model)})
 
 
 @login_required
 def policy_detail(request, policy_id: int):
     """A policy's settings and its last 100 evaluations with the metrics, checks and reasons."""
-    policy = found_or_404(services.get_policy, policy_id)
+    policy = _policy_or_404(request, policy_id)
     evaluations = (policy.evaluations.select_related("candidate_version", "target_version", "decided_by")
                    .order_by("-id")[:HISTORY_EVALUATIONS])
     return render(request, "promotions/policy_detail.html", {"policy": policy, "evaluations": evaluations})
 
 
-def _staff(request, what: str) -> None:
-    if not request.user.is_staff:
-        raise PermissionDenied(f"only administrators {what}")
+def _policy_or_404(request, policy_id: int, action: Action = Action.VIEW) -> PromotionPolicy:
+    """Policy ``policy_id`` once the user may do ``action`` on its model (404 if it cannot read the model)."""
+    policy = found_or_404(services.get_policy, policy_id)
+    model_or_404(request, policy.model.name, action)
+    return policy
 
 
 def _save(request, form, save) -> PromotionPolicy | None:
@@ -75,9 +76,8 @@ def _save(request, form, save) -> PromotionPolicy | None:
 
 @login_required
 def policy_create(request, model_name: str):
-    """Create a policy for a model (administrators)."""
-    _staff(request, "create promotion policies")
-    model = found_or_404(get_model, model_name)
+    """Create a policy for a model (owners of its team)."""
+    model = model_or_404(request, model_name, Action.MANAGE_POLICY)
     form = PromotionPolicyForm(request.POST or None, initial={"candidate_alias": "staging",
                                                               "target_alias": "production"})
     policy = _save(request, form, lambda fields: services.create_policy(model_name=model.name, actor=request.user,
@@ -90,9 +90,8 @@ def policy_create(request, model_name: str):
 
 @login_required
 def policy_edit(request, policy_id: int):
-    """Edit a policy (administrators); a new schedule takes effect without restarting beat."""
-    _staff(request, "edit promotion policies")
-    policy = found_or_404(services.get_policy, policy_id)
+    """Edit a policy (owners of its model's team); a new schedule takes effect without restarting beat."""
+    policy = _policy_or_404(request, policy_id, Action.MANAGE_POLICY)
     form = PromotionPolicyForm(request.POST or None, instance=policy)
     saved = _save(request, form, lambda fields: services.update_policy(policy.pk, actor=request.user, **fields))
     if saved is not None:
@@ -101,8 +100,8 @@ def policy_edit(request, policy_id: int):
     return render(request, "promotions/policy_form.html", {"model": policy.model, "form": form, "policy": policy})
 
 
-def _act(request, policy_id: int, act, done: str):
-    policy = found_or_404(services.get_policy, policy_id)
+def _act(request, policy_id: int, act, done: str, action: Action = Action.MANAGE_POLICY):
+    policy = _policy_or_404(request, policy_id, action)
     try:
         act(policy)
     except DomainError as exc:
@@ -115,16 +114,15 @@ def _act(request, policy_id: int, act, done: str):
 @login_required
 @require_POST
 def policy_run(request, policy_id: int):
-    """Run now: queue an evaluation (any signed-in user; the gates decide)."""
+    """Run now: queue an evaluation (maintainers of the model's team; the gates decide)."""
     return _act(request, policy_id, lambda p: services.request_evaluation(p.pk, actor=request.user),
-                "Evaluation queued; its decision appears below within seconds.")
+                "Evaluation queued; its decision appears below within seconds.", Action.RUN_POLICY)
 
 
 @login_required
 @require_POST
 def policy_pause(request, policy_id: int):
-    """Pause a policy's schedule (administrators)."""
-    _staff(request, "pause promotion policies")
+    """Pause a policy's schedule (owners of the model's team)."""
     return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, False, actor=request.user),
                 "Policy paused.")
 
@@ -132,15 +130,14 @@ def policy_pause(request, policy_id: int):
 @login_required
 @require_POST
 def policy_resume(request, policy_id: int):
-    """Resume a policy's schedule (administrators)."""
-    _staff(request, "resume promotion policies")
+    """Resume a policy's schedule (owners of the model's team)."""
     return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, True, actor=request.user),
                 "Policy resumed.")
 
 
 def _decide(request, evaluation_id: int, decide, done: str):
-    _staff(request, "approve or reject promotions")
     evaluation = found_or_404(services.get_evaluation, evaluation_id)
+    model_or_404(request, evaluation.policy.model.name, Action.MANAGE_POLICY)
     try:
         decide(evaluation.pk)
     except DomainError as exc:
@@ -153,7 +150,7 @@ def _decide(request, evaluation_id: int, decide, done: str):
 @login_required
 @require_POST
 def evaluation_approve(request, evaluation_id: int):
-    """Approve an evaluation awaiting approval: the target alias moves (administrators)."""
+    """Approve an evaluation awaiting approval: the target alias moves (owners of the model's team)."""
     return _decide(request, evaluation_id, lambda pk: services.approve_evaluation(pk, actor=request.user),
                    "Approved: the alias moved and rollouts following it start.")
 
@@ -161,7 +158,7 @@ def evaluation_approve(request, evaluation_id: int):
 @login_required
 @require_POST
 def evaluation_reject(request, evaluation_id: int):
-    """Reject an evaluation awaiting approval (administrators)."""
+    """Reject an evaluation awaiting approval (owners of the model's team)."""
     return _decide(request, evaluation_id,
                    lambda pk: services.reject_evaluation(pk, actor=request.user,
                                                          reason=request.POST.get("reason", "")),

@@ -12,8 +12,10 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from accounts.access import Action, Principal, can_see, check, require
+from accounts.services import default_team
 from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
-from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from registry.archives import sha256_file
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.formats import prepare_artifact
@@ -61,11 +63,13 @@ def _validate_tags(tags) -> dict[str, str]:
     return dict(tags)
 
 
-def create_model(*, name: str, description: str = "", tags=None, actor=None) -> RegisteredModel:
+def create_model(*, name: str, description: str = "", tags=None, team=None, actor=None) -> RegisteredModel:
     """Register a new model name.
 
     Args:
         name: the model name; normalised and checked against ``registry.names``.
+        team: the owning ``accounts.Team`` (callers check the actor may create models there);
+            None for the default team.
         description: free text.
         tags: a dict of string keys to string values.
         actor: the requesting user.
@@ -85,11 +89,12 @@ def create_model(*, name: str, description: str = "", tags=None, actor=None) -> 
     try:
         with transaction.atomic():
             model = RegisteredModel.objects.create(
-                name=clean_name, description=description or "", tags=clean_tags, created_by=acting_user(actor)
+                name=clean_name, description=description or "", tags=clean_tags, created_by=acting_user(actor),
+                team=team or default_team(),
             )
             record_audit_event(
                 action=AuditAction.MODEL_CREATED, actor=actor, obj_type="model", obj_id=model.pk, model=model,
-                data={"name": model.name},
+                data={"name": model.name, "team": model.team.name},
             )
     except IntegrityError as exc:
         raise Conflict(f"a model named {clean_name!r} already exists") from exc
@@ -121,25 +126,33 @@ def update_model(*, name: str, description: str | None = None, tags=None, actor=
     return model
 
 
-def get_model(name: str) -> RegisteredModel:
+def get_model(name: str, *, visible_to=None) -> RegisteredModel:
     """Return the model called ``name``.
 
+    Args:
+        name: the model's name.
+        visible_to: an ``accounts.access.Principal``; when given, a model of a team it cannot
+            read is reported exactly as a missing one, so names do not leak across teams.
+
     Raises:
-        NotFound: there is none.
+        NotFound: there is none (or none the principal may read).
     """
-    try:
-        return RegisteredModel.objects.get(name=name)
-    except RegisteredModel.DoesNotExist as exc:
-        raise NotFound(f"no model named {name!r}") from exc
+    model = RegisteredModel.objects.select_related("team").filter(name=name).first()
+    if model is None or (visible_to is not None and not can_see(visible_to, model)):
+        raise NotFound(f"no model named {name!r}")
+    return model
 
 
-def get_version(model_name: str, version: int) -> ModelVersion:
+def get_version(model_name: str, version: int, *, visible_to=None) -> ModelVersion:
     """Return version number ``version`` of model ``model_name`` (not deleted).
 
+    Args:
+        visible_to: as for :func:`get_model`.
+
     Raises:
-        NotFound: the model or the version does not exist.
+        NotFound: the model or the version does not exist (or the principal may not read the model).
     """
-    model = get_model(model_name)
+    model = get_model(model_name, visible_to=visible_to)
     try:
         return model.versions.exclude(status=VersionStatus.DELETED).get(version=version)
     except ModelVersion.DoesNotExist as exc:
@@ -379,10 +392,9 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
 
 
 def may_delete_version(version: ModelVersion, actor) -> bool:
-    """True when ``actor`` may delete ``version``: an administrator, or the user who registered it."""
-    if not getattr(actor, "is_authenticated", False):
-        return False
-    return actor.is_staff or (version.created_by_id is not None and version.created_by_id == actor.pk)
+    """True when ``actor`` (a user or an ``accounts.access.Principal``) may delete ``version``: an owner
+    of the model's team, or the maintainer who registered it (see ``accounts.access``)."""
+    return check(Principal.of(actor), Action.DELETE_VERSION, model=version.model, version=version) is None
 
 
 def _version_in_use(version: ModelVersion) -> list[str]:
@@ -428,14 +440,15 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
     Args:
         model_name: the registered model.
         version: the version number.
-        actor: the requesting user; must be an administrator or the version's creator.
+        actor: the requesting user or ``accounts.access.Principal``; an owner of the model's team or
+            the maintainer who registered the version.
 
     Returns:
         The version row, now DELETED.
 
     Raises:
         NotFound: no such model, or no live version with that number (deleting twice is a 404).
-        Forbidden: the actor is neither staff nor the version's creator.
+        Forbidden: the actor is neither an owner of the model's team nor the maintainer who registered it.
         Conflict: a live ensemble version composes it, or a host serves it or is deploying it
             (the message names them).
     """
@@ -449,8 +462,7 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
         )
         if row is None:
             raise NotFound(f"model {model_name!r} has no version {version}")
-        if not may_delete_version(row, actor):
-            raise Forbidden("only an administrator or the user who registered a version may delete it")
+        require(Principal.of(actor), Action.DELETE_VERSION, model=model, version=row)
         reasons = _version_in_use(row)
         if reasons:
             raise Conflict(f"{model_name} v{version} cannot be deleted: {'; '.join(reasons)}")

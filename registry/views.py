@@ -9,22 +9,21 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 
+from accounts.access import Action, Principal, require, scope_team_filter, visible_models
 from deployments.models import Deployment
 from modelyard.errors import DomainError
-from modelyard.views import found_or_404
+from modelyard.views import forbidden_unless, model_or_404, version_or_404
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import metrics_panel_context, page_range
 from promotions.views import policies_context
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
-from registry.models import AuditEvent, RegisteredModel
+from registry.models import AuditEvent
 from registry.services import (
     artifact_download_url,
     delete_alias,
     delete_version,
-    get_model,
-    get_version,
     may_delete_version,
     set_alias,
     update_model,
@@ -55,7 +54,9 @@ def model_list(request):
     """Registered models with their latest version number and version count, searchable (``search``,
     ``tag``, ``alias``, ``artifact_format``, ``created_after``, ``created_before``) and paged by name
     (``after``/``before``)."""
-    found = RegisteredModelFilter(request.GET, queryset=RegisteredModel.objects.with_version_summary())
+    found = RegisteredModelFilter(
+        request.GET, queryset=visible_models(Principal.of(request)).select_related("team").with_version_summary()
+    )
     models, has_previous, has_next = [], False, False
     if found.is_valid():
         models, has_previous, has_next = keyset_page(
@@ -72,7 +73,7 @@ def model_list(request):
 @login_required
 def model_detail(request, name: str):
     """A model's versions, deployments with per-host state, and live metrics."""
-    model = found_or_404(get_model, name)
+    model = model_or_404(request, name)
     versions = (
         model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by")
         .prefetch_related("aliases").order_by("-version")
@@ -97,6 +98,9 @@ AUDIT_PAGE_SIZE = 50
 def audit_log(request):
     """The audit log, newest first, filterable by action, model and actor (``?action=&model=&actor=``)."""
     events = AuditEvent.objects.select_related("model").order_by("-id")
+    principal = Principal.of(request)
+    if not principal.is_admin:  # events of no model (hosts, webhooks, teams) are for administrators
+        events = scope_team_filter(principal, events.filter(model__isnull=False), "model__team")
     filters = {key: request.GET.get(key, "").strip() for key in ("action", "model", "actor")}
     if filters["action"]:
         events = events.filter(action=filters["action"])
@@ -115,7 +119,7 @@ def audit_log(request):
 def version_detail(request, name: str, version: int):
     """One version: format, inputs and outputs, ensemble members, config, files, metadata, aliases and
     its deployments."""
-    model_version = found_or_404(get_version, name, version)
+    model_version = version_or_404(request, name, version)
     deployments = (
         Deployment.objects.filter(version=model_version).select_related("created_by")
         .prefetch_related("targets__host").order_by("-id")
@@ -124,7 +128,7 @@ def version_detail(request, name: str, version: int):
         "model": model_version.model, "version": model_version, "deployments": deployments,
         "aliases": model_version.aliases.order_by("name"),
         "members": model_version.members.select_related("member__model"),
-        "may_delete": may_delete_version(model_version, request.user),
+        "may_delete": may_delete_version(model_version, Principal.of(request)),
     })
 
 
@@ -134,7 +138,8 @@ def version_delete(request, name: str, version: int):
 
     Refusals (not allowed, in use by an ensemble or a host) go back to the version page as messages.
     """
-    model_version = found_or_404(get_version, name, version)
+    model_version = version_or_404(request, name, version)
+    forbidden_unless(request, Action.DELETE_VERSION, model=model_version.model, version=model_version)
     if request.method == "POST":
         try:
             delete_version(model_name=name, version=version, actor=request.user)
@@ -151,14 +156,14 @@ def version_delete(request, name: str, version: int):
 @login_required
 def version_download(request, name: str, version: int):
     """Redirect to a presigned S3 URL for the version's artifact."""
-    model_version = found_or_404(get_version, name, version)
+    model_version = version_or_404(request, name, version)
     return redirect(artifact_download_url(model_version))
 
 
 @login_required
 def alias_set(request, name: str):
-    """Set or move an alias from the model page (POST); errors go back to the page as messages."""
-    model = found_or_404(get_model, name)
+    """Set or move an alias from the model page (POST); errors (refusals included) go back to the page as messages."""
+    model = model_or_404(request, name)
     if request.method != "POST":
         return redirect("registry:model-detail", name=model.name)
     versions = model.versions.exclude(status=VersionStatus.DELETED).values_list("version", flat=True)
@@ -167,6 +172,7 @@ def alias_set(request, name: str):
         messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     else:
         try:
+            require(Principal.of(request), Action.MOVE_ALIAS, model=model, alias=form.cleaned_data["alias"])
             alias = set_alias(model_name=model.name, alias=form.cleaned_data["alias"],
                               version=form.cleaned_data["version"], actor=request.user)
         except DomainError as exc:
@@ -179,7 +185,7 @@ def alias_set(request, name: str):
 @login_required
 def alias_delete(request, name: str, alias: str):
     """Delete an alias: GET asks for confirmation, POST deletes."""
-    model = found_or_404(get_model, name)
+    model = model_or_404(request, name, Action.MOVE_ALIAS, alias=alias)
     row = model.aliases.select_related("version").filter(name=alias).first()
     if row is None:
         raise Http404(f"model {name!r} has no alias {alias!r}")
@@ -193,7 +199,7 @@ def alias_delete(request, name: str, alias: str):
 @login_required
 def model_edit(request, name: str):
     """Edit a model's description from its page (POST)."""
-    model = found_or_404(get_model, name)
+    model = model_or_404(request, name, Action.CHANGE)
     if request.method == "POST":
         update_model(name=model.name, description=request.POST.get("description", "")[:10_000], actor=request.user)
         messages.success(request, "Description saved.")
@@ -206,7 +212,7 @@ def version_upload(request, name: str):
     """The upload page: a form whose file static/registry/upload.js sends straight to S3 in parts
     (presigned URLs from the uploads API) with a progress bar, then completes the upload and opens
     the new version's page. The page may connect to the S3 endpoint (CSP ``connect-src``)."""
-    model = found_or_404(get_model, name)
+    model = model_or_404(request, name, Action.CHANGE)
     response = render(request, "registry/version_upload.html", {"model": model, "form": VersionUploadForm()})
     endpoint = urlsplit(settings.S3_ENDPOINT_URL or "https://s3.amazonaws.com")
     response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"]}

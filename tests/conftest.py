@@ -28,8 +28,13 @@ def _static_root():
 
 @pytest.fixture
 def user(db):
-    """A plain signed-up user."""
-    return get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
+    """A signed-up user who owns the default team (where models created without a team go)."""
+    from accounts.choices import Role
+    from accounts.services import default_team, set_membership
+
+    engineer = get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
+    set_membership(team=default_team(), user=engineer, role=Role.OWNER)
+    return engineer
 
 
 @pytest.fixture

@@ -19,8 +19,8 @@ class ServingHostSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = ServingHost
-        fields = ["name", "runtime", "inference_url", "metrics_url", "config_overrides", "labels", "online",
-                  "last_heartbeat_at", "heartbeat", "created_at"]
+        fields = ["name", "runtime", "inference_url", "metrics_url", "config_overrides", "labels", "production",
+                  "online", "last_heartbeat_at", "heartbeat", "created_at"]
         read_only_fields = ["online", "last_heartbeat_at", "heartbeat", "created_at"]
         validators = []  # uniqueness is the service's job, answered with 409
 

@@ -1,11 +1,12 @@
 """Deployments API: serving hosts and deployments."""
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.access import Action, Principal, model_for, require, scope_team_filter
 from deployments import lifecycle, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
@@ -17,7 +18,8 @@ from deployments.api.serializers import (
 )
 from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
-from modelyard.api import StaffCanWrite, error_responses
+from modelyard.api import AdminCanWrite, error_responses
+from modelyard.errors import NotFound
 
 
 class ServingHostViewSet(
@@ -27,7 +29,7 @@ class ServingHostViewSet(
     """Serving hosts, looked up by name. ``DELETE`` removes one (409 while a deployment runs there)."""
 
     serializer_class = ServingHostSerializer
-    permission_classes = [StaffCanWrite]
+    permission_classes = [AdminCanWrite]
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering = "name"
@@ -43,19 +45,38 @@ class ServingHostViewSet(
         services.delete_host(name=self.kwargs["name"], actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=None, responses={202: ModelUnloadSerializer})
-    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/unload")
+    @extend_schema(request=None, responses={202: ModelUnloadSerializer, **error_responses(403, 404, 409)})
+    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/unload",
+            permission_classes=[permissions.IsAuthenticated])
     def unload(self, request, name=None, model_name=None):
-        """Unload a model from this host (the reconciler will not load it back); 202 while the agent unloads."""
+        """Unload a model from this host (the reconciler will not load it back); 202 while the agent unloads.
+
+        Needs the rights of a rollout to this host (maintainer; owner on a production host)."""
+        _authorize_host_operation(request, name, model_name)
         version = lifecycle.unload_model(host_name=name, model_name=model_name, actor=request.user)
         return Response({"host": name, "model": model_name, "version": version}, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={201: DeploymentSerializer})
-    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/reload")
+    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})
+    @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/reload",
+            permission_classes=[permissions.IsAuthenticated])
     def reload(self, request, name=None, model_name=None):
-        """Load again the version last unloaded from this host, as a one-host rollout."""
+        """Load again the version last unloaded from this host, as a one-host rollout (rights as for unload)."""
+        _authorize_host_operation(request, name, model_name)
         deployment = lifecycle.reload_model(host_name=name, model_name=model_name, actor=request.user)
         return Response(_deployment_data(deployment.pk), status=status.HTTP_201_CREATED)
+
+
+def _authorize_host_operation(request, host_name: str, model_name: str) -> None:
+    """Check the principal may roll ``model_name`` out to host ``host_name``.
+
+    Raises:
+        NotFound: no such host, or no model the principal may read (HTTP 404).
+        Forbidden: it may read the model but not deploy it there (HTTP 403).
+    """
+    host = ServingHost.objects.filter(name=host_name).first()
+    if host is None:
+        raise NotFound(f"no serving host named {host_name!r}")
+    model_for(Principal.of(request), model_name, Action.DEPLOY, hosts=[host])
 
 
 def _deployment_data(pk: int) -> dict:
@@ -81,16 +102,41 @@ class DeploymentViewSet(
     )
     filterset_fields = {"model__name": ["exact"], "status": ["exact"], "follow_alias": ["exact"]}
 
-    @extend_schema(request=DeploymentCreateSerializer, responses={201: DeploymentSerializer})
+    def get_queryset(self):
+        """Deployments of the models the principal may read."""
+        return scope_team_filter(Principal.of(self.request), self.queryset, "model__team")
+
+    def _controlled(self, pk) -> Deployment:
+        """The deployment ``pk`` once the principal may deploy to every host it targets.
+
+        Raises:
+            Http404: no such deployment the principal may read.
+            Forbidden: it may not deploy this model to those hosts (HTTP 403).
+        """
+        deployment = self.get_object()
+        hosts = [target.host for target in deployment.targets.all()]
+        require(Principal.of(self.request), Action.DEPLOY, model=deployment.model, hosts=hosts)
+        return deployment
+
+    @extend_schema(request=DeploymentCreateSerializer,
+                   responses={201: DeploymentSerializer, **error_responses(403, 404, 409)},
+                   description="Deploying needs a maintainer of the model's team; to a production host, an owner.")
     def create(self, request, *args, **kwargs):
         data = DeploymentCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
+        principal = Principal.of(request)
+        model_for(principal, fields["model"])
+
+        def authorize(model_version, hosts):
+            require(principal, Action.DEPLOY, model=model_version.model, hosts=hosts)
+
         deployment = services.start_deployment(
             model_name=fields["model"], version=fields.get("version"), alias=fields["alias"],
             host_names=fields.get("hosts"), selector=fields.get("selector"), replicas=fields.get("replicas"),
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
+            authorize=authorize,
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
@@ -101,6 +147,7 @@ class DeploymentViewSet(
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         """Stop dispatching further batches (hosts in flight finish)."""
+        self._controlled(pk)
         rollouts.pause_rollout(int(pk), actor=request.user)
         return Response(self._show(pk))
 
@@ -108,6 +155,7 @@ class DeploymentViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         """Continue a paused rollout with its next batch."""
+        self._controlled(pk)
         rollouts.resume_rollout(int(pk), actor=request.user)
         return Response(self._show(pk))
 
@@ -115,6 +163,7 @@ class DeploymentViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
         """Stop the rollout for good; hosts not yet moved are left alone."""
+        self._controlled(pk)
         rollouts.cancel_rollout(int(pk), actor=request.user)
         return Response(self._show(pk))
 
@@ -122,6 +171,7 @@ class DeploymentViewSet(
     @action(detail=True, methods=["post"], pagination_class=None)
     def rollback(self, request, pk=None):
         """Send the hosts this rollout moved back to their previous version; returns the rollback rollouts."""
+        self._controlled(pk)
         started = rollouts.rollback_rollout(int(pk), actor=request.user)
         return Response([self._show(d.pk) for d in started])
 
@@ -130,11 +180,13 @@ class ModelInferenceView(APIView):
     """Try it: send one inference request to the model on a chosen host and get the outputs and latency."""
 
     @extend_schema(request=InferenceRequestSerializer,
-                   responses={200: InferenceResultSerializer, **error_responses(404, 409, 503)},
-                   description="503 when the host's Triton cannot be reached or times out; retrying may help.")
+                   responses={200: InferenceResultSerializer, **error_responses(403, 404, 409, 503)},
+                   description="Needs a maintainer of the model's team (token scope deploy). 503 when the host's "
+                   "Triton cannot be reached or times out; retrying may help.")
     def post(self, request, model_name: str):
         data = InferenceRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.DEPLOY)
         result = try_inference(model_name=model_name, host_name=data.validated_data["host"],
                                inputs=data.validated_data["inputs"], version=data.validated_data["version"])
         return Response(result)

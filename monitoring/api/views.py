@@ -5,6 +5,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.access import Principal, model_for
 from modelyard.api import error_responses
 from monitoring import services
 
@@ -19,6 +20,7 @@ class ModelMetricsView(APIView):
 
     @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT, **error_responses(404, 503)})
     def get(self, request, model_name: str):
+        model_for(Principal.of(request), model_name)
         return Response(services.model_metrics(model_name, request.query_params.get("range", "15m")))
 
 
@@ -27,4 +29,5 @@ class ModelMetricSeriesView(APIView):
 
     @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT, **error_responses(404, 503)})
     def get(self, request, model_name: str):
+        model_for(Principal.of(request), model_name)
         return Response(services.model_series(model_name, request.query_params.get("range", "15m")))

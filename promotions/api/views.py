@@ -1,11 +1,12 @@
 """Promotions API: policies (run now, pause, resume), evaluations (approve, reject) and webhooks."""
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, permissions, status, viewsets
+from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from modelyard.api import StaffCanWrite
+from accounts.access import Action, Principal, model_for, require, scope_team_filter
+from modelyard.api import AdminOnly
 from modelyard.errors import InvalidInput
 from promotions import services, webhooks
 from promotions.api.serializers import (
@@ -33,18 +34,27 @@ class PromotionPolicyViewSet(
 ):
     """Promotion policies: move a target alias to a candidate alias's version when its metrics pass.
 
-    Any signed-in user may read and ``POST .../<id>/run/`` (gates still decide); creating, editing
-    (``PATCH``), deleting, ``pause/`` and ``resume/`` need an administrator.
+    Viewers of the model's team may read, maintainers ``POST .../<id>/run/`` (gates still decide);
+    creating, editing (``PATCH``), deleting, ``pause/`` and ``resume/`` need an owner.
     """
 
     lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = PromotionPolicySerializer
-    permission_classes = [StaffCanWrite]
     queryset = PromotionPolicy.objects.select_related("model", "created_by").order_by("id")
     ordering = "id"
     filterset_fields = {"model__name": ["exact"], "enabled": ["exact"]}
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    def get_queryset(self):
+        """Policies of the models the principal may read."""
+        return scope_team_filter(Principal.of(self.request), self.queryset, "model__team")
+
+    def _policy_for(self, action: Action) -> PromotionPolicy:
+        """The policy of the URL once the principal may do ``action`` on its model (404 if unreadable, else 403)."""
+        policy = self.get_object()
+        require(Principal.of(self.request), action, model=policy.model)
+        return policy
 
     def _show(self, pk: int) -> dict:
         return PromotionPolicySerializer(self.queryset.get(pk=pk)).data
@@ -54,6 +64,7 @@ class PromotionPolicyViewSet(
         data = PromotionPolicyWriteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        model_for(Principal.of(request), fields["model"], Action.MANAGE_POLICY)
         policy = services.create_policy(model_name=fields.pop("model"), actor=request.user, **fields)
         return Response(self._show(policy.pk), status=status.HTTP_201_CREATED)
 
@@ -64,17 +75,20 @@ class PromotionPolicyViewSet(
         fields = dict(data.validated_data)
         if "model" in fields:
             raise InvalidInput("a policy's model cannot change; create a policy for the other model")
+        self._policy_for(Action.MANAGE_POLICY)
         policy = services.update_policy(int(kwargs["pk"]), actor=request.user, **fields)
         return Response(self._show(policy.pk))
 
     def destroy(self, request, *args, **kwargs):
+        self._policy_for(Action.MANAGE_POLICY)
         services.delete_policy(int(kwargs["pk"]), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: PromotionEvaluationSerializer})
-    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated])
+    @action(detail=True, methods=["post"])
     def run(self, request, pk=None):
         """Queue an evaluation now; poll ``/api/v1/promotion-evaluations/<id>/`` until ``final``."""
+        self._policy_for(Action.RUN_POLICY)
         evaluation = services.request_evaluation(int(pk), actor=request.user)
         return Response(_evaluation_data(evaluation.pk), status=status.HTTP_202_ACCEPTED)
 
@@ -82,6 +96,7 @@ class PromotionPolicyViewSet(
     @action(detail=True, methods=["post"])
     def pause(self, request, pk=None):
         """Stop the schedule (run-now still works); idempotent."""
+        self._policy_for(Action.MANAGE_POLICY)
         services.set_policy_enabled(int(pk), False, actor=request.user)
         return Response(self._show(pk))
 
@@ -89,6 +104,7 @@ class PromotionPolicyViewSet(
     @action(detail=True, methods=["post"])
     def resume(self, request, pk=None):
         """Run the schedule again; idempotent."""
+        self._policy_for(Action.MANAGE_POLICY)
         services.set_policy_enabled(int(pk), True, actor=request.user)
         return Response(self._show(pk))
 
@@ -96,22 +112,32 @@ class PromotionPolicyViewSet(
 class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Evaluations of promotion policies, newest first (``?policy=``, ``?decision=``, ``?model=``).
 
-    ``POST .../<id>/approve/`` and ``reject/`` (administrators) decide one awaiting approval; 409
+    ``POST .../<id>/approve/`` and ``reject/`` (owners of the model's team) decide one awaiting approval; 409
     otherwise, or when the target alias moved since it was evaluated.
     """
 
     lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = PromotionEvaluationSerializer
-    permission_classes = [StaffCanWrite]
     queryset = EVALUATIONS.order_by("-id")
     ordering = "-id"
     filterset_fields = {"policy": ["exact"], "decision": ["exact"], "policy__model__name": ["exact"]}
+
+    def get_queryset(self):
+        """Evaluations of the models the principal may read."""
+        return scope_team_filter(Principal.of(self.request), self.queryset, "policy__model__team")
+
+    def _decidable(self) -> PromotionEvaluation:
+        """The evaluation of the URL once the principal is an owner of its model's team (404 if unreadable)."""
+        evaluation = self.get_object()
+        require(Principal.of(self.request), Action.MANAGE_POLICY, model=evaluation.policy.model)
+        return evaluation
 
     @extend_schema(request=None, responses={200: PromotionEvaluationSerializer})
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Approve: the target alias moves to the evaluated candidate version."""
+        self._decidable()
         services.approve_evaluation(int(pk), actor=request.user)
         return Response(_evaluation_data(int(pk)))
 
@@ -121,6 +147,7 @@ class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
         """Reject: nothing moves."""
         data = RejectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        self._decidable()
         services.reject_evaluation(int(pk), actor=request.user, reason=data.validated_data["reason"])
         return Response(_evaluation_data(int(pk)))
 
@@ -138,7 +165,7 @@ class WebhookViewSet(
     lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = WebhookSerializer
-    permission_classes = [permissions.IsAdminUser]
+    permission_classes = [AdminOnly]
     queryset = Webhook.objects.select_related("model").order_by("id")
     ordering = "id"
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]

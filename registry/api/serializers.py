@@ -9,12 +9,13 @@ from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, Reg
 class RegisteredModelSerializer(serializers.ModelSerializer):
     """A registered model as the API shows it."""
 
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     latest_version = serializers.IntegerField(read_only=True, allow_null=True)
 
     class Meta:
         model = RegisteredModel
-        fields = ["name", "description", "tags", "latest_version", "created_by", "created_at", "updated_at"]
+        fields = ["name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at"]
         read_only_fields = fields
 
 
@@ -22,6 +23,10 @@ class RegisteredModelCreateSerializer(serializers.Serializer):
     """Input of ``POST /api/v1/models/``."""
 
     name = serializers.CharField(max_length=200, trim_whitespace=False)
+    team = serializers.CharField(
+        max_length=63, required=False, allow_blank=True, default="",
+        help_text="The owning team; may be left out when you maintain exactly one team",
+    )
     description = serializers.CharField(required=False, allow_blank=True, default="")
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
 

@@ -3,7 +3,8 @@
 ``POST /api/v1/models/<name>/uploads/`` starts one, ``POST …/uploads/<id>/parts/`` hands out
 presigned part URLs, ``POST …/uploads/<id>/complete/`` closes it for verification, ``GET`` shows
 its state (poll it until ``completed`` or ``failed``) and ``DELETE`` aborts it. Only the user who
-started an upload, or staff, can see or act on it.
+started an upload, or an administrator, can see or act on it, and only while they may change the
+model (maintainer role, token scope ``write``; reading needs ``read``).
 """
 
 from django.conf import settings
@@ -12,6 +13,7 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.access import Action, Principal, model_for, require
 from modelyard.api import error_responses
 from registry import uploads
 from registry.api.serializers import JSONObjectField
@@ -106,13 +108,28 @@ def _answer(upload: Upload, code: int = status.HTTP_200_OK) -> Response:
     return Response(UploadSerializer(upload, context={"parts": parts}).data, status=code)
 
 
+def _upload_for(request, upload_id, action: Action = Action.CHANGE) -> Upload:
+    """The upload ``upload_id`` of the requesting user (any for an administrator), once the principal may
+    do ``action`` on its model.
+
+    Raises:
+        NotFound: no such upload, or another user's (HTTP 404).
+        Forbidden: the principal may no longer do ``action`` on the model (HTTP 403).
+    """
+    upload = uploads.get_upload(upload_id, request.user)
+    require(Principal.of(request), action, model=upload.model)
+    return upload
+
+
 class UploadStartView(APIView):
     """``POST /api/v1/models/<name>/uploads/``: open a multipart upload for a new version."""
 
-    @extend_schema(request=UploadCreateSerializer, responses={201: UploadSerializer, **error_responses(404, 503)})
+    @extend_schema(request=UploadCreateSerializer,
+                   responses={201: UploadSerializer, **error_responses(403, 404, 503)})
     def post(self, request, model_name: str):
         data = UploadCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.CHANGE)
         fields = data.validated_data
         upload = uploads.start_upload(
             model_name=model_name, filename=fields["filename"], size=fields["size"], sha256=fields["sha256"],
@@ -128,22 +145,23 @@ class UploadDetailView(APIView):
 
     @extend_schema(responses={200: UploadSerializer, **error_responses(404, 503)})
     def get(self, request, upload_id):
-        return _answer(uploads.get_upload(upload_id, request.user))
+        return _answer(_upload_for(request, upload_id, Action.VIEW))
 
-    @extend_schema(responses={200: UploadSerializer, **error_responses(404, 409, 503)})
+    @extend_schema(responses={200: UploadSerializer, **error_responses(403, 404, 409, 503)})
     def delete(self, request, upload_id):
-        upload = uploads.abort_upload(uploads.get_upload(upload_id, request.user), actor=request.user)
+        upload = uploads.abort_upload(_upload_for(request, upload_id), actor=request.user)
         return _answer(upload)
 
 
 class UploadPartUrlsView(APIView):
     """``POST {"part_numbers": [1, 2, …]}``: presigned ``PUT`` URLs for those parts."""
 
-    @extend_schema(request=PartUrlsRequestSerializer, responses={200: PartUrlsSerializer, **error_responses(404, 409)})
+    @extend_schema(request=PartUrlsRequestSerializer,
+                   responses={200: PartUrlsSerializer, **error_responses(403, 404, 409)})
     def post(self, request, upload_id):
         data = PartUrlsRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        upload = uploads.get_upload(upload_id, request.user)
+        upload = _upload_for(request, upload_id)
         urls = uploads.presign_parts(upload, data.validated_data["part_numbers"])
         return Response({"expires_in": settings.UPLOAD_PART_URL_SECONDS,
                          "parts": [{"part_number": n, "url": url} for n, url in urls.items()]})
@@ -156,10 +174,10 @@ class UploadCompleteView(APIView):
     """
 
     @extend_schema(request=UploadCompleteSerializer,
-                   responses={202: UploadSerializer, **error_responses(404, 409, 503)})
+                   responses={202: UploadSerializer, **error_responses(403, 404, 409, 503)})
     def post(self, request, upload_id):
         data = UploadCompleteSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        upload = uploads.get_upload(upload_id, request.user)
+        upload = _upload_for(request, upload_id)
         upload = uploads.complete_upload(upload, sha256=data.validated_data["sha256"], actor=request.user)
         return _answer(upload, status.HTTP_202_ACCEPTED)

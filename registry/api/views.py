@@ -7,6 +7,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.access import Action, Principal, model_for, require, scope_team_filter, team_for_new_model
 from modelyard.api import error_responses, uploaded_file_path
 from registry import services
 from registry.api.serializers import (
@@ -36,24 +37,30 @@ class RegisteredModelViewSet(
     ordering = "name"
 
     def get_queryset(self):
-        return RegisteredModel.objects.select_related("created_by").with_version_summary().order_by("name")
+        models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary()
+        return scope_team_filter(Principal.of(self.request), models).order_by("name")
 
     def get_object(self):
-        model = services.get_model(self.kwargs["name"])  # a NotFound that names the model
+        model = model_for(Principal.of(self.request), self.kwargs["name"])  # a NotFound that names the model
         return self.get_queryset().get(pk=model.pk)
 
-    @extend_schema(request=RegisteredModelUpdateSerializer, responses={200: RegisteredModelSerializer})
+    @extend_schema(request=RegisteredModelUpdateSerializer,
+                   responses={200: RegisteredModelSerializer, **error_responses(403, 404)})
     def partial_update(self, request, *args, **kwargs):
         data = RegisteredModelUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), self.kwargs["name"], Action.CHANGE)
         model = services.update_model(name=self.kwargs["name"], actor=request.user, **data.validated_data)
         return Response(RegisteredModelSerializer(self.get_queryset().get(pk=model.pk)).data)
 
-    @extend_schema(request=RegisteredModelCreateSerializer, responses={201: RegisteredModelSerializer})
+    @extend_schema(request=RegisteredModelCreateSerializer,
+                   responses={201: RegisteredModelSerializer, **error_responses(403, 409)})
     def create(self, request, *args, **kwargs):
         data = RegisteredModelCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        model = services.create_model(actor=request.user, **data.validated_data)
+        fields = dict(data.validated_data)
+        team = team_for_new_model(Principal.of(request), fields.pop("team"))
+        model = services.create_model(actor=request.user, team=team, **fields)
         model = self.get_queryset().get(pk=model.pk)
         return Response(RegisteredModelSerializer(model).data, status=status.HTTP_201_CREATED)
 
@@ -73,7 +80,7 @@ class ModelVersionViewSet(
     def get_queryset(self):
         if getattr(self, "swagger_fake_view", False):  # schema generation has no URL kwargs
             return ModelVersion.objects.none()
-        model = services.get_model(self.kwargs["model_name"])
+        model = model_for(Principal.of(self.request), self.kwargs["model_name"])
         return (
             ModelVersion.objects.filter(model=model)
             .exclude(status=VersionStatus.DELETED)
@@ -84,14 +91,15 @@ class ModelVersionViewSet(
 
     def get_object(self):
         # a NotFound that names the model and version, also for a deleted one
-        found = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]))
+        found = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]),
+                                     visible_to=Principal.of(self.request))
         return self.get_queryset().get(pk=found.pk)
 
     @extend_schema(request=ModelVersionUploadSerializer,
-                   responses={201: ModelVersionSerializer, **error_responses(404, 409, 503)},
+                   responses={201: ModelVersionSerializer, **error_responses(403, 404, 409, 503)},
                    description="503 when S3 cannot store the artifact (nothing is registered; retry).")
     def create(self, request, *args, **kwargs):
-        model = services.get_model(self.kwargs["model_name"])
+        model = model_for(Principal.of(request), self.kwargs["model_name"], Action.CHANGE)
         data = ModelVersionUploadSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         upload = data.validated_data["artifact"]
@@ -107,12 +115,16 @@ class ModelVersionViewSet(
 
     @extend_schema(
         responses={204: None, **error_responses(403, 404, 409)},
-        description="Soft-delete a version (administrators and the version's creator): its aliases go with it "
+        description="Soft-delete a version (owners of the model's team, and the maintainer who registered it): "
+        "its aliases go with it "
         "in the same transaction, its number is never reused, and its artifact is removed from S3 by the next "
         "garbage collection once no live version shares it. 409 while an ensemble composes it or a host "
         "serves it; deleting it again is a 404.",
     )
     def destroy(self, request, *args, **kwargs):
+        principal = Principal.of(request)
+        version = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]), visible_to=principal)
+        require(principal, Action.DELETE_VERSION, model=version.model, version=version)
         services.delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
                                 actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -121,9 +133,9 @@ class ModelVersionViewSet(
 class AliasListView(APIView):
     """``GET /api/v1/models/<name>/aliases/``: every alias of a model (``latest`` is not stored)."""
 
-    @extend_schema(responses={200: AliasSerializer(many=True)})
+    @extend_schema(responses={200: AliasSerializer(many=True), **error_responses(404)})
     def get(self, request, model_name: str):
-        model = services.get_model(model_name)
+        model = model_for(Principal.of(request), model_name)
         aliases = Alias.objects.filter(model=model).select_related("model", "version", "updated_by")
         return Response(AliasSerializer(aliases, many=True).data)
 
@@ -132,22 +144,26 @@ class AliasDetailView(APIView):
     """One alias: ``GET`` resolves it (``latest`` too), ``PUT {"version": n}`` sets or moves it,
     ``DELETE`` removes it. Every move and removal is an audit event."""
 
-    @extend_schema(responses={200: ModelVersionSerializer})
+    @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)})
     def get(self, request, model_name: str, alias: str):
+        model_for(Principal.of(request), model_name)
         return Response(ModelVersionSerializer(services.resolve_alias(model_name, alias)).data)
 
-    @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer})
+    @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
+                   description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner.")
     def put(self, request, model_name: str, alias: str):
         data = AliasSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         row = services.set_alias(
             model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user
         )
         row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
         return Response(AliasSerializer(row).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **error_responses(403, 404)})
     def delete(self, request, model_name: str, alias: str):
+        model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         services.delete_alias(model_name=model_name, alias=alias, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
@@ -173,4 +189,12 @@ class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
     serializer_class = AuditEventSerializer
     filterset_class = AuditEventFilter
     ordering = "-id"
-    queryset = AuditEvent.objects.select_related("model").order_by("-id")
+
+    def get_queryset(self):
+        """Events of the models the principal may read; events of no model (hosts, webhooks, teams) only
+        for administrators."""
+        events = AuditEvent.objects.select_related("model").order_by("-id")
+        principal = Principal.of(self.request)
+        if principal.is_admin:
+            return events
+        return scope_team_filter(principal, events.filter(model__isnull=False), "model__team")

@@ -99,8 +99,8 @@ def test_an_administrator_creates_and_edits_a_policy_from_the_browser(client, ad
     assert PromotionPolicy.objects.get().dry_run is True
 
 
-def test_members_may_run_a_policy_from_the_page_but_not_create_edit_or_approve(client, member, policy,
-                                                                                django_capture_on_commit_callbacks):
+def test_maintainers_may_run_a_policy_from_the_page_but_not_create_edit_or_approve(client, member, policy,
+                                                                                    django_capture_on_commit_callbacks):
     client.force_login(member)
     assert client.get("/promotions/models/iris/new/").status_code == 403
     assert client.get(f"/promotions/policies/{policy.pk}/edit/").status_code == 403

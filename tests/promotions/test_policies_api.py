@@ -74,8 +74,8 @@ def test_an_unknown_model_is_a_404_and_a_second_policy_on_the_same_path_a_409(ad
     assert PeriodicTask.objects.filter(task="promotions.evaluate_policy").count() == 1
 
 
-def test_members_read_and_run_policies_but_only_administrators_change_or_approve_them(admin_api, member_api, iris,
-                                                                                       django_capture_on_commit_callbacks):
+def test_maintainers_read_and_run_policies_but_only_owners_change_or_approve_them(admin_api, member_api, iris,
+                                                                                   django_capture_on_commit_callbacks):
     policy_id = admin_api.post("/api/v1/promotion-policies/", POLICY, format="json").json()["id"]
     assert member_api.get("/api/v1/promotion-policies/?model__name=iris").json()["results"][0]["id"] == policy_id
     assert member_api.post("/api/v1/promotion-policies/", POLICY, format="json").status_code == 403

@@ -49,8 +49,8 @@ def test_paging_through_models_while_models_are_registered_skips_and_repeats_not
 def test_paging_through_versions_and_the_audit_log_while_rows_are_added_skips_and_repeats_nothing(api_client):
     model = RegisteredModel.objects.create(name="iris", next_version=21)
     add_versions(model, range(1, 21))
-    AuditEvent.objects.bulk_create(AuditEvent(action="model.updated", object_type="model", object_id=str(n))
-                                   for n in range(20))
+    AuditEvent.objects.bulk_create(AuditEvent(action="model.updated", object_type="model", object_id=str(n),
+                                              model=model) for n in range(20))
     original_events = set(AuditEvent.objects.values_list("id", flat=True))
 
     def register_a_version(page_number: int) -> None:
@@ -60,7 +60,8 @@ def test_paging_through_versions_and_the_audit_log_while_rows_are_added_skips_an
     assert len(versions) == len(set(versions)) and set(range(1, 21)) <= set(versions)
 
     def record_an_event(page_number: int) -> None:
-        AuditEvent.objects.create(action="model.updated", object_type="model", object_id=f"new{page_number}")
+        AuditEvent.objects.create(action="model.updated", object_type="model", object_id=f"new{page_number}",
+                                  model=model)
 
     events = page_through(api_client, "/api/v1/audit/?page_size=3", "id", record_an_event)
     assert len(events) == len(set(events)) and original_events <= set(events)
@@ -90,8 +91,8 @@ def queries_for(api_client, url: str) -> int:
 @pytest.mark.parametrize(("url", "most"), [
     ("/api/v1/models/?page_size={n}", 3),
     ("/api/v1/models/?page_size={n}&tag=team%3Dml&alias=production", 3),
-    # the model, the page, its aliases and its ensemble members (one prefetch each)
-    ("/api/v1/models/iris/versions/?page_size={n}", 4),
+    # the model, the user's role in its team, the page, its aliases and its ensemble members (one prefetch each)
+    ("/api/v1/models/iris/versions/?page_size={n}", 5),
     ("/api/v1/audit/?page_size={n}", 3),
 ])
 def test_a_list_page_costs_the_same_sql_queries_for_five_rows_as_for_fifty(api_client, url, most):

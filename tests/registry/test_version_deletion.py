@@ -5,6 +5,8 @@ from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.choices import Role
+from accounts.services import default_team, set_membership
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from modelyard.errors import NotFound
@@ -85,16 +87,23 @@ def test_a_number_is_never_reused_after_deletion(api_client, s3_endpoint, iris_a
     assert api_client.get("/api/v1/models/iris/versions/2/").status_code == 404
 
 
-def test_only_an_administrator_or_the_versions_creator_may_delete_it(client, iris, user):
+def test_only_an_owner_or_the_maintainer_who_registered_a_version_may_delete_it(client, iris, user):
     users = get_user_model().objects
     outsider = client_for(users.create_user(username="outsider", password="a-long-test-password"))
+    colleague = users.create_user(username="colleague", password="a-long-test-password")
+    set_membership(team=default_team(), user=colleague, role=Role.MAINTAINER)
     admin = client_for(users.create_user(username="admin", password="a-long-test-password", is_staff=True))
     owner = client_for(user)
+    mine = add_version(iris, 4, creator=colleague)
 
-    refused = outsider.delete("/api/v1/models/iris/versions/3/")
-    assert refused.status_code == 403 and "administrator" in refused.json()["detail"]
+    assert outsider.delete("/api/v1/models/iris/versions/3/").status_code == 404  # another team's model is unseen
+    maintainer = client_for(colleague)
+    refused = maintainer.delete("/api/v1/models/iris/versions/3/")
+    assert refused.status_code == 403 and "owner role in team 'default'" in refused.json()["detail"]
     assert client.delete("/api/v1/models/iris/versions/3/").status_code in (401, 403)
     assert ModelVersion.objects.get(model=iris, version=3).status == VersionStatus.READY
+    assert maintainer.delete("/api/v1/models/iris/versions/4/").status_code == 204
+    assert ModelVersion.objects.get(pk=mine.pk).status == VersionStatus.DELETED
     assert owner.delete("/api/v1/models/iris/versions/3/").status_code == 204
     assert admin.delete("/api/v1/models/iris/versions/2/").status_code == 204
 
@@ -161,8 +170,10 @@ def test_the_version_page_explains_a_refused_deletion_and_hides_the_button_from_
     assert "gpu-a" in answer.content.decode()
     assert ModelVersion.objects.get(model=iris, version=3).status == VersionStatus.READY
 
-    client.force_login(get_user_model().objects.create_user(username="outsider", password="a-long-test-password"))
+    colleague = get_user_model().objects.create_user(username="colleague", password="a-long-test-password")
+    set_membership(team=default_team(), user=colleague, role=Role.MAINTAINER)
+    client.force_login(colleague)
     assert "/delete/" not in client.get("/models/iris/versions/2/").content.decode()
     answer = client.post("/models/iris/versions/2/delete/", follow=True)
-    assert "administrator" in answer.content.decode()
+    assert answer.status_code == 403 and "owner role" in answer.content.decode()
     assert ModelVersion.objects.get(model=iris, version=2).status == VersionStatus.READY

@@ -1,0 +1,113 @@
+"""Teams API: ``/api/v1/teams/`` (serializers and views).
+
+Members see their teams with every member's role; administrators see and change all of them:
+create and delete teams, and ``PUT``/``DELETE /api/v1/teams/<name>/members/<username>/`` to give
+a user a role or take it away.
+"""
+
+from django.contrib.auth import get_user_model
+from django.db.models import ProtectedError
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from accounts import services
+from accounts.access import Action, Principal, require
+from accounts.choices import Role
+from accounts.models import Membership, Team
+from modelyard.api import error_responses
+from modelyard.errors import Conflict, NotFound
+from registry.names import InvalidName, validate_name
+
+
+class MembershipSerializer(serializers.ModelSerializer):
+    """A member of a team and their role."""
+
+    username = serializers.CharField(source="user.username", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["username", "role", "created_at"]
+        read_only_fields = fields
+
+
+class TeamSerializer(serializers.ModelSerializer):
+    """A team with its members."""
+
+    members = MembershipSerializer(source="memberships", many=True, read_only=True)
+
+    class Meta:
+        model = Team
+        fields = ["name", "description", "members", "created_at"]
+        read_only_fields = ["members", "created_at"]
+        validators = []  # a taken name is the view's 409
+
+    def validate_name(self, value: str) -> str:
+        try:
+            return validate_name(value, kind="team name")
+        except InvalidName as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+
+class RoleSerializer(serializers.Serializer):
+    """Input of ``PUT /api/v1/teams/<name>/members/<username>/``."""
+
+    role = serializers.ChoiceField(choices=Role.choices)
+
+
+class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+                  mixins.DestroyModelMixin, viewsets.GenericViewSet):
+    """Teams, looked up by name: members read their own, administrators manage all."""
+
+    serializer_class = TeamSerializer
+    lookup_field = "name"
+    lookup_value_regex = "[^/]+"
+    ordering = "name"
+
+    def get_queryset(self):
+        teams = Team.objects.prefetch_related("memberships__user").order_by("name")
+        ids = Principal.of(self.request).team_ids()
+        return teams if ids is None else teams.filter(pk__in=ids)
+
+    @extend_schema(responses={201: TeamSerializer, **error_responses(403, 409)})
+    def create(self, request, *args, **kwargs):
+        require(Principal.of(request), Action.ADMIN)
+        data = TeamSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        if Team.objects.filter(name=data.validated_data["name"]).exists():
+            raise Conflict(f"a team named {data.validated_data['name']!r} already exists")
+        team = data.save()
+        return Response(TeamSerializer(team).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None, **error_responses(403, 404, 409)},
+                   description="Delete a team; 409 while it owns models (move or delete them first).")
+    def destroy(self, request, *args, **kwargs):
+        require(Principal.of(request), Action.ADMIN)
+        team = self.get_object()
+        try:
+            team.delete()
+        except ProtectedError as exc:
+            raise Conflict(f"team {team.name!r} still owns models; it cannot be deleted") from exc
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(methods=["PUT"], request=RoleSerializer, responses={200: MembershipSerializer,
+                                                                       **error_responses(403, 404)})
+    @extend_schema(methods=["DELETE"], request=None, responses={204: None, **error_responses(403, 404)})
+    @action(detail=True, methods=["put", "delete"], url_path=r"members/(?P<username>[^/]+)")
+    def member(self, request, name=None, username=None):
+        """``PUT {"role": ...}`` gives ``username`` that role in the team; ``DELETE`` removes them (administrators)."""
+        require(Principal.of(request), Action.ADMIN)
+        team = self.get_object()
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise NotFound(f"no user named {username!r}")
+        if request.method == "DELETE":
+            deleted, _ = Membership.objects.filter(team=team, user=user).delete()
+            if not deleted:
+                raise NotFound(f"{username} is not a member of {team.name}")
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        data = RoleSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        membership = services.set_membership(team=team, user=user, role=data.validated_data["role"])
+        return Response(MembershipSerializer(membership).data)
