@@ -1,0 +1,326 @@
+"""Every API operation and every page, tried by a viewer, a maintainer, an owner, an outsider and an administrator.
+
+The world: team ``vision`` owns model ``resnet`` (v1 and v2, ``@staging`` and ``@production`` on v1),
+served by host ``gpu-dev`` and production host ``gpu-prod``, with a rollout to each, a promotion policy,
+an evaluation awaiting approval, a webhook and an upload opened by the maintainer. The outsider owns
+another team. Expected answers:
+
+- ``ok``: allowed (anything but 401, 403 and 404: a 409 or a 503 from a missing Triton still means
+  the access check let it through);
+- ``403``: the user may see the object but not do this;
+- ``404``: the user may not see the model at all (answered exactly like a missing one).
+
+The completeness tests fail when an operation of the API schema or a page URL has no row here, so an
+endpoint added later cannot skip its permission check unnoticed.
+"""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from accounts.choices import Role
+from accounts.models import Team
+from accounts.services import set_membership
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget, ServingHost
+from deployments.services import start_deployment
+from promotions import services as promotions
+from promotions.choices import Decision
+from promotions.models import PromotionEvaluation, Webhook
+from registry.choices import ArtifactFormat
+from registry.models import Alias, ModelVersion, RegisteredModel, Upload
+
+pytestmark = pytest.mark.django_db
+
+USERS = ("viewer", "maintainer", "owner", "outsider", "admin")
+RANK = {"viewer": 1, "maintainer": 2, "owner": 3, "admin": 4}
+
+
+def needs(role: str, *, scoped: bool = True) -> dict[str, object]:
+    """Expected answers when ``role`` (or more) is needed: users below get 403, and the outsider 404
+    when the object belongs to the team (``scoped``), else 403."""
+    expected = {user: "ok" if RANK[user] >= RANK[role] else 403 for user in RANK}
+    expected["outsider"] = 404 if scoped else 403
+    return expected
+
+
+EVERYONE = dict.fromkeys(USERS, "ok")
+ADMINS = {**dict.fromkeys(USERS, 403), "admin": "ok"}
+# An upload is its creator's (the maintainer's) or an administrator's; others do not learn it exists.
+UPLOADER = {**dict.fromkeys(USERS, 404), "maintainer": "ok", "admin": "ok"}
+
+# (method, path template as in the schema, path values, JSON body, expected per user)
+API = [
+    ("GET", "/api/v1/models/", {}, None, EVERYONE),
+    ("POST", "/api/v1/models/", {}, {"name": "efficientnet", "team": "vision"}, needs("maintainer", scoped=False)),
+    ("GET", "/api/v1/models/{name}/", {}, None, needs("viewer")),
+    ("PATCH", "/api/v1/models/{name}/", {}, {"description": "better"}, needs("maintainer")),
+    ("GET", "/api/v1/models/{model_name}/versions/", {}, None, needs("viewer")),
+    ("POST", "/api/v1/models/{model_name}/versions/", {}, {}, needs("maintainer")),
+    ("GET", "/api/v1/models/{model_name}/versions/{version}/", {"version": 2}, None, needs("viewer")),
+    ("DELETE", "/api/v1/models/{model_name}/versions/{version}/", {"version": 2}, None, needs("owner")),
+    ("GET", "/api/v1/models/{model_name}/aliases/", {}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("viewer")),
+    ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, {"version": 2},
+     needs("maintainer")),
+    ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, {"version": 2},
+     needs("owner")),
+    ("DELETE", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, None, needs("maintainer")),
+    ("DELETE", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("owner")),
+    ("POST", "/api/v1/models/{model_name}/infer/", {}, {"host": "gpu-dev", "inputs": {"x": [[1.0]]}},
+     needs("maintainer")),
+    ("GET", "/api/v1/models/{model_name}/metrics/", {}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/metrics/series/", {}, None, needs("viewer")),
+    ("POST", "/api/v1/models/{model_name}/uploads/", {}, {"filename": "big.tar.gz", "size": 10},
+     needs("maintainer")),
+    ("GET", "/api/v1/uploads/{upload_id}/", {}, None, UPLOADER),
+    ("DELETE", "/api/v1/uploads/{upload_id}/", {}, None, UPLOADER),
+    ("POST", "/api/v1/uploads/{upload_id}/parts/", {}, {"part_numbers": [1]}, UPLOADER),
+    ("POST", "/api/v1/uploads/{upload_id}/complete/", {}, {}, UPLOADER),
+    ("GET", "/api/v1/hosts/", {}, None, EVERYONE),
+    ("POST", "/api/v1/hosts/", {}, {"name": "gpu-new", "inference_url": "http://gpu-new:8000"}, ADMINS),
+    ("GET", "/api/v1/hosts/{name}/", {"name": "gpu-prod"}, None, EVERYONE),
+    ("DELETE", "/api/v1/hosts/{name}/", {"name": "gpu-spare"}, None, ADMINS),
+    ("POST", "/api/v1/hosts/{name}/models/{model_name}/unload/", {"name": "gpu-dev"}, None, needs("maintainer")),
+    ("POST", "/api/v1/hosts/{name}/models/{model_name}/unload/", {"name": "gpu-prod"}, None, needs("owner")),
+    ("POST", "/api/v1/hosts/{name}/models/{model_name}/reload/", {"name": "gpu-dev"}, None, needs("maintainer")),
+    ("POST", "/api/v1/hosts/{name}/models/{model_name}/reload/", {"name": "gpu-prod"}, None, needs("owner")),
+    ("GET", "/api/v1/deployments/", {}, None, EVERYONE),
+    ("POST", "/api/v1/deployments/", {}, {"model": "resnet", "version": 2, "hosts": ["gpu-dev"]},
+     needs("maintainer")),
+    ("POST", "/api/v1/deployments/", {}, {"model": "resnet", "version": 2, "hosts": ["gpu-prod"]}, needs("owner")),
+    ("GET", "/api/v1/deployments/{id}/", {"id": "dev"}, None, needs("viewer")),
+    *[("POST", f"/api/v1/deployments/{{id}}/{action}/", {"id": "dev"}, None, needs("maintainer"))
+      for action in ("pause", "resume", "cancel", "rollback")],
+    *[("POST", f"/api/v1/deployments/{{id}}/{action}/", {"id": "prod"}, None, needs("owner"))
+      for action in ("pause", "resume", "cancel", "rollback")],
+    ("GET", "/api/v1/audit/", {}, None, EVERYONE),
+    ("GET", "/api/v1/prometheus/targets/", {}, None, EVERYONE),
+    ("GET", "/api/v1/promotion-policies/", {}, None, EVERYONE),
+    ("POST", "/api/v1/promotion-policies/", {},
+     {"model": "resnet", "candidate_alias": "canary", "target_alias": "production"}, needs("owner")),
+    ("GET", "/api/v1/promotion-policies/{id}/", {"id": "policy"}, None, needs("viewer")),
+    ("PATCH", "/api/v1/promotion-policies/{id}/", {"id": "policy"}, {"dry_run": True}, needs("owner")),
+    ("DELETE", "/api/v1/promotion-policies/{id}/", {"id": "policy"}, None, needs("owner")),
+    ("POST", "/api/v1/promotion-policies/{id}/pause/", {"id": "policy"}, None, needs("owner")),
+    ("POST", "/api/v1/promotion-policies/{id}/resume/", {"id": "policy"}, None, needs("owner")),
+    ("POST", "/api/v1/promotion-policies/{id}/run/", {"id": "policy"}, None, needs("maintainer")),
+    ("GET", "/api/v1/promotion-evaluations/", {}, None, EVERYONE),
+    ("GET", "/api/v1/promotion-evaluations/{id}/", {"id": "evaluation"}, None, needs("viewer")),
+    ("POST", "/api/v1/promotion-evaluations/{id}/approve/", {"id": "evaluation"}, None, needs("owner")),
+    ("POST", "/api/v1/promotion-evaluations/{id}/reject/", {"id": "evaluation"}, {"reason": "no"}, needs("owner")),
+    ("GET", "/api/v1/webhooks/", {}, None, ADMINS),
+    ("POST", "/api/v1/webhooks/", {}, {"url": "https://example.com/hook"}, ADMINS),
+    ("GET", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
+    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "webhook"}, {"enabled": False}, ADMINS),
+    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
+    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS),
+    ("GET", "/api/v1/teams/", {}, None, EVERYONE),
+    ("POST", "/api/v1/teams/", {}, {"name": "audio"}, ADMINS),
+    ("GET", "/api/v1/teams/{name}/", {"name": "vision"}, None, needs("viewer")),
+    ("DELETE", "/api/v1/teams/{name}/", {"name": "empty"}, None, ADMINS),
+    ("PUT", "/api/v1/teams/{name}/members/{username}/", {"name": "vision", "username": "outsider"},
+     {"role": "viewer"}, ADMINS),
+    ("DELETE", "/api/v1/teams/{name}/members/{username}/", {"name": "vision", "username": "viewer"}, None, ADMINS),
+]
+
+
+@pytest.fixture
+def world(db) -> dict:
+    """The team, its members, the outsider, the model, hosts, rollouts, policy, evaluation, webhook and upload."""
+    users = get_user_model().objects
+    vision, nlp = Team.objects.create(name="vision"), Team.objects.create(name="nlp")
+    Team.objects.create(name="empty")
+    people = {"admin": users.create_superuser(username="admin", password=None)}
+    for name, role in (("viewer", Role.VIEWER), ("maintainer", Role.MAINTAINER), ("owner", Role.OWNER)):
+        people[name] = users.create_user(username=name)  # no password: hashing one costs ~0.3 s
+        set_membership(team=vision, user=people[name], role=role)
+    people["outsider"] = users.create_user(username="outsider")
+    set_membership(team=nlp, user=people["outsider"], role=Role.OWNER)
+
+    model = RegisteredModel.objects.create(name="resnet", team=vision, next_version=3)
+    versions = [
+        ModelVersion.objects.create(
+            model=model, version=n, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"sha256/{n:064d}",
+            artifact_sha256=f"{n:064d}", artifact_size=1, created_by=people["owner"],
+        )
+        for n in (1, 2)
+    ]
+    for alias in ("staging", "production"):
+        Alias.objects.create(model=model, name=alias, version=versions[0])
+    for name, production in (("gpu-dev", False), ("gpu-prod", True), ("gpu-spare", False)):
+        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000", production=production)
+    ids = {
+        "dev": start_deployment(model_name="resnet", version=1, host_names=["gpu-dev"], actor=people["owner"]).pk,
+        "prod": start_deployment(model_name="resnet", version=1, host_names=["gpu-prod"], actor=people["owner"]).pk,
+    }
+    DeploymentTarget.objects.update(state=TargetState.READY)  # both hosts serve v1 (their Triton is unreachable)
+    policy = promotions.create_policy(model_name="resnet", candidate_alias="staging", target_alias="production")
+    ids["policy"] = policy.pk
+    ids["evaluation"] = PromotionEvaluation.objects.create(
+        policy=policy, decision=Decision.AWAITING_APPROVAL, candidate_version=versions[0]).pk
+    ids["webhook"] = Webhook.objects.create(url="https://example.com/hook", secret="s" * 32, model=model).pk
+    upload = Upload.objects.create(
+        model=model, filename="big.tar.gz", size=10, part_size=5 * 1024 * 1024, staging_key="uploads/x",
+        s3_upload_id="not-a-real-upload", created_by=people["maintainer"],
+        expires_at=timezone.now() + timezone.timedelta(hours=1),
+    )
+    ids["upload"] = str(upload.pk)
+    return {"users": people, "ids": ids}
+
+
+def api_as(world: dict, who: str) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(world["users"][who])
+    return client
+
+
+def fill(template: str, values: dict, ids: dict) -> str:
+    values = {"name": "resnet", "model_name": "resnet", "upload_id": ids["upload"], **values}
+    if "id" in values:
+        values["id"] = ids[values["id"]]
+    return template.format(**values)
+
+
+def verdict(status: int) -> object:
+    assert status < 500 or status in (502, 503), f"unexpected {status}"
+    return status if status in (401, 403, 404) else "ok"
+
+
+@pytest.mark.parametrize("who", USERS)
+@pytest.mark.parametrize(("method", "template", "values", "body", "expected"), API,
+                         ids=[f"{m} {t} {v}" for m, t, v, _, _ in API])
+def test_each_api_operation_answers_each_kind_of_user_as_their_role_allows(world, who, method, template, values,
+                                                                            body, expected):
+    path = fill(template, values, world["ids"])
+    answer = getattr(api_as(world, who), method.lower())(path, body, format="json")
+    assert verdict(answer.status_code) == expected[who], (answer.status_code, answer.content[:300])
+    if expected[who] == 403:
+        assert answer.json()["detail"]  # a sentence that says which role or scope is missing
+
+
+def test_every_operation_of_the_api_schema_has_a_row_in_the_matrix(api_client):
+    schema = api_client.get("/api/schema/", HTTP_ACCEPT="application/json").json()
+    operations = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops
+                  if method in ("get", "post", "put", "patch", "delete")}
+    covered = {(method, template) for method, template, *_ in API}
+    assert operations - covered == set()
+
+
+def test_an_outsider_lists_none_of_the_teams_models_deployments_policies_or_audit_events(world):
+    outsider, viewer = api_as(world, "outsider"), api_as(world, "viewer")
+    for path in ("/api/v1/models/", "/api/v1/deployments/", "/api/v1/promotion-policies/",
+                 "/api/v1/promotion-evaluations/", "/api/v1/audit/?model=resnet"):
+        assert outsider.get(path).json()["results"] == [], path
+        assert viewer.get(path).json()["results"] != [], path
+    assert [t["name"] for t in outsider.get("/api/v1/teams/").json()["results"]] == ["nlp"]
+
+
+def test_a_refusal_names_the_role_needed_and_the_role_held(world):
+    answer = api_as(world, "maintainer").put("/api/v1/models/resnet/aliases/production/", {"version": 2},
+                                             format="json")
+    assert answer.json()["detail"] == "moving the alias 'production' needs the owner role in team 'vision' (you are maintainer)"
+    assert Alias.objects.get(name="production").version.version == 1
+    answer = api_as(world, "maintainer").post("/api/v1/deployments/", {"model": "resnet", "version": 2,
+                                                                       "hosts": ["gpu-prod"]}, format="json")
+    assert answer.status_code == 403 and "deploying to production hosts needs the owner role" in answer.json()["detail"]
+
+
+def test_a_model_registered_without_a_team_goes_to_the_only_team_the_user_maintains(world):
+    answer = api_as(world, "maintainer").post("/api/v1/models/", {"name": "mobilenet"}, format="json")
+    assert answer.status_code == 201 and answer.json()["team"] == "vision"
+    Team.objects.get(name="nlp").memberships.create(user=world["users"]["maintainer"], role=Role.MAINTAINER)
+    answer = api_as(world, "maintainer").post("/api/v1/models/", {"name": "bert"}, format="json")
+    assert answer.status_code == 400 and "one of nlp, vision" in answer.json()["detail"]
+    assert not RegisteredModel.objects.filter(name="bert").exists()
+    answer = api_as(world, "viewer").post("/api/v1/models/", {"name": "bert"}, format="json")
+    assert answer.status_code == 403 and not RegisteredModel.objects.filter(name="bert").exists()
+
+
+# Pages: (method, URL name, kwargs, form data, expected per user)
+PAGES = [
+    ("GET", "registry:model-list", {}, None, EVERYONE),
+    ("GET", "registry:model-detail", {"name": "resnet"}, None, needs("viewer")),
+    ("POST", "registry:model-edit", {"name": "resnet"}, {"description": "x"}, needs("maintainer")),
+    ("GET", "registry:version-upload", {"name": "resnet"}, None, needs("maintainer")),
+    # refusals of the alias form come back to the model page as a message (see the test below)
+    ("POST", "registry:alias-set", {"name": "resnet"}, {"alias": "staging", "version": 2}, needs("viewer")),
+    ("GET", "registry:alias-delete", {"name": "resnet", "alias": "staging"}, None, needs("maintainer")),
+    ("GET", "registry:alias-delete", {"name": "resnet", "alias": "production"}, None, needs("owner")),
+    ("GET", "registry:version-detail", {"name": "resnet", "version": 2}, None, needs("viewer")),
+    ("GET", "registry:version-delete", {"name": "resnet", "version": 2}, None, needs("owner")),
+    ("GET", "registry:version-download", {"name": "resnet", "version": 2}, None, needs("viewer")),
+    ("GET", "audit-log", {}, None, EVERYONE),
+    ("GET", "deployments:host-list", {}, None, EVERYONE),
+    ("GET", "deployments:host-create", {}, None, ADMINS),
+    ("GET", "deployments:host-detail", {"name": "gpu-dev"}, None, EVERYONE),
+    ("GET", "deployments:host-model-unload", {"name": "gpu-dev", "model_name": "resnet"}, None,
+     needs("maintainer")),
+    ("GET", "deployments:host-model-unload", {"name": "gpu-prod", "model_name": "resnet"}, None, needs("owner")),
+    ("POST", "deployments:host-model-reload", {"name": "gpu-prod", "model_name": "resnet"}, None, needs("owner")),
+    ("GET", "deployments:rollout-create", {"model_name": "resnet"}, None, needs("maintainer")),
+    ("GET", "deployments:try-it", {"model_name": "resnet"}, None, needs("maintainer")),
+    ("GET", "deployments:rollout-detail", {"pk": "dev"}, None, needs("viewer")),
+    ("GET", "deployments:rollout-progress", {"pk": "dev"}, None, needs("viewer")),
+    ("POST", "deployments:rollout-action", {"pk": "dev", "action": "pause"}, None, needs("maintainer")),
+    ("POST", "deployments:rollout-action", {"pk": "prod", "action": "pause"}, None, needs("owner")),
+    ("GET", "promotions:model-policies", {"model_name": "resnet"}, None, needs("viewer")),
+    ("GET", "promotions:policy-create", {"model_name": "resnet"}, None, needs("owner")),
+    ("GET", "promotions:policy-detail", {"policy_id": "policy"}, None, needs("viewer")),
+    ("GET", "promotions:policy-edit", {"policy_id": "policy"}, None, needs("owner")),
+    ("POST", "promotions:policy-run", {"policy_id": "policy"}, None, needs("maintainer")),
+    ("POST", "promotions:policy-pause", {"policy_id": "policy"}, None, needs("owner")),
+    ("POST", "promotions:policy-resume", {"policy_id": "policy"}, None, needs("owner")),
+    ("POST", "promotions:evaluation-approve", {"evaluation_id": "evaluation"}, None, needs("owner")),
+    ("POST", "promotions:evaluation-reject", {"evaluation_id": "evaluation"}, None, needs("owner")),
+    ("GET", "monitoring:overview", {}, None, EVERYONE),
+    ("GET", "monitoring:overview-table", {}, None, EVERYONE),
+    ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
+]
+PAGE_IDS = {"pk", "policy_id", "evaluation_id"}
+
+
+@pytest.mark.parametrize("who", USERS)
+@pytest.mark.parametrize(("method", "name", "kwargs", "data", "expected"), PAGES,
+                         ids=[f"{m} {n} {k}" for m, n, k, _, _ in PAGES])
+def test_each_page_answers_each_kind_of_user_as_their_role_allows(client, world, who, method, name, kwargs, data,
+                                                                   expected):
+    from django.urls import reverse
+
+    kwargs = {k: world["ids"][v] if k in PAGE_IDS else v for k, v in kwargs.items()}
+    client.force_login(world["users"][who])
+    answer = getattr(client, method.lower())(reverse(name, kwargs=kwargs), data or {})
+    assert verdict(answer.status_code) == expected[who], answer.status_code
+
+
+def test_the_alias_form_refuses_a_maintainer_moving_production_with_a_message(client, world):
+    client.force_login(world["users"]["maintainer"])
+    page = client.post("/models/resnet/aliases/", {"alias": "production", "version": 2}, follow=True)
+    assert "needs the owner role in team &#x27;vision&#x27;" in page.content.decode()
+    assert Alias.objects.get(name="production").version.version == 1
+
+
+def _page_patterns(resolver=None, prefix: str = "") -> set[str]:
+    names = set()
+    for entry in (resolver or get_resolver()).url_patterns:
+        if isinstance(entry, URLResolver):
+            if entry.namespace in ("registry", "deployments", "promotions", "monitoring"):
+                names |= {f"{entry.namespace}:{n}" for n in _page_patterns(entry)}
+        elif isinstance(entry, URLPattern) and entry.name:
+            names.add(entry.name)
+    return names
+
+
+def test_every_page_of_the_apps_has_a_row_in_the_matrix():
+    covered = {name for _, name, *_ in PAGES} | {"audit-log"}
+    pages = {n for n in _page_patterns() if ":" in n} | {"audit-log"}
+    assert pages - covered == set()
+
+
+def test_the_admin_site_is_for_administrators_only(client, world):
+    client.force_login(world["users"]["owner"])
+    assert client.get("/admin/accounts/team/").status_code == 302  # to the admin login
+    client.force_login(world["users"]["admin"])
+    assert client.get("/admin/accounts/team/").status_code == 200
