@@ -152,6 +152,13 @@ def cmd_register(client: Client, args) -> int:
     return 0
 
 
+def cmd_model(client: Client, args) -> int:
+    body = client.request("POST", "models/", json={"name": args.name, "team": args.team or "",
+                                                   "description": args.description or ""})
+    print(json.dumps({"name": body["name"], "team": body["team"]}))
+    return 0
+
+
 def cmd_alias(client: Client, args) -> int:
     if args.action == "set":
         if args.version is None:
@@ -279,6 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     reg.add_argument("--resume", metavar="UPLOAD_ID", help="continue an interrupted multipart upload")
     reg.add_argument("--timeout", type=float, default=1800, help="seconds to wait for verification")
     reg.set_defaults(func=cmd_register)
+    model = sub.add_parser("model", help="create a registered model")
+    model.add_argument("action", choices=["create"])
+    model.add_argument("name")
+    model.add_argument("--team", help="the owning team (may be left out when you maintain exactly one)")
+    model.add_argument("--description")
+    model.set_defaults(func=cmd_model)
     alias = sub.add_parser("alias", help="get, set or delete an alias")
     alias.add_argument("action", choices=["get", "set", "delete"])
     alias.add_argument("model")
