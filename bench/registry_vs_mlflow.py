@@ -134,15 +134,15 @@ def populate_ours(models: int, versions: int) -> dict:
     """Bulk ORM inserts: models with a team tag, READY versions (rows only), a user with a token."""
     from django.contrib.auth import get_user_model
     from django.db import transaction
-    from rest_framework.authtoken.models import Token
 
+    from accounts.tokens import default_scopes, issue_token
     from registry.choices import ArtifactFormat
     from registry.models import ModelVersion, RegisteredModel
 
     started = time.perf_counter()
     with transaction.atomic():
         user = get_user_model().objects.create_user(username="bench", password=uuid.uuid4().hex)
-        token = Token.objects.create(user=user).key
+        token = issue_token(user=user, name="bench", scopes=default_scopes(user))[1]
         for low in range(0, models, 2000):
             rows = RegisteredModel.objects.bulk_create(
                 RegisteredModel(name=model_name(i), tags={"team": f"team-{i % TEAMS}"}, next_version=versions + 1,
@@ -164,7 +164,7 @@ def count_sql_queries(token: str) -> dict:
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
 
-    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     urls = {"list models": "/api/v1/models/?page_size={n}",
             "search by tag": "/api/v1/models/?tag=team%3Dteam-3&page_size={n}",
             "list versions": f"/api/v1/models/{model_name(7)}/versions/?page_size={{n}}"}
@@ -199,7 +199,7 @@ def rows_in(label: str, body: dict) -> int:
 
 def measure(ours: str, mlflow: str, token: str, *, models: int, versions: int, warmup: int, rounds: int) -> dict:
     ours_session, mlflow_session = requests.Session(), requests.Session()
-    ours_session.headers["Authorization"] = f"Token {token}"
+    ours_session.headers["Authorization"] = f"Bearer {token}"
     rng = random.Random(7)
     timings: dict[str, dict[str, list[float]]] = {}
     rows: dict[str, dict[str, int]] = {}

@@ -235,12 +235,14 @@ class RolloutStack:
 
     def _register_fleet(self) -> None:
         from django.contrib.auth import get_user_model
-        from rest_framework.authtoken.models import Token
         from rest_framework.test import APIClient
+
+        from accounts.tokens import default_scopes, issue_token
 
         user = get_user_model().objects.create_user(username="bench", is_staff=True, is_superuser=True)
         self.client = APIClient()
-        self.client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        _token, plaintext = issue_token(user=user, name="bench", scopes=default_scopes(user))
+        self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
         self.api("post", "/api/v1/models/", {"name": MODEL})
         for host in self.hosts.values():
             self.api("post", "/api/v1/hosts/", {

@@ -193,9 +193,10 @@ def run(args) -> dict:
         redis.Redis.from_url(args.broker).flushdb()
         token = subprocess.run(
             [sys.executable, "manage.py", "shell", "-c",
-             "from django.contrib.auth import get_user_model; from rest_framework.authtoken.models import Token;"
+             "from django.contrib.auth import get_user_model; from accounts.tokens import issue_token;"
              "from registry.models import RegisteredModel; RegisteredModel.objects.create(name='bench');"
-             "print(Token.objects.create(user=get_user_model().objects.create_user('bench')).key)"],
+             "print(issue_token(user=get_user_model().objects.create_user('bench'), name='bench',"
+             " scopes=['read', 'write'])[1])"],
             cwd=REPO, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
         processes.append(start("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)], env, logs))
         wait_until(lambda: requests.get(s3_url, timeout=2).ok, 60, "moto_server")

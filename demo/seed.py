@@ -61,7 +61,7 @@ class Api:
     def __init__(self, base_url: str, token: str) -> None:
         self.base_url = base_url.rstrip("/")
         self.session = requests.Session()
-        self.session.headers.update({"Authorization": f"Token {token}", "Accept": "application/json"})
+        self.session.headers.update({"Authorization": f"Bearer {token}", "Accept": "application/json"})
 
     def url(self, path: str) -> str:
         """Return the absolute URL of ``path`` (absolute URLs pass through)."""

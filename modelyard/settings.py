@@ -33,7 +33,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "csp",
@@ -139,11 +138,17 @@ FILE_UPLOAD_MAX_MEMORY_SIZE = 2_621_440
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10_485_760
 
 REST_FRAMEWORK = {
+    # API tokens (stored as SHA-256 digests, scoped, expiring): ``Authorization: Bearer <token>``;
+    # the browser's session for the pages' own calls.
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    # A view that sets its own permission_classes must list TokenScopePermission too.
+    "DEFAULT_PERMISSION_CLASSES": [
+        "rest_framework.permissions.IsAuthenticated",
+        "accounts.permissions.TokenScopePermission",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "modelyard.api.CursorPagination",
@@ -164,6 +169,7 @@ SPECTACULAR_SETTINGS = {
         "DeploymentStatusEnum": "deployments.choices.DeploymentStatus",
         "VersionStatusEnum": "registry.choices.VersionStatus",
         "PromotionDecisionEnum": "promotions.choices.Decision",
+        "ApiTokenStateEnum": "accounts.api.serializers.TOKEN_STATES",
     },
 }
 

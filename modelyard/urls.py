@@ -9,6 +9,7 @@ from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
 from accounts.api.teams import TeamViewSet
+from accounts.api.views import ApiTokenViewSet
 from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
@@ -25,6 +26,7 @@ from registry.api.views import (
 )
 
 router = DefaultRouter()
+router.register("tokens", ApiTokenViewSet, basename="token")
 router.register("models", RegisteredModelViewSet, basename="model")
 router.register("hosts", ServingHostViewSet, basename="host")
 router.register("deployments", DeploymentViewSet, basename="deployment")
@@ -68,6 +70,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
+    path("account/", include("accounts.urls")),
     path("models/", include("registry.urls")),
     path("audit/", registry_views.audit_log, name="audit-log"),
     path("", include("deployments.urls")),

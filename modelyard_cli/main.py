@@ -1,7 +1,8 @@
 """The ``modelyard`` command: register versions, move aliases, deploy and wait, from CI.
 
 Configuration comes from the environment: ``MODELYARD_URL`` (default http://127.0.0.1:8080)
-and ``MODELYARD_TOKEN`` (an API token; ``manage.py create_api_token <user>`` prints one).
+and ``MODELYARD_TOKEN`` (an API token, sent as ``Authorization: Bearer <token>``: make one on the
+server's /account/tokens/ page, with ``POST /api/v1/tokens/``, or ``manage.py create_api_token <user>``).
 Every command exits 0 on success, 1 when the server refused or the deployment failed, and
 2 on bad usage; errors go to stderr as the server's own message.
 
@@ -52,10 +53,11 @@ class Client:
 
     def __init__(self, url: str, token: str, timeout: float = 60.0):
         if not token:
-            raise CLIError("MODELYARD_TOKEN is not set: create one with 'manage.py create_api_token <user>'")
+            raise CLIError("MODELYARD_TOKEN is not set: make an API token on the server's /account/tokens/ page "
+                           "or with 'manage.py create_api_token <user>'")
         self.url = url.rstrip("/")
         self.session = requests.Session()
-        self.session.headers["Authorization"] = f"Token {token}"
+        self.session.headers["Authorization"] = f"Bearer {token}"
         self.timeout = timeout
 
     def request(self, method: str, path: str, **kwargs) -> dict | list | None:

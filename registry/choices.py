@@ -54,6 +54,8 @@ class AuditAction(models.TextChoices):
     DEPLOYMENT_CHANGED = "deployment.changed", "Rollout paused, resumed, cancelled or rolled back"
     MODEL_UNLOADED = "host_model.unloaded", "Model unloaded from a host"
     MODEL_RELOADED = "host_model.reloaded", "Model reloaded on a host"
+    TOKEN_CREATED = "token.created", "API token created"
+    TOKEN_REVOKED = "token.revoked", "API token revoked"
 
 
 class UploadStatus(models.TextChoices):

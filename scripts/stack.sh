@@ -487,7 +487,7 @@ Modelyard is running.
   Triton       http://127.0.0.1:$TRITON_HTTP_PORT/v2  (gRPC 127.0.0.1:$TRITON_GRPC_PORT, metrics http://127.0.0.1:$TRITON_METRICS_PORT/metrics)
   S3           $MODELYARD_S3_ENDPOINT_URL
   Login        admin / $password
-  API token    $token   (header: Authorization: Token <key>)
+  API token    $token   (header: Authorization: Bearer <token>)
   Logs         var/log/   Shell env: source var/stack.env   Stop: make stop
 EOF
 }

@@ -2,8 +2,9 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.factories import token_for
 
 pytest_plugins = ["tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions"]
 
@@ -41,6 +42,5 @@ def user(db):
 def api_client(user) -> APIClient:
     """An API client authenticated with ``user``'s token, as CI would be."""
     client = APIClient()
-    token = Token.objects.create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     return client

@@ -15,14 +15,15 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
+from accounts.tokens import issue_token
 from demo.iris import build_iris_archive
 from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
 from registry import services as registry_services
 from registry import uploads
+from tests.factories import token_for
 from tests.fixtures.services import free_port
 from tests.fuzzing import FuzzWorld, fuzz_api
 
@@ -59,11 +60,15 @@ def fuzz_world(s3_endpoint, start_prometheus_with_config, tmp_path, settings) ->
                                                       actor=staff)
     DeploymentTarget.objects.filter(deployment=deployment).update(state=TargetState.READY)  # "served" by local
     upload = uploads.start_upload(model_name="iris", filename="big.tar.gz", size=20 * 1024 * 1024, actor=staff)
-    return FuzzWorld(token=Token.objects.create(user=staff).key, path_parameters={
+    token = token_for(staff)
+    other_token, _plaintext = issue_token(user=staff, name="to-revoke", scopes=["read"])  # not the fuzzer's own
+    return FuzzWorld(token=token, path_parameters={
         "/api/v1/": {"model_name": "iris", "name": "iris", "version": 1, "alias": "production",
                      "id": deployment.pk, "upload_id": str(upload.pk)},
         "/api/v1/hosts/": {"name": "local", "model_name": "iris"},
+        "/api/v1/tokens/": {"id": other_token.pk},
     }, bodies={
+        "POST /api/v1/tokens/": {"name": "fuzz", "scopes": ["read", "write"]},
         "POST /api/v1/models/{model_name}/infer/": {"host": "local", "inputs": {"input": [[5.1, 3.5, 1.4, 0.2]]}},
         "POST /api/v1/deployments/": {"model": "iris", "version": 1, "hosts": ["local"]},
         "POST /api/v1/hosts/": {"name": "other", "inference_url": "http://127.0.0.1:9/"},

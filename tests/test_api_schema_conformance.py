@@ -8,7 +8,6 @@ import datetime
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
 from demo.iris import build_iris_archive
 from deployments import rollouts
@@ -16,6 +15,7 @@ from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
 from registry import services as registry_services
+from tests.factories import token_for
 from tests.fuzzing import call_and_check
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def token(db) -> str:
     staff = get_user_model().objects.create_user(username="admin", is_staff=True)
-    return Token.objects.create(user=staff).key
+    return token_for(staff)
 
 
 @pytest.fixture

@@ -374,7 +374,9 @@ def test_the_prometheus_api_token_secret_comes_from_the_environment_and_is_given
 def test_the_api_token_one_shot_gives_the_prometheus_user_exactly_the_secret_and_can_run_again(services, tmp_path):
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
-    from rest_framework.authtoken.models import Token
+
+    from accounts.models import ApiToken
+    from accounts.tokens import TokenRejected, authenticate_token, token_digest
 
     args = command_args(services["prometheus-api-token"])
     assert args[:4] == ["python", "manage.py", "shell", "-c"], args
@@ -386,15 +388,19 @@ def test_the_api_token_one_shot_gives_the_prometheus_user_exactly_the_secret_and
         secret.write_text(key + "\n")
         call_command("shell", command=script.replace("/run/secrets/prometheus_api_token", str(secret)))
 
-    run("a" * 40)
-    run("a" * 40)
+    first, second = "my_0123456789ab_" + "a" * 64, "my_ba9876543210_" + "b" * 64
+    run(first)
+    run(first)
     user = get_user_model().objects.get(username="prometheus")
-    assert list(Token.objects.filter(user=user).values_list("key", flat=True)) == ["a" * 40]
+    assert authenticate_token(first).user == user and authenticate_token(first).scopes == ["read"]
+    assert list(ApiToken.objects.filter(user=user).values_list("digest", flat=True)) == [token_digest(first)]
     assert not user.has_usable_password() and not user.is_staff and not user.is_superuser
-    run("b" * 40)
-    assert list(Token.objects.filter(user=user).values_list("key", flat=True)) == ["b" * 40]
-    with pytest.raises(SystemExit, match="40 characters"):
-        run("too-short")
+    run(second)
+    assert authenticate_token(second).user == user
+    with pytest.raises(TokenRejected, match="revoked"):
+        authenticate_token(first)
+    with pytest.raises(SystemExit, match="my_<prefix>_<secret>"):
+        run("a" * 40)
 
 
 def test_the_local_prometheus_template_renders_to_a_config_that_discovers_serving_hosts():

@@ -1,8 +1,11 @@
 """Project wiring: the OpenAPI schema, the health probe, the token command."""
 
+import hashlib
+
 import pytest
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
+
+from accounts.models import ApiToken
 
 pytestmark = pytest.mark.django_db
 
@@ -32,12 +35,15 @@ def test_the_health_probe_answers_without_login(client):
     assert answer.status_code == 200 and answer.content == b"ok"
 
 
-def test_create_api_token_prints_a_working_token(user, client, capsys):
+def test_create_api_token_prints_a_working_token_and_stores_only_its_digest(user, client, capsys):
     call_command("create_api_token", user.username)
     key = capsys.readouterr().out.strip()
-    assert Token.objects.get(user=user).key == key
-    answer = client.get("/api/v1/models/", HTTP_AUTHORIZATION=f"Token {key}")
-    assert answer.status_code == 200
+    token = ApiToken.objects.get(user=user)
+    assert token.digest == hashlib.sha256(key.encode()).hexdigest() and key.startswith(f"my_{token.prefix}_")
+    assert token.scopes == ["read", "write", "deploy"] and token.expires_at is None and token.team is None
+    for scheme in ("Bearer", "Token"):
+        answer = client.get("/api/v1/models/", HTTP_AUTHORIZATION=f"{scheme} {key}")
+        assert answer.status_code == 200
 
 
 def test_create_api_token_fails_clearly_for_an_unknown_user():

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 
 from accounts import services
 from accounts.access import Action, Principal, require
-from accounts.choices import Role
+from accounts.choices import Role, Scope
 from accounts.models import Membership, Team
 from modelyard.api import error_responses
 from modelyard.errors import Conflict, NotFound
@@ -61,6 +61,7 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
     """Teams, looked up by name: members read their own, administrators manage all."""
 
     serializer_class = TeamSerializer
+    required_scope = Scope.ADMIN
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering = "name"

@@ -7,6 +7,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import Action, Principal, model_for, require, scope_team_filter
+from accounts.choices import Scope
+from accounts.permissions import TokenScopePermission
 from deployments import lifecycle, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
@@ -29,7 +31,8 @@ class ServingHostViewSet(
     """Serving hosts, looked up by name. ``DELETE`` removes one (409 while a deployment runs there)."""
 
     serializer_class = ServingHostSerializer
-    permission_classes = [AdminCanWrite]
+    permission_classes = [AdminCanWrite, TokenScopePermission]
+    required_scope = {"unload": Scope.DEPLOY, "reload": Scope.DEPLOY, "default": Scope.ADMIN}
     lookup_field = "name"
     lookup_value_regex = "[^/]+"
     ordering = "name"
@@ -47,7 +50,7 @@ class ServingHostViewSet(
 
     @extend_schema(request=None, responses={202: ModelUnloadSerializer, **error_responses(403, 404, 409)})
     @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/unload",
-            permission_classes=[permissions.IsAuthenticated])
+            permission_classes=[permissions.IsAuthenticated, TokenScopePermission])
     def unload(self, request, name=None, model_name=None):
         """Unload a model from this host (the reconciler will not load it back); 202 while the agent unloads.
 
@@ -58,7 +61,7 @@ class ServingHostViewSet(
 
     @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})
     @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/reload",
-            permission_classes=[permissions.IsAuthenticated])
+            permission_classes=[permissions.IsAuthenticated, TokenScopePermission])
     def reload(self, request, name=None, model_name=None):
         """Load again the version last unloaded from this host, as a one-host rollout (rights as for unload)."""
         _authorize_host_operation(request, name, model_name)
@@ -93,6 +96,7 @@ class DeploymentViewSet(
     """
 
     serializer_class = DeploymentSerializer
+    required_scope = Scope.DEPLOY
     lookup_value_regex = "[0-9]+"
     ordering = "-id"
     queryset = (
@@ -178,6 +182,8 @@ class DeploymentViewSet(
 
 class ModelInferenceView(APIView):
     """Try it: send one inference request to the model on a chosen host and get the outputs and latency."""
+
+    required_scope = Scope.DEPLOY
 
     @extend_schema(request=InferenceRequestSerializer,
                    responses={200: InferenceResultSerializer, **error_responses(403, 404, 409, 503)},

@@ -6,6 +6,8 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from accounts.access import Action, Principal, model_for, require, scope_team_filter
+from accounts.choices import Scope
+from accounts.permissions import TokenScopePermission
 from modelyard.api import AdminOnly
 from modelyard.errors import InvalidInput
 from promotions import services, webhooks
@@ -165,7 +167,8 @@ class WebhookViewSet(
     lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = WebhookSerializer
-    permission_classes = [AdminOnly]
+    permission_classes = [AdminOnly, TokenScopePermission]
+    required_scope = Scope.ADMIN
     queryset = Webhook.objects.select_related("model").order_by("id")
     ordering = "id"
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]

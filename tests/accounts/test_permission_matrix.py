@@ -221,7 +221,8 @@ def test_an_outsider_lists_none_of_the_teams_models_deployments_policies_or_audi
 def test_a_refusal_names_the_role_needed_and_the_role_held(world):
     answer = api_as(world, "maintainer").put("/api/v1/models/resnet/aliases/production/", {"version": 2},
                                              format="json")
-    assert answer.json()["detail"] == "moving the alias 'production' needs the owner role in team 'vision' (you are maintainer)"
+    assert answer.json()["detail"] == ("moving the alias 'production' needs the owner role in team 'vision' "
+                                       "(you are maintainer)")
     assert Alias.objects.get(name="production").version.version == 1
     answer = api_as(world, "maintainer").post("/api/v1/deployments/", {"model": "resnet", "version": 2,
                                                                        "hosts": ["gpu-prod"]}, format="json")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
 from demo.iris import build_iris_model_dir
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from registry.models import ModelVersion, RegisteredModel
+from tests.factories import token_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 CLI = Path(sys.executable).parent / "modelyard"
@@ -22,7 +22,7 @@ CLI = Path(sys.executable).parent / "modelyard"
 @pytest.fixture
 def cli(live_server, s3_endpoint):
     user = get_user_model().objects.create_user(username="ci")
-    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": Token.objects.create(user=user).key}
+    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token_for(user)}
 
     def run(*args: str, token: str | None = None) -> subprocess.CompletedProcess:
         run_env = dict(env) if token is None else {**env, "MODELYARD_TOKEN": token}

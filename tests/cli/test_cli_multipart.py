@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
+from tests.factories import token_for
 from tests.fixtures.services import wait_for
 from tests.registry.conftest import VALID_CONFIG, MiB, make_large_archive
 from tests.registry.uploading import PART, part_bytes, sha256_of
@@ -30,7 +30,7 @@ def worker(s3_endpoint, start_celery_worker):
 @pytest.fixture
 def cli(live_server, s3_endpoint, worker):
     user = get_user_model().objects.create_user(username="ci")
-    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": Token.objects.create(user=user).key}
+    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token_for(user)}
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(CLI), *args], env=env, capture_output=True, text=True, timeout=180)

@@ -28,12 +28,13 @@ def user(db):
 
 
 def test_only_administrators_register_or_delete_hosts(db):
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from tests.factories import token_for
 
     member = get_user_model().objects.create_user(username="member")
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=member).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(member)}")
     answer = client.post("/api/v1/hosts/", HOST, format="json")
     assert answer.status_code == 403 and "administrators" in answer.json()["detail"]
     assert client.get("/api/v1/hosts/").status_code == 200

@@ -10,13 +10,13 @@ import threading
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.tasks import report_heartbeat
 from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos, serving_homes
 from tests.e2e.support import wait_deployment
+from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -73,7 +73,7 @@ def bento_host(s3_endpoint, start_celery_worker, bentos, agent_root):
     start_agent()
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     assert client.post("/api/v1/models/", {"name": MODEL}, format="json").status_code == 201
     answer = client.post("/api/v1/hosts/", {"name": HOST, "runtime": "bentoml", "inference_url": url}, format="json")
     assert answer.status_code == 201, answer.content

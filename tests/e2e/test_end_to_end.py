@@ -14,12 +14,12 @@ import pytest
 import requests
 from django.contrib.auth import get_user_model
 from django.test import override_settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
 from deployments.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, upload, wait_deployment
+from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -47,7 +47,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
 
     user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
 
     assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
     assert upload(client, build_iris_archive(tmp_path / "v1.tar.gz")) == 1

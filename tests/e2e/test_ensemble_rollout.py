@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
 from deployments.runtimes.triton import TritonRuntime
 from tests.e2e.support import wait_deployment
+from tests.factories import token_for
 from tests.fixtures.services import wait_for
 from tests.registry.format_builders import ensemble_config, write_triton_dir
 
@@ -25,7 +25,7 @@ def test_an_ensemble_deploys_its_composing_model_first_and_answers(s3_endpoint, 
                                 env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     for name in ("iris", "iris-ens"):
         assert client.post("/api/v1/models/", {"name": name}, format="json").status_code == 201
     with open(build_iris_archive(tmp_path / "iris.tar.gz"), "rb") as fh:

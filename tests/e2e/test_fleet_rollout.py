@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget
 from deployments.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, upload, wait_deployment
+from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -58,7 +58,7 @@ def fleet(s3_endpoint, start_triton, start_celery_worker, tmp_path) -> Fleet:
     agents = {name: start_agent(name) for name in HOSTS}
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
     for name, triton in tritons.items():
         answer = client.post("/api/v1/hosts/", {

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
 from deployments.runtimes.triton import TritonRuntime
 from tests.e2e.support import upload, wait_deployment
+from tests.factories import token_for
 from tests.fixtures.services import BIN, TEST_BROKER_URL, Service, _http_ok, _spawn, free_port, wait_for
 from tests.fixtures.triton import TritonServer
 
@@ -128,7 +128,7 @@ def one_host_fleet(fleet_broker, s3_endpoint, start_triton, start_celery_worker,
                    **env, "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})]
     staff = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=staff).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(staff)}")
     assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
     answer = client.post("/api/v1/hosts/", {
         "name": "gpu-1", "runtime": "triton", "inference_url": triton.http_url, "metrics_url": triton.metrics_url,

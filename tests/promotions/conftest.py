@@ -2,8 +2,9 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from tests.factories import token_for
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,7 @@ def client_for(user) -> APIClient:
     """An API client authenticated with ``user``'s token (or anonymous for None)."""
     client = APIClient()
     if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     return client
 
 

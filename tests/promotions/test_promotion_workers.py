@@ -15,7 +15,6 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import override_settings
 from django_celery_beat.models import IntervalSchedule
-from rest_framework.authtoken.models import Token
 
 from accounts.choices import Role
 from accounts.services import set_membership
@@ -25,6 +24,7 @@ from promotions.choices import Decision, DeliveryStatus, EvaluationTrigger
 from promotions.models import PromotionEvaluation, WebhookDelivery
 from promotions.webhooks import create_webhook
 from registry.models import Alias
+from tests.factories import token_for
 from tests.fixtures.services import free_port, wait_for
 from tests.promotions.support import WebhookReceiver, following, iris_with_aliases
 
@@ -58,7 +58,7 @@ def test_ci_runs_a_policy_a_worker_promotes_the_good_candidate_and_webhooks_repo
                                         "MODELYARD_WEBHOOK_ALLOW_PRIVATE": "true"})
     ci = get_user_model().objects.create_user(username="ci")
     set_membership(team=model.team, user=ci, role=Role.MAINTAINER)  # CI may run the policy, the gates decide
-    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": Token.objects.create(user=ci).key}
+    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token_for(ci)}
 
     run = subprocess.run([str(CLI), "promote", "run", str(policy.pk), "--wait", "--timeout", "120"], env=env,
                          capture_output=True, text=True, timeout=180)

@@ -106,6 +106,7 @@ def test_a_list_page_costs_the_same_sql_queries_for_five_rows_as_for_fifty(api_c
     AuditEvent.objects.bulk_create(
         AuditEvent(action="model.created", model=m, object_type="model", object_id=str(m.pk)) for m in models
     )
+    api_client.get(url.format(n=5))  # the token's first use writes its last_used_at (once a minute), not counted
     small, large = queries_for(api_client, url.format(n=5)), queries_for(api_client, url.format(n=50))
     assert small == large, f"{small} queries for 5 rows, {large} for 50"
     assert large <= most

@@ -7,12 +7,12 @@ tests/registry/test_upload_worker.py runs it in a real Celery worker.
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from registry import uploads
 from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
+from tests.factories import token_for
 from tests.registry.uploading import (
     PART,
     bucket_keys,
@@ -36,7 +36,7 @@ def iris(db):
 def client_for(username: str, *, staff: bool = False) -> APIClient:
     user = get_user_model().objects.create_user(username=username, is_staff=staff)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     return client
 
 

@@ -2,7 +2,6 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from accounts.choices import Role
@@ -13,6 +12,7 @@ from modelyard.errors import NotFound
 from registry import services
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
+from tests.factories import token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -30,7 +30,7 @@ def add_version(model: RegisteredModel, number: int, creator=None, sha: str | No
 
 def client_for(user) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     return client
 
 

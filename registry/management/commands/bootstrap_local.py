@@ -1,19 +1,34 @@
 """``manage.py bootstrap_local``: the local stack's first user and API token, idempotently."""
 
+import os
 import secrets
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
-from rest_framework.authtoken.models import Token
 
+from accounts.models import ApiToken
+from accounts.tokens import TokenRejected, authenticate_token, default_scopes, issue_token, revoke_token
 from registry.storage import ArtifactStore
+
+TOKEN_NAME = "bootstrap_local"
+
+
+def _token_still_works(token_file: Path, user) -> bool:
+    """True when ``token_file`` holds a usable API token of ``user``."""
+    if not token_file.is_file():
+        return False
+    try:
+        return authenticate_token(token_file.read_text().strip()).user_id == user.pk
+    except TokenRejected:
+        return False
 
 
 class Command(BaseCommand):
     help = (
         "Create the local superuser with a random password (kept in --password-file) unless it exists, "
-        "write its API token to --token-file and make sure the artifact bucket exists."
+        "write a new API token of it to --token-file unless the file holds one that still works, and make "
+        "sure the artifact bucket exists."
     )
 
     def add_arguments(self, parser):
@@ -35,10 +50,17 @@ class Command(BaseCommand):
             password_file.parent.mkdir(parents=True, exist_ok=True)
             password_file.write_text(password + "\n")
             password_file.chmod(0o600)
-        token, _ = Token.objects.get_or_create(user=user)
-        token_file.parent.mkdir(parents=True, exist_ok=True)
-        token_file.write_text(token.key + "\n")
-        token_file.chmod(0o600)
+        if not _token_still_works(token_file, user):
+            # The earlier local tokens' secrets are lost with their file: revoke them, make a new one.
+            for lost in ApiToken.objects.usable().filter(user=user, name=TOKEN_NAME):
+                revoke_token(lost, None)
+            _token, plaintext = issue_token(user=user, name=TOKEN_NAME, scopes=default_scopes(user))
+            token_file.parent.mkdir(parents=True, exist_ok=True)
+            partial = token_file.with_name(token_file.name + ".tmp")
+            partial.unlink(missing_ok=True)
+            with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as fh:
+                fh.write(plaintext + "\n")
+            partial.replace(token_file)
         if not skip_bucket:
             ArtifactStore().ensure_bucket()
         self.stdout.write(f"user {username}: password in {password_file}, API token in {token_file}")

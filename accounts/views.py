@@ -1,0 +1,62 @@
+"""Account pages: your API tokens (list, make one and see its secret once, revoke one)."""
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+
+from accounts.forms import ApiTokenForm
+from accounts.models import ApiToken
+from accounts.tokens import issue_token, revoke_token, token_state
+from modelyard.errors import DomainError
+
+
+def _own_token(request, token_id: int) -> ApiToken:
+    token = ApiToken.objects.select_related("team").filter(pk=token_id, user=request.user).first()
+    if token is None:
+        raise Http404(f"no API token {token_id} of yours")
+    return token
+
+
+@login_required
+def token_list(request):
+    """Your API tokens, newest first, revoked and expired ones included (two queries)."""
+    tokens = list(ApiToken.objects.filter(user=request.user).select_related("team"))
+    now = timezone.now()
+    for token in tokens:
+        token.state = token_state(token, now)
+    return render(request, "accounts/token_list.html", {"tokens": tokens})
+
+
+@login_required
+@never_cache
+def token_create(request):
+    """Make a token: GET shows the form, a valid POST shows the token's secret this once."""
+    form = ApiTokenForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        days = form.cleaned_data["expires_in_days"]
+        try:
+            token, plaintext = issue_token(
+                user=request.user, name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"],
+                team=form.cleaned_data["team"], expires_at=timezone.now() + timedelta(days=days) if days else None,
+                actor=request.user)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            return render(request, "accounts/token_created.html", {"token": token, "plaintext": plaintext})
+    return render(request, "accounts/token_form.html", {"form": form})
+
+
+@login_required
+def token_revoke(request, token_id: int):
+    """Revoke one of your tokens: GET asks for confirmation, POST revokes (the row stays for the audit)."""
+    token = _own_token(request, token_id)
+    if request.method == "POST":
+        revoke_token(token, request.user)
+        messages.success(request, f"Token {token.name} (my_{token.prefix}…) revoked; it is refused from now on.")
+        return redirect("accounts:token-list")
+    return render(request, "accounts/token_confirm_revoke.html", {"token": token})
