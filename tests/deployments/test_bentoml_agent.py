@@ -106,6 +106,10 @@ def test_a_swap_under_continuous_requests_fails_none(bentos, artifact_server, ag
     assert sent_during_swap > 0 and versions == {"1", "2"}
     assert not serve.processes_of(old.home) and serve.port_is_free(old.port)
     assert serving_homes(root) == [ServeState(root).read()[MODEL]["serving"].home]
+    # Prometheus's path for each version answers only with the metrics of the process serving it.
+    assert requests.get(f"{url}/_metrics/{MODEL}/1", timeout=5).status_code == 404
+    metrics = requests.get(f"{url}/_metrics/{MODEL}/2", timeout=5)
+    assert metrics.status_code == 200 and 'endpoint="/classify"' in metrics.text
 
 
 def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos, artifact_server, agent_root):
