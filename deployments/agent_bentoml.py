@@ -330,7 +330,7 @@ def stop_host(root: Path, inference_url: str, timeout: float = 30.0) -> list[str
             instances[str(home)] = serve.Instance(model="", version=0, tag="", port=0, home=str(home))
     stopped = []
     for home, instance in sorted(instances.items()):
-        if instance.pid and serve.is_running(instance) or serve.processes_of(home):
+        if serve.processes_of(home) or (instance.pid and serve.is_running(instance)):
             stopped.append(home)
         serve.stop_instance(instance, timeout=timeout)
     for model in recorded:
