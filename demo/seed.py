@@ -8,8 +8,12 @@ Steps, each skipped when already done, so the command can run any number of time
 3. upload a version built by ``demo.iris.build_iris_archive`` unless one is READY;
 4. deploy that version to ``local`` and follow the deployment until every target is ready,
    unless Triton itself reports that version ready;
-5. send a burst of inference requests to Triton over about 20 s, so the model page shows
-   live throughput and latency.
+5. with ``--bento-inference-url``, the same for BentoML: the model ``iris-bento``, the host
+   ``local-bento`` (runtime ``bentoml``, its agent's nginx at that URL), a Bento built by
+   ``demo.iris_bento.build_iris_bento`` (a ``@bentoml.service`` around the same classifier), deployed
+   unless the host's nginx already answers for that version;
+6. send a burst of inference requests to each runtime over about 20 s (at the same time), so the
+   model pages show live throughput and latency.
 
 Usage::
 
@@ -17,6 +21,7 @@ Usage::
                         [--inference-url http://127.0.0.1:8000]
                         [--metrics-url http://127.0.0.1:8002/metrics]
                         [--execution-env .stack/triton-env] [--requests 200]
+                        [--bento-inference-url http://127.0.0.1:3000] [--bento-model iris-bento]
 
 Exits 0 on success; 1 with the HTTP status and response body on any API error, a failed
 deployment or a failed inference.
@@ -27,13 +32,15 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 HOST_NAME = "local"
+BENTO_HOST_NAME = "local-bento"
 DEPLOY_TIMEOUT_S = 300.0
 POLL_INTERVAL_S = 2.0
 BURST_SECONDS = 20.0
@@ -113,17 +120,16 @@ def read_token(token_file: Path) -> str:
     return token
 
 
-def ensure_model(api: Api, name: str) -> None:
+def ensure_model(
+    api: Api, name: str,
+    description: str = "Iris species classifier (scikit-learn logistic regression, ONNX), served by Triton.",
+) -> None:
     """Register model ``name`` unless it exists. Idempotent."""
     response = api.request("GET", f"models/{name}/", expected=(200, 404))
     if response.status_code == 200:
         print(f"model {name}: exists")
         return
-    payload = {
-        "name": name,
-        "description": "Iris species classifier (scikit-learn logistic regression, ONNX), served by Triton.",
-        "tags": {"team": "demo"},
-    }
+    payload = {"name": name, "description": description, "tags": {"team": "demo"}}
     response = api.request("POST", "models/", expected=(201, 400, 409), json=payload)
     if response.status_code != 201 and "exist" not in response.text.lower():
         raise SeedError(describe_response(response))
@@ -132,35 +138,41 @@ def ensure_model(api: Api, name: str) -> None:
 
 def ensure_host(api: Api, inference_url: str, metrics_url: str, execution_env: Path) -> None:
     """Register the Triton serving host ``local`` unless it exists. Idempotent."""
-    for host in api.list_all("hosts/"):
-        if host.get("name") == HOST_NAME:
-            print(f"host {HOST_NAME}: exists ({host.get('inference_url')})")
-            if host.get("inference_url", "").rstrip("/") != inference_url.rstrip("/"):
-                print(
-                    f"  note: host {HOST_NAME} points at {host.get('inference_url')}, not {inference_url}; "
-                    "the registered URL is used for deployments"
-                )
-            return
     if not (execution_env / "bin" / "python").exists():
         print(f"  warning: {execution_env} does not look like a Python environment (run `make install`)")
-    payload = {
+    register_host(api, {
         "name": HOST_NAME,
         "runtime": "triton",
         "inference_url": inference_url,
         "metrics_url": metrics_url,
         "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(execution_env)}},
-    }
+    })
+
+
+def register_host(api: Api, payload: dict) -> None:
+    """Register the serving host ``payload`` describes (``POST /api/v1/hosts/``) unless one of that name
+    exists. Idempotent."""
+    name, inference_url = payload["name"], payload["inference_url"]
+    for host in api.list_all("hosts/"):
+        if host.get("name") == name:
+            print(f"host {name}: exists ({host.get('inference_url')})")
+            if host.get("inference_url", "").rstrip("/") != inference_url.rstrip("/"):
+                print(
+                    f"  note: host {name} points at {host.get('inference_url')}, not {inference_url}; "
+                    "the registered URL is used for deployments"
+                )
+            return
     response = api.request("POST", "hosts/", expected=(201, 400, 409), json=payload)
     if response.status_code != 201 and "exist" not in response.text.lower():
         raise SeedError(describe_response(response))
-    print(f"host {HOST_NAME}: registered (EXECUTION_ENV_PATH={execution_env})")
+    print(f"host {name}: registered ({payload['runtime']} at {inference_url})")
 
 
-def live_version(api: Api, model: str) -> int | None:
-    """Return the version the newest successful deployment of ``model`` put on the local host, or None."""
+def live_version(api: Api, model: str, host: str = HOST_NAME) -> int | None:
+    """Return the version the newest successful deployment of ``model`` put on ``host``, or None."""
     for deployment in api.list_all(f"deployments/?model__name={model}"):
         for target in deployment["targets"]:
-            if target["host"] == HOST_NAME and target["state"] == "ready":
+            if target["host"] == host and target["state"] == "ready":
                 return deployment["version"]
     return None
 
@@ -176,15 +188,28 @@ def upload_version(api: Api, model: str) -> int:
     # Imported here: training and ONNX conversion pull in scikit-learn and skl2onnx.
     from demo.iris import build_iris_archive
 
+    return _upload(api, model, lambda tmp: build_iris_archive(tmp / f"{model}.tar.gz", name=model), {})
+
+
+def upload_bento_version(api: Api, model: str) -> int:
+    """Build the iris Bento (named ``model``) and register it as a new version of ``model``; return its
+    number. Its ``sample_input`` is sent to the new process before it takes traffic."""
+    from demo.iris_bento import SAMPLE_INPUT, build_iris_bento
+
+    return _upload(api, model, lambda tmp: build_iris_bento(tmp, name=model), {"sample_input": SAMPLE_INPUT})
+
+
+def _upload(api: Api, model: str, build: Callable[[Path], Path], metadata: dict) -> int:
+    """Build an artifact with ``build(temporary folder) -> file`` and register it as a new version."""
     with tempfile.TemporaryDirectory(prefix="modelyard-seed-") as tmp:
-        archive = build_iris_archive(Path(tmp) / f"{model}.tar.gz", name=model)
-        metadata = {"source": "demo.seed", "dataset": "sklearn iris"}
+        archive = build(Path(tmp))
+        metadata = {"source": "demo.seed", "dataset": "sklearn iris", **metadata}
         with archive.open("rb") as artifact:
             response = api.request(
                 "POST",
                 f"models/{model}/versions/",
                 expected=(201,),
-                files={"artifact": (archive.name, artifact, "application/gzip")},
+                files={"artifact": (archive.name, artifact, "application/octet-stream")},
                 data={"metadata": json.dumps(metadata)},
             )
     body = response.json()
@@ -202,16 +227,25 @@ def served_by_triton(inference_url: str, model: str, version: int) -> bool:
         return False
 
 
-def deploy(api: Api, model: str, version: int) -> None:
-    """Deploy ``model`` version ``version`` to host ``local`` and wait until it is ready.
+def served_by_bento_host(inference_url: str, model: str, version: int) -> bool:
+    """True when the BentoML host's nginx at ``inference_url`` routes ``model`` to ``version`` and it is ready."""
+    try:
+        answer = requests.get(f"{inference_url.rstrip('/')}/{model}/readyz", timeout=HTTP_TIMEOUT)
+    except requests.RequestException:
+        return False
+    return answer.status_code == 200 and answer.headers.get("X-Modelyard-Version") == str(version)
+
+
+def deploy(api: Api, model: str, version: int, host: str = HOST_NAME) -> None:
+    """Deploy ``model`` version ``version`` to ``host`` and wait until it is ready.
 
     Raises:
         SeedError: a target failed, or not every target was ready within 300 s.
     """
-    payload = {"model": model, "version": version, "hosts": [HOST_NAME]}
+    payload = {"model": model, "version": version, "hosts": [host]}
     deployment = api.request("POST", "deployments/", expected=(201,), json=payload).json()
     deployment_id = deployment["id"]
-    print(f"deployment {deployment_id}: {model}/{version} -> {HOST_NAME}")
+    print(f"deployment {deployment_id}: {model}/{version} -> {host}")
     deadline = time.monotonic() + DEPLOY_TIMEOUT_S
     last_states: dict[str, str] = {}
     while True:
@@ -230,7 +264,7 @@ def deploy(api: Api, model: str, version: int) -> None:
         if time.monotonic() > deadline:
             raise SeedError(
                 f"deployment {deployment_id} not ready after {DEPLOY_TIMEOUT_S:.0f}s (states: {states}); "
-                "check var/log/agent.log and var/log/orchestrator.log"
+                f"check var/log/orchestrator.log and the agent's log ({host}) in var/log/"
             )
         time.sleep(POLL_INTERVAL_S)
         deployment = api.request("GET", f"deployments/{deployment_id}/").json()
@@ -297,7 +331,7 @@ def inference_burst(inference_url: str, model: str, count: int) -> None:
     rows = sample_rows()
     interval = BURST_SECONDS / count
     session = requests.Session()
-    print(f"inference: {count} requests to {url} over ~{BURST_SECONDS:.0f}s")
+    say(f"inference: {count} requests to {url} over ~{BURST_SECONDS:.0f}s")
     started = time.monotonic()
     for i in range(count):
         row = rows[i % len(rows)]
@@ -305,12 +339,46 @@ def inference_burst(inference_url: str, model: str, count: int) -> None:
         if i == 0:
             labels = output_data(result, "label")
             names = [IRIS_CLASSES[int(x)] if 0 <= int(x) < len(IRIS_CLASSES) else str(x) for x in labels]
-            print(f"  first request {row} -> label {labels} ({', '.join(names)})")
+            say(f"  first request {row} -> label {labels} ({', '.join(names)})")
         # Pace against the start time so slow responses do not stretch the burst.
         delay = started + (i + 1) * interval - time.monotonic()
         if delay > 0:
             time.sleep(delay)
-    print(f"inference: {count} requests done in {time.monotonic() - started:.1f}s")
+    say(f"inference: {count} requests to {model} done in {time.monotonic() - started:.1f}s")
+
+
+def bento_burst(inference_url: str, model: str, count: int) -> None:
+    """Send ``count`` requests to the Bento's ``classify`` API through the host's nginx over about 20 s.
+
+    Raises:
+        SeedError: an answer other than 200.
+    """
+    if count <= 0:
+        return
+    url = f"{inference_url.rstrip('/')}/{model}/classify"
+    rows, session = sample_rows(), requests.Session()
+    say(f"inference: {count} requests to {url} over ~{BURST_SECONDS:.0f}s")
+    started = time.monotonic()
+    for i in range(count):
+        try:
+            response = session.post(url, json={"features": [rows[i % len(rows)]]}, timeout=HTTP_TIMEOUT)
+        except requests.RequestException as exc:
+            raise SeedError(f"POST {url} failed: {exc}") from exc
+        if response.status_code != 200:
+            raise SeedError(describe_response(response))
+        if i == 0:
+            served_by = response.headers.get("X-Modelyard-Version")
+            say(f"  first request {rows[0]} -> {response.json()} (version {served_by})")
+        delay = started + (i + 1) * BURST_SECONDS / count - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+    say(f"inference: {count} requests to {model} done in {time.monotonic() - started:.1f}s")
+
+
+def say(line: str) -> None:
+    """Print one line in a single write, so the bursts' threads do not interleave within lines."""
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -327,6 +395,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="python-backend execution environment on the serving host",
     )
     parser.add_argument("--requests", type=int, default=200, help="inference requests to send (0: none)")
+    parser.add_argument("--bento-inference-url", default="",
+                        help="the local BentoML host's nginx (its agent's inference URL); empty: no BentoML part")
+    parser.add_argument("--bento-model", default="iris-bento", help="the BentoML model's (and Bento's) name")
     parser.add_argument("--prometheus-url", default="",
                         help="wait (up to 60 s) until this Prometheus scrapes the host before sending requests, "
                              "so the burst shows up as throughput (empty: do not wait)")
@@ -344,26 +415,44 @@ def seed(args: argparse.Namespace) -> None:
     ensure_model(api, model)
     ensure_host(api, args.inference_url, args.metrics_url, args.execution_env.resolve())
 
-    # After a restart, serve again what was live before (not merely the newest version,
-    # which may be one that failed); on a first run, upload a version.
-    version = live_version(api, model)
-    if version is not None:
-        print(f"version {model}/{version}: the one last deployed to {HOST_NAME}")
-    else:
-        version = latest_ready_version(api, model)
-        if version is None:
-            version = upload_version(api, model)
-        else:
-            print(f"version {model}/{version}: ready in the registry")
-
+    version = choose_version(api, model, HOST_NAME, lambda: upload_version(api, model))
     if served_by_triton(args.inference_url, model, version):
         print(f"triton: {model}/{version} already ready on {HOST_NAME}; not deploying")
     else:
         deploy(api, model, version)
 
+    bursts = [(HOST_NAME, lambda: inference_burst(args.inference_url, model, args.requests))]
+    if args.bento_inference_url:
+        bento = args.bento_model
+        ensure_model(api, bento, "Iris species classifier (scikit-learn logistic regression), a BentoML service.")
+        register_host(api, {"name": BENTO_HOST_NAME, "runtime": "bentoml", "inference_url": args.bento_inference_url})
+        bento_version = choose_version(api, bento, BENTO_HOST_NAME, lambda: upload_bento_version(api, bento))
+        if served_by_bento_host(args.bento_inference_url, bento, bento_version):
+            print(f"bentoml: {bento}/{bento_version} already serving on {BENTO_HOST_NAME}; not deploying")
+        else:
+            deploy(api, bento, bento_version, BENTO_HOST_NAME)
+        bursts.append((BENTO_HOST_NAME, lambda: bento_burst(args.bento_inference_url, bento, args.requests)))
+
     if args.prometheus_url:
-        wait_for_scrapes(args.prometheus_url, HOST_NAME)
-    inference_burst(args.inference_url, model, args.requests)
+        for host, _ in bursts:
+            wait_for_scrapes(args.prometheus_url, host)
+    with ThreadPoolExecutor(max_workers=len(bursts)) as pool:
+        for future in [pool.submit(burst) for _, burst in bursts]:
+            future.result()
+
+
+def choose_version(api: Api, model: str, host: str, upload: Callable[[], int]) -> int:
+    """The version of ``model`` to serve on ``host``: after a restart the one live there before (not
+    merely the newest, which may be one that failed), else the newest READY one, else ``upload()``'s."""
+    version = live_version(api, model, host)
+    if version is not None:
+        print(f"version {model}/{version}: the one last deployed to {host}")
+        return version
+    version = latest_ready_version(api, model)
+    if version is None:
+        return upload()
+    print(f"version {model}/{version}: ready in the registry")
+    return version
 
 
 def main(argv: list[str] | None = None) -> int:

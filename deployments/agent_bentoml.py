@@ -303,6 +303,42 @@ def _discard(state: ServeState, model: str, instance: serve.Instance) -> None:
     state.update(model, starting=None)
 
 
+def stop_host(root: Path, inference_url: str, timeout: float = 30.0) -> list[str]:
+    """Stop everything a BentoML host agent started on this host (when the host goes down): every
+    ``bentoml serve`` instance, recorded in the state file or still running in a home under
+    ``<root>/instances``, then its nginx. The state file then records nothing serving, so the next
+    agent's heartbeat reports no model and the reconciler deploys the served versions again.
+    The Bento Store is kept. Idempotent.
+
+    Args:
+        root: the agent's BentoML directory.
+        inference_url: the host's inference URL (nginx's address).
+        timeout: seconds each instance and nginx may take to stop.
+
+    Returns:
+        The homes of the instances stopped.
+
+    Raises:
+        ServingRuntimeError: a port stayed taken after its processes were gone, or nginx refused to quit.
+    """
+    root = Path(root)
+    state = ServeState(root)
+    recorded = state.read()
+    instances = {i.home: i for roles in recorded.values() for i in roles.values()}
+    for home in sorted((root / "instances").glob("*")) if (root / "instances").is_dir() else []:
+        if str(home) not in instances and serve.processes_of(str(home)):  # no port recorded: none to wait for
+            instances[str(home)] = serve.Instance(model="", version=0, tag="", port=0, home=str(home))
+    stopped = []
+    for home, instance in sorted(instances.items()):
+        if serve.processes_of(home) or (instance.pid and serve.is_running(instance)):
+            stopped.append(home)
+        serve.stop_instance(instance, timeout=timeout)
+    for model in recorded:
+        state.update(model, serving=None, starting=None, draining=None)
+    front_for(root, inference_url).stop(timeout=timeout)
+    return stopped
+
+
 def collect_bentoml_heartbeat(*, inference_url: str, root: Path, labels: dict) -> dict:
     """What a BentoML host agent reports, in the Triton agent's shape; never raises.
 

@@ -70,15 +70,23 @@ class BentoMLHostAgent:
                                       unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
 
     def heartbeat(self, request: dict) -> dict:
-        """Tidy what a dead agent left (under each model's lock, skipping models being deployed), then report."""
-        from deployments.agent_bentoml import collect_bentoml_heartbeat, tidy_models
+        """Start nginx unless it runs (so a host serving nothing yet is online), tidy what a dead agent left
+        (under each model's lock, skipping models being deployed), then report."""
+        from deployments.agent_bentoml import collect_bentoml_heartbeat, front_for, tidy_models
+        from deployments.runtimes.base import ServingRuntimeError
         from deployments.tasks import host_model_lock
 
         root = Path(settings.AGENT_BENTOML_ROOT)
+        errors = []
+        try:
+            front_for(root, request["inference_url"]).ensure_running()
+        except ServingRuntimeError as exc:
+            errors.append(f"nginx: {exc.message}")
         tidied = tidy_models(root, request["inference_url"], lambda model: host_model_lock(request["host"], model))
         report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
                                            root=root, labels=settings.AGENT_LABELS)
         report["tidied"] = tidied
+        report["errors"] = errors + report["errors"]
         return report
 
     def unload(self, payload: dict) -> None:

@@ -6,7 +6,9 @@
 #   scripts/stack.sh status   one line per service: up or down
 #
 # Each service runs as its own session (setsid), so its process group holds the
-# service and all its children; stop signals that group. PID files live in
+# service and all its children; stop signals that group. The BentoML host agent
+# starts its nginx and one `bentoml serve` per served model in sessions of their
+# own; stop ends them after the agent (manage.py stop_bentoml_host). PID files live in
 # var/run/, logs in var/log/. A service whose PID file names a live process that
 # answers on its port is left alone, so `start` is safe to run twice.
 #
@@ -21,6 +23,7 @@
 #   MODELYARD_TRITON_GRPC_PORT [8001]    Triton gRPC
 #   MODELYARD_TRITON_METRICS_PORT [8002] Triton /metrics
 #   MODELYARD_PROMETHEUS_PORT [9090]     Prometheus
+#   MODELYARD_BENTOML_PORT [3000]        the local BentoML host's nginx (started by its agent)
 #   CELERY_BROKER_URL [redis://127.0.0.1:6379/0]
 #   DATABASE_URL [unset: SQLite at var/modelyard.sqlite3]
 #   MODELYARD_SEED [1]                   0 skips `python -m demo.seed`
@@ -45,6 +48,9 @@ TRITON_HTTP_PORT="${MODELYARD_TRITON_HTTP_PORT:-8000}"
 TRITON_GRPC_PORT="${MODELYARD_TRITON_GRPC_PORT:-8001}"
 TRITON_METRICS_PORT="${MODELYARD_TRITON_METRICS_PORT:-8002}"
 PROMETHEUS_PORT="${MODELYARD_PROMETHEUS_PORT:-9090}"
+BENTO_PORT="${MODELYARD_BENTOML_PORT:-3000}"
+BENTO_ROOT="$VAR_DIR/bentoml-agent"
+BENTO_HOST=local-bento
 export CELERY_BROKER_URL="${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0}"
 
 PROMETHEUS_TEMPLATE="$REPO_DIR/deploy/prometheus/prometheus.local.yml.tmpl"
@@ -54,7 +60,7 @@ TOKEN_FILE="$VAR_DIR/admin.token"
 STACK_ENV_FILE="$VAR_DIR/stack.env"
 
 # Services this script may start, in start order (stop runs the reverse).
-SERVICES=(redis s3 web triton agent orchestrator beat prometheus)
+SERVICES=(redis s3 web triton agent bento-agent orchestrator beat prometheus)
 
 log() { printf '[stack] %s\n' "$*"; }
 warn() { printf '[stack] warning: %s\n' "$*" >&2; }
@@ -404,6 +410,40 @@ start_agent() {
         start_celery agent worker -Q host.local -n "agent-local@%h" --concurrency 1 --loglevel INFO
 }
 
+# The nginx master of the local BentoML host, from the PID file its agent's nginx writes.
+bento_nginx_pid() {
+    local pid
+    pid="$(cat "$BENTO_ROOT/nginx/nginx.pid" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^nginx: master' || return 1
+    printf '%s' "$pid"
+}
+
+# PIDs of the `bentoml serve` processes (arbiters and workers) the local BentoML agent started:
+# each runs with BENTOML_HOME set to an instance home under var/bentoml-agent/instances/.
+bento_pids() {
+    grep -lzs "^BENTOML_HOME=$BENTO_ROOT/instances/" /proc/[0-9]*/environ 2>/dev/null \
+        | sed 's|^/proc/\([0-9]*\)/environ$|\1|' | sort -n || true
+}
+
+start_bento_agent() {
+    # The agent starts nginx on this port at its first heartbeat or deployment: refuse a taken port now.
+    if ! service_pid bento-agent >/dev/null && ! bento_nginx_pid >/dev/null; then
+        require_port "$BENTO_PORT" MODELYARD_BENTOML_PORT "the BentoML host's nginx"
+    fi
+    MODELYARD_AGENT_BENTOML_ROOT="$BENTO_ROOT" \
+        start_celery bento-agent worker -Q "host.$BENTO_HOST" -n "agent-$BENTO_HOST@%h" --concurrency 1 --loglevel INFO
+}
+
+# After the agent stopped: its bento processes and nginx (in sessions of their own) stop too.
+stop_bento_host() {
+    if [[ -z "$(bento_pids)" ]] && ! bento_nginx_pid >/dev/null; then
+        return 0
+    fi
+    log "stopping the BentoML host's bentoml serve processes and nginx"
+    "$PY" manage.py stop_bentoml_host --root "$BENTO_ROOT" --inference-url "http://127.0.0.1:$BENTO_PORT" \
+        || warn "could not stop every bentoml serve process; see \`make status\`"
+}
+
 start_orchestrator() {
     start_celery orchestrator worker -Q default -n "orchestrator@%h" --concurrency 2 --loglevel INFO
 }
@@ -470,6 +510,7 @@ run_seed() {
         --token-file "$TOKEN_FILE" \
         --inference-url "http://127.0.0.1:$TRITON_HTTP_PORT" \
         --metrics-url "http://127.0.0.1:$TRITON_METRICS_PORT/metrics" \
+        --bento-inference-url "http://127.0.0.1:$BENTO_PORT" \
         --prometheus-url "http://127.0.0.1:$PROMETHEUS_PORT" \
         --execution-env "$STACK_DIR/triton-env"
 }
@@ -485,6 +526,7 @@ Modelyard is running.
   API schema   http://127.0.0.1:$WEB_PORT/api/schema/
   Prometheus   http://127.0.0.1:$PROMETHEUS_PORT/
   Triton       http://127.0.0.1:$TRITON_HTTP_PORT/v2  (gRPC 127.0.0.1:$TRITON_GRPC_PORT, metrics http://127.0.0.1:$TRITON_METRICS_PORT/metrics)
+  BentoML      http://127.0.0.1:$BENTO_PORT/<model>/  (host $BENTO_HOST: its agent's nginx, e.g. POST /iris-bento/classify)
   S3           $MODELYARD_S3_ENDPOINT_URL
   Login        admin / $password
   API token    $token   (header: Authorization: Bearer <token>)
@@ -516,6 +558,7 @@ cmd_start() {
     start_web
     start_triton
     start_agent
+    start_bento_agent
     start_orchestrator
     start_beat
     start_prometheus
@@ -524,7 +567,7 @@ cmd_start() {
     print_summary
     if ((seed_rc != 0)); then
         warn "the demo seed failed (exit $seed_rc); the services above are up. Rerun it with:"
-        warn "  .venv/bin/python -m demo.seed --api http://127.0.0.1:$WEB_PORT --inference-url http://127.0.0.1:$TRITON_HTTP_PORT"
+        warn "  .venv/bin/python -m demo.seed --api http://127.0.0.1:$WEB_PORT --inference-url http://127.0.0.1:$TRITON_HTTP_PORT --bento-inference-url http://127.0.0.1:$BENTO_PORT"
         exit "$seed_rc"
     fi
 }
@@ -539,6 +582,7 @@ cmd_stop() {
     for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
         stop_service "${SERVICES[$i]}" 30
     done
+    stop_bento_host
     rm -f "$RUN_DIR/celerybeat.pid"
     log "stopped"
 }
@@ -598,6 +642,14 @@ cmd_status() {
         ((up)) && state=up
         status_line "$name" "$state" "$detail"
     done
+    pid="$(bento_nginx_pid || true)"
+    state=down
+    http_ok "http://127.0.0.1:$BENTO_PORT/healthz" && state=up
+    status_line bento-nginx "$state" "http://127.0.0.1:$BENTO_PORT${pid:+ pid $pid}"
+    pid="$(bento_pids | tr '\n' ' ')"
+    state=down
+    [[ -n "$pid" ]] && state=up
+    status_line bento-serve "$state" "${pid:+pids ${pid% }}"
 }
 
 case "${1:-}" in

@@ -11,7 +11,13 @@ Layout::
 
     <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/
     <root>/nginx/upstreams/<model>.conf   upstream block (http level)
-    <root>/nginx/locations/<model>.conf   location /<model>/ (server level)
+    <root>/nginx/locations/<model>.conf   location /<model>/ and /_metrics/<model>/<version> (server level)
+
+``/_metrics/<model>/<version>`` is the ``/metrics`` of the process serving that version, so Prometheus
+scrapes each served version through the host's one inference port, and a path can only ever answer
+with the metrics of the version it names: the location and the upstream change in one reload, and
+once a version is replaced its path answers 404. Model names start with a letter or digit, so no
+model's ``/<model>/`` can shadow ``/_metrics/``.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from deployments.runtimes.base import ServingRuntimeError
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
 _SERVER_PORT = re.compile(r"server 127\.0\.0\.1:(\d+)")
+METRICS_PREFIX = "/_metrics"
 
 _MAIN_CONF = """\
 worker_processes 1;
@@ -70,7 +77,18 @@ location /{model}/ {{
     proxy_read_timeout 300s;
     add_header X-Modelyard-Version {version} always;
 }}
+location = {metrics_path} {{
+    proxy_pass http://modelyard_{key}/metrics;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+}}
 """
+
+
+def metrics_path(model: str, version: int) -> str:
+    """The path under which a host's nginx answers with the ``/metrics`` of the process serving
+    ``model`` version ``version`` (404 while another version, or none, serves it)."""
+    return f"{METRICS_PREFIX}/{model}/{int(version)}"
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -172,7 +190,7 @@ class NginxFront:
         return int(found.group(1)) if found else None
 
     def switch(self, model: str, port: int, version: int, timeout: float = 10.0) -> set[int]:
-        """Point ``/<model>/`` at ``127.0.0.1:port`` with a graceful reload.
+        """Point ``/<model>/`` and ``metrics_path(model, version)`` at ``127.0.0.1:port`` with a graceful reload.
 
         Returns once the workers from before the reload no longer accept requests (they are
         shutting down or gone), with their pids, for ``wait_drained``. On a refused config the old
@@ -185,7 +203,8 @@ class NginxFront:
         key = model.replace("-", "_")
         return self._apply(model, {
             "upstreams": _UPSTREAM.format(key=key, port=int(port)),
-            "locations": _LOCATION.format(model=model, key=key, version=int(version)),
+            "locations": _LOCATION.format(model=model, key=key, version=int(version),
+                                          metrics_path=metrics_path(model, version)),
         }, timeout)
 
     def remove(self, model: str, timeout: float = 10.0) -> set[int]:

@@ -5,24 +5,37 @@
 ``http_sd_configs`` pointing here scrapes every host registered through the API
 without a config edit (the shipped configs refresh every 15 s).
 
+Target groups:
+
+- one per host with a ``metrics_url`` (Triton's ``/metrics``, whatever the runtime);
+- one per model version a BentoML host serves: each ``bentoml serve`` process serves one version
+  and its series name neither model nor version, so the target carries them. The process listens
+  on a loopback port of its host; the host agent's nginx, at the host's ``inference_url``, answers
+  ``/_metrics/<model>/<version>`` with that process's ``/metrics``
+  (``deployments.runtimes.nginx.metrics_path``). Prometheus thus reaches every bento process
+  through the one port already open for inference, and a path can only answer with the metrics
+  of the version it names (404 once that version no longer serves: the target is down, no
+  series is mislabelled). The versions listed are those the host's agent reported serving in its
+  last heartbeat, together with those the newest READY deployment target of each model names
+  (so a version is scraped from its cut-over on, not from the next heartbeat).
+
 Labels of each target group:
 
 - ``host``: the serving host's name, the label every product query selects hosts by;
-- ``runtime``: the host's runtime (``triton``);
+- ``runtime``: the host's runtime (``triton`` or ``bentoml``);
+- ``model`` and ``version`` (the registered model's name and version number): BentoML targets only;
 - ``__scheme__``, ``__metrics_path__`` and one ``__param_<name>`` per query parameter: how to
-  reach its ``metrics_url`` (Prometheus drops ``__`` labels after relabelling);
+  reach the target (Prometheus drops ``__`` labels after relabelling);
 - ``label_<key>``: each of the host's own labels, the key with every character outside
   ``[a-zA-Z0-9_]`` replaced by ``_`` (when two keys collide, the first in sorted order wins).
 
-Triton targets carry no ``model`` label: Triton's own series carry ``model`` and ``version``, and
-a target label of the same name would rename those to ``exported_model``. BentoML targets (one
-process per model version, a later feature) will carry ``model`` and ``version`` as target labels,
-since BentoML's series have neither.
+Host targets carry no ``model`` label: Triton's own series carry ``model`` and ``version``, and
+a target label of the same name would rename those to ``exported_model``.
 """
 
 import logging
 import re
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
@@ -30,7 +43,10 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from deployments.choices import Runtime
 from deployments.models import ServingHost
+from deployments.runtimes.nginx import metrics_path
+from deployments.services import ready_targets_oldest_first
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +59,31 @@ def label_name(key: str) -> str:
     return "label_" + LABEL_UNSAFE.sub("_", key)
 
 
+def _target(host: ServingHost, url: str, field: str) -> tuple[str, SplitResult] | None:
+    """``("<host>:<port>", parts)`` of an http(s) URL (the port defaults to 80 or 443 by scheme), or
+    None (logged) when the URL cannot be scraped."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or DEFAULT_PORTS.get(parts.scheme)
+    except ValueError:
+        port = None
+    if parts.scheme not in DEFAULT_PORTS or not parts.hostname or port is None:
+        logger.warning("serving host %s has an unusable %s %r; not a scrape target", host.name, field, url)
+        return None
+    address = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{address}:{port}", parts
+
+
+def _host_labels(host: ServingHost) -> dict[str, str]:
+    labels = {}
+    for key in sorted(host.labels or {}):
+        labels.setdefault(label_name(key), str(host.labels[key]))
+    labels.update({"host": host.name, "runtime": host.runtime})
+    return labels
+
+
 def scrape_target_group(host: ServingHost) -> dict | None:
-    """Return the http_sd target group of one serving host.
+    """Return the http_sd target group of one serving host's ``metrics_url``.
 
     Args:
         host: a serving host; its ``metrics_url`` is an http(s) URL (checked at registration).
@@ -55,38 +94,85 @@ def scrape_target_group(host: ServingHost) -> dict | None:
     """
     if not host.metrics_url:
         return None
-    parts = urlsplit(host.metrics_url)
-    try:
-        port = parts.port or DEFAULT_PORTS.get(parts.scheme)
-    except ValueError:
-        port = None
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname or port is None:
-        logger.warning("serving host %s has an unusable metrics_url %r; not a scrape target",
-                       host.name, host.metrics_url)
+    target = _target(host, host.metrics_url, "metrics_url")
+    if target is None:
         return None
-    address = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    labels = {}
-    for key in sorted(host.labels or {}):
-        labels.setdefault(label_name(key), str(host.labels[key]))
-    labels.update({
-        "host": host.name,
-        "runtime": host.runtime,
-        "__scheme__": parts.scheme,
-        "__metrics_path__": parts.path or "/",
-    })
+    address, parts = target
+    labels = {**_host_labels(host), "__scheme__": parts.scheme, "__metrics_path__": parts.path or "/"}
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         labels[f"__param_{name}"] = value
-    return {"targets": [f"{address}:{port}"], "labels": labels}
+    return {"targets": [address], "labels": labels}
+
+
+def bento_target_groups(host: ServingHost, versions: set[tuple[str, int]]) -> list[dict]:
+    """Return one http_sd target group per model version a BentoML host serves.
+
+    Args:
+        host: a serving host with runtime ``bentoml``; its ``inference_url`` is its agent's nginx.
+        versions: ``{(model name, version number)}`` served there.
+
+    Returns:
+        ``[{"targets": ["<host>:<port>"], "labels": {..., "model", "version", "__metrics_path__":
+        "/_metrics/<model>/<version>"}}]`` ordered by model and version; empty when the
+        ``inference_url`` cannot be scraped.
+    """
+    target = _target(host, host.inference_url, "inference_url")
+    if target is None:
+        return []
+    address, parts = target
+    prefix = parts.path.rstrip("/")
+    return [
+        {"targets": [address], "labels": {
+            **_host_labels(host), "model": model, "version": str(version),
+            "__scheme__": parts.scheme, "__metrics_path__": prefix + metrics_path(model, version),
+        }}
+        for model, version in sorted(versions)
+    ]
+
+
+def _reported_versions(heartbeat: dict) -> set[tuple[str, int]]:
+    """(model, version) pairs a host agent's heartbeat lists as served; a malformed entry is skipped."""
+    found = set()
+    for entry in (heartbeat if isinstance(heartbeat, dict) else {}).get("models") or []:
+        try:
+            found.add((str(entry["name"]), int(entry["version"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return found
+
+
+def served_bento_versions() -> dict[int, set[tuple[str, int]]]:
+    """What each BentoML host serves: ``{host id: {(model, version)}}``, from its last heartbeat and
+    from the newest READY deployment target of each model there; two SQL queries."""
+    served: dict[int, set[tuple[str, int]]] = {}
+    for host_id, heartbeat in ServingHost.objects.filter(runtime=Runtime.BENTOML).values_list("pk", "heartbeat"):
+        served[host_id] = _reported_versions(heartbeat)
+    newest: dict[tuple[int, str], int] = {}
+    rows = ready_targets_oldest_first(host__runtime=Runtime.BENTOML).values_list(
+        "host_id", "deployment__model__name", "deployment__version__version")
+    for host_id, model, version in rows:
+        newest[(host_id, model)] = version  # oldest first: the last one written wins
+    for (host_id, model), version in newest.items():
+        served.setdefault(host_id, set()).add((model, version))
+    return served
 
 
 def scrape_target_groups() -> list[dict]:
-    """Return the http_sd target groups of every serving host that has a ``metrics_url``.
+    """Return the http_sd target groups of every serving host (see the module docstring).
 
     Returns:
-        A list of ``{"targets": [...], "labels": {...}}``, ordered by host name; one SQL query.
+        A list of ``{"targets": [...], "labels": {...}}``, ordered by host name, each host's
+        ``metrics_url`` group before its BentoML version groups; three SQL queries.
     """
-    hosts = ServingHost.objects.exclude(metrics_url="").order_by("name")
-    return [group for group in map(scrape_target_group, hosts) if group is not None]
+    served = served_bento_versions()
+    groups = []
+    for host in ServingHost.objects.defer("heartbeat", "config_overrides").order_by("name"):
+        group = scrape_target_group(host)
+        if group is not None:
+            groups.append(group)
+        if host.runtime == Runtime.BENTOML:
+            groups.extend(bento_target_groups(host, served.get(host.pk, set())))
+    return groups
 
 
 class ScrapeTargetGroupSerializer(serializers.Serializer):
@@ -95,12 +181,14 @@ class ScrapeTargetGroupSerializer(serializers.Serializer):
     targets = serializers.ListField(child=serializers.CharField(), help_text="one host:port")
     labels = serializers.DictField(
         child=serializers.CharField(),
-        help_text="host, runtime, __scheme__, __metrics_path__, and label_<key> per host label",
+        help_text="host, runtime, __scheme__, __metrics_path__, label_<key> per host label, and on the "
+                  "targets of BentoML model versions model and version",
     )
 
 
 class ScrapeTargetsView(APIView):
-    """``GET /api/v1/prometheus/targets/``: serving hosts as Prometheus http_sd target groups.
+    """``GET /api/v1/prometheus/targets/``: serving hosts, and each model version a BentoML host
+    serves, as Prometheus http_sd target groups.
 
     Requires an API token (``Authorization: Token <key>``, Prometheus's
     ``authorization: {type: Token, credentials_file: ...}``). Always JSON, never paginated.
@@ -110,7 +198,7 @@ class ScrapeTargetsView(APIView):
 
     @extend_schema(
         operation_id="prometheus_scrape_targets",
-        summary="Serving hosts as Prometheus HTTP service discovery targets",
+        summary="Serving hosts and BentoML model versions as Prometheus HTTP service discovery targets",
         responses={200: ScrapeTargetGroupSerializer(many=True)},
         tags=["prometheus"],
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from deployments.agent_bentoml import ServeState, front_for
+from deployments.agent_bentoml import stop_host
 from deployments.runtimes import bentoml as serve
 from registry.archives import ArchiveLimits, sha256_file
 from registry.choices import ArtifactFormat
@@ -53,12 +53,7 @@ def agent_root(tmp_path):
     root = tmp_path / "bentoml-agent"
     url = f"http://127.0.0.1:{free_port()}"
     yield root, url
-    for roles in ServeState(root).read().values():
-        for instance in roles.values():
-            serve.stop_instance(instance, timeout=10)
-    for home in serving_homes(root):  # port 0: nothing to wait for beyond the processes
-        serve.stop_instance(serve.Instance(model=MODEL, version=0, tag="", port=0, home=home), timeout=10)
-    front_for(root, url).stop()
+    stop_host(root, url, timeout=10)
     shutil.rmtree(root, ignore_errors=True)
 
 

@@ -18,6 +18,8 @@ from deployments.agent_bentoml import (
     ServeState,
     collect_bentoml_heartbeat,
     deploy_bentoml_version,
+    front_for,
+    stop_host,
     unload_bentoml_model,
 )
 from deployments.host_agents import host_agent
@@ -106,6 +108,10 @@ def test_a_swap_under_continuous_requests_fails_none(bentos, artifact_server, ag
     assert sent_during_swap > 0 and versions == {"1", "2"}
     assert not serve.processes_of(old.home) and serve.port_is_free(old.port)
     assert serving_homes(root) == [ServeState(root).read()[MODEL]["serving"].home]
+    # Prometheus's path for each version answers only with the metrics of the process serving it.
+    assert requests.get(f"{url}/_metrics/{MODEL}/1", timeout=5).status_code == 404
+    metrics = requests.get(f"{url}/_metrics/{MODEL}/2", timeout=5)
+    assert metrics.status_code == 200 and 'endpoint="/classify"' in metrics.text
 
 
 def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos, artifact_server, agent_root):
@@ -242,3 +248,29 @@ def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifa
     assert (result["version"], result["outputs"], result["shapes"]) == (1, {"output": [1]}, {"output": [1]})
     with pytest.raises(InvalidInput, match="HTTP 400"):
         try_inference(model_name=MODEL, host_name="bento-host", inputs={"nonsense": 1})
+
+
+def test_stopping_the_host_stops_every_bento_process_and_nginx_and_records_nothing_serving(
+    bentos, artifact_server, agent_root
+):
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    serving = ServeState(root).read()[MODEL]["serving"]
+
+    assert stop_host(root, url) == [serving.home]
+
+    assert serving_homes(root) == [] and serve.port_is_free(serving.port)
+    assert front_for(root, url).master_pid() is None
+    assert ServeState(root).read() == {}
+    assert collect_bentoml_heartbeat(inference_url=url, root=root, labels={})["models"] == []
+    assert stop_host(root, url) == []
+
+
+def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_host_is_online(agent_root, settings):
+    root, url = agent_root
+    settings.AGENT_BENTOML_ROOT = str(root)
+
+    report = host_agent("bentoml").heartbeat({"host": "bento-host", "inference_url": url})
+
+    assert report["runtime_live"] is True and report["errors"] == [] and report["models"] == []
+    assert front_for(root, url).is_live()

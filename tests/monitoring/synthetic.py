@@ -88,15 +88,17 @@ def bentoml_text(started: float, at: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def deploy_version(model_name: str, version: int, host: ServingHost, footprint: dict | None = None) -> Deployment:
+def deploy_version(model_name: str, version: int, host: ServingHost, footprint: dict | None = None,
+                   artifact_format: str = ArtifactFormat.TRITON_MODEL_DIR) -> Deployment:
     """Register ``model_name`` (if new) and its ``version``, and record it as ready on ``host``.
 
-    ``footprint`` is the measured memory growth at load, ``{"gpu": bytes, "cpu": bytes}``.
+    ``footprint`` is the measured memory growth at load, ``{"gpu": bytes, "cpu": bytes}``;
+    ``artifact_format`` the version's format (a Triton model directory unless given).
     Returns the deployment; not idempotent (a second call for the same version fails).
     """
     model, _ = RegisteredModel.objects.get_or_create(name=model_name)
     mv = ModelVersion.objects.create(
-        model=model, version=version, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"k{version}",
+        model=model, version=version, format=artifact_format, artifact_key=f"k{version}",
         artifact_sha256=f"{version:064d}", artifact_size=1,
     )
     deployment = Deployment.objects.create(model=model, version=mv)

@@ -3,24 +3,24 @@
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 import requests
-import yaml
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from deployments.models import ServingHost
+from deployments.choices import TargetState
+from deployments.models import DeploymentTarget, ServingHost
+from registry.choices import ArtifactFormat
 from tests.factories import token_for
-from tests.fixtures.services import TEST_BROKER_URL, free_port, wait_for
+from tests.fixtures.services import TEST_BROKER_URL, local_prometheus_config, wait_for
+from tests.monitoring.synthetic import deploy_version
 
 pytestmark = pytest.mark.django_db
 
 SD_URL = "/api/v1/prometheus/targets/"
-LOCAL_TEMPLATE = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "prometheus.local.yml.tmpl"
 EXPOSITION = b"""# HELP nv_inference_count Number of inferences performed
 # TYPE nv_inference_count counter
 nv_inference_count{model="iris",version="1"} 42
@@ -103,18 +103,73 @@ def test_discovery_requires_an_api_token(db):
     assert unknown.get(SD_URL).status_code == 401
 
 
+def bento_host(name: str, models: list[dict] | None = None, **fields) -> ServingHost:
+    """A BentoML host whose agent last reported serving ``models`` (``[{"name", "version", "state"}]``)."""
+    fields = {"inference_url": f"http://{name}:3000", **fields}
+    return ServingHost.objects.create(name=name, runtime="bentoml",
+                                      heartbeat={"runtime_live": True, "models": models or []}, **fields)
+
+
+def test_each_version_a_bentoml_host_serves_is_one_target_through_its_nginx_labelled_with_model_and_version(
+    api_client,
+):
+    host = bento_host("bento-a", [{"name": "iris", "version": 2, "state": "READY"},
+                                  {"name": "clf", "version": 7, "state": "UNAVAILABLE"}],
+                      labels={"zone": "lab-1", "model": "not-this"})
+
+    groups = api_client.get(SD_URL).json()
+
+    assert groups == [
+        {"targets": ["bento-a:3000"], "labels": {
+            "label_zone": "lab-1", "label_model": "not-this", "host": "bento-a", "runtime": "bentoml",
+            "model": model, "version": version,
+            "__scheme__": "http", "__metrics_path__": f"/_metrics/{model}/{version}",
+        }}
+        for model, version in (("clf", "7"), ("iris", "2"))
+    ]
+    assert host.metrics_url == ""
+
+
+def test_a_bentoml_version_is_a_target_from_its_cut_over_before_the_agent_reports_it(api_client):
+    host = bento_host("bento-a", [{"name": "iris", "version": 1, "state": "READY"}])
+    deploy_version("iris", 1, host, artifact_format=ArtifactFormat.BENTO)
+    deploy_version("iris", 2, host, artifact_format=ArtifactFormat.BENTO)  # READY now; not yet in a heartbeat
+    failed = deploy_version("other", 1, host, artifact_format=ArtifactFormat.BENTO)
+    DeploymentTarget.objects.filter(deployment=failed).update(state=TargetState.FAILED)
+
+    paths = [g["labels"]["__metrics_path__"] for g in api_client.get(SD_URL).json()]
+
+    # v1 still reported until the next heartbeat: scraped too, its path answers 404 once v2 serves.
+    assert paths == ["/_metrics/iris/1", "/_metrics/iris/2"]
+
+
+def test_a_bentoml_host_with_a_metrics_url_keeps_its_host_target_and_a_bad_heartbeat_entry_is_skipped(api_client):
+    bento_host("bento-a", [{"name": "iris"}, "junk", {"name": "iris", "version": "x"}],
+               metrics_url="http://bento-a:9100/metrics")
+    bento_host("bento-b", [{"name": "iris", "version": 3}], inference_url="ftp://bento-b/")
+
+    groups = api_client.get(SD_URL).json()
+
+    assert [(g["labels"]["host"], g["labels"].get("model"), g["labels"]["__metrics_path__"]) for g in groups] == [
+        ("bento-a", None, "/metrics")]
+
+
 def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(api_client):
     def count_queries() -> int:
         with CaptureQueriesContext(connection) as queries:
             assert api_client.get(SD_URL).status_code == 200
         return len(queries)
 
+    def add_hosts(numbers: range) -> None:
+        for i in numbers:
+            ServingHost.objects.create(name=f"gpu-{i}", inference_url="http://h:8000", metrics_url=f"http://h{i}:8002/m")
+            host = bento_host(f"bento-{i}", [{"name": "clf", "version": 1, "state": "READY"}])
+            deploy_version(f"iris-{i}", 1, host, artifact_format=ArtifactFormat.BENTO)
+
     count_queries()  # the token's first use writes its last_used_at (once a minute), not counted
-    for i in range(2):
-        ServingHost.objects.create(name=f"gpu-{i}", inference_url="http://h:8000", metrics_url=f"http://h{i}:8002/m")
+    add_hosts(range(2))
     few = count_queries()
-    for i in range(2, 20):
-        ServingHost.objects.create(name=f"gpu-{i}", inference_url="http://h:8000", metrics_url=f"http://h{i}:8002/m")
+    add_hosts(range(2, 20))
     assert count_queries() == few
 
 
@@ -166,19 +221,11 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
     web_port = live_server.url.rsplit(":", 1)[1]
 
     # The shipped local config, rendered as scripts/stack.sh does, with 1 s intervals.
-    config = yaml.safe_load(
-        LOCAL_TEMPLATE.read_text()
-        .replace("${MODELYARD_WEB_PORT}", web_port)
-        .replace("${MODELYARD_PROMETHEUS_PORT}", str(free_port()))
-        .replace("${MODELYARD_API_TOKEN_FILE}", str(token_file))
-    )
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config = local_prometheus_config(web_port, token_file)
     (serving_hosts,) = [job for job in config["scrape_configs"] if job["job_name"] == "serving-hosts"]
-    serving_hosts.pop("scrape_interval", None)
     (sd,) = serving_hosts["http_sd_configs"]
     assert sd["url"].endswith(f":{web_port}{SD_URL}")
     sd["url"] = live_server.url + SD_URL
-    sd["refresh_interval"] = "1s"
     prometheus = start_prometheus_with_config(config)
 
     # The app's own /metrics is scraped by the same config.

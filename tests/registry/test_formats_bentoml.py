@@ -154,3 +154,15 @@ def test_a_triton_host_refuses_to_deploy_a_bentoml_model(api_client, s3_endpoint
     assert answer.status_code == 409, answer.content
     assert "BentoML model archive" in answer.json()["detail"] and "'gpu-0'" in answer.json()["detail"]
     assert not Deployment.objects.exists()
+
+
+def test_the_demo_iris_bento_registers_with_its_classify_api_and_classifier(api_client, s3_endpoint, tmp_path):
+    from demo.iris_bento import CLASSIFIER_NAME, build_iris_bento
+
+    RegisteredModel.objects.create(name="iris-bento")
+    answer = upload(api_client, "iris-bento", build_iris_bento(tmp_path))
+    assert answer.status_code == 201, answer.content
+    bentoml_info = answer.json()["signature"]["bentoml"]
+    assert bentoml_info["tag"].startswith("iris-bento:") and bentoml_info["service"] == "service:IrisClassifier"
+    assert bentoml_info["apis"] == [{"name": "classify", "route": "/classify", "batchable": False}]
+    assert [tag.split(":")[0] for tag in bentoml_info["models"]] == [CLASSIFIER_NAME]
