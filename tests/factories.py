@@ -17,3 +17,12 @@ def token_for(user, scopes=None, *, team=None, expires_at=None, name: str = "tes
     _token, plaintext = issue_token(user=user, name=name, scopes=scopes or default_scopes(user), team=team,
                                     expires_at=expires_at)
     return plaintext
+
+
+def team_member(user, role: str = "owner", team=None):
+    """Give ``user`` ``role`` (an ``accounts.choices.Role`` value) in ``team`` (default: the default team,
+    where models created without a team go); returns the user."""
+    from accounts.services import default_team, set_membership
+
+    set_membership(team=team or default_team(), user=user, role=role)
+    return user

@@ -23,6 +23,7 @@ from rest_framework.test import APIClient
 from accounts.choices import Role
 from accounts.models import Team
 from accounts.services import set_membership
+from accounts.tokens import issue_token
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import start_deployment
@@ -48,7 +49,8 @@ def needs(role: str, *, scoped: bool = True) -> dict[str, object]:
 
 EVERYONE = dict.fromkeys(USERS, "ok")
 ADMINS = {**dict.fromkeys(USERS, 403), "admin": "ok"}
-# An upload is its creator's (the maintainer's) or an administrator's; others do not learn it exists.
+# An upload, like an API token, is its creator's (the maintainer's) or an administrator's; others do not
+# learn it exists.
 UPLOADER = {**dict.fromkeys(USERS, 404), "maintainer": "ok", "admin": "ok"}
 
 # (method, path template as in the schema, path values, JSON body, expected per user)
@@ -124,6 +126,11 @@ API = [
     ("PUT", "/api/v1/teams/{name}/members/{username}/", {"name": "vision", "username": "outsider"},
      {"role": "viewer"}, ADMINS),
     ("DELETE", "/api/v1/teams/{name}/members/{username}/", {"name": "vision", "username": "viewer"}, None, ADMINS),
+    ("GET", "/api/v1/tokens/", {}, None, EVERYONE),
+    ("POST", "/api/v1/tokens/", {}, {"name": "ci", "scopes": ["read"]}, EVERYONE),
+    ("GET", "/api/v1/tokens/{id}/", {"id": "token"}, None, UPLOADER),
+    ("DELETE", "/api/v1/tokens/{id}/", {"id": "token"}, None, UPLOADER),
+    ("POST", "/api/v1/tokens/{id}/revoke/", {"id": "token"}, None, UPLOADER),
 ]
 
 
@@ -168,6 +175,7 @@ def world(db) -> dict:
         expires_at=timezone.now() + timezone.timedelta(hours=1),
     )
     ids["upload"] = str(upload.pk)
+    ids["token"] = issue_token(user=people["maintainer"], name="ci", scopes=["read", "write"])[0].pk
     return {"users": people, "ids": ids}
 
 
@@ -325,3 +333,38 @@ def test_the_admin_site_is_for_administrators_only(client, world):
     assert client.get("/admin/accounts/team/").status_code == 302  # to the admin login
     client.force_login(world["users"]["admin"])
     assert client.get("/admin/accounts/team/").status_code == 200
+
+
+def bearer(token: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    return client
+
+
+def test_a_tokens_scopes_narrow_its_users_role(world):
+    from tests.factories import token_for
+
+    owner = world["users"]["owner"]
+    read_only = bearer(token_for(owner, ["read"]))
+    assert read_only.get("/api/v1/models/resnet/").status_code == 200
+    refused = read_only.put("/api/v1/models/resnet/aliases/staging/", {"version": 2}, format="json")
+    assert refused.status_code == 403 and "'write' scope" in refused.json()["detail"]
+    deployer = bearer(token_for(owner, ["deploy"]))
+    answer = deployer.post("/api/v1/deployments/", {"model": "resnet", "version": 2, "hosts": ["gpu-prod"]},
+                           format="json")
+    assert answer.status_code == 201
+    assert deployer.put("/api/v1/models/resnet/aliases/staging/", {"version": 2}, format="json").status_code == 403
+    assert Alias.objects.get(name="staging").version.version == 1
+
+
+def test_an_administrators_token_limited_to_one_team_sees_and_acts_only_there(world):
+    from tests.factories import token_for
+
+    nlp = Team.objects.get(name="nlp")
+    RegisteredModel.objects.create(name="bert", team=nlp)
+    limited = bearer(token_for(world["users"]["admin"], ["read", "write"], team=nlp))
+    assert [m["name"] for m in limited.get("/api/v1/models/").json()["results"]] == ["bert"]
+    assert limited.get("/api/v1/models/resnet/").status_code == 404
+    assert limited.patch("/api/v1/models/bert/", {"description": "nlp"}, format="json").status_code == 200
+    assert limited.post("/api/v1/hosts/", {"name": "gpu-x", "inference_url": "http://gpu-x:8000"},
+                        format="json").status_code == 403

@@ -21,6 +21,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
 
 from deployments.models import ServingHost
+from tests.factories import team_member
 from tests.monitoring.synthetic import deploy_version, start_fleet
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -129,7 +130,7 @@ def page(browser, live_server, deployed, watch, settings) -> Page:
     """A page on the live server (1280x900), logged in through the login form as a new user."""
     # The default hasher spends ~0.6 s per hash here, twice per test; the form and backend stay real.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    get_user_model().objects.create_user(username=USERNAME, password=PASSWORD)
+    team_member(get_user_model().objects.create_user(username=USERNAME, password=PASSWORD))
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(15_000)
     opened = context.new_page()

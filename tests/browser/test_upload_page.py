@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
 from tests.browser.conftest import PASSWORD, USERNAME, log_in
+from tests.factories import team_member
 from tests.registry.conftest import MiB, make_large_archive
 from tests.registry.uploading import PART, sha256_of
 
@@ -28,7 +29,7 @@ def upload_page(browser, live_server, s3_endpoint, start_celery_worker, watch, s
     settings.UPLOAD_PART_BYTES = PART
     ArtifactStore().allow_browser_uploads([live_server.url])
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    get_user_model().objects.create_user(username=USERNAME, password=PASSWORD)
+    team_member(get_user_model().objects.create_user(username=USERNAME, password=PASSWORD))
     RegisteredModel.objects.create(name="iris")
     context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
     context.set_default_timeout(30_000)

@@ -13,7 +13,7 @@ from demo.iris import build_iris_model_dir
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from registry.models import ModelVersion, RegisteredModel
-from tests.factories import token_for
+from tests.factories import team_member, token_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 CLI = Path(sys.executable).parent / "modelyard"
@@ -21,7 +21,7 @@ CLI = Path(sys.executable).parent / "modelyard"
 
 @pytest.fixture
 def cli(live_server, s3_endpoint):
-    user = get_user_model().objects.create_user(username="ci")
+    user = team_member(get_user_model().objects.create_user(username="ci"))
     env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token_for(user)}
 
     def run(*args: str, token: str | None = None) -> subprocess.CompletedProcess:
@@ -101,3 +101,25 @@ def test_it_registers_single_model_files_with_a_signature_and_batch_size(cli, tm
     assert inline.returncode == 0, inline.stderr
     formats = ModelVersion.objects.filter(model__name="double").order_by("version").values_list("format", flat=True)
     assert list(formats) == ["onnx", "torchscript", "torchscript"]
+
+
+def test_a_ci_maintainer_creates_a_model_in_its_team_but_may_not_move_production(cli):
+    from accounts.models import Team
+
+    vision = Team.objects.create(name="vision")
+    maintainer = team_member(get_user_model().objects.create_user(username="ci-vision"), "maintainer", vision)
+    token = token_for(maintainer, ["read", "write"], team=vision)
+
+    created = cli("model", "create", "resnet", token=token)
+    assert created.returncode == 0, created.stderr
+    assert json.loads(created.stdout) == {"name": "resnet", "team": "vision"}
+    model = RegisteredModel.objects.get(name="resnet")
+    ModelVersion.objects.create(model=model, version=1, format="triton", artifact_key="sha256/x",
+                                artifact_sha256="0" * 64, artifact_size=1)
+    assert cli("alias", "set", "resnet", "staging", "1", token=token).returncode == 0
+    refused = cli("alias", "set", "resnet", "production", "1", token=token)
+    assert refused.returncode == 1
+    assert "HTTP 403" in refused.stderr and "needs the owner role in team 'vision'" in refused.stderr
+    assert not model.aliases.filter(name="production").exists()
+    elsewhere = cli("model", "create", "bert", "--team", "default", token=token)
+    assert elsewhere.returncode == 1 and not RegisteredModel.objects.filter(name="bert").exists()

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
-from tests.factories import token_for
+from tests.factories import team_member, token_for
 from tests.fixtures.services import wait_for
 from tests.registry.conftest import VALID_CONFIG, MiB, make_large_archive
 from tests.registry.uploading import PART, part_bytes, sha256_of
@@ -29,7 +29,7 @@ def worker(s3_endpoint, start_celery_worker):
 
 @pytest.fixture
 def cli(live_server, s3_endpoint, worker):
-    user = get_user_model().objects.create_user(username="ci")
+    user = team_member(get_user_model().objects.create_user(username="ci"))
     env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token_for(user)}
 
     def run(*args: str) -> subprocess.CompletedProcess:

@@ -8,6 +8,7 @@ from deployments.models import Deployment, ServingHost
 from deployments.services import record_target_progress, start_deployment
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from tests.factories import team_member
 
 pytestmark = pytest.mark.django_db
 
@@ -27,7 +28,7 @@ def deployment(django_capture_on_commit_callbacks) -> Deployment:
 
 @pytest.fixture
 def browser(client):
-    client.force_login(get_user_model().objects.create_user(username="ml-engineer"))
+    client.force_login(team_member(get_user_model().objects.create_user(username="ml-engineer"), "maintainer"))
     return client
 
 

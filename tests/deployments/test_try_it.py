@@ -12,6 +12,7 @@ from deployments.runtimes.triton import TritonRuntime
 from deployments.runtimes.triton_config import describe_signature, parse_model_config, render_load_config
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from tests.factories import team_member
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
@@ -65,7 +66,7 @@ def test_bad_inputs_get_a_clear_error(api_client, served, request_body, status, 
 
 
 def test_the_page_prefills_the_sample_and_shows_the_outputs(client, served):
-    client.force_login(get_user_model().objects.create_user(username="ml-engineer"))
+    client.force_login(team_member(get_user_model().objects.create_user(username="ml-engineer"), "maintainer"))
     page = client.get("/deployments/try/iris/").content.decode()
     assert "5.1" in page and "cpu-0" in page  # the version's sample input, the host that serves it
     inputs = json.dumps({"input": SAMPLE_INPUT})

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 from registry import uploads
 from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
-from tests.factories import token_for
+from tests.factories import team_member, token_for
 from tests.registry.uploading import (
     PART,
     bucket_keys,
@@ -34,7 +34,7 @@ def iris(db):
 
 
 def client_for(username: str, *, staff: bool = False) -> APIClient:
-    user = get_user_model().objects.create_user(username=username, is_staff=staff)
+    user = team_member(get_user_model().objects.create_user(username=username, is_staff=staff), "maintainer")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     return client
