@@ -565,6 +565,8 @@ def populate(fleet: Fleet) -> dict:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
+    from accounts.choices import Role
+    from accounts.services import default_team, set_membership
     from deployments.choices import TargetState
     from deployments.models import Deployment, DeploymentTarget, ServingHost
     from registry.choices import ArtifactFormat
@@ -573,6 +575,9 @@ def populate(fleet: Fleet) -> dict:
     placements = fleet.placements()
     with transaction.atomic():
         user = get_user_model().objects.create_user(username="bench", password=uuid.uuid4().hex)
+        # an owner of the team the models go to, as a user of the product would be (not an administrator,
+        # whose lists skip the team filter)
+        set_membership(team=default_team(), user=user, role=Role.OWNER)
         hosts = {
             h.name: h for h in ServingHost.objects.bulk_create([
                 ServingHost(name=h.name, inference_url=f"http://{h.name}:8000", metrics_url=f"http://{h.name}:8002/metrics",

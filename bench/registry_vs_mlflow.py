@@ -135,6 +135,8 @@ def populate_ours(models: int, versions: int) -> dict:
     from django.contrib.auth import get_user_model
     from django.db import transaction
 
+    from accounts.choices import Role
+    from accounts.services import default_team, set_membership
     from accounts.tokens import default_scopes, issue_token
     from registry.choices import ArtifactFormat
     from registry.models import ModelVersion, RegisteredModel
@@ -142,6 +144,9 @@ def populate_ours(models: int, versions: int) -> dict:
     started = time.perf_counter()
     with transaction.atomic():
         user = get_user_model().objects.create_user(username="bench", password=uuid.uuid4().hex)
+        # an owner of the team the models go to, as a user of the product would be (not an administrator,
+        # whose lists skip the team filter)
+        set_membership(team=default_team(), user=user, role=Role.OWNER)
         token = issue_token(user=user, name="bench", scopes=default_scopes(user))[1]
         for low in range(0, models, 2000):
             rows = RegisteredModel.objects.bulk_create(

@@ -5,7 +5,8 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost, Target
 
 @admin.register(ServingHost)
 class ServingHostAdmin(admin.ModelAdmin):
-    list_display = ["name", "runtime", "inference_url", "metrics_url"]
+    list_display = ["name", "runtime", "production", "inference_url", "metrics_url"]
+    list_filter = ["runtime", "production"]
 
 
 class DeploymentTargetInline(admin.TabularInline):

@@ -320,6 +320,42 @@ def _check_labels(labels, field: str) -> dict[str, str]:
     return dict(labels)
 
 
+def update_host(*, name: str, production: bool | None = None, labels: dict | None = None, actor=None) -> ServingHost:
+    """Change a serving host's production flag and/or labels (``None`` leaves a field as it is); audited
+    with before/after. Endpoints are not changeable: register a new host instead.
+
+    Args:
+        name: the host's name.
+        production: whether rollouts there need a team owner.
+        labels: the new string key/value labels (replacing the old ones).
+        actor: the requesting user (callers check it is an administrator).
+
+    Returns:
+        The updated ServingHost.
+
+    Raises:
+        NotFound: no such host.
+        InvalidInput: labels are not string key/value pairs.
+    """
+    if labels is not None:
+        _check_labels(labels, "labels")
+    with transaction.atomic():
+        host = ServingHost.objects.select_for_update().filter(name=name).first()
+        if host is None:
+            raise NotFound(f"no serving host named {name!r}")
+        before = {"production": host.production, "labels": host.labels}
+        if production is not None:
+            host.production = bool(production)
+        if labels is not None:
+            host.labels = dict(labels)
+        after = {"production": host.production, "labels": host.labels}
+        if after != before:
+            host.save(update_fields=["production", "labels"])
+            record_audit_event(action=AuditAction.HOST_UPDATED, actor=actor, obj_type="host", obj_id=host.pk,
+                               data={"name": host.name, "before": before, "after": after})
+    return host
+
+
 def delete_host(*, name: str, actor=None) -> None:
     """Remove a serving host and its deployment targets (the deployments stay, as does the audit log).
 

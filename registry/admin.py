@@ -5,7 +5,8 @@ from registry.models import AuditEvent, ModelVersion, RegisteredModel
 
 @admin.register(RegisteredModel)
 class RegisteredModelAdmin(admin.ModelAdmin):
-    list_display = ["name", "next_version", "created_at"]
+    list_display = ["name", "team", "next_version", "created_at"]
+    list_filter = ["team"]
     search_fields = ["name"]
 
 

@@ -50,6 +50,7 @@ class AuditAction(models.TextChoices):
     ALIAS_DELETED = "alias.deleted", "Alias deleted"
     HOST_REGISTERED = "host.registered", "Serving host registered"
     HOST_DELETED = "host.deleted", "Serving host deleted"
+    HOST_UPDATED = "host.updated", "Serving host changed"
     DEPLOYMENT_CREATED = "deployment.created", "Deployment created"
     DEPLOYMENT_CHANGED = "deployment.changed", "Rollout paused, resumed, cancelled or rolled back"
     MODEL_UNLOADED = "host_model.unloaded", "Model unloaded from a host"

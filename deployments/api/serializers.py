@@ -6,6 +6,13 @@ from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
 
 
+class ServingHostUpdateSerializer(serializers.Serializer):
+    """Input of ``PATCH /api/v1/hosts/<name>/``: either field may be left out."""
+
+    production = serializers.BooleanField(required=False, help_text="rollouts here need a team owner")
+    labels = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+
+
 class ServingHostSerializer(serializers.ModelSerializer):
     """A serving host as the API shows it and accepts it."""
 

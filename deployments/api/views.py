@@ -17,6 +17,7 @@ from deployments.api.serializers import (
     InferenceResultSerializer,
     ModelUnloadSerializer,
     ServingHostSerializer,
+    ServingHostUpdateSerializer,
 )
 from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
@@ -25,10 +26,11 @@ from modelyard.errors import NotFound
 
 
 class ServingHostViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.DestroyModelMixin,
-    viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
+    mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):
-    """Serving hosts, looked up by name. ``DELETE`` removes one (409 while a deployment runs there)."""
+    """Serving hosts, looked up by name. ``PATCH`` changes ``production`` and ``labels``; ``DELETE`` removes
+    one (409 while a deployment runs there). Changes need an administrator."""
 
     serializer_class = ServingHostSerializer
     permission_classes = [AdminCanWrite, TokenScopePermission]
@@ -43,6 +45,16 @@ class ServingHostViewSet(
         data.is_valid(raise_exception=True)
         host = services.register_host(actor=request.user, **data.validated_data)
         return Response(self.get_serializer(host).data, status=status.HTTP_201_CREATED)
+
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
+
+    @extend_schema(request=ServingHostUpdateSerializer, responses={200: ServingHostSerializer,
+                                                                   **error_responses(403, 404)})
+    def partial_update(self, request, *args, **kwargs):
+        data = ServingHostUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        host = services.update_host(name=self.kwargs["name"], actor=request.user, **data.validated_data)
+        return Response(self.get_serializer(host).data)
 
     def destroy(self, request, *args, **kwargs):
         services.delete_host(name=self.kwargs["name"], actor=request.user)

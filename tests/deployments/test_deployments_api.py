@@ -177,3 +177,18 @@ def test_a_host_that_serves_a_model_is_not_deleted(api_client, version):
     refused = api_client.delete("/api/v1/hosts/gpu-0/")
     assert refused.status_code == 409 and "serves iris" in refused.json()["detail"]
     assert ServingHost.objects.filter(name="gpu-0").exists()
+
+
+def test_an_administrator_marks_a_host_production_and_the_change_is_audited(api_client):
+    from registry.models import AuditEvent
+
+    assert api_client.post("/api/v1/hosts/", HOST, format="json").json()["production"] is False
+    answer = api_client.patch("/api/v1/hosts/gpu-0/", {"production": True, "labels": {"pool": "a100"}}, format="json")
+    assert answer.status_code == 200 and answer.json()["production"] is True
+    host = ServingHost.objects.get(name="gpu-0")
+    assert host.production and host.labels == {"pool": "a100"}
+    event = AuditEvent.objects.get(action="host.updated")
+    assert event.data["before"] == {"production": False, "labels": {}} and event.data["after"]["production"] is True
+    bad = api_client.patch("/api/v1/hosts/gpu-0/", {"labels": {"pool": ["a", "b"]}}, format="json")
+    assert bad.status_code == 400 and ServingHost.objects.get(name="gpu-0").labels == {"pool": "a100"}
+    assert api_client.patch("/api/v1/hosts/nowhere/", {"production": True}, format="json").status_code == 404
