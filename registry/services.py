@@ -58,6 +58,8 @@ def _validate_tags(tags) -> dict[str, str]:
     for key, value in tags.items():
         if not isinstance(key, str) or not key.strip() or len(key) > 128:
             raise InvalidInput(f"tag key {key!r} must be a non-empty string of at most 128 characters")
+        if "=" in key:  # searches read ?tag=key=value: a key with '=' could never be found
+            raise InvalidInput(f"tag key {key!r} must not contain '='")
         if not isinstance(value, str) or len(value) > 1024:
             raise InvalidInput(f"tag {key!r} must have a string value of at most 1024 characters")
     return dict(tags)

@@ -27,14 +27,14 @@ class RegisteredModelCreateSerializer(serializers.Serializer):
         max_length=63, required=False, allow_blank=True, default="",
         help_text="The owning team; may be left out when you maintain exactly one team",
     )
-    description = serializers.CharField(required=False, allow_blank=True, default="")
+    description = serializers.CharField(required=False, allow_blank=True, default="", max_length=10_000)
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
 
 
 class RegisteredModelUpdateSerializer(serializers.Serializer):
     """Input of ``PATCH /api/v1/models/<name>/``: either field may be left out."""
 
-    description = serializers.CharField(required=False, allow_blank=True)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
 
 

@@ -54,6 +54,10 @@ def test_a_model_description_and_tags_are_edited_through_the_api_and_the_page(ap
     event = AuditEvent.objects.get(action="model.updated")
     assert event.data["description"] == {"from": "flower classifier", "to": "iris species"}
     assert api_client.patch("/api/v1/models/iris/", {"tags": {"": "x"}}, format="json").status_code == 400
+    refused = api_client.patch("/api/v1/models/iris/", {"tags": {"a=b": "x"}}, format="json")
+    assert refused.status_code == 400 and "must not contain '='" in refused.json()["detail"]
+    assert api_client.patch("/api/v1/models/iris/", {"description": "x" * 10_001}, format="json").status_code == 400
+    assert RegisteredModel.objects.get(name="iris").description == "iris species"
     assert api_client.patch("/api/v1/models/nope/", {"description": "x"}, format="json").status_code == 404
     client.force_login(user)
     client.post("/models/iris/edit/", {"description": "edited on the page"})
