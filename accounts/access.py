@@ -180,6 +180,23 @@ def visible_models(principal: Principal) -> QuerySet:
     return scope_team_filter(principal, RegisteredModel.objects.all())
 
 
+def visible_model_names(principal: Principal) -> frozenset[str] | None:
+    """Names of the models ``principal`` may read, or None for every model (an administrator).
+
+    For filtering what does not come from the registry's own tables (a host agent's report, Prometheus
+    series) so other teams' model names do not show.
+    """
+    if principal.team_ids() is None and principal.allows_scope(Scope.READ):
+        return None
+    return frozenset(visible_models(principal).values_list("name", flat=True))
+
+
+def only_visible(principal: Principal, rows: list[dict], key: str = "name") -> list[dict]:
+    """The ``rows`` whose ``key`` names a model ``principal`` may read (all of them for an administrator)."""
+    names = visible_model_names(principal)
+    return list(rows) if names is None else [row for row in rows if row.get(key) in names]
+
+
 def can_see(principal: Principal, model) -> bool:
     """True when ``principal`` may read ``model`` (a RegisteredModel)."""
     return principal.allows_scope(Scope.READ) and principal.role_in(model.team_id) is not None

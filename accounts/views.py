@@ -1,16 +1,18 @@
-"""Account pages: your API tokens (list, make one and see its secret once, revoke one)."""
+"""Account pages: your API tokens (list, make one and see its secret once, revoke one) and your teams."""
 
 from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 
+from accounts.access import Principal
 from accounts.forms import ApiTokenForm
-from accounts.models import ApiToken
+from accounts.models import ApiToken, Team
 from accounts.tokens import issue_token, revoke_token, token_state
 from modelyard.errors import DomainError
 
@@ -60,3 +62,18 @@ def token_revoke(request, token_id: int):
         messages.success(request, f"Token {token.name} (my_{token.prefix}…) revoked; it is refused from now on.")
         return redirect("accounts:token-list")
     return render(request, "accounts/token_confirm_revoke.html", {"token": token})
+
+
+@login_required
+def team_list(request):
+    """Your teams with your role and every member's (administrators: every team); three queries.
+
+    Memberships are changed by administrators (admin site or ``/api/v1/teams/``).
+    """
+    principal = Principal.of(request)
+    ids = principal.team_ids()
+    teams = Team.objects.prefetch_related("memberships__user").annotate(model_count=Count("models"))
+    teams = list((teams if ids is None else teams.filter(pk__in=ids)).order_by("name"))
+    for team in teams:
+        team.my_role = next((m.role for m in team.memberships.all() if m.user_id == request.user.pk), None)
+    return render(request, "accounts/team_list.html", {"teams": teams, "is_admin": principal.is_admin})

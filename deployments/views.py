@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, check, require, visible_models
+from accounts.access import Action, Principal, check, only_visible, require, visible_models
 from deployments import rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
@@ -99,6 +99,7 @@ def host_detail(request, name: str):
     for row in models + unloaded:
         row["may_deploy"] = check(principal, Action.DEPLOY, model=by_name[row["model"]], hosts=[host]) is None
     context = {"host": host, "models": models, "unloaded": unloaded,
+               "repository": only_visible(principal, (host.heartbeat or {}).get("models") or []),
                "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:

@@ -83,6 +83,7 @@ class RegisteredModelFilter(django_filters.FilterSet):
 
     search = django_filters.CharFilter(method="filter_search")
     name = django_filters.CharFilter(field_name="name", lookup_expr="icontains")
+    team = django_filters.CharFilter(field_name="team__name", help_text="The owning team's name")
     tag = django_filters.CharFilter(method="filter_tag", validators=[validate_tag_filter])
     alias = django_filters.CharFilter(method="filter_alias")
     # Not "format": DRF reads ?format= as the response renderer.
@@ -92,7 +93,7 @@ class RegisteredModelFilter(django_filters.FilterSet):
 
     class Meta:
         model = RegisteredModel
-        fields = ["search", "name", "tag", "alias", "artifact_format", "created_after", "created_before"]
+        fields = ["search", "name", "team", "tag", "alias", "artifact_format", "created_after", "created_before"]
 
     def filter_search(self, queryset, name, value):
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))

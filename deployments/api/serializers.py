@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from accounts.access import Principal, only_visible
 from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
 
@@ -33,6 +34,15 @@ class ServingHostSerializer(serializers.ModelSerializer):
 
     def get_online(self, host: ServingHost) -> bool:
         return host.is_online()
+
+    def to_representation(self, host: ServingHost) -> dict:
+        """The host; its agent's report lists only the models the requesting principal may read."""
+        data = super().to_representation(host)
+        request = self.context.get("request")
+        if request is not None and isinstance(data.get("heartbeat"), dict) and "models" in data["heartbeat"]:
+            data["heartbeat"] = {**data["heartbeat"],
+                                 "models": only_visible(Principal.of(request), data["heartbeat"]["models"])}
+        return data
 
 
 class DeploymentTargetSerializer(serializers.ModelSerializer):

@@ -288,8 +288,13 @@ PAGES = [
     ("GET", "monitoring:overview", {}, None, EVERYONE),
     ("GET", "monitoring:overview-table", {}, None, EVERYONE),
     ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
+    ("GET", "accounts:team-list", {}, None, EVERYONE),
+    ("GET", "accounts:token-list", {}, None, EVERYONE),
+    ("GET", "accounts:token-create", {}, None, EVERYONE),
+    # the page is for your own tokens only (administrators revoke others' through the API or the admin)
+    ("GET", "accounts:token-revoke", {"token_id": "token"}, None, {**UPLOADER, "admin": 404}),
 ]
-PAGE_IDS = {"pk", "policy_id", "evaluation_id"}
+PAGE_IDS = {"pk", "policy_id", "evaluation_id", "token_id"}
 
 
 @pytest.mark.parametrize("who", USERS)
@@ -316,7 +321,7 @@ def _page_patterns(resolver=None, prefix: str = "") -> set[str]:
     names = set()
     for entry in (resolver or get_resolver()).url_patterns:
         if isinstance(entry, URLResolver):
-            if entry.namespace in ("registry", "deployments", "promotions", "monitoring"):
+            if entry.namespace in ("registry", "deployments", "promotions", "monitoring", "accounts"):
                 names |= {f"{entry.namespace}:{n}" for n in _page_patterns(entry)}
         elif isinstance(entry, URLPattern) and entry.name:
             names.add(entry.name)
@@ -369,3 +374,30 @@ def test_an_administrators_token_limited_to_one_team_sees_and_acts_only_there(wo
     assert limited.patch("/api/v1/models/bert/", {"description": "nlp"}, format="json").status_code == 200
     assert limited.post("/api/v1/hosts/", {"name": "gpu-x", "inference_url": "http://gpu-x:8000"},
                         format="json").status_code == 403
+
+
+def test_the_teams_page_lists_your_teams_with_every_members_role(client, world):
+    client.force_login(world["users"]["viewer"])
+    page = client.get("/account/teams/").content.decode()
+    assert page.count('class="team-row"') == 1 and "maintainer: maintainer" in page and "owner: owner" in page
+    client.force_login(world["users"]["outsider"])
+    page = client.get("/account/teams/").content.decode()
+    assert page.count('class="team-row"') == 1 and "vision" not in page and "nlp" in page
+    client.force_login(world["users"]["admin"])
+    assert client.get("/account/teams/").content.decode().count('class="team-row"') == Team.objects.count()
+
+
+def test_a_hosts_report_names_only_the_models_the_user_may_read(client, world):
+    ServingHost.objects.filter(name="gpu-dev").update(heartbeat={"runtime_live": True, "models": [
+        {"name": "resnet", "version": 1, "state": "READY"}, {"name": "bert", "version": 3, "state": "READY"}]})
+    RegisteredModel.objects.create(name="bert", team=Team.objects.get(name="nlp"))
+
+    def reported(who: str) -> list[str]:
+        host = api_as(world, who).get("/api/v1/hosts/gpu-dev/").json()
+        return [m["name"] for m in host["heartbeat"]["models"]]
+
+    assert reported("viewer") == ["resnet"] and reported("outsider") == ["bert"]
+    assert reported("admin") == ["resnet", "bert"]
+    client.force_login(world["users"]["outsider"])
+    page = client.get("/hosts/gpu-dev/").content.decode()
+    assert "bert" in page and "resnet" not in page
