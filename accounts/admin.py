@@ -1,8 +1,24 @@
 """Admin pages for teams, memberships and API tokens (administrators only, as the whole admin site)."""
 
+from django import forms
 from django.contrib import admin
 
 from accounts.models import ApiToken, Membership, Team
+from registry.names import InvalidName, validate_name
+
+
+class TeamAdminForm(forms.ModelForm):
+    """The team form, holding names to the same grammar as the API (lower case, digits, ``-``, ``_``)."""
+
+    class Meta:
+        model = Team
+        fields = ["name", "description"]
+
+    def clean_name(self) -> str:
+        try:
+            return validate_name(self.cleaned_data["name"], kind="team name")
+        except InvalidName as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
 
 class MembershipInline(admin.TabularInline):
@@ -13,6 +29,7 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
+    form = TeamAdminForm
     list_display = ["name", "description", "created_at"]
     search_fields = ["name"]
     inlines = [MembershipInline]

@@ -65,7 +65,9 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16, unique=True)
     digest = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
-    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="api_tokens")
+    # PROTECT: deleting a team must not silently delete (or, with SET_NULL, widen) its tokens;
+    # accounts.services.delete_team refuses while usable ones remain.
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="api_tokens")
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

@@ -57,6 +57,10 @@ class AuditAction(models.TextChoices):
     MODEL_RELOADED = "host_model.reloaded", "Model reloaded on a host"
     TOKEN_CREATED = "token.created", "API token created"
     TOKEN_REVOKED = "token.revoked", "API token revoked"
+    TEAM_CREATED = "team.created", "Team created"
+    TEAM_DELETED = "team.deleted", "Team deleted"
+    MEMBERSHIP_SET = "membership.set", "Team role given"
+    MEMBERSHIP_REMOVED = "membership.removed", "Team role taken away"
 
 
 class UploadStatus(models.TextChoices):

@@ -6,7 +6,6 @@ a user a role or take it away.
 """
 
 from django.contrib.auth import get_user_model
-from django.db.models import ProtectedError
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -17,7 +16,7 @@ from accounts.access import Action, Principal, require
 from accounts.choices import Role, Scope
 from accounts.models import Membership, Team
 from modelyard.api import error_responses
-from modelyard.errors import Conflict, NotFound
+from modelyard.errors import NotFound
 from registry.names import InvalidName, validate_name
 
 
@@ -76,20 +75,15 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
         require(Principal.of(request), Action.ADMIN)
         data = TeamSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        if Team.objects.filter(name=data.validated_data["name"]).exists():
-            raise Conflict(f"a team named {data.validated_data['name']!r} already exists")
-        team = data.save()
+        team = services.create_team(name=data.validated_data["name"],
+                                    description=data.validated_data.get("description", ""), actor=request.user)
         return Response(TeamSerializer(team).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={204: None, **error_responses(403, 404, 409)},
-                   description="Delete a team; 409 while it owns models (move or delete them first).")
+                   description="Delete a team; 409 while it owns models or usable API tokens are limited to it.")
     def destroy(self, request, *args, **kwargs):
         require(Principal.of(request), Action.ADMIN)
-        team = self.get_object()
-        try:
-            team.delete()
-        except ProtectedError as exc:
-            raise Conflict(f"team {team.name!r} still owns models; it cannot be deleted") from exc
+        services.delete_team(team=self.get_object(), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(methods=["PUT"], request=RoleSerializer, responses={200: MembershipSerializer,
@@ -104,11 +98,10 @@ class TeamViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Creat
         if user is None:
             raise NotFound(f"no user named {username!r}")
         if request.method == "DELETE":
-            deleted, _ = Membership.objects.filter(team=team, user=user).delete()
-            if not deleted:
-                raise NotFound(f"{username} is not a member of {team.name}")
+            services.remove_membership(team=team, user=user, actor=request.user)
             return Response(status=status.HTTP_204_NO_CONTENT)
         data = RoleSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        membership = services.set_membership(team=team, user=user, role=data.validated_data["role"])
+        membership = services.set_membership(team=team, user=user, role=data.validated_data["role"],
+                                             actor=request.user)
         return Response(MembershipSerializer(membership).data)

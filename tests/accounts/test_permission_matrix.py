@@ -401,3 +401,33 @@ def test_a_hosts_report_names_only_the_models_the_user_may_read(client, world):
     client.force_login(world["users"]["outsider"])
     page = client.get("/hosts/gpu-dev/").content.decode()
     assert "bert" in page and "resnet" not in page
+
+
+def test_team_and_membership_changes_are_audited_and_a_team_with_usable_tokens_is_kept(world):
+    from registry.models import AuditEvent
+
+    admin = api_as(world, "admin")
+    assert admin.post("/api/v1/teams/", {"name": "audio"}, format="json").status_code == 201
+    assert admin.put("/api/v1/teams/audio/members/bob/", {"role": "owner"}, format="json").status_code == 404
+    assert admin.put("/api/v1/teams/audio/members/viewer/", {"role": "owner"}, format="json").status_code == 200
+    audio = Team.objects.get(name="audio")
+    _token, _secret = issue_token(user=world["users"]["viewer"], name="ci", scopes=["read"], team=audio)
+    refused = admin.delete("/api/v1/teams/audio/")
+    assert refused.status_code == 409 and "revoke them first" in refused.json()["detail"]
+    _token.revoked_at = timezone.now()
+    _token.save()
+    assert admin.delete("/api/v1/teams/audio/members/viewer/").status_code == 204
+    assert admin.delete("/api/v1/teams/audio/").status_code == 204
+    assert not Team.objects.filter(name="audio").exists()
+    actions = list(AuditEvent.objects.filter(object_type="team").order_by("id").values_list("action", flat=True))
+    assert actions[-4:] == ["team.created", "membership.set", "membership.removed", "team.deleted"]
+    assert AuditEvent.objects.get(action="membership.removed", data__team="audio").data == {
+        "team": "audio", "user": "viewer", "from": "owner", "to": None}
+
+
+def test_the_admin_site_holds_team_names_to_the_grammar(client, world):
+    client.force_login(world["users"]["admin"])
+    answer = client.post("/admin/accounts/team/add/", {
+        "name": "UPPER", "description": "", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
+    assert answer.status_code == 200 and not Team.objects.filter(name__iexact="upper").exists()
+    assert "upper-case" in answer.content.decode()
