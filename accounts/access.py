@@ -203,7 +203,7 @@ def can_see(principal: Principal, model) -> bool:
 
 
 def check(principal: Principal, action: Action, *, model=None, team=None, alias: str | None = None,
-          hosts: Iterable = (), version=None) -> str | None:
+          hosts: Iterable = (), version=None, doing: str | None = None) -> str | None:
     """Why ``principal`` may not do ``action``, or None when it may.
 
     Args:
@@ -216,6 +216,8 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         hosts: the ServingHosts a rollout or host operation touches, for ``DEPLOY`` (production
             hosts need an owner).
         version: the ModelVersion, for ``DELETE_VERSION`` (its creator may delete it as a maintainer).
+        doing: what the refusal calls the act ("unloading a model from a production host"), when the
+            action's own name would mislead.
 
     Returns:
         A sentence saying what is missing, or None.
@@ -240,7 +242,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
     if Role.rank(role) >= Role.rank(needed):
         return None
     team_name = team.name if team is not None else model.team.name
-    what = {
+    what = doing or {
         Action.MOVE_ALIAS: f"moving the alias '{alias}'",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",

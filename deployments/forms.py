@@ -53,11 +53,13 @@ class RolloutForm(forms.Form):
         "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
         '"dynamic_batching": {"max_queue_delay_microseconds": 100}}')
 
-    def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str], **kwargs):
+    def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str],
+                 production_hosts: frozenset[str] = frozenset(), **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [("", "—")] + [(v, f"v{v}") for v in versions]
         self.fields["alias"].choices = [("", "—")] + [(a, f"@{a}") for a in aliases]
-        self.fields["hosts"].choices = [(h, h) for h in hosts]
+        self.fields["hosts"].choices = [(h, f"{h} (production: team owners only)" if h in production_hosts else h)
+                                        for h in hosts]
 
     def clean_selector(self) -> dict:
         raw = self.cleaned_data["selector"].strip()

@@ -130,3 +130,9 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
             unload_model(host_name=host, model_name=model, reason=f"served no request for {window:g} s")
             unloaded.append((host, model))
     return unloaded
+
+
+def describe_host_operation(host) -> str:
+    """How a refusal names unloading or reloading a model on ``host`` (a ServingHost)."""
+    where = f"production host {host.name}" if host.production else host.name
+    return f"unloading or reloading a model on {where}"

@@ -8,7 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from accounts.access import Action, Principal, check, only_visible, require, visible_models
-from deployments import rollouts
+from deployments import lifecycle, rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
@@ -128,6 +128,8 @@ def _rollout_context(request, pk: int) -> dict:
     deployment = _deployment_or_404(request, pk)
     targets = list(deployment.targets.select_related("host", "previous_version").prefetch_related("events")
                    .order_by("batch", "host__name"))
+    may_control = check(Principal.of(request), Action.DEPLOY, model=deployment.model,
+                        hosts=[t.host for t in targets]) is None
     for target in targets:
         events = list(target.events.all())
         target.step_log = events
@@ -136,6 +138,7 @@ def _rollout_context(request, pk: int) -> dict:
         "deployment": deployment, "targets": targets, "events": deployment.events.all(),
         "active": deployment.status in ACTIVE_DEPLOYMENT_STATUSES,
         "batches": max((t.batch for t in targets), default=0) + 1,
+        "may_control": may_control,
     }
 
 
@@ -194,7 +197,9 @@ def rollout_create(request, model_name: str):
     form = RolloutForm(request.POST or None, versions=versions,
                        aliases=list(model.aliases.order_by("name").values_list("name", flat=True)),
                        hosts=list(ServingHost.objects.order_by("name").values_list("name", flat=True)),
-                       initial={"version": request.GET.get("version")})
+                       production_hosts=frozenset(ServingHost.objects.filter(production=True)
+                                                  .values_list("name", flat=True)),
+                       initial={"version": request.GET.get("version") or (versions[0] if len(versions) == 1 else None)})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -215,7 +220,7 @@ def rollout_create(request, model_name: str):
 @login_required
 def try_it(request, model_name: str):
     """Send an input (the version's sample, or JSON typed in) to a deployed version and show the outputs."""
-    model = model_or_404(request, model_name, Action.DEPLOY)
+    model = model_or_404(request, model_name, Action.DEPLOY, doing="trying a model")
     versions = list(model.versions.exclude(status="deleted").order_by("-version"))
     sample = next((v.metadata.get("sample_input") for v in versions if (v.metadata or {}).get("sample_input")), None)
     form = TryItForm(request.POST or None, hosts=_hosts_serving(model), versions=[v.version for v in versions],
@@ -235,7 +240,7 @@ def try_it(request, model_name: str):
 def host_model_unload(request, name: str, model_name: str):
     """Unload a model from a host (rights of a rollout there): GET asks for confirmation, POST unloads."""
     host = found_or_404(get_host, name)
-    model_or_404(request, model_name, Action.DEPLOY, hosts=[host])
+    model_or_404(request, model_name, Action.DEPLOY, hosts=[host], doing=lifecycle.describe_host_operation(host))
     target = found_or_404(serving_target, name, model_name)
     if request.method == "POST":
         try:
@@ -252,7 +257,7 @@ def host_model_unload(request, name: str, model_name: str):
 def host_model_reload(request, name: str, model_name: str):
     """Load again the version of a model last unloaded from a host (rights of a rollout there, POST)."""
     host = found_or_404(get_host, name)
-    model_or_404(request, model_name, Action.DEPLOY, hosts=[host])
+    model_or_404(request, model_name, Action.DEPLOY, hosts=[host], doing=lifecycle.describe_host_operation(host))
     if request.method != "POST":
         return redirect("deployments:host-detail", name=name)
     try:

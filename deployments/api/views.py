@@ -91,7 +91,8 @@ def _authorize_host_operation(request, host_name: str, model_name: str) -> None:
     host = ServingHost.objects.filter(name=host_name).first()
     if host is None:
         raise NotFound(f"no serving host named {host_name!r}")
-    model_for(Principal.of(request), model_name, Action.DEPLOY, hosts=[host])
+    model_for(Principal.of(request), model_name, Action.DEPLOY, hosts=[host],
+              doing=lifecycle.describe_host_operation(host))
 
 
 def _deployment_data(pk: int) -> dict:
@@ -204,7 +205,7 @@ class ModelInferenceView(APIView):
     def post(self, request, model_name: str):
         data = InferenceRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        model_for(Principal.of(request), model_name, Action.DEPLOY)
+        model_for(Principal.of(request), model_name, Action.DEPLOY, doing="trying a model")
         result = try_inference(model_name=model_name, host_name=data.validated_data["host"],
                                inputs=data.validated_data["inputs"], version=data.validated_data["version"])
         return Response(result)
