@@ -1,5 +1,7 @@
 """Forms of the account pages."""
 
+import uuid
+
 from django import forms
 
 from accounts.choices import Scope
@@ -17,6 +19,8 @@ class ApiTokenForm(forms.Form):
     offered are the user's own (every team for an administrator).
     """
 
+    # One id per form shown: a resubmitted form (a reload of the page showing the secret) makes no second token.
+    form_id = forms.CharField(widget=forms.HiddenInput, max_length=64, initial=lambda: uuid.uuid4().hex)
     name = forms.CharField(max_length=NAME_MAX_LENGTH, help_text="what the token is for, e.g. ci-iris or laptop")
     scopes = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, initial=[Scope.READ],
                                        help_text="every scope includes read")

@@ -34,12 +34,21 @@ def token_list(request):
     return render(request, "accounts/token_list.html", {"tokens": tokens})
 
 
+SENT_TOKEN_FORMS = "sent_token_forms"  # session key: ids of the last 20 token forms that made a token
+
+
 @login_required
 @never_cache
 def token_create(request):
     """Make a token: GET shows the form, a valid POST shows the token's secret this once."""
     form = ApiTokenForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
+        sent = request.session.get(SENT_TOKEN_FORMS, [])
+        if form.cleaned_data["form_id"] in sent:
+            messages.info(request, "That form was sent already: its token was made and its secret shown once. "
+                                   "If you lost the secret, revoke the token and make a new one.")
+            return redirect("accounts:token-list")
+        request.session[SENT_TOKEN_FORMS] = [*sent[-19:], form.cleaned_data["form_id"]]
         days = form.cleaned_data["expires_in_days"]
         try:
             token, plaintext = issue_token(

@@ -268,8 +268,9 @@ def test_the_page_shows_a_new_tokens_secret_once_and_lists_it_without(member, te
     form = browser.get("/account/tokens/new/")
     assert form.status_code == 200 and "vision" in form.content.decode() and "other" not in form.content.decode()
     assert 'value="admin"' not in form.content.decode()  # not offered to a non-administrator
-    made = browser.post("/account/tokens/new/", {"name": "laptop", "scopes": ["read", "deploy"],
-                                                 "team": teams[0].pk, "expires_in_days": "30"})
+    sent = {"name": "laptop", "scopes": ["read", "deploy"], "team": teams[0].pk, "expires_in_days": "30",
+            "form_id": "a1b2c3"}
+    made = browser.post("/account/tokens/new/", sent)
     assert made.status_code == 200 and "no-store" in made["Cache-Control"]
     token = ApiToken.objects.get(name="laptop")
     page = made.content.decode()
@@ -282,7 +283,10 @@ def test_the_page_shows_a_new_tokens_secret_once_and_lists_it_without(member, te
     listing = browser.get("/account/tokens/").content.decode()
     assert "laptop" in listing and f"my_{token.prefix}…" in listing and plaintext not in listing
     assert browser.get("/account/tokens/").status_code == 200
-    refused = browser.post("/account/tokens/new/", {"name": "root", "scopes": ["admin"], "expires_in_days": "30"})
+    again = browser.post("/account/tokens/new/", sent, follow=True)  # the secret's page reloaded
+    assert "sent already" in again.content.decode() and ApiToken.objects.filter(name="laptop").count() == 1
+    refused = browser.post("/account/tokens/new/", {"name": "root", "scopes": ["admin"], "expires_in_days": "30",
+                                                    "form_id": "d4e5f6"})
     assert refused.status_code == 200 and "admin is not one of the available choices" in refused.content.decode()
 
 
