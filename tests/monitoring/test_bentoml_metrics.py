@@ -17,7 +17,7 @@ from monitoring import services
 from monitoring.prometheus import PrometheusClient
 from registry.choices import ArtifactFormat
 from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, artifact_server, make_payload
-from tests.factories import token_for
+from tests.factories import team_member, token_for
 from tests.fixtures.services import local_prometheus_config, wait_for
 from tests.monitoring.synthetic import deploy_version
 from tests.registry.format_builders import build_bentoml_exports
@@ -88,13 +88,14 @@ def test_a_bentoml_version_shows_throughput_and_p95_while_probes_are_not_counted
         "model": MODEL, "version": "1", "runtime": "bentoml"}
     assert not [label for label in series.labels if label.startswith("exported_")]
 
+    engineer = team_member(get_user_model().objects.create_user(username="engineer"), "viewer")
     client = APIClient()
-    client.force_authenticate(user)
+    client.force_authenticate(engineer)
     (row,) = client.get(f"/api/v1/models/{MODEL}/metrics/?range=1m").json()["versions"]
     assert row["version"] == 1 and row["throughput"] > 0 and row["latency_p95_ms"] > 0
     assert row["error_rate"] == 0
 
-    client.force_login(user)
+    client.force_login(engineer)
     page = client.get(f"/models/{MODEL}/?range=15m").content.decode()
     cells = re.search(r'data-version="1">\s*<td>v1</td>\s*<td class="num throughput">([^<]*)</td>'
                       r'(?:\s*<td class="num">[^<]*</td>){2}\s*<td class="num">([^<]*)</td>', page)
