@@ -42,6 +42,17 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 PY="$VENV_BIN/python"
 export PATH="$VENV_BIN:$PATH"
 
+# The ports and broker a running stack was started with (var/stack.ports, written by start), so that
+# `make stop` and `make status` from another shell reach that stack; the environment still wins.
+PORTS_FILE="$VAR_DIR/stack.ports"
+PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
+    MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL)
+if [[ "${1:-}" != start && -f "$PORTS_FILE" ]]; then
+    while IFS='=' read -r key value; do
+        [[ " ${PORT_VARIABLES[*]} " == *" $key "* && -z "${!key:-}" ]] && export "$key=$value"
+    done <"$PORTS_FILE"
+fi
+
 WEB_PORT="${MODELYARD_WEB_PORT:-8080}"
 S3_PORT="${MODELYARD_S3_PORT:-9000}"
 TRITON_HTTP_PORT="${MODELYARD_TRITON_HTTP_PORT:-8000}"
@@ -491,6 +502,16 @@ start_prometheus() {
 
 write_stack_env() {
     {
+        echo "MODELYARD_WEB_PORT=$WEB_PORT"
+        echo "MODELYARD_S3_PORT=$S3_PORT"
+        echo "MODELYARD_TRITON_HTTP_PORT=$TRITON_HTTP_PORT"
+        echo "MODELYARD_TRITON_GRPC_PORT=$TRITON_GRPC_PORT"
+        echo "MODELYARD_TRITON_METRICS_PORT=$TRITON_METRICS_PORT"
+        echo "MODELYARD_PROMETHEUS_PORT=$PROMETHEUS_PORT"
+        echo "MODELYARD_BENTOML_PORT=$BENTO_PORT"
+        echo "CELERY_BROKER_URL=$CELERY_BROKER_URL"
+    } >"$PORTS_FILE"
+    {
         echo "# Written by scripts/stack.sh start: \`source var/stack.env\` to reach this stack from a shell."
         [[ -n "${DATABASE_URL:-}" ]] && printf 'export DATABASE_URL=%q\n' "$DATABASE_URL"
         printf 'export CELERY_BROKER_URL=%q\n' "$CELERY_BROKER_URL"
@@ -583,7 +604,7 @@ cmd_stop() {
         stop_service "${SERVICES[$i]}" 30
     done
     stop_bento_host
-    rm -f "$RUN_DIR/celerybeat.pid"
+    rm -f "$RUN_DIR/celerybeat.pid" "$PORTS_FILE"
     log "stopped"
 }
 
