@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.http import JsonResponse
 from rest_framework import pagination, permissions, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -27,6 +28,12 @@ def error_responses(*statuses: int) -> dict:
     per-field messages, so it is not documented this way).
     """
     return dict.fromkeys(statuses, ErrorSerializer)
+
+
+def api_not_found(request) -> JsonResponse:
+    """A path under ``/api/v1/`` that names no endpoint: 404 ``{"detail": ...}``, like every other API error."""
+    hint = "; API paths end with '/'" if not request.path.endswith("/") else ""
+    return JsonResponse({"detail": f"no API endpoint at {request.path}{hint}; see /api/schema/"}, status=404)
 
 
 def exception_handler(exc, context):

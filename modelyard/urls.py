@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpResponse
-from django.urls import include, path
+from django.urls import include, path, re_path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
@@ -11,6 +11,7 @@ from rest_framework.routers import DefaultRouter
 from accounts.api.teams import TeamViewSet
 from accounts.api.views import ApiTokenViewSet
 from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
+from modelyard.api import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
@@ -53,6 +54,7 @@ api_v1 = [
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
     path("", include(router.urls)),
+    re_path(r"^.*$", api_not_found, name="not-found"),  # last: any other path under /api/v1/
 ]
 
 

@@ -51,3 +51,10 @@ def test_create_api_token_fails_clearly_for_an_unknown_user():
 
     with pytest.raises(CommandError, match="no user named"):
         call_command("create_api_token", "nobody")
+
+
+def test_an_api_path_that_names_no_endpoint_is_a_json_404(api_client):
+    for path in ("/api/v1/nonexistent/", "/api/v1/teams/default/members/", "/api/v1/models/iris/nothing/"):
+        answer = api_client.get(path)
+        assert answer.status_code == 404 and answer["Content-Type"] == "application/json", path
+        assert answer.json()["detail"].startswith("no API endpoint at /api/v1/")
