@@ -50,6 +50,7 @@ class PromotionPolicy(models.Model):
 
     class Meta:
         ordering = ["model__name", "id"]
+        verbose_name_plural = "promotion policies"
         constraints = [
             models.UniqueConstraint(fields=["model", "candidate_alias", "target_alias"], name="unique_promotion_path"),
         ]
@@ -138,6 +139,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         ordering = ["-id"]
+        verbose_name_plural = "webhook deliveries"
 
     def __str__(self) -> str:
         return f"delivery {self.pk} of {self.event} to webhook {self.webhook_id}: {self.status}"

@@ -22,5 +22,11 @@ class AuditEventAdmin(admin.ModelAdmin):
     list_display = ["created_at", "action", "actor_label", "object_type", "object_id"]
     list_filter = ["action"]
 
+    def has_add_permission(self, request):
+        return False  # the services write the audit log, nobody by hand
+
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False

@@ -19,7 +19,8 @@ class VersionUploadForm(forms.Form):
     parts) and the version's metadata, tags and lineage (sent as JSON to the uploads API, which
     checks them)."""
 
-    artifact = forms.FileField(help_text="A .tar.gz, .tar or .zip of one Triton model directory")
+    artifact = forms.FileField(help_text="A Triton model directory as .tar.gz, .tar or .zip (an ensemble too), "
+                                         "a single .onnx, .pt or .plan file, or a BentoML .bento or .bentomodel export")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='A JSON object, e.g. {"dataset": "2024-06"}')
     tags = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
