@@ -129,6 +129,20 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.action} {self.object_type}:{self.object_id}"
 
+    # The field of ``data`` that names the object as users know it, per object type.
+    LABEL_FIELDS = {"version": "version", "alias": "alias", "host": "name", "team": "team", "model": "name",
+                    "token": "name", "deployment": "deployment"}
+
+    @property
+    def object_label(self) -> str:
+        """The object as users name it: ``version 3``, ``alias production``, ``host gpu-0``; else
+        ``<type> #<row id>``."""
+        field = self.LABEL_FIELDS.get(self.object_type)
+        value = (self.data or {}).get(field) if field else None
+        if value is None or isinstance(value, dict | list):
+            return f"{self.object_type} #{self.object_id}"
+        return f"{self.object_type} {'v' if self.object_type == 'version' else ''}{value}"
+
 
 class Alias(models.Model):
     """A movable name (``production``, ``staging``, …) pointing at one version of a model.
