@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 
 from accounts.access import Action, Principal, model_for, require, scope_team_filter, team_for_new_model
 from modelyard.api import error_responses, uploaded_file_path
+from modelyard.errors import NotFound
 from registry import services
 from registry.api.serializers import (
     AliasSerializer,
@@ -90,10 +91,11 @@ class ModelVersionViewSet(
         )
 
     def get_object(self):
-        # a NotFound that names the model and version, also for a deleted one
-        found = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]),
-                                     visible_to=Principal.of(self.request))
-        return self.get_queryset().get(pk=found.pk)
+        number = int(self.kwargs["version"])
+        found = self.get_queryset().filter(version=number).first()  # the model's check is in get_queryset
+        if found is None:  # the same NotFound as the service's, also for a deleted version
+            raise NotFound(f"model {self.kwargs['model_name']!r} has no version {number}")
+        return found
 
     @extend_schema(request=ModelVersionUploadSerializer,
                    responses={201: ModelVersionSerializer, **error_responses(403, 404, 409, 503)},
