@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from deployments.models import ServingHost
 from deployments.services import record_heartbeat
+from registry.models import RegisteredModel
 
 pytestmark = pytest.mark.django_db
 
@@ -45,6 +46,8 @@ def test_the_hosts_page_and_api_show_the_status(host, client, user, api_client):
     assert "Online" in page and "Triton 2.51.0" in page and "Never reported" in page
     hosts = {h["name"]: h for h in api_client.get("/api/v1/hosts/").json()["results"]}
     assert hosts["gpu-0"]["online"] is True and hosts["ghost"]["online"] is False
+    assert "iris" not in client.get("/hosts/gpu-0/").content.decode()  # no model of the user's teams
+    RegisteredModel.objects.create(name="iris")  # in the default team, which the user owns
     assert "iris" in client.get("/hosts/gpu-0/").content.decode()
 
 
