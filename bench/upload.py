@@ -11,12 +11,17 @@ What it runs, all real, on free ports and a dedicated database:
 3. Baseline: boto3's ``upload_file`` of that file to the same endpoint, with a TransferConfig tuned
    like the CLI (``--part-size`` chunks, ``--parallel`` threads) and, like the CLI's presigned
    ``PUT``s, no per-part checksum (botocore's ``request_checksum_calculation="when_required"``).
-   This is the run the ratio is taken against, and it runs first, on a fresh S3 stand-in.
+   This is the run the ratio is taken against.
 4. The product: ``modelyard register`` (the console script, a subprocess), timed from before it
    starts the upload to the moment it prints the version, i.e. client upload + the server's
    verification (join the parts, stream them back while hashing, check, register the version,
    whose artifact is the verified object itself).
-5. For reference, after it: boto3 with botocore's default CRC32 per part (same part size and
+
+   3 and 4 alternate ``--repeats`` times (3 by default), boto3 first each time, and the ratio is
+   taken between the medians: how long the stand-in takes to join the same parts varies by a
+   factor of two from one run to the next on a shared machine, and a single pair would measure
+   that more than either client.
+5. For reference, after them: boto3 with botocore's default CRC32 per part (same part size and
    concurrency), and boto3's TransferConfig defaults (8 MiB, 10 threads). moto's join does less
    work for parts that carry a CRC32 (without one it copies the whole object twice more to compute
    a full-object checksum), so these are not like-for-like with the CLI; their ratios are
@@ -47,6 +52,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -246,9 +252,10 @@ def run(args) -> dict:
 
         tuned = TransferConfig(multipart_threshold=args.part_size, multipart_chunksize=args.part_size,
                                max_concurrency=args.parallel)
-        baselines, joins = {}, {}
+        cli_env = {**env, "MODELYARD_URL": web_url, "MODELYARD_TOKEN": token}
 
-        def baseline(label: str, client, config: TransferConfig) -> None:
+        def boto3_run(client, config: TransferConfig) -> tuple[float, float | None]:
+            """boto3's upload_file of the archive: (seconds, of which CompleteMultipartUpload)."""
             marks: dict[str, float] = {}
             handlers = [(f"{when}-call.s3.CompleteMultipartUpload",
                          lambda mark=when, **_: marks.__setitem__(mark, time.monotonic()))
@@ -257,43 +264,53 @@ def run(args) -> dict:
                 client.meta.events.register(event, handler)
             began = time.monotonic()
             client.upload_file(str(archive), BUCKET, "bench/baseline", Config=config)
-            baselines[label] = time.monotonic() - began
+            seconds = time.monotonic() - began
             for event, handler in handlers:
                 client.meta.events.unregister(event, handler)
-            if len(marks) == 2:
-                joins[label] = marks["after"] - marks["before"]
             client.delete_object(Bucket=BUCKET, Key="bench/baseline")
+            return seconds, (marks["after"] - marks["before"] if len(marks) == 2 else None)
 
-        with MemoryWatch({"web": web.pid, "worker": worker.pid}) as memory:
-            baseline(BASELINE, s3_plain, tuned)
-            cli_env = {**env, "MODELYARD_URL": web_url, "MODELYARD_TOKEN": token}
-            began = time.monotonic()
-            began_wall = time.time()
+        def cli_run(number: int) -> dict:
+            """``modelyard register`` of the archive as version ``number``: its times, from the clock and the logs."""
+            began, began_wall = time.monotonic(), time.time()
             cli = subprocess.run([str(BIN / "modelyard"), "register", "bench", str(archive), "--quiet",
                                   "--part-size", str(args.part_size), "--parallel", str(args.parallel)],
                                  env=cli_env, capture_output=True, text=True, timeout=3600)
-            ours = time.monotonic() - began
+            seconds = time.monotonic() - began
             if cli.returncode != 0:
                 raise RuntimeError(f"modelyard register failed: {cli.stderr[-2000:]}")
-            baseline(BOTO3_CRC32, s3, tuned)
-            baseline(BOTO3_DEFAULTS, s3, TransferConfig())
-        web_log, worker_log = (logs / "web.log").read_text(errors="replace"), (logs / "worker.log").read_text(
-            errors="replace")
-        completed_at = log_time(web_log, r"complete by .*; verifying")
-        registered_at = log_time(worker_log, r"registered bench v1")
-        joined = re.search(r"S3 joined the parts in ([0-9.]+) s", worker_log)
-        read_back = re.search(r"read back \d+ bytes in ([0-9.]+) s", worker_log)
-        if joined:
-            joins["`modelyard register`"] = float(joined.group(1))
-        if read_back:
-            result["server_read_back_s"] = float(read_back.group(1))
-        result["joins_s"] = {k: round(v, 2) for k, v in joins.items()}
-        result["cli_output"] = json.loads(cli.stdout)
-        result["baselines_s"] = {k: round(v, 2) for k, v in baselines.items()}
-        result["ours_s"] = round(ours, 2)
-        if completed_at and registered_at:
-            result["client_upload_s"] = round(completed_at - began_wall, 2)
-            result["server_verification_s"] = round(registered_at - completed_at, 2)
+            web_log, worker_log = ((logs / f"{name}.log").read_text(errors="replace") for name in ("web", "worker"))
+            completed_at = log_time(web_log, r"complete by .*; verifying")
+            registered_at = log_time(worker_log, rf"registered bench v{number}\b")
+            run = {"ours_s": seconds, "cli_output": json.loads(cli.stdout),
+                   "ours_join_s": float(re.findall(r"S3 joined the parts in ([0-9.]+) s", worker_log)[-1]),
+                   "read_back_s": float(re.findall(r"read back \d+ bytes in ([0-9.]+) s", worker_log)[-1])}
+            if completed_at and registered_at:
+                run["client_upload_s"] = completed_at - began_wall
+                run["server_verification_s"] = registered_at - completed_at
+            # the version's artifact is the verified object; drop it so the stand-in holds one at a time
+            for item in s3.list_objects_v2(Bucket=BUCKET, Prefix="uploads/").get("Contents", []):
+                s3.delete_object(Bucket=BUCKET, Key=item["Key"])
+            return run
+
+        runs, references = [], {}
+        with MemoryWatch({"web": web.pid, "worker": worker.pid}) as memory:
+            for number in range(1, args.repeats + 1):
+                boto3_s, boto3_join_s = boto3_run(s3_plain, tuned)
+                runs.append({"boto3_s": boto3_s, "boto3_join_s": boto3_join_s, **cli_run(number)})
+            for label, client, config in ((BOTO3_CRC32, s3, tuned), (BOTO3_DEFAULTS, s3, TransferConfig())):
+                references[label] = boto3_run(client, config)
+        result["runs"] = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in run.items()} for run in runs]
+        median = lambda key: round(statistics.median(run[key] for run in runs), 2)  # noqa: E731
+        result["cli_output"] = runs[-1]["cli_output"]
+        result["baselines_s"] = {BASELINE: median("boto3_s"), **{k: round(v[0], 2) for k, v in references.items()}}
+        result["joins_s"] = {BASELINE: median("boto3_join_s"), "`modelyard register`": median("ours_join_s"),
+                             **{k: round(v[1], 2) for k, v in references.items() if v[1] is not None}}
+        result["ours_s"] = median("ours_s")
+        result["server_read_back_s"] = median("read_back_s")
+        if all("client_upload_s" in run for run in runs):
+            result["client_upload_s"] = median("client_upload_s")
+            result["server_verification_s"] = median("server_verification_s")
         result["peak_rss_bytes"] = {"tree": memory.peak_tree, "largest_process": memory.peak_process}
         result["rss_samples"] = memory.samples
         result["load_after"] = os.getloadavg()[0]
@@ -333,7 +350,8 @@ def markdown(r: dict, args) -> str:
         "and one Celery worker (`-Q default --concurrency 2`), as scripts/stack.sh starts them; PostgreSQL.",
         f"- Part size {r['part_size_bytes']} bytes, {r['parallel']} parts in flight, for the CLI and the tuned "
         "boto3 runs alike. The ratio is taken against the first row: boto3 sending parts without a "
-        "checksum, as the CLI's presigned PUTs do; it runs first, the reference rows after ours.", "",
+        f"checksum, as the CLI's presigned PUTs do. It and ours alternate {len(r['runs'])} times, boto3 first; "
+        "both rows are medians. The reference rows run once, after them.", "",
         "## Results", "",
         "| path | seconds | MB/s | of which S3 joining the parts (s) |", "|---|---|---|---|",
     ]
@@ -345,8 +363,13 @@ def markdown(r: dict, args) -> str:
         lines.append(f"| {label} | {seconds} | {r['size_bytes'] / seconds / 1e6:.1f} | {join} |")
     lines += ["", f"- Ratio (first row's time / ours): **{r['ratio']}**."]
     lines += [f"- Reference, not judged: {label} / ours = {ratio}." for label, ratio in r["reference_ratios"].items()]
+    lines += ["", "| pair | boto3 (s) | of which join | ours (s) | of which join | of which read-back |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {i} | {run['boto3_s']} | {run['boto3_join_s']} | {run['ours_s']} | {run['ours_join_s']} | "
+              f"{run['read_back_s']} |" for i, run in enumerate(r["runs"], start=1)]
+    lines.append("")
     if "client_upload_s" in r:
-        lines.append(f"- Of ours: client upload (hash + parts) {r['client_upload_s']} s, server verification "
+        lines.append(f"- Of ours (medians): client upload (hash + parts) {r['client_upload_s']} s, server verification "
                      f"(join, stream back + hash, register) {r['server_verification_s']} s, of which the "
                      f"stream back {r.get('server_read_back_s', '?')} s.")
     lines += [
@@ -367,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=2_000_000_000, help="artifact bytes (default 2 GB)")
     parser.add_argument("--part-size", type=int, default=64 * MIB)
     parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="boto3 / CLI pairs, alternating; the ratio is taken between their medians")
     parser.add_argument("--broker", default=os.environ.get("MODELYARD_BENCH_BROKER_URL", "redis://127.0.0.1:6379/12"))
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the artifact is written")
     parser.add_argument("--s3-scratch", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
