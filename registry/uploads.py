@@ -17,6 +17,7 @@ import logging
 import math
 import re
 import tempfile
+import time
 import uuid
 from datetime import timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
@@ -377,12 +378,16 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
     if upload.status != UploadStatus.VERIFYING:
         return upload
     store = store or ArtifactStore()
+    began = time.monotonic()
     problem = _join_parts(upload, store)
     if problem:
         return fail_upload(upload, problem, store=store)
+    joined = time.monotonic()
+    logger.info("upload %s: S3 joined the parts in %.2f s", upload.pk, joined - began)
     with tempfile.NamedTemporaryFile(prefix="modelyard-upload-", suffix=Path(upload.filename).suffix) as tmp:
         digest, size = store.stream_to(upload.staging_key, tmp)
         tmp.flush()
+        logger.info("upload %s: read back %s bytes in %.2f s", upload.pk, size, time.monotonic() - joined)
         if size != upload.size:
             return fail_upload(upload, f"S3 holds {size} bytes but {upload.size} bytes were declared", store=store)
         if upload.sha256 and digest != upload.sha256:

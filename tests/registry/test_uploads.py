@@ -4,6 +4,11 @@ Verification (what the ``registry.verify_upload`` task runs) is called in-proces
 tests/registry/test_upload_worker.py runs it in a real Celery worker.
 """
 
+import errno
+import hashlib
+import io
+import os
+
 import pytest
 import requests
 from django.contrib.auth import get_user_model
@@ -11,7 +16,7 @@ from rest_framework.test import APIClient
 
 from registry import uploads
 from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
-from registry.storage import ArtifactStore
+from registry.storage import CHUNK_BYTES, ArtifactStore, StorageError
 from tests.factories import team_member, token_for
 from tests.registry.uploading import (
     PART,
@@ -255,3 +260,37 @@ def test_the_store_lists_more_parts_than_one_page_of_s3s_answer(s3_endpoint):
     assert [p.number for p in parts] == list(range(1, 1003)) and {p.size for p in parts} == {1}
 
 
+
+
+def test_the_store_streams_an_object_of_several_chunks_into_a_file_while_hashing_it(s3_endpoint, tmp_path):
+    store = ArtifactStore()
+    store.ensure_bucket()
+    data = os.urandom(2 * CHUNK_BYTES + 12345)
+    store.client.put_object(Bucket=store.bucket, Key="tests/streamed", Body=data)
+    with (tmp_path / "copy").open("wb") as sink:
+        assert store.stream_to("tests/streamed", sink) == (hashlib.sha256(data).hexdigest(), len(data))
+    assert (tmp_path / "copy").read_bytes() == data
+    assert store.stream_to("tests/streamed") == (hashlib.sha256(data).hexdigest(), len(data))
+
+
+def test_a_file_that_cannot_be_written_stops_the_stream_with_its_error(s3_endpoint):
+    class FullDisk(io.RawIOBase):
+        def writable(self) -> bool:
+            return True
+
+        def write(self, data) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    store = ArtifactStore()
+    store.ensure_bucket()
+    store.client.put_object(Bucket=store.bucket, Key="tests/streamed", Body=os.urandom(2 * CHUNK_BYTES))
+    with pytest.raises(OSError, match="No space left"):
+        store.stream_to("tests/streamed", FullDisk())
+
+
+def test_reading_an_object_that_is_not_there_is_a_storage_error(s3_endpoint):
+    store = ArtifactStore()
+    store.ensure_bucket()
+    with pytest.raises(StorageError) as raised:
+        store.stream_to("tests/absent")
+    assert raised.value.code == "NoSuchKey" and not raised.value.retryable
