@@ -58,3 +58,4 @@ def test_an_api_path_that_names_no_endpoint_is_a_json_404(api_client):
         answer = api_client.get(path)
         assert answer.status_code == 404 and answer["Content-Type"] == "application/json", path
         assert answer.json()["detail"].startswith("no API endpoint at /api/v1/")
+    assert api_client.post("/api/v1/deployments/x5/pause/").status_code == 404
