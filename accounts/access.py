@@ -78,6 +78,8 @@ class Principal:
     user: object
     token: ApiToken | None = None
     _roles: dict = field(default_factory=dict, repr=False, compare=False)
+    _visible_names: object = field(default=None, repr=False, compare=False)  # a frozenset | None once looked up
+    _visible_known: bool = field(default=False, repr=False, compare=False)
 
     @classmethod
     def of(cls, request_or_user) -> "Principal":
@@ -184,11 +186,14 @@ def visible_model_names(principal: Principal) -> frozenset[str] | None:
     """Names of the models ``principal`` may read, or None for every model (an administrator).
 
     For filtering what does not come from the registry's own tables (a host agent's report, Prometheus
-    series) so other teams' model names do not show.
+    series) so other teams' model names do not show. Looked up once per principal (so once per request:
+    a list of hosts filters every host's report with one query).
     """
-    if principal.team_ids() is None and principal.allows_scope(Scope.READ):
-        return None
-    return frozenset(visible_models(principal).values_list("name", flat=True))
+    if not principal._visible_known:
+        if not (principal.team_ids() is None and principal.allows_scope(Scope.READ)):
+            principal._visible_names = frozenset(visible_models(principal).values_list("name", flat=True))
+        principal._visible_known = True
+    return principal._visible_names
 
 
 def only_visible(principal: Principal, rows: list[dict], key: str = "name") -> list[dict]:

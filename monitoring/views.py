@@ -5,7 +5,7 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
 
-from accounts.access import Principal, visible_models
+from accounts.access import Principal, visible_model_names
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
 from modelyard.views import model_or_404
@@ -61,8 +61,7 @@ def _overview_context(request) -> dict:
     principal = Principal.of(request)
     # Rows of other teams' models stay hidden; so do series of models the registry does not know
     # (their names could be anyone's), except for administrators.
-    visible = None if principal.team_ids() is None else set(
-        visible_models(principal).values_list("name", flat=True))
+    visible = visible_model_names(principal)
     overview["rows"] = [r for r in overview["rows"] if visible is None or r["model"] in visible]
     rows = [
         r for r in overview["rows"]

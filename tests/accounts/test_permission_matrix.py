@@ -431,3 +431,22 @@ def test_the_admin_site_holds_team_names_to_the_grammar(client, world):
         "name": "UPPER", "description": "", "memberships-TOTAL_FORMS": "0", "memberships-INITIAL_FORMS": "0"})
     assert answer.status_code == 200 and not Team.objects.filter(name__iexact="upper").exists()
     assert "upper-case" in answer.content.decode()
+
+
+def test_the_host_list_filters_every_hosts_report_with_the_same_queries_however_many_hosts(world):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    report = {"runtime_live": True, "models": [{"name": "resnet", "version": 1, "state": "READY"}]}
+    client = api_as(world, "viewer")
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get("/api/v1/hosts/").status_code == 200
+        return len(captured)
+
+    ServingHost.objects.update(heartbeat=report)
+    few = queries()
+    for n in range(5):
+        ServingHost.objects.create(name=f"gpu-extra-{n}", inference_url=f"http://gpu-extra-{n}:8000", heartbeat=report)
+    assert queries() == few
