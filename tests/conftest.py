@@ -30,12 +30,9 @@ def _static_root():
 @pytest.fixture
 def user(db):
     """A signed-up user who owns the default team (where models created without a team go)."""
-    from accounts.choices import Role
-    from accounts.services import default_team, set_membership
+    from tests.factories import team_member
 
-    engineer = get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
-    set_membership(team=default_team(), user=engineer, role=Role.OWNER)
-    return engineer
+    return team_member(get_user_model().objects.create_user(username="engineer", password="a-long-test-password"))
 
 
 @pytest.fixture

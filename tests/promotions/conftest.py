@@ -33,12 +33,10 @@ def admin(db):
 @pytest.fixture
 def member(db):
     """A maintainer of the default team (where the tests' models live): may run policies, not change them."""
-    from accounts.choices import Role
-    from accounts.services import default_team, set_membership
+    from tests.factories import team_member
 
     engineer = get_user_model().objects.create_user(username="engineer", password="a-long-test-password")
-    set_membership(team=default_team(), user=engineer, role=Role.MAINTAINER)
-    return engineer
+    return team_member(engineer, "maintainer")
 
 
 @pytest.fixture
