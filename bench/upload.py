@@ -80,6 +80,7 @@ STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
 CONFIG = b'name: "bench"\nbackend: "python"\nmax_batch_size: 8\n' \
          b'input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' \
          b'output [ { name: "label" data_type: TYPE_INT64 dims: [ 1 ] } ]\n'
+MODEL_SOURCE = b"class TritonPythonModel:\n    pass\n"  # the python backend's model file, which registration requires
 
 
 def free_port() -> int:
@@ -114,11 +115,12 @@ class RandomReader:
 
 def write_archive(path: Path, size: int) -> Path:
     """A plain .tar of one Triton model directory, ``size`` bytes in total (within a tar record)."""
-    weights = size - 10 * 1024  # headers, the config and the end-of-archive record
+    weights = size - 10 * 1024  # headers, the config, model.py and the end-of-archive record
     with tarfile.open(path, "w", bufsize=8 * MIB) as tar:
-        info = tarfile.TarInfo("bench/config.pbtxt")
-        info.size = len(CONFIG)
-        tar.addfile(info, io.BytesIO(CONFIG))
+        for name, text in (("bench/config.pbtxt", CONFIG), ("bench/1/model.py", MODEL_SOURCE)):
+            info = tarfile.TarInfo(name)
+            info.size = len(text)
+            tar.addfile(info, io.BytesIO(text))
         data = tarfile.TarInfo("bench/1/model.bin")
         data.size = weights
         tar.addfile(data, RandomReader(weights))

@@ -32,7 +32,15 @@ import requests
 
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
-from deployments.runtimes.triton_config import ModelConfigError, render_config_file, render_load_config, sample_arrays
+from deployments.runtimes.triton_config import (
+    ENSEMBLE_PLATFORM,
+    ModelConfigError,
+    parse_model_config,
+    render_config_file,
+    render_load_config,
+    sample_arrays,
+)
+from deployments.runtimes.triton_paths import check_confined_paths, check_model_file_present
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 
 logger = logging.getLogger(__name__)
@@ -141,6 +149,7 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
             layout = inspect_triton_archive(archive, limits)
         except ArchiveError as exc:
             raise StagingError(f"artifact refused: {exc}") from exc
+        _check_files_named(payload["config_text"], layout.files, layout.version_dir)
         free = shutil.disk_usage(tmp_root).free
         if free < layout.unpacked_bytes + DISK_MARGIN_BYTES:
             raise StagingError(
@@ -165,6 +174,22 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
         return True
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _check_files_named(config_text: str, files: tuple[str, ...], version_dir: str) -> None:
+    """Check again, on the host, what registration checked: the config names no file outside the
+    model's directory and the version directory holds the model file its backend loads.
+
+    Raises:
+        StagingError: (not retryable) with the config checker's message.
+    """
+    try:
+        cfg = parse_model_config(config_text)
+        check_confined_paths(cfg)
+        if cfg.platform != ENSEMBLE_PLATFORM:
+            check_model_file_present(cfg, files, version_dir)
+    except ModelConfigError as exc:
+        raise StagingError(f"artifact refused: {exc}") from exc
 
 
 def _block_bytecode_caches(version_dir: Path) -> None:

@@ -243,7 +243,7 @@ def register_version(
         prepared = stack.enter_context(prepare_artifact(
             artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
         ))
-        resolve_ensemble_members(prepared.ensemble_members)
+        resolve_ensemble_members(prepared.ensemble_members, team_id=model.team_id)
         _check_sample_input(metadata.get("sample_input"), prepared)
         if sha256 and prepared.is_original:
             size = prepared.path.stat().st_size
@@ -261,7 +261,7 @@ def register_version(
         with transaction.atomic():
             locked = RegisteredModel.objects.select_for_update().get(pk=model.pk)
             # Locked until commit, so a member cannot be deleted between this check and the rows below.
-            members = resolve_ensemble_members(prepared.ensemble_members, lock=True)
+            members = resolve_ensemble_members(prepared.ensemble_members, team_id=model.team_id, lock=True)
             number = locked.next_version
             locked.next_version = number + 1
             locked.save(update_fields=["next_version", "updated_at"])

@@ -182,14 +182,22 @@ def render_load_config(
 
     Raises:
         ModelConfigError: the text is not a usable config (see
-            parse_model_config), or versions is empty or holds a number below 1.
+            parse_model_config), a field names a file outside the model's directory or the
+            config sets a host parameter (see ``triton_paths.check_confined_paths``), or versions
+            is empty or holds a number below 1.
     """
     if not versions:
         raise ModelConfigError("at least one model version must be given to load")
     if any(int(v) < 1 for v in versions):
         raise ModelConfigError(f"model versions must be 1 or more, got {sorted(versions)}")
+    from deployments.runtimes.triton_paths import check_confined_paths
+
     cfg = parse_model_config(config_text)
     _apply_overrides(cfg, check_config_overrides(overrides))
+    # Checked again here, on the host, before the host's own parameters (which may name host
+    # paths) are added: a version registered before the rule, or a payload altered on the way,
+    # must not point Triton at another model's files.
+    check_confined_paths(cfg)
     cfg.name = model_name
     cfg.version_policy.Clear()
     cfg.version_policy.specific.versions.extend(sorted({int(v) for v in versions}))

@@ -11,6 +11,7 @@ from deployments.runtimes.triton_config import (
     ensemble_steps,
     parse_model_config,
 )
+from deployments.runtimes.triton_paths import check_confined_paths, check_model_file_present
 from modelyard.errors import InvalidInput
 from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive
 from registry.choices import ArtifactFormat, VersionStatus
@@ -35,7 +36,10 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
 
     Raises:
         InvalidInput: the archive is unsafe or not one model directory, its config does not parse,
-            names another model, or is an ensemble that lists itself as a step.
+            names another model, names a file outside its own directory or sets a host parameter
+            (``triton_paths.check_confined_paths``), its version directory lacks the model file the
+            backend loads (``model.py`` for the python backend), or it is an ensemble that lists
+            itself as a step.
     """
     try:
         layout = inspect_triton_archive(path, limits)
@@ -43,6 +47,9 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
         raise InvalidInput(f"artifact refused: {exc}") from exc
     try:
         config = parse_model_config(layout.config_text)
+        check_confined_paths(config)
+        if config.platform != ENSEMBLE_PLATFORM:
+            check_model_file_present(config, layout.files, layout.version_dir)
     except ModelConfigError as exc:
         raise InvalidInput(str(exc)) from exc
     if config.name and config.name != model_name:
@@ -66,7 +73,7 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
 
 
 def resolve_ensemble_members(
-    members: tuple[tuple[str, int], ...], *, lock: bool = False
+    members: tuple[tuple[str, int], ...], *, team_id: int | None = None, lock: bool = False
 ) -> list[tuple[ModelVersion, int]]:
     """Find the registered version each ensemble step names.
 
@@ -75,6 +82,8 @@ def resolve_ensemble_members(
 
     Args:
         members: ``(model_name, requested_version)`` pairs, as in ``PreparedArtifact.ensemble_members``.
+        team_id: the ensemble's team; its steps may compose only that team's models, since serving
+            the ensemble serves them (another team's model answers as missing). None: any team.
         lock: take ``SELECT ... FOR UPDATE`` on the versions found (inside a transaction), so that a
             concurrent delete waits until the ensemble's rows are written.
 
@@ -90,6 +99,8 @@ def resolve_ensemble_members(
     missing: list[str] = []
     for name, requested in members:
         live = ModelVersion.objects.filter(model__name=name).exclude(status=VersionStatus.DELETED)
+        if team_id is not None:
+            live = live.filter(model__team_id=team_id)
         if lock:
             live = live.select_for_update()
         if requested == -1:
@@ -108,7 +119,7 @@ def resolve_ensemble_members(
             found.append((version, requested))
     if missing:
         raise InvalidInput(
-            "the ensemble composes models the registry does not have: " + ", ".join(missing)
-            + "; register them first"
+            "the ensemble composes models its team does not have in the registry: " + ", ".join(missing)
+            + "; register them first, in the ensemble's team"
         )
     return found

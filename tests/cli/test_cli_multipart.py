@@ -59,6 +59,7 @@ def test_a_directory_is_packed_and_uploaded_in_parts(cli, tmp_path):
     model_dir = tmp_path / "iris"
     (model_dir / "1").mkdir(parents=True)
     (model_dir / "config.pbtxt").write_bytes(VALID_CONFIG)
+    (model_dir / "1" / "model.py").write_text("class TritonPythonModel:\n    pass\n")
     (model_dir / "1" / "model.bin").write_bytes(os.urandom(6 * MiB))
     result = cli("register", "iris", str(model_dir), *MULTIPART)
     assert result.returncode == 0, result.stderr

@@ -47,7 +47,7 @@ MiB = 1024**2
 
 def make_large_archive(path: Path, *, weights_bytes: int, name: str = "iris") -> Path:
     """Write a plain .tar of a Triton model directory whose ``1/model.bin`` holds ``weights_bytes``
-    random bytes (so it spans several 5 MiB upload parts)."""
+    random bytes (so it spans several 5 MiB upload parts), beside the ``1/model.py`` it names."""
     import os
 
     with tarfile.open(path, "w") as tar:
@@ -55,6 +55,10 @@ def make_large_archive(path: Path, *, weights_bytes: int, name: str = "iris") ->
         info = tarfile.TarInfo(f"{name}/config.pbtxt")
         info.size = len(config)
         tar.addfile(info, io.BytesIO(config))
+        source = b"class TritonPythonModel:\n    pass\n"  # the model file the python backend loads
+        info = tarfile.TarInfo(f"{name}/1/model.py")
+        info.size = len(source)
+        tar.addfile(info, io.BytesIO(source))
         weights = tarfile.TarInfo(f"{name}/1/model.bin")
         weights.size = weights_bytes
         tar.addfile(weights, io.BytesIO(os.urandom(weights_bytes)))

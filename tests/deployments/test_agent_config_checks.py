@@ -1,0 +1,108 @@
+"""The host agent checks a version's config again before Triton sees it (real Triton).
+
+Registration already refuses these versions (``tests/registry/test_config_file_fields.py``); the
+agent must hold too for a version registered before a rule existed, or a payload altered on the way.
+"""
+
+import functools
+import http.server
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from demo.iris import build_iris_archive
+from deployments.agent import deploy_triton_version
+from deployments.runtimes.triton import TritonRuntime
+from registry.archives import sha256_file
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def artifacts(tmp_path):
+    """A plain HTTP server for artifacts (what a presigned S3 URL is to the agent): (root, base URL)."""
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def payload_for(archive: Path, base_url: str, server, *, model: str, version: int, config_text: str) -> dict:
+    sha256, size = sha256_file(archive)
+    return {
+        "target_id": version, "host": "local", "model": model, "version": version,
+        "artifact_url": f"{base_url}/{archive.name}", "sha256": sha256, "size": size, "config_text": config_text,
+        "parameters": {"EXECUTION_ENV_PATH": str(server.execution_env)}, "inference_url": server.http_url,
+        "metrics_url": "",
+    }
+
+
+def config_of(archive: Path) -> str:
+    with tarfile.open(archive) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("config.pbtxt"))
+        return tar.extractfile(member).read().decode()
+
+
+def without_member(archive: Path, suffix: str, out: Path) -> Path:
+    with tarfile.open(archive) as source, tarfile.open(out, "w:gz") as target:
+        for member in source.getmembers():
+            if not member.name.endswith(suffix):
+                target.addfile(member, source.extractfile(member) if member.isfile() else None)
+    return out
+
+
+def deploy(payload: dict, server) -> dict:
+    return deploy_triton_version(payload, model_repository=server.model_repository, load_timeout=60, unload_timeout=30)
+
+
+def test_the_agent_refuses_a_config_pointing_at_another_models_files(triton_server, artifacts):
+    root, base_url = artifacts
+    victim = build_iris_archive(root / "victim.tar.gz", name="victim")
+    assert deploy(payload_for(victim, base_url, triton_server, model="victim", version=1,
+                              config_text=config_of(victim)), triton_server)["state"] == "ready"
+
+    archive = build_iris_archive(root / "iris.tar.gz", name="iris")
+    tampered = config_of(archive) + 'default_model_filename: "../../victim/1/model.py"\n'
+    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1, config_text=tampered),
+                    triton_server)
+
+    assert result["state"] == "failed" and not result["retryable"]
+    assert "default_model_filename '../../victim/1/model.py'" in result["error"]
+    assert not (triton_server.model_repository / "iris").exists()
+    runtime = TritonRuntime(triton_server.http_url)
+    assert runtime.ready_versions("iris") == [] and runtime.ready_versions("victim") == [1]
+
+
+def test_the_agent_refuses_an_upload_that_sets_a_host_path_parameter(triton_server, artifacts):
+    root, base_url = artifacts
+    archive = build_iris_archive(root / "iris.tar.gz", name="iris")
+    smuggled = config_of(archive) + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/tmp" } }\n'
+    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1, config_text=smuggled),
+                    triton_server)
+    assert result["state"] == "failed" and "per-host setting" in result["error"]
+    assert TritonRuntime(triton_server.http_url).ready_versions("iris") == []
+
+
+def test_a_python_version_without_model_py_is_refused_before_triton_could_hang_on_it(triton_server, artifacts):
+    root, base_url = artifacts
+    archive = without_member(build_iris_archive(root / "full.tar.gz", name="iris"), "/model.py",
+                             root / "iris.tar.gz")
+    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1,
+                                config_text=config_of(archive)), triton_server)
+    assert result["state"] == "failed"
+    assert "has no 'model.py'" in result["error"]
+    index = TritonRuntime(triton_server.http_url).repository_index()
+    assert all(entry.state != "LOADING" for entry in index if entry.name == "iris")
+
+
+def test_the_archive_without_model_py_keeps_everything_else(tmp_path):
+    """The premise of the test above: only ``model.py`` is missing, the ONNX weights are there."""
+    archive = without_member(build_iris_archive(tmp_path / "a.tar.gz", name="iris"), "/model.py", tmp_path / "b.tgz")
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    assert not any(name.endswith("model.py") for name in names) and any(name.endswith("model.onnx") for name in names)
