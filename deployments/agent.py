@@ -225,6 +225,7 @@ def deploy_triton_version(
     report: Callable[[str], None] = lambda state: None,
     load_timeout: float = 600.0,
     unload_timeout: float = 120.0,
+    grpc_url: str = "",
 ) -> dict:
     """Stage one model version on this host and make it the one Triton serves.
 
@@ -237,8 +238,11 @@ def deploy_triton_version(
         model_repository: the host's Triton model repository.
         report: called with "staging", "loading", "verifying" (smoke inference, when the
             payload has a sample input) and "cutting_over" as the work proceeds.
-        load_timeout: seconds allowed for one Triton load call.
-        unload_timeout: seconds to wait for replaced versions to unload.
+        load_timeout: the host's load deadline: seconds allowed for one Triton load call. Past it
+            the load is abandoned (``_abandon_load``) and the old versions keep serving.
+        unload_timeout: the host's unload deadline: seconds to wait for replaced versions to unload.
+        grpc_url: ``host:port`` of Triton's gRPC endpoint for loads and unloads (see
+            ``TritonRuntime``); empty: over HTTP.
 
     Returns:
         ``{"state": "ready", "details": {...}}`` or
@@ -248,7 +252,7 @@ def deploy_triton_version(
     paths = AgentPaths(Path(model_repository))
     model, version = payload["model"], int(payload["version"])
     parameters = payload.get("parameters") or {}
-    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout)
+    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout, grpc_url=grpc_url)
     details: dict = {}
 
     def config_for(versions: list[int], text_version: int) -> str:
@@ -271,7 +275,8 @@ def deploy_triton_version(
     report("loading")
     started = time.monotonic()
     try:
-        previous = [v for v in runtime.ready_versions(model) if v != version]
+        ready_before = runtime.ready_versions(model)
+        previous = [v for v in ready_before if v != version]
     except ServingRuntimeError as exc:
         return failed(f"Triton is not reachable: {exc.message}", retryable=exc.retryable)
     details["previous_versions"] = previous
@@ -284,6 +289,9 @@ def deploy_triton_version(
                 retryable=False,
             )
     except ServingRuntimeError as exc:
+        if exc.timed_out:
+            # A redeployment of the version that already serves (a repair) keeps it too.
+            return failed(_abandon_load(runtime, model, version, ready_before, config_for, deadline=load_timeout))
         _restore(runtime, model, previous, config_for)
         return failed(f"Triton could not load {model} version {version}: {exc.message}", retryable=exc.retryable)
     details["load_seconds"] = round(time.monotonic() - started, 3)
@@ -305,6 +313,9 @@ def deploy_triton_version(
             runtime.load(model, config_for([version], version))
             runtime.wait_versions_gone(model, previous, timeout=unload_timeout)
         except ServingRuntimeError as exc:
+            if exc.timed_out:
+                return failed(f"cut-over to {model} version {version} did not finish within the host's deadline: "
+                              f"{exc.message}; Triton finishes it on its own, and the reconciler checks the result")
             return failed(f"cut-over to {model} version {version} failed: {exc.message}", retryable=exc.retryable)
         details["cutover_seconds"] = round(time.monotonic() - started, 3)
     _write_model_config(paths, model, config_for([version], version))
@@ -334,6 +345,67 @@ def _smoke_test(runtime: TritonRuntime, model: str, version: int, payload: dict)
     except ServingRuntimeError as exc:
         return exc.message
     return ""
+
+
+# Seconds to hand Triton the request that undoes an abandoned load. Triton holds it behind the
+# load still in progress (explicit model control serialises a model's loads and unloads) and
+# carries it out when that load ends, whether or not the agent is still waiting for the answer.
+UNDO_REQUEST_SECONDS = 2.0
+
+
+def _abandon_load(runtime: TritonRuntime, model: str, version: int, previous: list[int], config_for, *,
+                  deadline: float) -> str:
+    """Give up on a load that passed the host's deadline, leaving the old versions serving.
+
+    Triton cannot cancel a load in progress, and while one runs it holds every other load or unload
+    of that model (a python-backend stub that never starts keeps a version LOADING for ever,
+    triton-inference-server #8766). So the agent asks for the state it wants, the previous versions
+    alone (or no version, when none served), and does not wait: Triton applies the request when the
+    stuck load ends, so the abandoned version never stays READY beside the old ones. Other models
+    on the host are not affected.
+
+    Args:
+        runtime: the host's Triton.
+        model, version: the model and the version whose load passed its deadline.
+        previous: the versions READY before the load (``version`` itself too, when it was), which
+            keep serving.
+        config_for: ``(versions, text_version) -> load config JSON``.
+        deadline: the host's load deadline, seconds (for the message).
+
+    Returns:
+        The failure message: Triton's own state and reason for the version, what was asked of
+        Triton, and which versions serve now.
+    """
+    quick = TritonRuntime(runtime.inference_url, timeout=5.0, load_timeout=UNDO_REQUEST_SECONDS,
+                          grpc_url=runtime.grpc_url)
+    try:
+        entry = next((e for e in quick.repository_index() if e.name == model and e.version == version), None)
+        state = f"{entry.state or 'no state'} ({entry.reason or 'Triton gives no reason'})" if entry else "not listed"
+    except ServingRuntimeError as exc:
+        state = f"unknown ({exc.message})"
+    try:
+        if previous:
+            quick.load(model, config_for(previous, max(previous)))
+        else:
+            quick.unload(model)
+        undo = "its unload was handed to Triton"
+    except ServingRuntimeError as exc:
+        undo = ("its unload is queued behind that load in Triton" if exc.timed_out
+                else f"asking Triton to unload it failed ({exc.message})")
+    try:
+        serving = [v for v in previous if quick.is_version_ready(model, v)]
+    except ServingRuntimeError:
+        serving = []
+    if serving:
+        kept = f"version {', '.join(map(str, serving))} keeps serving" if len(serving) == 1 else \
+            f"versions {', '.join(map(str, serving))} keep serving"
+    elif previous:
+        kept = f"versions {previous} no longer answer as READY"
+    else:
+        kept = f"no earlier version of {model} served here"
+    logger.error("abandoned the load of %s v%s after %g s: Triton reports it %s", model, version, deadline, state)
+    return (f"Triton did not finish loading {model} version {version} within the host's load deadline of "
+            f"{deadline:g} s and reports it {state}; {undo}, and {kept}")
 
 
 def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for, failed_version=None) -> None:
@@ -385,7 +457,7 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
 
     Returns:
         ``{"runtime_live": bool, "runtime_version": str | None, "models": [{"name", "version",
-        "state"}], "gpus": [{"gpu_uuid", "memory_used", "memory_total"} (bytes)],
+        "state", "reason"}], "gpus": [{"gpu_uuid", "memory_used", "memory_total"} (bytes)],
         "disk_free_bytes": int | None, "labels": {...}, "errors": [str]}``.
     """
     runtime = TritonRuntime(inference_url, timeout=5.0)
@@ -395,7 +467,8 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
         try:
             report["runtime_version"] = runtime.server_version()
             report["models"] = [
-                {"name": m.name, "version": m.version, "state": m.state} for m in runtime.repository_index()
+                {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+                for m in runtime.repository_index()
             ]
         except ServingRuntimeError as exc:
             report["errors"].append(exc.message)
@@ -411,7 +484,7 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
     return report
 
 
-def ensure_version_ready(payload: dict, *, load_timeout: float) -> bool:
+def ensure_version_ready(payload: dict, *, load_timeout: float, grpc_url: str = "") -> bool:
     """Reload ``payload``'s model version on Triton if it is not READY (e.g. an ensemble whose
     composing model was swapped); the version directory is already staged on this host.
 
@@ -424,7 +497,7 @@ def ensure_version_ready(payload: dict, *, load_timeout: float) -> bool:
         True when the version is READY afterwards.
     """
     model, version = payload["model"], int(payload["version"])
-    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout)
+    runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout, grpc_url=grpc_url)
     try:
         if runtime.is_version_ready(model, version):
             return True

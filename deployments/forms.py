@@ -3,6 +3,7 @@
 from django import forms
 
 from deployments.choices import FailurePolicy, Runtime
+from deployments.models import MAX_DEADLINE_SECONDS
 from modelyard.jsonobject import parse_json_object
 
 
@@ -14,6 +15,12 @@ class ServingHostForm(forms.Form):
     inference_url = forms.CharField(max_length=200, help_text="e.g. http://gpu-0:8000")
     metrics_url = forms.CharField(max_length=200, required=False, help_text="e.g. http://gpu-0:8002/metrics")
     production = forms.BooleanField(required=False, help_text="Serves production traffic: rollouts need a team owner")
+    load_deadline = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_DEADLINE_SECONDS, label="Load deadline (s)",
+        help_text="How long one load may take here before the agent abandons it; blank: the fleet default")
+    unload_deadline = forms.IntegerField(
+        required=False, min_value=1, max_value=MAX_DEADLINE_SECONDS, label="Unload deadline (s)",
+        help_text="How long one unload may take here; blank: the fleet default")
     parameters = forms.CharField(
         label="Config overrides: parameters", required=False, widget=forms.Textarea(attrs={"rows": 3}),
         help_text='Per-host model parameters as JSON, e.g. {"EXECUTION_ENV_PATH": "/opt/envs/py311"}',

@@ -14,6 +14,16 @@ from django.conf import settings
 from deployments.choices import Runtime
 
 
+def load_deadline(payload: dict) -> float:
+    """Seconds one load may take: the host's deadline from the payload, else the agent's default."""
+    return float(payload.get("load_deadline") or settings.AGENT_LOAD_TIMEOUT)
+
+
+def unload_deadline(payload: dict) -> float:
+    """Seconds one unload may take: the host's deadline from the payload, else the agent's default."""
+    return float(payload.get("unload_deadline") or settings.AGENT_UNLOAD_TIMEOUT)
+
+
 class HostAgent(Protocol):
     """What a host agent does on its host, whatever runtime serves there."""
 
@@ -40,8 +50,8 @@ class TritonHostAgent:
         from deployments.agent import deploy_triton_version
 
         return deploy_triton_version(payload, model_repository=Path(settings.AGENT_MODEL_REPOSITORY), report=report,
-                                     load_timeout=settings.AGENT_LOAD_TIMEOUT,
-                                     unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
+                                     load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
+                                     grpc_url=settings.AGENT_TRITON_GRPC_URL)
 
     def heartbeat(self, request: dict) -> dict:
         from deployments.agent import collect_heartbeat
@@ -52,10 +62,11 @@ class TritonHostAgent:
     def unload(self, payload: dict) -> None:
         from deployments.runtimes.triton import TritonRuntime
 
-        runtime = TritonRuntime(payload["inference_url"])
+        runtime = TritonRuntime(payload["inference_url"], load_timeout=unload_deadline(payload),
+                                grpc_url=settings.AGENT_TRITON_GRPC_URL)
         versions = runtime.ready_versions(payload["model"])
         runtime.unload(payload["model"])
-        runtime.wait_versions_gone(payload["model"], versions, timeout=settings.AGENT_UNLOAD_TIMEOUT)
+        runtime.wait_versions_gone(payload["model"], versions, timeout=unload_deadline(payload))
 
 
 class BentoMLHostAgent:
@@ -66,8 +77,7 @@ class BentoMLHostAgent:
         from deployments.agent_bentoml import deploy_bentoml_version
 
         return deploy_bentoml_version(payload, root=Path(settings.AGENT_BENTOML_ROOT), report=report,
-                                      load_timeout=settings.AGENT_LOAD_TIMEOUT,
-                                      unload_timeout=settings.AGENT_UNLOAD_TIMEOUT)
+                                      load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload))
 
     def heartbeat(self, request: dict) -> dict:
         """Start nginx unless it runs (so a host serving nothing yet is online), tidy what a dead agent left
@@ -92,7 +102,7 @@ class BentoMLHostAgent:
     def unload(self, payload: dict) -> None:
         from deployments.agent_bentoml import unload_bentoml_model
 
-        unload_bentoml_model(payload, root=Path(settings.AGENT_BENTOML_ROOT), timeout=settings.AGENT_UNLOAD_TIMEOUT)
+        unload_bentoml_model(payload, root=Path(settings.AGENT_BENTOML_ROOT), timeout=unload_deadline(payload))
 
 
 _AGENTS: dict[str, HostAgent] = {Runtime.TRITON: TritonHostAgent(), Runtime.BENTOML: BentoMLHostAgent()}

@@ -41,6 +41,33 @@ def serving_target(host_name: str, model_name: str) -> DeploymentTarget:
     return target
 
 
+def unload_payload(host, model_name: str) -> dict:
+    """What the host agent's ``unload_model_on_host`` task needs: the host's endpoints and deadline."""
+    return {"host": host.name, "model": model_name, "inference_url": host.inference_url,
+            "metrics_url": host.metrics_url, "runtime": host.runtime, "unload_deadline": host.unload_deadline_seconds}
+
+
+def request_unload(host, model_name: str, *, reason: str) -> bool:
+    """Have ``host`` unload ``model_name``, which no deployment wants served there (the reconciler,
+    for a model its runtime holds LOADING or UNLOADING); audited with the reconciler as actor.
+
+    Returns:
+        False when the model is not registered (nothing of the registry's to unload), else True.
+    """
+    from deployments.tasks import unload_model_on_host
+    from registry.models import RegisteredModel
+
+    model = RegisteredModel.objects.filter(name=model_name).first()
+    if model is None:
+        return False
+    with transaction.atomic():
+        record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=None, obj_type="host", obj_id=host.pk,
+                           model=model, data={"host": host.name, "reason": reason, "by": "reconciler"})
+        payload = unload_payload(host, model.name)
+        transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
+    return True
+
+
 def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "unloaded by an operator") -> int:
     """Stop serving ``model_name`` on ``host_name``; the host's agent unloads it from its runtime.
 
@@ -64,8 +91,7 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
             transition(pk, TargetState.UNLOADED, message=reason)
         record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": version.version, "reason": reason})
-        payload = {"host": host.name, "model": model.name, "inference_url": host.inference_url,
-                   "runtime": host.runtime}
+        payload = unload_payload(host, model.name)
         transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
     logger.info("unloading %s v%s from %s: %s", model.name, version.version, host.name, reason)
     return version.version

@@ -1,10 +1,14 @@
 """Serving hosts, deployments and the per-host state of each deployment."""
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from deployments.choices import DeploymentStatus, FailurePolicy, RolloutTrigger, Runtime, TargetState
 from registry.models import ModelVersion, RegisteredModel
+
+# One day: a deadline longer than that is a host that is down, not a load that is slow.
+MAX_DEADLINE_SECONDS = 86400
 
 
 class ServingHost(models.Model):
@@ -12,7 +16,10 @@ class ServingHost(models.Model):
 
     ``config_overrides`` holds per-host model config overrides applied at load
     time, e.g. ``{"parameters": {"EXECUTION_ENV_PATH": "/opt/envs/py311"}}``. ``production``
-    hosts take rollouts only from a team's owners (``accounts.access``).
+    hosts take rollouts only from a team's owners (``accounts.access``). ``load_deadline`` and
+    ``unload_deadline`` bound, in seconds, how long the host's agent waits for one load or unload
+    (blank: ``MODELYARD_AGENT_LOAD_TIMEOUT`` / ``MODELYARD_AGENT_UNLOAD_TIMEOUT``); past it the agent
+    abandons the load and the old version keeps serving.
     """
 
     name = models.CharField(max_length=63, unique=True)
@@ -23,6 +30,14 @@ class ServingHost(models.Model):
     labels = models.JSONField(default=dict, blank=True)
     production = models.BooleanField(
         default=False, help_text="Serves production traffic: deploying here needs a team owner, not a maintainer"
+    )
+    load_deadline = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_DEADLINE_SECONDS)],
+        help_text="seconds one load may take on this host; blank: the fleet default",
+    )
+    unload_deadline = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(MAX_DEADLINE_SECONDS)],
+        help_text="seconds one unload may take on this host; blank: the fleet default",
     )
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     heartbeat = models.JSONField(default=dict, blank=True, help_text="What the host agent last reported")
@@ -43,6 +58,47 @@ class ServingHost(models.Model):
             return False
         age = ((now or timezone.now()) - self.last_heartbeat_at).total_seconds()
         return age <= settings.HOST_OFFLINE_AFTER and bool(self.heartbeat.get("runtime_live"))
+
+    @property
+    def load_deadline_seconds(self) -> float:
+        """Seconds one load may take here: the host's own deadline, else the fleet default."""
+        from django.conf import settings
+
+        return float(self.load_deadline or settings.AGENT_LOAD_TIMEOUT)
+
+    @property
+    def unload_deadline_seconds(self) -> float:
+        """Seconds one unload may take here: the host's own deadline, else the fleet default."""
+        from django.conf import settings
+
+        return float(self.unload_deadline or settings.AGENT_UNLOAD_TIMEOUT)
+
+    def stuck_versions(self, now=None) -> list[dict]:
+        """Model versions the last report shows LOADING or UNLOADING for longer than this host's deadline.
+
+        The time a version entered that state comes from ``record_heartbeat``, which keeps the first
+        report that showed it (``since``, ISO 8601).
+
+        Returns:
+            ``[{"name", "version", "state", "reason", "seconds", "deadline"}]`` (seconds as ints),
+            ordered by model name and version; empty when nothing is stuck.
+        """
+        from django.utils import timezone
+        from django.utils.dateparse import parse_datetime
+
+        now = now or timezone.now()
+        stuck = []
+        for entry in (self.heartbeat or {}).get("models") or []:
+            state = entry.get("state")
+            since = parse_datetime(entry.get("since") or "") if isinstance(entry.get("since"), str) else None
+            if state not in ("LOADING", "UNLOADING") or since is None:
+                continue
+            deadline = self.load_deadline_seconds if state == "LOADING" else self.unload_deadline_seconds
+            seconds = (now - since).total_seconds()
+            if seconds > deadline:
+                stuck.append({"name": entry.get("name"), "version": entry.get("version"), "state": state,
+                              "reason": entry.get("reason") or "", "seconds": int(seconds), "deadline": int(deadline)})
+        return sorted(stuck, key=lambda row: (str(row["name"]), row["version"] or 0))
 
     @property
     def queue(self) -> str:

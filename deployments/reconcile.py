@@ -4,7 +4,8 @@ Desired state per (host, model) is the version of the newest deployment target t
 READY there. Observed state is the host's last heartbeat (Triton's repository index). Drift,
 such as a restarted Triton that came back empty or a version unloaded by hand, is repaired by
 starting a new deployment of the desired version on that host, audited with the reconciler
-as actor. Deployment targets that no agent picked up, or whose agent went silent, are failed
+as actor; so is a version the runtime holds LOADING or UNLOADING past the host's deadline
+(``_repair_stuck_versions``). Deployment targets that no agent picked up, or whose agent went silent, are failed
 with a message saying so.
 
 Safe to run at any time and any number of times: it acts only on hosts whose report is newer
@@ -16,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+import redis
 from django.conf import settings
 from django.utils import timezone
 
@@ -92,7 +94,53 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
         repairs.append(Repair(host=host.name, model=model, version=version, reason=reason,
                               deployment_id=deployment.pk))
+    repairs.extend(_repair_stuck_versions(host, desired, active, now=now))
     return repairs
+
+
+def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now) -> list[Repair]:
+    """Ask the host to return each model it holds LOADING or UNLOADING past its deadline to the
+    desired state: a redeployment of the version that should serve (loaded with only that version,
+    so the stuck one goes), or an unload when none should.
+
+    Triton applies such a request when the load in its way ends; one that never ends (a python stub
+    that died while starting, triton-inference-server #8766) needs a restart of Triton, which the
+    host page says. Once per ``RECONCILE_BACKOFF`` seconds per (host, model), and never while a
+    rollout of the model is in progress there.
+    """
+    from deployments.lifecycle import request_unload
+
+    repairs = []
+    for stuck in host.stuck_versions(now=now):
+        model = stuck["name"]
+        if model in active or not _first_repair_in_backoff(host.name, model):
+            continue
+        reason = (f"{host.name} reported {model} version {stuck['version']} {stuck['state']} for "
+                  f"{stuck['seconds']} s, past its deadline of {stuck['deadline']} s")
+        target = desired.get(model)
+        if target is None:
+            if request_unload(host, model, reason=reason):
+                logger.warning("reconcile: %s; unloading %s there", reason, model)
+                repairs.append(Repair(host=host.name, model=model, version=stuck["version"], reason=reason))
+            continue
+        deployment = create_rollout(
+            model_version=target.deployment.version, hosts=[host],
+            config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
+            trigger=RolloutTrigger.RECONCILER, reason=reason,
+        )
+        logger.warning("reconcile: %s; redeploying version %s (deployment %s)", reason,
+                       target.deployment.version.version, deployment.pk)
+        repairs.append(Repair(host=host.name, model=model, version=target.deployment.version.version,
+                              reason=reason, deployment_id=deployment.pk))
+    return repairs
+
+
+def _first_repair_in_backoff(host: str, model: str) -> bool:
+    """True once per ``RECONCILE_BACKOFF`` seconds for a (host, model): a key set in the broker's Redis
+    with that expiry, so every orchestrator worker shares it."""
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    return bool(client.set(f"modelyard:repair-stuck:{host}:{model}", "1", nx=True,
+                           ex=max(1, int(settings.RECONCILE_BACKOFF))))
 
 
 def fail_stalled_targets(*, now=None) -> list[Repair]:

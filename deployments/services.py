@@ -68,7 +68,8 @@ def _check_overrides(overrides) -> dict:
 
 def register_host(
     *, name: str, runtime: str = Runtime.TRITON, inference_url: str, metrics_url: str = "",
-    config_overrides=None, labels=None, production: bool = False, actor=None,
+    config_overrides=None, labels=None, production: bool = False, load_deadline: int | None = None,
+    unload_deadline: int | None = None, actor=None,
 ) -> ServingHost:
     """Add a serving host to the fleet.
 
@@ -80,6 +81,8 @@ def register_host(
         config_overrides: ``{"parameters": {key: value}}`` applied to every model loaded there.
         labels: string key/value labels.
         production: the host serves production traffic (rollouts there need a team owner).
+        load_deadline, unload_deadline: seconds one load or unload may take there (1 to 86400);
+            None: the fleet defaults.
         actor: the requesting user.
 
     Returns:
@@ -99,6 +102,7 @@ def register_host(
         _check_labels(labels, "labels")
     inference_url = _check_url(inference_url, "inference_url", required=True)
     metrics_url = _check_url(metrics_url, "metrics_url", required=False)
+    deadlines = _check_deadlines(load_deadline=load_deadline, unload_deadline=unload_deadline)
     same = Q(inference_url=inference_url) | (Q(metrics_url=metrics_url) if metrics_url else Q(pk__in=[]))
     twin = ServingHost.objects.filter(same).exclude(name=clean_name).first()
     if twin is not None:
@@ -114,6 +118,7 @@ def register_host(
                 config_overrides=_check_overrides(config_overrides),
                 labels=labels or {},
                 production=bool(production),
+                **deadlines,
             )
             record_audit_event(
                 action=AuditAction.HOST_REGISTERED, actor=actor, obj_type="host", obj_id=host.pk,
@@ -320,14 +325,19 @@ def _check_labels(labels, field: str) -> dict[str, str]:
     return dict(labels)
 
 
-def update_host(*, name: str, production: bool | None = None, labels: dict | None = None, actor=None) -> ServingHost:
-    """Change a serving host's production flag and/or labels (``None`` leaves a field as it is); audited
-    with before/after. Endpoints are not changeable: register a new host instead.
+_UNSET = object()
+
+
+def update_host(*, name: str, production: bool | None = None, labels: dict | None = None,
+                load_deadline=_UNSET, unload_deadline=_UNSET, actor=None) -> ServingHost:
+    """Change a serving host's production flag, labels and/or deadlines (a field left out stays as it
+    is); audited with before/after. Endpoints are not changeable: register a new host instead.
 
     Args:
         name: the host's name.
         production: whether rollouts there need a team owner.
         labels: the new string key/value labels (replacing the old ones).
+        load_deadline, unload_deadline: seconds (1 to 86400), or None for the fleet default.
         actor: the requesting user (callers check it is an administrator).
 
     Returns:
@@ -335,22 +345,28 @@ def update_host(*, name: str, production: bool | None = None, labels: dict | Non
 
     Raises:
         NotFound: no such host.
-        InvalidInput: labels are not string key/value pairs.
+        InvalidInput: labels are not string key/value pairs, or a deadline is out of range.
     """
     if labels is not None:
         _check_labels(labels, "labels")
+    given = {key: value for key, value in (("load_deadline", load_deadline), ("unload_deadline", unload_deadline))
+             if value is not _UNSET}
+    deadlines = _check_deadlines(**given)
+    fields = ["production", "labels", "load_deadline", "unload_deadline"]
     with transaction.atomic():
         host = ServingHost.objects.select_for_update().filter(name=name).first()
         if host is None:
             raise NotFound(f"no serving host named {name!r}")
-        before = {"production": host.production, "labels": host.labels}
+        before = {field: getattr(host, field) for field in fields}
         if production is not None:
             host.production = bool(production)
         if labels is not None:
             host.labels = dict(labels)
-        after = {"production": host.production, "labels": host.labels}
+        for field, value in deadlines.items():
+            setattr(host, field, value)
+        after = {field: getattr(host, field) for field in fields}
         if after != before:
-            host.save(update_fields=["production", "labels"])
+            host.save(update_fields=fields)
             record_audit_event(action=AuditAction.HOST_UPDATED, actor=actor, obj_type="host", obj_id=host.pk,
                                data={"name": host.name, "before": before, "after": after})
     return host
@@ -471,13 +487,31 @@ def record_target_progress(target_id: int, state: str, *, message: str = "", det
         logger.info("ignoring stale progress report: %s", exc)
 
 
+def _check_deadlines(**deadlines) -> dict:
+    """Check per-host deadlines: each an integer number of seconds from 1 to a day, or None.
+
+    Raises:
+        InvalidInput: naming the field and the range.
+    """
+    from deployments.models import MAX_DEADLINE_SECONDS
+
+    for field, value in deadlines.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEADLINE_SECONDS:
+            raise InvalidInput(f"{field} must be a whole number of seconds from 1 to {MAX_DEADLINE_SECONDS}, "
+                               f"or null for the fleet default; got {value!r}")
+    return deadlines
+
+
 def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     """Return the JSON payload a host agent needs to carry out one target.
 
     The agent gets no database or S3 credentials: it receives a presigned
     download URL, the artifact's sha256 and size (bytes), the uploaded
     config.pbtxt text (bento.yaml or model.yaml for BentoML archives) and the host's config
-    overrides. ``runtime`` tells the agent which runtime adapter carries the target out.
+    overrides. ``runtime`` tells the agent which runtime adapter carries the target out;
+    ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there.
     """
     version: ModelVersion = target.deployment.version
     return {
@@ -497,17 +531,49 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "signature": version.signature,
         "inference_url": target.host.inference_url,
         "metrics_url": target.host.metrics_url,
+        "load_deadline": target.host.load_deadline_seconds,
+        "unload_deadline": target.host.unload_deadline_seconds,
     }
 
 
 def record_heartbeat(host_name: str, report: dict) -> bool:
     """Store what a host agent reported (see ``agent.collect_heartbeat``) with the time it arrived.
 
+    Model versions in a transitional state (LOADING, UNLOADING) get ``since``: the time a report first
+    showed them so.
+
     Returns:
         False when the host is unknown (deleted since the request went out), else True.
     """
     if not isinstance(report, dict):
         raise InvalidInput("a heartbeat report is a JSON object")
-    return bool(
-        ServingHost.objects.filter(name=host_name).update(last_heartbeat_at=timezone.now(), heartbeat=report)
-    )
+    now = timezone.now()
+    with transaction.atomic():
+        host = ServingHost.objects.select_for_update().filter(name=host_name).only("heartbeat").first()
+        if host is None:
+            return False
+        report = _with_transition_times(host.heartbeat or {}, report, now)
+        ServingHost.objects.filter(pk=host.pk).update(last_heartbeat_at=now, heartbeat=report)
+    return True
+
+
+# States a runtime passes through on the way to READY or gone; a version that stays in one is stuck.
+TRANSITIONAL_STATES = ("LOADING", "UNLOADING")
+
+
+def _with_transition_times(previous: dict, report: dict, now) -> dict:
+    """Stamp each model version the report shows LOADING or UNLOADING with ``since``: when a report
+    first showed it in that state (kept from the previous report while the state lasts), so that
+    ``ServingHost.stuck_versions`` can tell a slow load from one that never ends."""
+    models = report.get("models")
+    if not isinstance(models, list):
+        return report
+    seen = {(m.get("name"), m.get("version"), m.get("state")): m.get("since")
+            for m in (previous.get("models") or []) if isinstance(m, dict)}
+    stamped = []
+    for entry in models:
+        if isinstance(entry, dict) and entry.get("state") in TRANSITIONAL_STATES:
+            key = (entry.get("name"), entry.get("version"), entry.get("state"))
+            entry = {**entry, "since": seen.get(key) or now.isoformat()}
+        stamped.append(entry)
+    return {**report, "models": stamped}

@@ -7,13 +7,16 @@ target host (queue ``host.<name>``) and reports back by enqueueing
 """
 
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from celery import shared_task
 from django.conf import settings
 
 from deployments.choices import TERMINAL_TARGET_STATES, TargetState
-from deployments.host_agents import host_agent
+from deployments.host_agents import host_agent, load_deadline
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from modelyard.celery import DATABASE_ERRORS
@@ -81,14 +84,52 @@ def _report(target_id: int, state: str, message: str = "", details: dict | None 
                                      retry=True, retry_policy=REPORT_RETRY_POLICY)
 
 
-def host_model_lock(host: str, model: str) -> redis.lock.Lock:
+def host_model_lock(host: str, model: str, load_deadline: float | None = None) -> redis.lock.Lock:
     """The per-(host, model) lock: one load, swap or unload of a model on a host at a time.
 
     Held in the broker's Redis, so it spans every agent process of the host; it expires after
-    three load timeouts, so a SIGKILLed holder cannot block the model forever.
+    three load deadlines (the host's, when longer than the fleet default), so a SIGKILLed holder
+    cannot block the model forever. Other models on the host take locks of their own, so they
+    never wait for this one.
     """
     client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * settings.AGENT_LOAD_TIMEOUT)
+    seconds = max(float(load_deadline or 0), settings.AGENT_LOAD_TIMEOUT)
+    return client.lock(f"modelyard:lock:{host}:{model}", timeout=3 * seconds)
+
+
+@contextmanager
+def heartbeats_meanwhile(payload: dict) -> Iterator[None]:
+    """Keep reporting the host in, from a thread of its own, while this task works.
+
+    A load can take as long as the host's deadline, and the heartbeat requests queued for the
+    host wait behind busy agent processes; without this the host would look offline to every
+    team for that long. The thread sends a report every ``HEARTBEAT_INTERVAL`` seconds (the
+    first after one interval) and stops when the block ends. Does nothing for a payload that
+    lacks the host's endpoints.
+
+    Args:
+        payload: an agent payload with ``host``, ``inference_url``, ``metrics_url``, ``runtime``.
+    """
+    if not payload.get("host") or not payload.get("inference_url"):
+        yield
+        return
+    request = {key: payload.get(key, "") for key in ("host", "inference_url", "metrics_url", "runtime")}
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(settings.HEARTBEAT_INTERVAL):
+            try:
+                _send_heartbeat(request)
+            except Exception:  # a missed beat is logged; the next one may get through
+                logger.exception("heartbeat of %s during a long task failed", request["host"])
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{payload['host']}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=settings.HEARTBEAT_INTERVAL)
 
 
 def _release(lock: redis.lock.Lock, during: str) -> None:
@@ -130,7 +171,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
     loading an already-served version is a no-op swap.
     """
     target_id = payload["target_id"]
-    lock = host_model_lock(payload.get("host", ""), payload["model"])
+    lock = host_model_lock(payload.get("host", ""), payload["model"], payload.get("load_deadline"))
     if not _acquire_or_take_over(lock, self.request.id):
         if self.request.retries * LOCK_RETRY_SECONDS >= settings.DISPATCH_TIMEOUT:
             _report(target_id, TargetState.FAILED,
@@ -139,7 +180,8 @@ def deploy_version_on_host(self, payload: dict) -> None:
             return
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        result = host_agent(payload.get("runtime")).deploy(payload, report=lambda state: _report(target_id, state))
+        with heartbeats_meanwhile(payload):
+            result = host_agent(payload.get("runtime")).deploy(payload, report=lambda state: _report(target_id, state))
     except Exception as exc:  # the orchestrator must hear of every failure, not only the foreseen ones
         logger.exception("deploying target %s failed", target_id)
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
@@ -178,6 +220,10 @@ def request_heartbeats() -> int:
 @shared_task(name="deployments.report_heartbeat", acks_late=True)
 def report_heartbeat(request: dict) -> None:
     """Host agent: report the runtime's liveness, loaded (or, on BentoML, served) models, GPUs and free disk."""
+    _send_heartbeat(request)
+
+
+def _send_heartbeat(request: dict) -> None:
     report = host_agent(request.get("runtime")).heartbeat(request)
     record_host_heartbeat.apply_async(args=[request["host"], report], queue=ORCHESTRATOR_QUEUE,
                                       retry=True, retry_policy=REPORT_RETRY_POLICY)
@@ -222,7 +268,8 @@ def unload_model_on_host(self, payload: dict) -> None:
     if not _acquire_or_take_over(lock, self.request.id):
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        host_agent(payload.get("runtime")).unload(payload)
+        with heartbeats_meanwhile(payload):
+            host_agent(payload.get("runtime")).unload(payload)
     except ServingRuntimeError as exc:
         logger.error("unloading %s from %s failed: %s", payload["model"], payload["host"], exc.message)
         if exc.retryable and self.request.retries < 5:
@@ -253,11 +300,13 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
     """
     from deployments.agent import ensure_version_ready
 
-    lock = host_model_lock(payload["host"], payload["model"])
+    lock = host_model_lock(payload["host"], payload["model"], payload.get("load_deadline"))
     if not _acquire_or_take_over(lock, self.request.id):
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
     try:
-        return ensure_version_ready(payload, load_timeout=settings.AGENT_LOAD_TIMEOUT)
+        with heartbeats_meanwhile(payload):
+            return ensure_version_ready(payload, load_timeout=load_deadline(payload),
+                                        grpc_url=settings.AGENT_TRITON_GRPC_URL)
     finally:
         _release(lock, "during the ensemble check")
 

@@ -44,7 +44,8 @@ def host_create(request):
                 name=data["name"], runtime=data["runtime"], inference_url=data["inference_url"],
                 metrics_url=data["metrics_url"],
                 config_overrides={"parameters": data["parameters"]} if data["parameters"] else {},
-                production=data.get("production", False), actor=request.user,
+                production=data.get("production", False), load_deadline=data.get("load_deadline"),
+                unload_deadline=data.get("unload_deadline"), actor=request.user,
             )
         except DomainError as exc:
             form.add_error(None, exc.message)
@@ -100,6 +101,7 @@ def host_detail(request, name: str):
         row["may_deploy"] = check(principal, Action.DEPLOY, model=by_name[row["model"]], hosts=[host]) is None
     context = {"host": host, "models": models, "unloaded": unloaded,
                "repository": only_visible(principal, (host.heartbeat or {}).get("models") or []),
+               "stuck": only_visible(principal, host.stuck_versions()),
                "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:

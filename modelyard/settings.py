@@ -268,8 +268,12 @@ WEBHOOK_ALLOW_PRIVATE = env_bool("MODELYARD_WEBHOOK_ALLOW_PRIVATE", False)
 
 # Host agent (runs on a serving host; needs no database or S3 write access).
 AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))
+# Defaults of the per-host load and unload deadlines (ServingHost.load_deadline, unload_deadline), seconds.
 AGENT_LOAD_TIMEOUT = env_float("MODELYARD_AGENT_LOAD_TIMEOUT", 600.0)
 AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
+# host:port of the local Triton's gRPC endpoint, for loads and unloads: Triton's HTTP endpoint stalls
+# keep-alive clients on the worker thread that runs a load. Empty: loads go over HTTP.
+AGENT_TRITON_GRPC_URL = env_str("MODELYARD_AGENT_TRITON_GRPC_URL", "")
 AGENT_LABELS = env_json("MODELYARD_AGENT_LABELS", {})
 # A BentoML host agent's Bento Store, serve instances, nginx config and state file.
 AGENT_BENTOML_ROOT = env_str("MODELYARD_AGENT_BENTOML_ROOT", str(VAR_DIR / "bentoml-agent"))

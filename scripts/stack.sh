@@ -418,7 +418,7 @@ start_celery() {
 
 start_agent() {
     MODELYARD_AGENT_MODEL_REPOSITORY="$MODEL_REPOSITORY" \
-        start_celery agent worker -Q host.local -n "agent-local@%h" --concurrency 1 --loglevel INFO
+        start_celery agent worker -Q host.local -n "agent-local@%h" --concurrency 4 --loglevel INFO
 }
 
 # The nginx master of the local BentoML host, from the PID file its agent's nginx writes.
@@ -442,7 +442,7 @@ start_bento_agent() {
         require_port "$BENTO_PORT" MODELYARD_BENTOML_PORT "the BentoML host's nginx"
     fi
     MODELYARD_AGENT_BENTOML_ROOT="$BENTO_ROOT" \
-        start_celery bento-agent worker -Q "host.$BENTO_HOST" -n "agent-$BENTO_HOST@%h" --concurrency 1 --loglevel INFO
+        start_celery bento-agent worker -Q "host.$BENTO_HOST" -n "agent-$BENTO_HOST@%h" --concurrency 4 --loglevel INFO
 }
 
 # After the agent stopped: its bento processes and nginx (in sessions of their own) stop too.

@@ -1,10 +1,11 @@
 """Serializers of the deployments API."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.access import Principal, only_visible
 from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
-from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, RolloutEvent, ServingHost
 
 
 class ServingHostUpdateSerializer(serializers.Serializer):
@@ -12,6 +13,23 @@ class ServingHostUpdateSerializer(serializers.Serializer):
 
     production = serializers.BooleanField(required=False, help_text="rollouts here need a team owner")
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    load_deadline = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DEADLINE_SECONDS,
+        help_text="seconds one load may take on this host; null: the fleet default")
+    unload_deadline = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_DEADLINE_SECONDS,
+        help_text="seconds one unload may take on this host; null: the fleet default")
+
+
+class StuckVersionSerializer(serializers.Serializer):
+    """A model version a host's runtime has held LOADING or UNLOADING past the host's deadline."""
+
+    name = serializers.CharField()
+    version = serializers.IntegerField(allow_null=True)
+    state = serializers.CharField(help_text="LOADING or UNLOADING, as the runtime reports it")
+    reason = serializers.CharField(help_text="the runtime's own message, empty when it gives none")
+    seconds = serializers.IntegerField(help_text="seconds in that state as of the last report")
+    deadline = serializers.IntegerField(help_text="the host's load or unload deadline, seconds")
 
 
 class ServingHostSerializer(serializers.ModelSerializer):
@@ -23,17 +41,31 @@ class ServingHostSerializer(serializers.ModelSerializer):
     metrics_url = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     config_overrides = serializers.JSONField(required=False, default=dict)
     labels = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    load_deadline = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=MAX_DEADLINE_SECONDS,
+        help_text="seconds one load may take on this host; null: the fleet default")
+    unload_deadline = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=1, max_value=MAX_DEADLINE_SECONDS,
+        help_text="seconds one unload may take on this host; null: the fleet default")
     online = serializers.SerializerMethodField(help_text="agent reported recently and the runtime was live")
+    stuck = serializers.SerializerMethodField(
+        help_text="model versions the agent reports LOADING or UNLOADING for longer than the host's deadline")
 
     class Meta:
         model = ServingHost
         fields = ["name", "runtime", "inference_url", "metrics_url", "config_overrides", "labels", "production",
-                  "online", "last_heartbeat_at", "heartbeat", "created_at"]
-        read_only_fields = ["online", "last_heartbeat_at", "heartbeat", "created_at"]
+                  "load_deadline", "unload_deadline", "online", "stuck", "last_heartbeat_at", "heartbeat", "created_at"]
+        read_only_fields = ["online", "stuck", "last_heartbeat_at", "heartbeat", "created_at"]
         validators = []  # uniqueness is the service's job, answered with 409
 
     def get_online(self, host: ServingHost) -> bool:
         return host.is_online()
+
+    @extend_schema_field(StuckVersionSerializer(many=True))
+    def get_stuck(self, host: ServingHost) -> list[dict]:
+        request = self.context.get("request")
+        stuck = host.stuck_versions()
+        return only_visible(Principal.of(request), stuck) if request is not None else stuck
 
     def to_representation(self, host: ServingHost) -> dict:
         """The host; its agent's report lists only the models the requesting principal may read."""

@@ -18,12 +18,16 @@ class ServingRuntimeError(Exception):
         retryable: True when retrying may help (connection refused, timeout,
             runtime busy or unavailable); False when the runtime answered and
             refused the request (bad model, unknown model, bad input).
+        timed_out: True when the runtime was reached but did not answer within the
+            call's timeout (a load still running on the server, say), as opposed to one
+            that could not be reached at all.
     """
 
-    def __init__(self, message: str, *, retryable: bool):
+    def __init__(self, message: str, *, retryable: bool, timed_out: bool = False):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
+        self.timed_out = timed_out
 
     def __repr__(self) -> str:
         return f"ServingRuntimeError({self.message!r}, retryable={self.retryable})"

@@ -22,6 +22,7 @@ model's ``/<model>/`` can shadow ``/_metrics/``.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -216,9 +217,20 @@ class NginxFront:
         return self._apply(model, {"upstreams": None, "locations": None}, timeout)
 
     def _apply(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
-        """Write (or, for None, delete) the model's files, check the config and reload gracefully."""
+        """Write (or, for None, delete) the model's files, check the config and reload gracefully.
+
+        One change at a time per host (an exclusive ``flock`` on ``<root>/nginx/.lock``): the agent
+        runs several processes, and two models' changes must not each see the other's half-checked
+        files or reload over each other.
+        """
         if not _SAFE_NAME.match(model):
             raise ServingRuntimeError(f"model name {model!r} cannot be used in an nginx location", retryable=False)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with open(self.dir / ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            return self._apply_locked(model, texts, timeout)
+
+    def _apply_locked(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
         master = self.master_pid()
         if master is None:
             raise ServingRuntimeError("nginx is not running", retryable=True)

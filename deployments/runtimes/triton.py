@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import gevent
 import numpy as np
 import requests
+import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
@@ -43,13 +44,20 @@ class TritonRuntime:
         load_timeout: seconds allowed for a blocking ``load`` call, which lasts
             as long as Triton takes to initialise the model; defaults to
             ``timeout``.
+        grpc_url: ``host:port`` of the same server's gRPC endpoint; when given, ``load`` and
+            ``unload`` go there. Triton 2.51's HTTP endpoint runs a load on the HTTP worker
+            thread that received it, and every keep-alive client connection that thread
+            serves stalls until the load ends (measured: an inference request on such a
+            connection waited out a 15 s load); its gRPC endpoint handles model control apart
+            from inference, so clients of either protocol keep being answered.
 
     Raises:
-        ValueError: the URL has a scheme other than http/https or no host, or a
-            timeout is not positive.
+        ValueError: the URL has a scheme other than http/https or no host, the gRPC URL is not
+            ``host:port``, or a timeout is not positive.
     """
 
-    def __init__(self, inference_url: str, timeout: float = 10.0, *, load_timeout: float | None = None):
+    def __init__(self, inference_url: str, timeout: float = 10.0, *, load_timeout: float | None = None,
+                 grpc_url: str = ""):
         if "://" not in inference_url:
             inference_url = f"http://{inference_url}"
         parts = urlsplit(inference_url)
@@ -62,6 +70,10 @@ class TritonRuntime:
         self.load_timeout = float(load_timeout) if load_timeout is not None else self.timeout
         self._address = parts.netloc + parts.path.rstrip("/")
         self._ssl = parts.scheme == "https"
+        grpc_url = grpc_url.removeprefix("grpc://")
+        if grpc_url and (urlsplit(f"//{grpc_url}").port is None or "/" in grpc_url):
+            raise ValueError(f"Triton grpc_url must be host:port, got {grpc_url!r}")
+        self.grpc_url = grpc_url
 
     def __repr__(self) -> str:
         return f"TritonRuntime({self.inference_url!r}, timeout={self.timeout})"
@@ -84,12 +96,37 @@ class TritonRuntime:
         except InferenceServerException as exc:
             status = exc.status() or ""
             raise ServingRuntimeError(exc.message(), retryable=status in _RETRYABLE_STATUSES) from exc
-        except (OSError, http.client.HTTPException, gevent.Timeout) as exc:
+        except (TimeoutError, gevent.Timeout) as exc:
+            raise ServingRuntimeError(
+                f"{action}: Triton at {self.inference_url} did not answer within {seconds:g} s",
+                retryable=True, timed_out=True,
+            ) from exc
+        except (OSError, http.client.HTTPException) as exc:
             detail = str(exc) or type(exc).__name__
             raise ServingRuntimeError(
                 f"{action}: cannot reach Triton at {self.inference_url} within {seconds:g} s: {detail}",
                 retryable=True,
             ) from exc
+        finally:
+            client.close()
+
+    @contextmanager
+    def _grpc_client(self, action: str, timeout: float) -> Iterator[triton_grpc.InferenceServerClient]:
+        """Yield a fresh gRPC client; translate its failures as ``_client`` does."""
+        client = triton_grpc.InferenceServerClient(self.grpc_url)
+        try:
+            yield client
+        except InferenceServerException as exc:
+            status = exc.status() or ""
+            if status == "StatusCode.DEADLINE_EXCEEDED":
+                raise ServingRuntimeError(
+                    f"{action}: Triton at {self.grpc_url} (gRPC) did not answer within {timeout:g} s",
+                    retryable=True, timed_out=True,
+                ) from exc
+            if status == "StatusCode.UNAVAILABLE":
+                raise ServingRuntimeError(f"{action}: cannot reach Triton's gRPC endpoint {self.grpc_url}: "
+                                          f"{exc.message()}", retryable=True) from exc
+            raise ServingRuntimeError(exc.message(), retryable=False) from exc
         finally:
             client.close()
 
@@ -173,10 +210,16 @@ class TritonRuntime:
             ServingRuntimeError: Triton refused or the model failed to load
                 (not retryable; the message is Triton's, e.g. ``load failed for
                 model 'iris': version 2 is at UNAVAILABLE state: ...``), or Triton
-                is unreachable or did not answer in time (retryable; the load may
-                still complete on the server).
+                is unreachable (retryable), or did not finish within ``load_timeout``
+                (retryable, ``timed_out``; the load goes on on the server, and Triton
+                holds every later load or unload of this model until it ends).
         """
-        with self._client(f"load model {model!r}", timeout=self.load_timeout) as client:
+        action = f"load model {model!r}"
+        if self.grpc_url:
+            with self._grpc_client(action, self.load_timeout) as client:
+                client.load_model(model, config=config_json, client_timeout=self.load_timeout)
+            return
+        with self._client(action, timeout=self.load_timeout) as client:
             client.load_model(model, config=config_json)
 
     def unload(self, model: str) -> None:
@@ -189,7 +232,12 @@ class TritonRuntime:
         Raises:
             ServingRuntimeError: Triton is unreachable (retryable) or refused.
         """
-        with self._client(f"unload model {model!r}") as client:
+        action = f"unload model {model!r}"
+        if self.grpc_url:
+            with self._grpc_client(action, self.load_timeout) as client:
+                client.unload_model(model, client_timeout=self.load_timeout)
+            return
+        with self._client(action, timeout=self.load_timeout) as client:
             client.unload_model(model)
 
     def is_version_ready(self, model: str, version: int) -> bool:

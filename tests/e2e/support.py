@@ -1,7 +1,10 @@
 """Helpers shared by the end-to-end tests: API calls that wait, and a client that keeps sending requests."""
 
+import tarfile
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,13 +64,33 @@ class Traffic:
                     else:
                         self.failures.append(f"HTTP {answer.status_code}: {answer.text[:200]}")
                 except requests.RequestException as exc:
-                    self.failures.append(str(exc))
+                    self.failures.append(f"{time.monotonic() - self.started:.1f} s in: {exc}")
                 time.sleep(0.01)
 
     def __enter__(self):
+        self.started = time.monotonic()
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join(timeout=10)
+
+
+def build_slow_iris_archive(out_path, *, name: str = "iris", seconds: float) -> Path:
+    """The real iris model whose ``initialize`` takes ``seconds`` longer: a load that outlasts a
+    host's deadline, the way a model that downloads weights or compiles kernels does (and, with a
+    large ``seconds``, like a load that never ends)."""
+    from demo.iris import build_iris_model_dir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_iris_model_dir(Path(tmp), name=name)
+        source = model_dir / "1" / "model.py"
+        text = source.read_text()
+        marker = "    def initialize(self, args):\n"
+        assert marker in text
+        source.write_text(text.replace(marker, f"{marker}        import time\n        time.sleep({seconds!r})\n", 1))
+        out_path = Path(out_path)
+        with tarfile.open(out_path, "w:gz") as archive:
+            archive.add(model_dir, arcname=name)
+    return out_path

@@ -1,0 +1,126 @@
+"""A load that outlasts the host's deadline is abandoned, and the old version keeps serving (real Triton).
+
+Triton cannot cancel a load: while one runs it holds every other load or unload of that model. The
+agent stops waiting at the host's deadline, reports Triton's own state for the version, and leaves
+Triton the request that undoes the load, which Triton carries out when the load ends.
+"""
+
+import functools
+import http.server
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from demo.iris import build_iris_archive
+from deployments.agent import deploy_triton_version
+from deployments.runtimes.triton import TritonRuntime
+from registry.archives import sha256_file
+from tests.e2e.support import Traffic, build_slow_iris_archive
+from tests.fixtures.services import wait_for
+
+pytestmark = pytest.mark.integration
+
+DEADLINE = 3.0
+SLOW_LOAD = 15.0
+
+
+@pytest.fixture
+def artifacts(tmp_path):
+    root = tmp_path / "artifacts"
+    root.mkdir()
+    server = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def payload(archive: Path, base_url: str, triton, *, model: str, version: int) -> dict:
+    sha256, size = sha256_file(archive)
+    with tarfile.open(archive) as tar:
+        config = next(m for m in tar.getmembers() if m.name.endswith("config.pbtxt"))
+        config_text = tar.extractfile(config).read().decode()
+    return {"target_id": version, "host": "local", "model": model, "version": version,
+            "artifact_url": f"{base_url}/{archive.name}", "sha256": sha256, "size": size,
+            "config_text": config_text, "parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)},
+            "inference_url": triton.http_url, "metrics_url": ""}
+
+
+def deploy(triton, body: dict, load_timeout: float = 60.0, grpc: bool = True) -> dict:
+    return deploy_triton_version(body, model_repository=triton.model_repository, load_timeout=load_timeout,
+                                 unload_timeout=30, grpc_url=triton.grpc_url if grpc else "")
+
+
+def state_of(runtime: TritonRuntime, model: str, version: int) -> str:
+    return next((e.state for e in runtime.repository_index() if e.name == model and e.version == version), "")
+
+
+def test_a_load_past_the_deadline_is_abandoned_while_the_old_version_keeps_serving(triton_server, artifacts):
+    root, base_url = artifacts
+    runtime = TritonRuntime(triton_server.http_url)
+    v1 = build_iris_archive(root / "iris-1.tar.gz", name="iris")
+    assert deploy(triton_server, payload(v1, base_url, triton_server, model="iris", version=1))["state"] == "ready"
+    slow = build_slow_iris_archive(root / "iris-2.tar.gz", name="iris", seconds=SLOW_LOAD)
+
+    with Traffic(triton_server.http_url) as traffic:  # keep-alive HTTP, as real clients
+        time.sleep(0.5)
+        result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=2),
+                        load_timeout=DEADLINE)
+        # The agent is back while Triton still loads: it did not wait the load out.
+        assert state_of(runtime, "iris", 2) == "LOADING"
+        assert runtime.ready_versions("iris") == [1]
+
+        # Another model loads meanwhile: the stuck load holds only its own model.
+        other = build_iris_archive(root / "other-1.tar.gz", name="other")
+        assert deploy(triton_server, payload(other, base_url, triton_server, model="other", version=1))[
+            "state"] == "ready"
+        assert state_of(runtime, "iris", 2) == "LOADING"
+
+        # When the slow load ends, Triton carries out the unload the agent left it.
+        wait_for(lambda: state_of(runtime, "iris", 2) not in ("LOADING", "READY", "UNLOADING"),
+                 timeout=SLOW_LOAD + 60, what="the abandoned iris version 2 to be unloaded")
+        time.sleep(0.5)
+
+    assert result["state"] == "failed" and result["retryable"] is False
+    assert (f"Triton did not finish loading iris version 2 within the host's load deadline of {DEADLINE:g} s "
+            "and reports it LOADING") in result["error"]
+    assert "version 1 keeps serving" in result["error"]
+    assert "cannot reach Triton" not in result["error"]
+    assert runtime.ready_versions("iris") == [1] and runtime.ready_versions("other") == [1]
+    assert traffic.ok > 0 and traffic.failures == []
+    assert set(traffic.versions) == {"1"}
+
+
+def test_a_first_load_past_the_deadline_leaves_nothing_of_the_model_served(triton_server, artifacts):
+    root, base_url = artifacts
+    runtime = TritonRuntime(triton_server.http_url)
+    slow = build_slow_iris_archive(root / "iris-1.tar.gz", name="iris", seconds=8)
+    result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=1),
+                    load_timeout=DEADLINE)
+    assert result["state"] == "failed"
+    assert "no earlier version of iris served here" in result["error"]
+    wait_for(lambda: state_of(runtime, "iris", 1) not in ("LOADING", "READY", "UNLOADING"), timeout=60,
+             what="the abandoned first load to be unloaded")
+    assert runtime.ready_versions("iris") == []
+
+
+def test_a_load_over_http_stalls_keep_alive_clients_which_is_why_the_agent_loads_over_grpc(triton_server, artifacts):
+    """Triton 2.51 runs an HTTP load on the worker thread that received it; a keep-alive connection
+    served by that thread waits for the load. The agent therefore loads over gRPC (above: no
+    request failed); this shows the fault it avoids, so a Triton that fixes it makes this fail."""
+    root, base_url = artifacts
+    v1 = build_iris_archive(root / "iris-1.tar.gz", name="iris")
+    assert deploy(triton_server, payload(v1, base_url, triton_server, model="iris", version=1))["state"] == "ready"
+    slow = build_slow_iris_archive(root / "iris-2.tar.gz", name="iris", seconds=SLOW_LOAD)
+    with Traffic(triton_server.http_url) as traffic:
+        time.sleep(0.5)
+        result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=2),
+                        load_timeout=DEADLINE, grpc=False)
+        runtime = TritonRuntime(triton_server.http_url)
+        wait_for(lambda: state_of(runtime, "iris", 2) not in ("LOADING", "READY", "UNLOADING"),
+                 timeout=SLOW_LOAD + 60, what="the abandoned iris version 2 to be unloaded")
+    assert result["state"] == "failed" and "reports it LOADING" in result["error"]
+    assert any("Read timed out" in failure for failure in traffic.failures), traffic.failures
