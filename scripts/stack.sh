@@ -417,7 +417,7 @@ start_celery() {
 }
 
 start_agent() {
-    MODELYARD_AGENT_MODEL_REPOSITORY="$MODEL_REPOSITORY" \
+    MODELYARD_AGENT_MODEL_REPOSITORY="$MODEL_REPOSITORY" MODELYARD_AGENT_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT" \
         start_celery agent worker -Q host.local -n "agent-local@%h" --concurrency 4 --loglevel INFO
 }
 

@@ -61,3 +61,51 @@ def test_only_administrators_may_register_hosts(client, user):
 def test_an_unknown_host_page_is_a_404(client, user):
     client.force_login(user)
     assert client.get("/hosts/nowhere/").status_code == 404
+
+
+def test_the_host_page_and_api_show_a_version_stuck_loading_to_its_team_only(client, api_client, user, admin):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from registry.models import RegisteredModel
+
+    RegisteredModel.objects.create(name="iris")
+    since = (timezone.now() - timedelta(seconds=900)).isoformat()
+    ServingHost.objects.create(
+        name="gpu-7", inference_url="http://gpu-7:8000", load_deadline=600, last_heartbeat_at=timezone.now(),
+        heartbeat={"runtime_live": True, "models": [
+            {"name": "iris", "version": 1, "state": "READY"},
+            {"name": "iris", "version": 2, "state": "LOADING", "reason": "", "since": since},
+            {"name": "secret", "version": 1, "state": "LOADING", "reason": "", "since": since}]},
+    )
+    client.force_login(user)
+    html = client.get("/hosts/gpu-7/").content.decode()
+    assert "Stuck in the runtime" in html
+    assert "v2 has been LOADING for 9" in html and "load deadline of 600 s" in html
+    assert "secret" not in html  # another team's model, not shown to this user
+    body = api_client.get("/api/v1/hosts/gpu-7/").json()
+    assert [(s["name"], s["version"], s["state"], s["deadline"]) for s in body["stuck"]] == [
+        ("iris", 2, "LOADING", 600)]
+
+    answer = api_client.patch("/api/v1/hosts/gpu-7/", {"load_deadline": 0}, format="json")
+    assert answer.status_code == 403  # deadlines are for administrators
+
+
+def test_an_administrator_sets_a_hosts_deadlines_and_the_change_is_audited(admin):
+    from rest_framework.test import APIClient
+
+    from tests.factories import token_for
+
+    ServingHost.objects.create(name="gpu-7", inference_url="http://gpu-7:8000")
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(admin)}")
+    answer = api.patch("/api/v1/hosts/gpu-7/", {"load_deadline": 120, "unload_deadline": 30}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert (answer.json()["load_deadline"], answer.json()["unload_deadline"]) == (120, 30)
+    host = ServingHost.objects.get(name="gpu-7")
+    assert (host.load_deadline_seconds, host.unload_deadline_seconds) == (120.0, 30.0)
+    event = AuditEvent.objects.get(action="host.updated")
+    assert event.data["after"]["load_deadline"] == 120 and event.data["before"]["load_deadline"] is None
+    assert api.patch("/api/v1/hosts/gpu-7/", {"load_deadline": 0}, format="json").status_code == 400
+    assert api.patch("/api/v1/hosts/gpu-7/", {"load_deadline": None}, format="json").json()["load_deadline"] is None

@@ -112,3 +112,69 @@ def test_it_fails_a_target_whose_agent_went_silent(host, settings):
     fail_stalled_targets()
     silent.refresh_from_db()
     assert silent.state == TargetState.FAILED and "stopped reporting while loading" in silent.error
+
+
+def stuck_report(host, minutes: float, state: str = "LOADING", version: int = 2):
+    since = (timezone.now() - timedelta(minutes=minutes)).isoformat()
+    report(host, [{"name": "iris", "version": 1, "state": "READY"},
+                  {"name": "iris", "version": version, "state": state, "reason": "", "since": since}])
+
+
+@pytest.fixture
+def repair_backoff_reset():
+    import redis
+    from django.conf import settings
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client.delete(*client.keys("modelyard:repair-stuck:*") or ["none"])
+    yield
+
+
+def test_a_version_stuck_loading_past_the_deadline_is_repaired_once_per_backoff(
+    host, repair_backoff_reset, django_capture_on_commit_callbacks
+):
+    host.load_deadline = 60
+    deploy(host, 1, age_seconds=3600)
+    stuck_report(host, minutes=5)
+    assert [s["version"] for s in host.stuck_versions()] == [2]
+    with django_capture_on_commit_callbacks(execute=False):
+        (repair,) = reconcile_host(host)
+    assert (repair.model, repair.version) == ("iris", 1)
+    assert "iris version 2 LOADING for 300 s, past its deadline of 60 s" in repair.reason
+    redeploy = Deployment.objects.get(pk=repair.deployment_id)
+    assert redeploy.version.version == 1 and redeploy.trigger == "reconciler"
+    # While that redeployment runs, and for the backoff after it, nothing more is sent.
+    assert reconcile_host(host) == []
+    DeploymentTarget.objects.filter(deployment=redeploy).update(state=TargetState.FAILED)
+    assert reconcile_host(host) == []
+
+
+def test_a_slow_load_within_the_deadline_is_left_alone(host, repair_backoff_reset):
+    deploy(host, 1, age_seconds=3600)
+    stuck_report(host, minutes=2)  # the fleet default deadline is longer
+    assert host.stuck_versions() == [] and reconcile_host(host) == []
+
+
+def test_a_model_nothing_should_serve_is_unloaded_when_stuck_unloading(
+    host, repair_backoff_reset, django_capture_on_commit_callbacks
+):
+    RegisteredModel.objects.create(name="iris")
+    host.unload_deadline = 30
+    stuck_report(host, minutes=1, state="UNLOADING", version=3)
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        (repair,) = reconcile_host(host)
+    assert repair.deployment_id is None and "UNLOADING for 60 s" in repair.reason
+    assert len(callbacks) == 1
+    event = AuditEvent.objects.get(action="host_model.unloaded")
+    assert event.data["by"] == "reconciler"
+
+
+def test_heartbeats_keep_the_time_a_version_entered_loading(host):
+    from deployments.services import record_heartbeat
+
+    record_heartbeat(host.name, {"runtime_live": True, "models": [{"name": "iris", "version": 2, "state": "LOADING"}]})
+    first = ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]["since"]
+    record_heartbeat(host.name, {"runtime_live": True, "models": [{"name": "iris", "version": 2, "state": "LOADING"}]})
+    assert ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]["since"] == first
+    record_heartbeat(host.name, {"runtime_live": True, "models": [{"name": "iris", "version": 2, "state": "READY"}]})
+    assert "since" not in ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]

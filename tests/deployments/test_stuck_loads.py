@@ -82,6 +82,7 @@ def test_a_load_past_the_deadline_is_abandoned_while_the_old_version_keeps_servi
         # When the slow load ends, Triton carries out the unload the agent left it.
         wait_for(lambda: state_of(runtime, "iris", 2) not in ("LOADING", "READY", "UNLOADING"),
                  timeout=SLOW_LOAD + 60, what="the abandoned iris version 2 to be unloaded")
+        settled = len(traffic.versions)
         time.sleep(0.5)
 
     assert result["state"] == "failed" and result["retryable"] is False
@@ -91,7 +92,9 @@ def test_a_load_past_the_deadline_is_abandoned_while_the_old_version_keeps_servi
     assert "cannot reach Triton" not in result["error"]
     assert runtime.ready_versions("iris") == [1] and runtime.ready_versions("other") == [1]
     assert traffic.ok > 0 and traffic.failures == []
-    assert set(traffic.versions) == {"1"}
+    # Version 2 may answer between the end of its load and Triton's unload of it (see
+    # tests/e2e/test_stuck_load_rollout.py); after that, version 1 alone.
+    assert set(traffic.versions[settled:]) == {"1"}
 
 
 def test_a_first_load_past_the_deadline_leaves_nothing_of_the_model_served(triton_server, artifacts):
