@@ -188,9 +188,10 @@ def resume_rollout(deployment_id: int, *, actor=None) -> Deployment:
 
 
 def cancel_rollout(deployment_id: int, *, actor=None) -> Deployment:
-    """Stop a rollout for good: undispatched hosts are left as they are (CANCELLED).
+    """Stop a rollout for good: hosts whose agent has not started are left as they are (CANCELLED),
+    including those whose task is still queued on the host.
 
-    Hosts already moved keep the new version; roll back to undo them.
+    Hosts already moved, or moving, keep the new version; roll back to undo them.
 
     Raises:
         NotFound: no such deployment.
@@ -227,10 +228,18 @@ def rollback_rollout(deployment_id: int, *, actor=None) -> list[Deployment]:
 
 
 def _cancel_waiting(deployment: Deployment) -> None:
+    """Cancel every target no host agent has started: those not dispatched, and those dispatched but
+    still queued on their host, whose agent then finds the cancel's claim and never acts
+    (``deployments.claims``). A target whose agent claimed it first is left to finish."""
+    from deployments.claims import CANCELLED, claim_key, claim_target
     from deployments.services import transition
 
-    for target in deployment.targets.filter(state=TargetState.PENDING, dispatched_at__isnull=True):
-        transition(target.pk, TargetState.CANCELLED, message="the rollout stopped before this host")
+    for target in deployment.targets.filter(state=TargetState.PENDING):
+        if target.dispatched_at is None:
+            transition(target.pk, TargetState.CANCELLED, message="the rollout stopped before this host")
+        elif claim_target(claim_key(target), CANCELLED) == CANCELLED:
+            transition(target.pk, TargetState.CANCELLED,
+                       message="the rollout stopped while this host's task was still queued; it will not start")
 
 
 def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment]:

@@ -511,11 +511,15 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     download URL, the artifact's sha256 and size (bytes), the uploaded
     config.pbtxt text (bento.yaml or model.yaml for BentoML archives) and the host's config
     overrides. ``runtime`` tells the agent which runtime adapter carries the target out;
-    ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there.
+    ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there;
+    ``claim`` names the key the agent and a cancel race for (``deployments.claims``).
     """
+    from deployments.claims import claim_key
+
     version: ModelVersion = target.deployment.version
     return {
         "target_id": target.pk,
+        "claim": claim_key(target) if target.dispatched_at else str(target.pk),
         "host": target.host.name,
         "runtime": target.host.runtime,
         "format": version.format,

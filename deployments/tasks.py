@@ -16,6 +16,7 @@ from celery import shared_task
 from django.conf import settings
 
 from deployments.choices import TERMINAL_TARGET_STATES, TargetState
+from deployments.claims import CANCELLED, STARTED, claim_target, target_claim
 from deployments.host_agents import host_agent, load_deadline
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
@@ -167,10 +168,17 @@ def deploy_version_on_host(self, payload: dict) -> None:
 
     Runs under the (host, model) lock; when another deployment holds it, the task is
     retried every ``LOCK_RETRY_SECONDS`` until the lock frees or ``DISPATCH_TIMEOUT`` passes.
+    Before acting it claims the target (``deployments.claims``): a target whose rollout was
+    cancelled while this task waited in the queue is reported cancelled and never started.
     Safe to run twice: staging skips a version dir already built from the same sha256 and
     loading an already-served version is a no-op swap.
     """
     target_id = payload["target_id"]
+    claim = payload.get("claim") or str(target_id)
+    if target_claim(claim) == CANCELLED:  # cancelled while it waited in the queue or for the lock
+        logger.info("target %s was cancelled while queued; not starting it", target_id)
+        _report(target_id, TargetState.CANCELLED, "the rollout was cancelled before this host started")
+        return
     lock = host_model_lock(payload.get("host", ""), payload["model"], payload.get("load_deadline"))
     if not _acquire_or_take_over(lock, self.request.id):
         if self.request.retries * LOCK_RETRY_SECONDS >= settings.DISPATCH_TIMEOUT:
@@ -179,6 +187,11 @@ def deploy_version_on_host(self, payload: dict) -> None:
                     f"{settings.DISPATCH_TIMEOUT:g} s")
             return
         raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    if claim_target(claim, STARTED) == CANCELLED:
+        _release(lock, "for a cancelled target")
+        logger.info("target %s was cancelled while queued; not starting it", target_id)
+        _report(target_id, TargetState.CANCELLED, "the rollout was cancelled before this host started")
+        return
     try:
         with heartbeats_meanwhile(payload):
             result = host_agent(payload.get("runtime")).deploy(payload, report=lambda state: _report(target_id, state))
