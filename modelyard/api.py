@@ -6,9 +6,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import pagination, permissions, serializers
+from rest_framework import pagination, permissions, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -46,7 +48,14 @@ def exception_handler(exc, context):
     """
     if isinstance(exc, DomainError):
         return Response({"detail": exc.message}, status=exc.status_code)
+    if isinstance(exc, RequestDataTooBig):  # Django's own limit on form fields, which it answers in HTML
+        return Response({"detail": f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} "
+                                   "bytes, the limit for fields other than uploaded files"},
+                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     return drf_exception_handler(exc, context)
+
+
+
 
 
 @contextmanager

@@ -154,6 +154,11 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "modelyard.api.CursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "modelyard.api.exception_handler",
+    "DEFAULT_PARSER_CLASSES": [
+        "modelyard.parsers.BoundedJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Modelyard API",

@@ -1,0 +1,49 @@
+"""No request body makes the API answer 500 or HTML: over-deep, over-large and malformed JSON get a JSON 4xx."""
+
+import pytest
+
+from modelyard.parsers import MAX_JSON_DEPTH
+
+pytestmark = pytest.mark.django_db
+
+DEEP = "[" * 1000 + "]" * 1000
+ENDPOINTS = [("post", "/api/v1/models/"), ("post", "/api/v1/tokens/"),
+             ("put", "/api/v1/models/iris/aliases/production/")]
+
+
+@pytest.fixture
+def iris(api_client):
+    assert api_client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
+
+
+@pytest.mark.parametrize("method,path", ENDPOINTS)
+@pytest.mark.parametrize("body,status,says", [
+    (DEEP, 400, f"nested deeper than {MAX_JSON_DEPTH} levels"),
+    ('{"name": "a", "x": ' + "{" * 100 + "}" * 100 + "}", 400, "nested deeper"),
+    ('{"name": ', 400, "JSON parse error"),
+])
+def test_a_bad_json_body_answers_a_json_4xx(api_client, iris, method, path, body, status, says):
+    answer = getattr(api_client, method)(path, body, content_type="application/json")
+    assert answer.status_code == status, answer.content
+    assert answer["Content-Type"].startswith("application/json")
+    assert says in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("method,path", ENDPOINTS)
+def test_a_body_over_the_limit_answers_413_in_json(api_client, iris, settings, method, path):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    answer = getattr(api_client, method)(path, '{"name": "' + "a" * 2048 + '"}', content_type="application/json")
+    assert answer.status_code == 413
+    assert "larger than 1024 bytes" in answer.json()["detail"]
+
+
+def test_a_form_body_over_the_limit_answers_413_in_json_too(api_client, iris, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    answer = api_client.post("/api/v1/models/", {"name": "b", "description": "a" * 4096})
+    assert answer.status_code == 413 and "larger than 1024 bytes" in answer.json()["detail"]
+
+
+def test_brackets_inside_strings_do_not_count_towards_the_depth(api_client):
+    answer = api_client.post("/api/v1/models/", '{"name": "deep", "description": "' + "[{" * 100 + '\\"]"}',
+                             content_type="application/json")
+    assert answer.status_code == 201, answer.content
