@@ -8,8 +8,8 @@ from pathlib import Path
 
 from registry.archives.layout import TritonModelLayout
 from registry.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
-from registry.archives.members import _Entry, _scan
-from registry.archives.readers import CHUNK_BYTES, _open_reader, _Reader
+from registry.archives.members import _copy_member, _Entry, _scan
+from registry.archives.readers import _open_reader, _Reader
 
 
 def extract_version_dir(path: Path, layout: TritonModelLayout, dest: Path, limits: ArchiveLimits) -> int:
@@ -75,7 +75,7 @@ def _extract_into(path: Path, layout: TritonModelLayout, dest: Path, limits: Arc
                 raise ArchiveError(f"member {entry.shown} appears more than once")
             written.add(rel)
             parent = _make_parents(dest, rel_parts[:-1], made_dirs)
-            total += _write_member(reader, entry, parent / rel_parts[-1], limits, total)
+            total += _write_member(reader, entry, parent / rel_parts[-1], limits, total, archive_bytes)
         with _reading():
             reader.finish()
     missing = sorted(expected - written)
@@ -96,34 +96,10 @@ def _make_parents(dest: Path, dir_parts: tuple[str, ...], made_dirs: set[tuple[s
     return current
 
 
-def _write_member(reader: _Reader, entry: _Entry, target: Path, limits: ArchiveLimits, total_so_far: int) -> int:
-    """Copy one member to ``target`` in chunks; return the bytes written."""
+def _write_member(reader: _Reader, entry: _Entry, target: Path, limits: ArchiveLimits, total_so_far: int,
+                  archive_bytes: int) -> int:
+    """Copy one member to ``target`` in chunks, checking what it really unpacks to; return the bytes written."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    written = 0
     with os.fdopen(os.open(target, flags, 0o644), "wb") as out:
         os.fchmod(out.fileno(), 0o644)
-        with _reading():
-            source = reader.open(entry.ref)
-        try:
-            while True:
-                with _reading():
-                    chunk = source.read(CHUNK_BYTES)
-                if not chunk:
-                    break
-                written += len(chunk)
-                if written > entry.size:
-                    raise ArchiveError(f"member {entry.shown} holds more data than its declared {entry.size} bytes")
-                if total_so_far + written > limits.max_unpacked_bytes:
-                    raise ArchiveError(
-                        f"archive unpacks to more than {limits.max_unpacked_bytes} bytes, "
-                        "the limit for one model version"
-                    )
-                out.write(chunk)
-        finally:
-            with _reading():
-                source.close()
-    if written != entry.size:
-        raise ArchiveError(
-            f"archive is truncated or corrupt: member {entry.shown} holds {written} of its declared {entry.size} bytes"
-        )
-    return written
+        return _copy_member(reader, entry, out, limits, total_so_far, archive_bytes)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from deployments.runtimes.triton_config import ENSEMBLE_PLATFORM, config_platform
 from registry.archives.limits import ArchiveError, ArchiveLimits, _reading
-from registry.archives.members import _check_collisions, _Entry, _kept_prefix, _scan
+from registry.archives.members import _check_collisions, _copy_member, _Entry, _kept_prefix, _scan
 from registry.archives.readers import _open_reader
 
 CONFIG_NAME = "config.pbtxt"
@@ -43,7 +43,8 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
     """Check an uploaded archive and describe the Triton model inside it, without extracting.
 
     The format is detected from the content, not the file name. The archive is read once, front
-    to back; only ``config.pbtxt`` is decompressed into memory (at most 1 MiB).
+    to back; only ``config.pbtxt`` is decompressed into memory (at most 1 MiB). A zip's members are
+    decoded (and discarded) to check their sizes and CRCs against what they really unpack to.
 
     Args:
         path: the archive file on local disk.
@@ -66,8 +67,14 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
     entries: list[_Entry] = []
     junk_parents: set[tuple[str, ...]] = set()
     configs: dict[tuple[str, ...], bytes | None] = {}
+    produced = 0
     with _open_reader(path) as reader:
         for entry in _scan(reader, limits, archive_bytes):
+            if reader.kind == "zip" and not entry.is_dir:
+                # A zip's sizes and CRCs are claims of its central directory: decode each member to
+                # count what it really unpacks to (a tar's data is exactly its header's size, and a
+                # compressed tar's stream is decoded and checked as it is read anyway).
+                produced += _copy_member(reader, entry, None, limits, produced, archive_bytes)
             if entry.ignored:
                 junk_parents.add(_kept_prefix(entry.parts))
                 continue

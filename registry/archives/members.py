@@ -71,6 +71,56 @@ def _scan(reader: _Reader, limits: ArchiveLimits, archive_bytes: int) -> Iterato
         yield _Entry(parts=parts, is_dir=is_dir, size=size, ignored=_is_junk(parts), shown=shown, ref=ref)
 
 
+def _copy_member(reader, entry: _Entry, out, limits: ArchiveLimits, total_so_far: int, archive_bytes: int) -> int:
+    """Stream one regular member through its decoder, counting the bytes it really produces.
+
+    A header can lie: a zip member that declares fewer bytes than it unpacks to, or a wrong CRC,
+    shows only once its data is decoded. This reads the data in ``CHUNK_BYTES`` chunks (into
+    ``out`` when given, else discarding it), checks each chunk against the declared size and the
+    running total against the unpacked-size and compression-ratio limits, and lets the decoder
+    check its CRC at the end (``zipfile`` raises ``BadZipFile``; gzip and xz check their streams).
+
+    Args:
+        reader: the open archive reader.
+        entry: a regular member from ``_scan``.
+        out: a binary file to write the data to, or None to count only.
+        limits: the archive bounds.
+        total_so_far: bytes the archive's earlier members produced.
+        archive_bytes: the archive's size on disk, for the ratio limit.
+
+    Returns:
+        The bytes produced (equal to ``entry.size``).
+
+    Raises:
+        ArchiveError: more or fewer bytes than declared, a bad CRC, a limit passed.
+    """
+    from registry.archives.readers import CHUNK_BYTES
+
+    produced = 0
+    with _reading():
+        source = reader.open(entry.ref)
+    try:
+        while True:
+            with _reading():
+                chunk = source.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            produced += len(chunk)
+            if produced > entry.size:
+                raise ArchiveError(f"member {entry.shown} holds more data than its declared {entry.size} bytes")
+            _check_declared_total(total_so_far + produced, limits, archive_bytes)
+            if out is not None:
+                out.write(chunk)
+    finally:
+        with _reading():
+            source.close()
+    if produced != entry.size:
+        raise ArchiveError(
+            f"archive is truncated or corrupt: member {entry.shown} holds {produced} of its declared {entry.size} bytes"
+        )
+    return produced
+
+
 # Below this many unpacked bytes no archive is a threat, whatever its ratio: a few MiB of
 # text or zero-padded weights compress far past 200:1 and are still harmless.
 RATIO_FLOOR_BYTES = 16 * 1024 * 1024
