@@ -2,7 +2,7 @@
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,6 +16,25 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from modelyard.errors import DomainError
+
+
+class RefuseUnknownFields:
+    """Mixin for input serializers: a field the serializer does not know is a 400 naming it.
+
+    DRF drops unknown keys silently, so a typo (``canary_precent``) would do nothing and say nothing.
+    Place it before the DRF base class: ``class XSerializer(RefuseUnknownFields, serializers.Serializer)``.
+
+    Raises:
+        ValidationError: ``{"<unknown field>": ["unknown field; ... takes a, b, c"]}``.
+    """
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                known = ", ".join(sorted(name for name, field in self.fields.items() if not field.read_only))
+                raise ValidationError({name: [f"unknown field; this request takes {known}"] for name in unknown})
+        return super().to_internal_value(data)
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -47,3 +47,16 @@ def test_brackets_inside_strings_do_not_count_towards_the_depth(api_client):
     answer = api_client.post("/api/v1/models/", '{"name": "deep", "description": "' + "[{" * 100 + '\\"]"}',
                              content_type="application/json")
     assert answer.status_code == 201, answer.content
+
+
+@pytest.mark.parametrize("method,path,body,field", [
+    ("post", "/api/v1/models/", {"name": "mnist", "descripton": "typo"}, "descripton"),
+    ("post", "/api/v1/tokens/", {"name": "ci", "scope": ["read"]}, "scope"),
+    ("put", "/api/v1/models/iris/aliases/production/", {"version": 1, "force": True}, "force"),
+    ("post", "/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["h"], "canary_precent": 5},
+     "canary_precent"),
+])
+def test_an_unknown_field_is_refused_naming_it(api_client, iris, method, path, body, field):
+    answer = getattr(api_client, method)(path, body, format="json")
+    assert answer.status_code == 400, answer.content
+    assert field in answer.json() and "unknown field" in answer.json()[field][0]

@@ -6,6 +6,7 @@ from rest_framework import serializers
 from accounts.choices import Scope
 from accounts.models import ApiToken
 from accounts.tokens import NAME_MAX_LENGTH, token_state
+from modelyard.api import RefuseUnknownFields
 
 TOKEN_STATES = ["active", "expired", "revoked"]
 
@@ -40,7 +41,7 @@ class ApiTokenCreatedSerializer(ApiTokenSerializer):
         read_only_fields = fields
 
 
-class ApiTokenCreateSerializer(serializers.Serializer):
+class ApiTokenCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/tokens/``: a token for the requesting user.
 
     The service checks the rest (admin scope for administrators only, team membership, a token

@@ -15,12 +15,12 @@ from accounts import services
 from accounts.access import Action, Principal, require
 from accounts.choices import Role, Scope
 from accounts.models import Membership, Team
-from modelyard.api import error_responses
+from modelyard.api import RefuseUnknownFields, error_responses
 from modelyard.errors import NotFound
 from registry.names import InvalidName, validate_name
 
 
-class MembershipSerializer(serializers.ModelSerializer):
+class MembershipSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     """A member of a team and their role."""
 
     username = serializers.CharField(source="user.username", read_only=True)
@@ -31,7 +31,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     """A team with its members."""
 
     members = MembershipSerializer(source="memberships", many=True, read_only=True)
@@ -49,7 +49,7 @@ class TeamSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError(str(exc)) from exc
 
 
-class RoleSerializer(serializers.Serializer):
+class RoleSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PUT /api/v1/teams/<name>/members/<username>/``."""
 
     role = serializers.ChoiceField(choices=Role.choices)

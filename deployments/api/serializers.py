@@ -6,9 +6,10 @@ from rest_framework import serializers
 from accounts.access import Principal, only_visible
 from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from modelyard.api import RefuseUnknownFields
 
 
-class ServingHostUpdateSerializer(serializers.Serializer):
+class ServingHostUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PATCH /api/v1/hosts/<name>/``: either field may be left out."""
 
     production = serializers.BooleanField(required=False, help_text="rollouts here need a team owner")
@@ -32,7 +33,7 @@ class StuckVersionSerializer(serializers.Serializer):
     deadline = serializers.IntegerField(help_text="the host's load or unload deadline, seconds")
 
 
-class ServingHostSerializer(serializers.ModelSerializer):
+class ServingHostSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     """A serving host as the API shows it and accepts it."""
 
     name = serializers.CharField(max_length=200, trim_whitespace=False)
@@ -116,7 +117,7 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class DeploymentCreateSerializer(serializers.Serializer):
+class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/deployments/``: a version or an alias to follow, hosts or a selector."""
 
     model = serializers.CharField(max_length=200)
@@ -138,7 +139,7 @@ class DeploymentCreateSerializer(serializers.Serializer):
         '"queue_ms_low": 2}'))
 
 
-class InferenceRequestSerializer(serializers.Serializer):
+class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/models/<name>/infer/``."""
 
     host = serializers.CharField(max_length=200)
@@ -158,7 +159,7 @@ class InferenceResultSerializer(serializers.Serializer):
     latency_ms = serializers.FloatField(help_text="client-side round trip, milliseconds")
 
 
-class ModelUnloadSerializer(serializers.Serializer):
+class ModelUnloadSerializer(RefuseUnknownFields, serializers.Serializer):
     """What an unload stopped serving."""
 
     host = serializers.CharField()

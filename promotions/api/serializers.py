@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from modelyard.api import RefuseUnknownFields
 from promotions.choices import Decision, DeliveryStatus, WebhookEvent
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
 from registry.models import RegisteredModel
@@ -22,7 +23,7 @@ class PromotionPolicySerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class PromotionPolicyWriteSerializer(serializers.Serializer):
+class PromotionPolicyWriteSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST`` (all but the gates required) and ``PATCH`` (any subset) on promotion policies.
 
     The service checks the values (alias grammar, crontab, bounds) and answers 400 naming the field.
@@ -83,13 +84,13 @@ class PromotionEvaluationSerializer(serializers.ModelSerializer):
         return is_final(evaluation)
 
 
-class RejectSerializer(serializers.Serializer):
+class RejectSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST .../reject/``: an optional reason."""
 
     reason = serializers.CharField(max_length=1000, required=False, allow_blank=True, default="")
 
 
-class WebhookSerializer(serializers.ModelSerializer):
+class WebhookSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     """A webhook. ``secret`` is write-only (a random one is made when omitted) and shown once, in the
     answer to ``POST``."""
 

@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
 
@@ -19,7 +20,7 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class RegisteredModelCreateSerializer(serializers.Serializer):
+class RegisteredModelCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/models/``."""
 
     name = serializers.CharField(max_length=200, trim_whitespace=False)
@@ -31,7 +32,7 @@ class RegisteredModelCreateSerializer(serializers.Serializer):
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
 
 
-class RegisteredModelUpdateSerializer(serializers.Serializer):
+class RegisteredModelUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PATCH /api/v1/models/<name>/``: either field may be left out."""
 
     description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
@@ -86,7 +87,7 @@ class JSONObjectField(serializers.JSONField):
         return data
 
 
-class ModelVersionUploadSerializer(serializers.Serializer):
+class ModelVersionUploadSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/models/<name>/versions/`` (multipart/form-data)."""
 
     artifact = serializers.FileField(
@@ -130,7 +131,7 @@ class AliasSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class AliasSetSerializer(serializers.Serializer):
+class AliasSetSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PUT /api/v1/models/<name>/aliases/<alias>/``."""
 
     version = serializers.IntegerField(min_value=1)

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import Action, Principal, model_for, require
-from modelyard.api import error_responses
+from modelyard.api import RefuseUnknownFields, error_responses
 from registry import uploads
 from registry.api.serializers import JSONObjectField
 from registry.models import Upload
@@ -22,7 +22,7 @@ from registry.models import Upload
 LINEAGE_FIELDS = ("source_commit", "ci_run_url", "training_data_uri", "metrics")
 
 
-class UploadCreateSerializer(serializers.Serializer):
+class UploadCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/models/<name>/uploads/``: the file and the version's fields."""
 
     filename = serializers.CharField(max_length=255, help_text="The file's name, e.g. resnet50.tar.gz")
@@ -43,7 +43,7 @@ class UploadCreateSerializer(serializers.Serializer):
                                               help_text="For a single model file: the generated config's batch size")
 
 
-class UploadedPartSerializer(serializers.Serializer):
+class UploadedPartSerializer(RefuseUnknownFields, serializers.Serializer):
     """A part S3 already holds: its number and size in bytes."""
 
     part_number = serializers.IntegerField(source="number")
@@ -74,7 +74,7 @@ class UploadSerializer(serializers.ModelSerializer):
         return UploadedPartSerializer(parts, many=True).data
 
 
-class PartUrlsRequestSerializer(serializers.Serializer):
+class PartUrlsRequestSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/uploads/<id>/parts/``."""
 
     part_numbers = serializers.ListField(child=serializers.IntegerField(), min_length=1,
@@ -95,7 +95,7 @@ class PartUrlsSerializer(serializers.Serializer):
     parts = PartUrlSerializer(many=True)
 
 
-class UploadCompleteSerializer(serializers.Serializer):
+class UploadCompleteSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/uploads/<id>/complete/``."""
 
     sha256 = serializers.CharField(required=False, allow_blank=True, default="", max_length=64,

@@ -188,7 +188,8 @@ def test_an_administrator_marks_a_host_production_and_the_change_is_audited(api_
     host = ServingHost.objects.get(name="gpu-0")
     assert host.production and host.labels == {"pool": "a100"}
     event = AuditEvent.objects.get(action="host.updated")
-    assert event.data["before"] == {"production": False, "labels": {}} and event.data["after"]["production"] is True
+    assert event.data["before"] == {"production": False, "labels": {}, "load_deadline": None, "unload_deadline": None}
+    assert event.data["after"]["production"] is True
     bad = api_client.patch("/api/v1/hosts/gpu-0/", {"labels": {"pool": ["a", "b"]}}, format="json")
     assert bad.status_code == 400 and ServingHost.objects.get(name="gpu-0").labels == {"pool": "a100"}
     assert api_client.patch("/api/v1/hosts/nowhere/", {"production": True}, format="json").status_code == 404
