@@ -6,10 +6,8 @@ the agent's reports come back through ``record_target_progress``.
 """
 
 import logging
-from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from deployments.choices import (
@@ -21,6 +19,7 @@ from deployments.choices import (
     Runtime,
     TargetState,
 )
+from deployments.endpoints import endpoint_key, normalise_url
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
@@ -37,17 +36,13 @@ class IllegalTransition(Exception):
 
 
 def _check_url(value: str, field: str, *, required: bool) -> str:
+    """A host URL, normalised (``deployments.endpoints.normalise_url``); "" when blank and optional."""
     value = (value or "").strip()
     if not value:
         if required:
             raise InvalidInput(f"{field} is required")
         return ""
-    parts = urlsplit(value)
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        raise InvalidInput(f"{field} must be an http:// or https:// URL with a host, got {value!r}")
-    if parts.username or parts.password:
-        raise InvalidInput(f"{field} must not carry credentials")
-    return value.rstrip("/")
+    return normalise_url(value, field, path_allowed=field == "metrics_url")
 
 
 def _check_overrides(overrides) -> dict:
@@ -103,8 +98,10 @@ def register_host(
     inference_url = _check_url(inference_url, "inference_url", required=True)
     metrics_url = _check_url(metrics_url, "metrics_url", required=False)
     deadlines = _check_deadlines(load_deadline=load_deadline, unload_deadline=unload_deadline)
-    same = Q(inference_url=inference_url) | (Q(metrics_url=metrics_url) if metrics_url else Q(pk__in=[]))
-    twin = ServingHost.objects.filter(same).exclude(name=clean_name).first()
+    wanted = {endpoint_key(inference_url), endpoint_key(metrics_url)} - {None}
+    twin = next((host for host in ServingHost.objects.exclude(name=clean_name).only(
+        "name", "inference_url", "metrics_url")
+        if wanted & {endpoint_key(host.inference_url), endpoint_key(host.metrics_url)}), None)
     if twin is not None:
         # Two hosts on one endpoint would be scraped twice and double every metric.
         raise Conflict(f"serving host {twin.name!r} already uses that inference or metrics URL")

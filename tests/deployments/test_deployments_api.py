@@ -193,3 +193,41 @@ def test_an_administrator_marks_a_host_production_and_the_change_is_audited(api_
     bad = api_client.patch("/api/v1/hosts/gpu-0/", {"labels": {"pool": ["a", "b"]}}, format="json")
     assert bad.status_code == 400 and ServingHost.objects.get(name="gpu-0").labels == {"pool": "a100"}
     assert api_client.patch("/api/v1/hosts/nowhere/", {"production": True}, format="json").status_code == 404
+
+
+@pytest.mark.parametrize("taken,spelling", [
+    ("http://127.0.0.1:8000", "http://127.1:8000"),
+    ("http://127.0.0.1:8000", "http://127.000.000.001:8000/"),
+    ("http://127.0.0.1:8000", "HTTP://LOCALHOST:8000"),
+    ("http://127.0.0.1:8000", "http://[::ffff:127.0.0.1]:8000"),
+    ("http://127.0.0.1:8000", "http://2130706433:8000"),
+    ("http://gpu-0:80", "http://GPU-0"),
+    ("https://gpu-0", "https://gpu-0:443/"),
+])
+def test_two_hosts_on_one_endpoint_conflict_however_it_is_spelt(api_client, taken, spelling):
+    first = api_client.post("/api/v1/hosts/", {"name": "first", "inference_url": taken}, format="json")
+    assert first.status_code == 201, first.content
+    answer = api_client.post("/api/v1/hosts/", {"name": "second", "inference_url": spelling}, format="json")
+    assert answer.status_code == 409, answer.content
+    assert "first" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("url,says", [
+    ("http://gpu-0:8000/v2", "no path"),
+    ("http://gpu-0:8000?x=1", "query or a fragment"),
+    ("http://gpu-0:8000#top", "query or a fragment"),
+    ("http://user:pw@gpu-0:8000", "credentials"),
+    ("http://gpu-0:99999", "invalid port"),
+    ("ftp://gpu-0", "http:// or https://"),
+])
+def test_a_host_url_with_more_than_scheme_host_and_port_is_refused(api_client, url, says):
+    answer = api_client.post("/api/v1/hosts/", {"name": "gpu-0", "inference_url": url}, format="json")
+    assert answer.status_code == 400 and says in str(answer.json())
+
+
+def test_host_urls_are_stored_normalised(api_client):
+    answer = api_client.post("/api/v1/hosts/", {"name": "gpu-0", "inference_url": "HTTP://GPU-0.Example:80/",
+                                                  "metrics_url": "http://0x7f.1:8002/metrics/"}, format="json")
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["inference_url"] == "http://gpu-0.example"
+    assert answer.json()["metrics_url"] == "http://127.0.0.1:8002/metrics"
