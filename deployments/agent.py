@@ -42,6 +42,7 @@ from deployments.runtimes.triton_config import (
 )
 from deployments.runtimes.triton_paths import check_confined_paths, check_model_file_present
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
+from registry.names import NAME_PATTERN
 
 logger = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
             repository holds a different dir under that version number.
     """
     model, version, sha256 = payload["model"], int(payload["version"]), payload["sha256"]
+    if not NAME_PATTERN.match(str(model)) or version < 1:
+        # The name becomes a directory of the model repository: hold it to the registry's grammar here too.
+        raise StagingError(f"model {model!r} version {version} cannot name a model repository directory")
     target = paths.version_dir(model, version)
     state = paths.version_state(model, version)
     marker = state / "sha256"

@@ -24,8 +24,12 @@ class ServingHost(models.Model):
 
     name = models.CharField(max_length=63, unique=True)
     runtime = models.CharField(max_length=16, choices=Runtime.choices, default=Runtime.TRITON)
-    inference_url = models.URLField(help_text="Base URL of the runtime's HTTP endpoint, e.g. http://gpu-0:8000")
-    metrics_url = models.URLField(blank=True, help_text="Prometheus metrics URL, e.g. http://gpu-0:8002/metrics")
+    # Checked and normalised by deployments.endpoints (Django's URL validator refuses host names
+    # without a dot, such as gpu-0, and lets credentials through).
+    inference_url = models.CharField(max_length=200,
+                                     help_text="Base URL of the runtime's HTTP endpoint, e.g. http://gpu-0:8000")
+    metrics_url = models.CharField(max_length=200, blank=True,
+                                   help_text="Prometheus metrics URL, e.g. http://gpu-0:8002/metrics")
     config_overrides = models.JSONField(default=dict, blank=True)
     labels = models.JSONField(default=dict, blank=True)
     production = models.BooleanField(

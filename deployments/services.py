@@ -45,6 +45,15 @@ def _check_url(value: str, field: str, *, required: bool) -> str:
     return normalise_url(value, field, path_allowed=field == "metrics_url")
 
 
+def check_host_overrides(overrides) -> dict:
+    """A host's ``config_overrides``: ``{"parameters": {str: str}}`` or ``{}``.
+
+    Raises:
+        InvalidInput: another key, or parameters that are not non-empty strings to strings.
+    """
+    return _check_overrides(overrides)
+
+
 def _check_overrides(overrides) -> dict:
     if overrides in (None, ""):
         return {}

@@ -1,11 +1,32 @@
+"""Admin pages of the registry (administrators only, as the whole admin site)."""
+
+from django import forms
 from django.contrib import admin
 
 from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.names import InvalidName, validate_name
+
+
+class RegisteredModelAdminForm(forms.ModelForm):
+    """The model form, holding names to the grammar the API and pages use (``registry.names``)."""
+
+    class Meta:
+        model = RegisteredModel
+        # next_version is never edited: version numbers are never reused.
+        fields = ["name", "team", "description", "tags"]
+
+    def clean_name(self) -> str:
+        try:
+            return validate_name(self.cleaned_data["name"], kind="model name")
+        except InvalidName as exc:
+            raise forms.ValidationError(str(exc)) from exc
 
 
 @admin.register(RegisteredModel)
 class RegisteredModelAdmin(admin.ModelAdmin):
+    form = RegisteredModelAdminForm
     list_display = ["name", "team", "next_version", "created_at"]
+    readonly_fields = ["next_version", "created_by", "created_at"]
     list_filter = ["team"]
     search_fields = ["name"]
 

@@ -106,3 +106,14 @@ def test_the_archive_without_model_py_keeps_everything_else(tmp_path):
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     assert not any(name.endswith("model.py") for name in names) and any(name.endswith("model.onnx") for name in names)
+
+
+@pytest.mark.parametrize("name", ["../iris", "a/b", "Iris", ".."])
+def test_the_agent_refuses_a_model_name_that_is_no_directory_name(tmp_path, name):
+    from deployments.agent import AgentPaths, StagingError, stage_version
+
+    body = {"model": name, "version": 1, "sha256": "0" * 64, "size": 1, "artifact_url": "http://127.0.0.1:9/x",
+            "config_text": ""}
+    with pytest.raises(StagingError, match="cannot name a model repository directory"):
+        stage_version(body, AgentPaths(tmp_path / "models"))
+    assert not (tmp_path / "models").exists()

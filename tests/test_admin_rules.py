@@ -1,0 +1,71 @@
+"""The admin site holds models and hosts to the same rules as the API: one grammar, one URL check."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from deployments.models import ServingHost
+from registry.models import RegisteredModel
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_client(client):
+    admin = get_user_model().objects.create_user(username="root", password="a-long-test-password", is_staff=True,
+                                                 is_superuser=True)
+    client.force_login(admin)
+    return client
+
+
+def team_id():
+    from accounts.services import default_team
+
+    return default_team().pk
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "Iris", "іris", "x" * 64, ""])  # the fourth starts with a Cyrillic і
+def test_the_admin_refuses_a_model_name_the_api_refuses(admin_client, name):
+    answer = admin_client.post("/admin/registry/registeredmodel/add/",
+                               {"name": name, "team": team_id(), "description": "", "tags": "{}"})
+    assert answer.status_code == 200  # the form again, with its error
+    assert b"errorlist" in answer.content
+    assert not RegisteredModel.objects.exists()
+
+
+def test_the_admin_renames_a_model_only_within_the_grammar(admin_client):
+    model = RegisteredModel.objects.create(name="iris")
+    answer = admin_client.post(f"/admin/registry/registeredmodel/{model.pk}/change/",
+                               {"name": "../iris", "team": team_id(), "description": "", "tags": "{}"})
+    assert b"errorlist" in answer.content
+    model.refresh_from_db()
+    assert model.name == "iris"
+    answer = admin_client.post(f"/admin/registry/registeredmodel/{model.pk}/change/",
+                               {"name": "iris-v2", "team": team_id(), "description": "", "tags": "{}",
+                                "next_version": "1"})
+    assert answer.status_code == 302
+    model.refresh_from_db()
+    assert model.name == "iris-v2"
+
+
+HOST = {"name": "gpu-0", "runtime": "triton", "inference_url": "http://gpu-0:8000", "metrics_url": "",
+        "config_overrides": "{}", "labels": "{}", "load_deadline": "", "unload_deadline": ""}
+
+
+@pytest.mark.parametrize("change,says", [
+    ({"name": "GPU-0"}, b"upper-case"),
+    ({"name": "../gpu"}, b"not valid"),
+    ({"inference_url": "http://user:secret@gpu-0:8000"}, b"credentials"),
+    ({"inference_url": "http://gpu-0:8000/v2?x=1"}, b"query"),
+    ({"config_overrides": '{"instance_group": []}'}, b"supports only"),
+    ({"load_deadline": "0"}, b"greater than or equal to 1"),
+])
+def test_the_admin_refuses_a_host_the_api_refuses(admin_client, change, says):
+    answer = admin_client.post("/admin/deployments/servinghost/add/", {**HOST, **change})
+    assert answer.status_code == 200 and says in answer.content, answer.content[:2000]
+    assert not ServingHost.objects.exists()
+
+
+def test_the_admin_stores_a_host_url_normalised(admin_client):
+    answer = admin_client.post("/admin/deployments/servinghost/add/", {**HOST, "inference_url": "HTTP://GPU-0:8000/"})
+    assert answer.status_code == 302
+    assert ServingHost.objects.get().inference_url == "http://gpu-0:8000"
