@@ -461,7 +461,7 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
 
     Returns:
         ``{"runtime_live": bool, "runtime_version": str | None, "models": [{"name", "version",
-        "state", "reason"}], "gpus": [{"gpu_uuid", "memory_used", "memory_total"} (bytes)],
+        "state", "reason" (only when Triton gives one)}], "gpus": [{"gpu_uuid", "memory_used", "memory_total"} (bytes)],
         "disk_free_bytes": int | None, "labels": {...}, "errors": [str]}``.
     """
     runtime = TritonRuntime(inference_url, timeout=5.0)
@@ -471,7 +471,7 @@ def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository:
         try:
             report["runtime_version"] = runtime.server_version()
             report["models"] = [
-                {"name": m.name, "version": m.version, "state": m.state, "reason": m.reason}
+                {"name": m.name, "version": m.version, "state": m.state, **({"reason": m.reason} if m.reason else {})}
                 for m in runtime.repository_index()
             ]
         except ServingRuntimeError as exc:

@@ -60,6 +60,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
     model = serializers.SlugRelatedField(slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     ensemble_members = EnsembleMemberSerializer(source="members", many=True, read_only=True)
+    aliases = serializers.SlugRelatedField(slug_field="name", many=True, read_only=True,
+                                           help_text="the aliases that name this version now, e.g. production")
     # A URLField would be documented as format "uri", which the empty string (no CI run given) is not.
     ci_run_url = serializers.CharField(read_only=True, help_text="the CI run's http(s) URL, or empty")
 
@@ -67,8 +69,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         model = ModelVersion
         fields = [
             "model", "version", "status", "format", "artifact_sha256", "artifact_size", "artifact_filename",
-            "signature", "ensemble_members", "metadata", "tags", "source_commit", "ci_run_url", "training_data_uri",
-            "metrics", "created_by", "created_at",
+            "signature", "ensemble_members", "aliases", "metadata", "tags", "source_commit", "ci_run_url",
+            "training_data_uri", "metrics", "created_by", "created_at",
         ]
         read_only_fields = fields
 

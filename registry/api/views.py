@@ -86,7 +86,7 @@ class ModelVersionViewSet(
             ModelVersion.objects.filter(model=model)
             .exclude(status=VersionStatus.DELETED)
             .select_related("model", "created_by")
-            .prefetch_related("members__member__model")
+            .prefetch_related("members__member__model", "aliases")
             .order_by("-version")
         )
 

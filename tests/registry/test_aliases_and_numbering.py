@@ -122,3 +122,17 @@ def test_the_model_page_explains_a_refused_alias(client, user, iris):
     answer = client.post("/models/iris/aliases/", {"alias": "prod", "version": 9}, follow=True)
     assert "version" in answer.content.decode() and not iris.aliases.exists()
     assert client.get("/models/iris/aliases/nope/delete/").status_code == 404
+
+
+def test_version_objects_carry_the_aliases_that_name_them(api_client, s3_endpoint, iris_archive):
+    from tests.registry.format_builders import upload
+
+    assert api_client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
+    for _ in range(2):
+        assert upload(api_client, "iris", iris_archive).status_code == 201
+    for alias, version in (("production", 1), ("staging", 1), ("canary", 2)):
+        assert api_client.put(f"/api/v1/models/iris/aliases/{alias}/", {"version": version},
+                              format="json").status_code == 200
+    listed = api_client.get("/api/v1/models/iris/versions/").json()["results"]
+    assert {v["version"]: sorted(v["aliases"]) for v in listed} == {2: ["canary"], 1: ["production", "staging"]}
+    assert api_client.get("/api/v1/models/iris/versions/2/").json()["aliases"] == ["canary"]
