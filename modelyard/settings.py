@@ -170,6 +170,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "modelyard.schema.document_error_statuses",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.choices.DeploymentStatus",
         "VersionStatusEnum": "registry.choices.VersionStatus",

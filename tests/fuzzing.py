@@ -17,7 +17,7 @@ from django.core import signals
 from django.db import close_old_connections, transaction
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
 
 @schemathesis.check
@@ -29,7 +29,7 @@ def no_undocumented_server_error(ctx, response, case):
         )
 
 
-CHECKS = [no_undocumented_server_error, response_schema_conformance]
+CHECKS = [no_undocumented_server_error, response_schema_conformance, status_code_conformance]
 
 
 @dataclass
