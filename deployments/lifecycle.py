@@ -48,8 +48,9 @@ def unload_payload(host, model_name: str) -> dict:
 
 
 def request_unload(host, model_name: str, *, reason: str) -> bool:
-    """Have ``host`` unload ``model_name``, which no deployment wants served there (the reconciler,
-    for a model its runtime holds LOADING or UNLOADING); audited with the reconciler as actor.
+    """Have ``host`` unload ``model_name`` (the runtime's name for it), which no deployment wants served
+    there (the reconciler, for a model its runtime holds LOADING or UNLOADING); audited with the
+    reconciler as actor, on the registry model that name belongs to on that host.
 
     Returns:
         False when the model is not registered (nothing of the registry's to unload), else True.
@@ -57,13 +58,16 @@ def request_unload(host, model_name: str, *, reason: str) -> bool:
     from deployments.tasks import unload_model_on_host
     from registry.models import RegisteredModel
 
-    model = RegisteredModel.objects.filter(name=model_name).first()
+    holder = (DeploymentTarget.objects.filter(host=host, served_name=model_name)
+              .select_related("deployment__model").order_by("-id").first())
+    model = holder.deployment.model if holder else RegisteredModel.objects.filter(name=model_name).first()
     if model is None:
         return False
     with transaction.atomic():
         record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=None, obj_type="host", obj_id=host.pk,
-                           model=model, data={"host": host.name, "reason": reason, "by": "reconciler"})
-        payload = unload_payload(host, model.name)
+                           model=model, data={"host": host.name, "reason": reason, "by": "reconciler",
+                                              "served_as": model_name})
+        payload = unload_payload(host, model_name)
         transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
     return True
 
@@ -91,7 +95,8 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
             transition(pk, TargetState.UNLOADED, message=reason)
         record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": version.version, "reason": reason})
-        payload = unload_payload(host, model.name)
+        # The name the runtime knows it by: a model renamed since it was loaded keeps its old one there.
+        payload = unload_payload(host, target.runtime_name)
         transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
     logger.info("unloading %s v%s from %s: %s", model.name, version.version, host.name, reason)
     return version.version
@@ -144,15 +149,17 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     now = now or timezone.now()
     served: dict[tuple[str, str], DeploymentTarget] = {}
     for target in ready_targets_oldest_first().select_related("host", "deployment__model"):
-        served[(target.host.name, target.deployment.model.name)] = target
+        # Prometheus labels series with the runtime's name for the model (kept across renames).
+        served[(target.host.name, target.runtime_name)] = target
     if not served:
         return []
     counts = requests_per_host_model(window_seconds=int(window), client=client)
     unloaded = []
-    for (host, model), target in sorted(served.items()):
+    for (host, served_as), target in sorted(served.items()):
         if target.updated_at > now - timedelta(seconds=window):
             continue  # loaded within the window: too new to judge
-        if counts.get((host, model)) == 0:
+        if counts.get((host, served_as)) == 0:
+            model = target.deployment.model.name
             unload_model(host_name=host, model_name=model, reason=f"served no request for {window:g} s")
             unloaded.append((host, model))
     return unloaded

@@ -164,8 +164,10 @@ class DeploymentTarget(models.Model):
     """One host's part of a deployment and where it stands.
 
     ``details`` holds what the host agent reported: the versions it replaced,
-    step durations in seconds.
+    step durations in seconds. ``served_name`` is the model's name on the host's runtime
+    (``host_served_name``).
     """
+
 
     deployment = models.ForeignKey(Deployment, on_delete=models.CASCADE, related_name="targets")
     host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="targets")
@@ -175,6 +177,11 @@ class DeploymentTarget(models.Model):
         help_text="what the host served of this model when the rollout began (a rollback's destination)",
     )
     dispatched_at = models.DateTimeField(null=True, blank=True)
+    served_name = models.CharField(
+        max_length=63, blank=True,
+        help_text="the name the model has on this host's runtime: its name when it was first deployed there, "
+                  "kept across renames so its copies stay manageable and no other model takes the name",
+    )
     state = models.CharField(max_length=16, choices=TargetState.choices, default=TargetState.PENDING)
     error = models.TextField(blank=True)
     details = models.JSONField(default=dict, blank=True)
@@ -186,6 +193,11 @@ class DeploymentTarget(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}@{self.host_id}: {self.state}"
+
+    @property
+    def runtime_name(self) -> str:
+        """The model's name on the host's runtime (its registry name for targets made before names were kept)."""
+        return self.served_name or self.deployment.model.name
 
 
 class TargetEvent(models.Model):

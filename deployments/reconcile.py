@@ -50,7 +50,7 @@ def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
         .order_by("deployment__created_at", "deployment_id")
     )
     for target in targets:
-        model = target.deployment.model.name
+        model = target.runtime_name  # the name the host's report uses
         newest[model] = target
         if target.state == TargetState.READY:
             desired[model] = target

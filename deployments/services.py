@@ -24,7 +24,7 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost, Target
 from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
-from registry.models import ModelVersion
+from registry.models import ModelVersion, RegisteredModel
 from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event, resolve_alias
 
@@ -243,6 +243,7 @@ def create_rollout(
             )
     serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
         host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}
+    served_names = {host.pk: host_served_name(host, model_version.model) for host in hosts}
     with transaction.atomic():
         # delete_version locks the same row: a version deleted since get_version is not deployed.
         live = ModelVersion.objects.select_for_update().filter(pk=model_version.pk)
@@ -256,7 +257,7 @@ def create_rollout(
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
-                             previous_version=serving.get(host.pk))
+                             previous_version=serving.get(host.pk), served_name=served_names[host.pk])
             for i, host in enumerate(hosts)
         )
         record_audit_event(
@@ -510,6 +511,61 @@ def _check_deadlines(**deadlines) -> dict:
     return deadlines
 
 
+def host_served_name(host: ServingHost, model: RegisteredModel) -> str:
+    """The name ``model`` has, or will have, on ``host``'s runtime.
+
+    The name it was first deployed there under, kept across renames (so a renamed model's copies are
+    still swapped and unloaded, and its clients keep their name); its registry name on a host that
+    never served it.
+
+    Raises:
+        Conflict: another model holds that name on the host (it was renamed away and still serves
+            there): unload that model there first.
+    """
+    kept = (DeploymentTarget.objects.filter(host=host, deployment__model=model).exclude(served_name="")
+            .exclude(state=TargetState.CANCELLED).order_by("-deployment__created_at", "-id")
+            .values_list("served_name", flat=True).first())
+    name = kept or model.name
+    holder = (DeploymentTarget.objects.filter(host=host, served_name=name)
+              .exclude(deployment__model=model).filter(state__in=[*ACTIVE_TARGET_STATES, TargetState.READY])
+              .select_related("deployment__model").first())
+    if holder is not None:
+        raise Conflict(f"{host.name} serves model {holder.deployment.model.name!r} under the name {name!r} "
+                       f"(it was renamed since); unload it from {host.name} before deploying {model.name} there")
+    return name
+
+
+def served_owners(host_ids=None) -> dict[int, dict[str, str]]:
+    """Which registry model each runtime name belongs to, per host: ``{host_id: {served name: model name}}``.
+
+    One query for all hosts (or those in ``host_ids``). A name a host's report shows that is not in
+    the map is the registry name of no renamed model, and stands for itself.
+    """
+    rows = DeploymentTarget.objects.exclude(served_name="")
+    if host_ids is not None:
+        rows = rows.filter(host_id__in=list(host_ids))
+    owners: dict[int, dict[str, str]] = {}
+    for host_id, served, model in rows.order_by("id").values_list("host_id", "served_name", "deployment__model__name"):
+        owners.setdefault(host_id, {})[served] = model  # the newest target wins
+    return owners
+
+
+def visible_report_rows(principal, host_id: int, rows: list[dict], owners: dict[int, dict[str, str]]) -> list[dict]:
+    """The rows of a host's report (``{"name": runtime name, ...}``) about models ``principal`` may read.
+
+    A row is judged by the model its runtime name belongs to on that host (``served_owners``), so a
+    model renamed away keeps its copies to its own team, and a new model that took the old name does
+    not see them.
+    """
+    from accounts.access import visible_model_names
+
+    names = visible_model_names(principal)
+    if names is None:
+        return list(rows)
+    on_host = owners.get(host_id, {})
+    return [row for row in rows if on_host.get(row.get("name"), row.get("name")) in names]
+
+
 def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     """Return the JSON payload a host agent needs to carry out one target.
 
@@ -529,7 +585,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "host": target.host.name,
         "runtime": target.host.runtime,
         "format": version.format,
-        "model": version.model.name,
+        "model": target.runtime_name,
         "version": version.version,
         "artifact_url": download_url,
         "sha256": version.artifact_sha256,

@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, check, only_visible, require, visible_models
+from accounts.access import Action, Principal, check, require, visible_models
 from deployments import lifecycle, rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
@@ -19,7 +19,9 @@ from deployments.services import (
     get_host,
     ready_targets_oldest_first,
     register_host,
+    served_owners,
     start_deployment,
+    visible_report_rows,
 )
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import forbidden_unless, found_or_404, model_or_404
@@ -99,9 +101,11 @@ def host_detail(request, name: str):
     by_name = {m.name: m for m in visible.filter(name__in=[row["model"] for row in models + unloaded])}
     for row in models + unloaded:
         row["may_deploy"] = check(principal, Action.DEPLOY, model=by_name[row["model"]], hosts=[host]) is None
+    owners = served_owners([host.pk])
     context = {"host": host, "models": models, "unloaded": unloaded,
-               "repository": only_visible(principal, (host.heartbeat or {}).get("models") or []),
-               "stuck": only_visible(principal, host.stuck_versions()),
+               "repository": visible_report_rows(principal, host.pk, (host.heartbeat or {}).get("models") or [],
+                                                 owners),
+               "stuck": visible_report_rows(principal, host.pk, host.stuck_versions(), owners),
                "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None}
     try:

@@ -3,9 +3,10 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounts.access import Principal, only_visible
+from accounts.access import Principal
 from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
 
 
@@ -66,15 +67,21 @@ class ServingHostSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     def get_stuck(self, host: ServingHost) -> list[dict]:
         request = self.context.get("request")
         stuck = host.stuck_versions()
-        return only_visible(Principal.of(request), stuck) if request is not None else stuck
+        return visible_report_rows(Principal.of(request), host.pk, stuck, self._owners()) if request else stuck
+
+    def _owners(self) -> dict:
+        """``services.served_owners`` for every host, looked up once per response (a list shares it)."""
+        if "_served_owners" not in self.context:
+            self.context["_served_owners"] = served_owners()
+        return self.context["_served_owners"]
 
     def to_representation(self, host: ServingHost) -> dict:
         """The host; its agent's report lists only the models the requesting principal may read."""
         data = super().to_representation(host)
         request = self.context.get("request")
         if request is not None and isinstance(data.get("heartbeat"), dict) and "models" in data["heartbeat"]:
-            data["heartbeat"] = {**data["heartbeat"],
-                                 "models": only_visible(Principal.of(request), data["heartbeat"]["models"])}
+            data["heartbeat"] = {**data["heartbeat"], "models": visible_report_rows(
+                Principal.of(request), host.pk, data["heartbeat"]["models"], self._owners())}
         return data
 
 
