@@ -6,10 +6,12 @@ from datetime import UTC
 import django_filters
 from django import forms
 from django.core.exceptions import ValidationError
+from django.db import connections
 from django.db.models import Exists, FloatField, OuterRef, Q, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
+from modelyard.db import CaseFold
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.models import Alias, ModelVersion, RegisteredModel
 
@@ -96,6 +98,11 @@ class RegisteredModelFilter(django_filters.FilterSet):
         fields = ["search", "name", "team", "tag", "alias", "artifact_format", "created_after", "created_before"]
 
     def filter_search(self, queryset, name, value):
+        if queryset.db and connections[queryset.db].vendor == "sqlite":
+            # SQLite's LIKE folds ASCII only: compare case-folded text instead (modelyard.db).
+            folded = value.casefold()
+            return queryset.annotate(_name_folded=CaseFold("name"), _description_folded=CaseFold("description")).filter(
+                Q(_name_folded__contains=folded) | Q(_description_folded__contains=folded))
         return queryset.filter(Q(name__icontains=value) | Q(description__icontains=value))
 
     def filter_tag(self, queryset, name, value):

@@ -60,3 +60,17 @@ def test_an_unknown_field_is_refused_naming_it(api_client, iris, method, path, b
     answer = getattr(api_client, method)(path, body, format="json")
     assert answer.status_code == 400, answer.content
     assert field in answer.json() and "unknown field" in answer.json()[field][0]
+
+
+def test_a_browser_session_reads_the_api_but_writes_only_with_the_csrf_token(user):
+    from django.test import Client
+
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(user)
+    assert browser.get("/api/v1/models/").status_code == 200
+    refused = browser.post("/api/v1/models/", {"name": "mnist"}, content_type="application/json")
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
+    token = browser.get("/models/").cookies["csrftoken"].value
+    made = browser.post("/api/v1/models/", {"name": "mnist"}, content_type="application/json",
+                        HTTP_X_CSRFTOKEN=token)
+    assert made.status_code == 201, made.content
