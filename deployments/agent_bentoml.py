@@ -94,12 +94,17 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
 
     The instance kept is the one nginx routes to when it is ready, else the recorded ``serving``
     one when it is ready (nginx is pointed back at it); every other recorded instance is stopped.
+    A serving instance whose ``bentoml serve`` arbiter died while an orphaned worker still answers
+    is replaced blue/green first (``_replace_orphan``), so no request finds nothing behind nginx.
     """
     state = ServeState(root)
     roles = state.read().get(model, {})
     routed = front.upstream_port(model)
     candidates = sorted(roles.values(), key=lambda i: (i.port != routed, i is not roles.get("serving")))
     keep = next((i for i in candidates if serve.is_running(i) and serve.is_ready(i)), None)
+    orphan = roles.get("serving")
+    if keep is None and orphan is not None and orphan.port == routed and serve.is_ready(orphan):
+        keep = _replace_orphan(root, front, model, orphan)
     if keep is not None and routed != keep.port:
         front.wait_drained(front.switch(model, keep.port, keep.version), timeout=front.shutdown_timeout)
     for role, instance in roles.items():
@@ -109,6 +114,36 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
             shutil.rmtree(instance.home, ignore_errors=True)
     state.update(model, serving=keep, starting=None, draining=None)
     return keep
+
+
+def _replace_orphan(root: Path, front: NginxFront, model: str, orphan: serve.Instance) -> serve.Instance | None:
+    """Start a new instance of the orphan's exact tag, switch nginx to it once ready, return it.
+
+    BentoML 1.4's worker outlives a SIGKILLed arbiter and keeps answering for 20-40 s before it
+    goes too; stopping it first would leave nginx with nothing to send requests to until a new
+    process serves (about 20 s of 502s, measured). The orphan serves until its replacement answers
+    ``/readyz``; ``recover_model`` then stops it (its processes are found by their BENTOML_HOME).
+
+    Returns:
+        The new instance, now routed and recorded ``serving``; None when it did not come up (the
+        caller falls back to stopping everything, and the reconciler redeploys the model).
+    """
+    state = ServeState(root)
+    green = serve.plan_instance(root, BentoStore(root).home, model=model, version=orphan.version, tag=orphan.tag)
+    state.update(model, starting=green)
+    logger.warning("the bentoml serve arbiter of %s v%s died; starting a replacement beside its orphaned worker",
+                   model, orphan.version)
+    try:
+        green = serve.start_instance(green)
+        state.update(model, starting=green)
+        serve.wait_ready(green, timeout=front.shutdown_timeout)
+        front.wait_drained(front.switch(model, green.port, green.version), timeout=front.shutdown_timeout)
+    except ServingRuntimeError as exc:
+        logger.error("could not replace the orphaned %s v%s: %s", model, orphan.version, exc.message)
+        _discard(state, model, green)
+        return None
+    state.update(model, serving=green, starting=None, draining=orphan)
+    return green
 
 
 def deploy_bentoml_version(

@@ -274,3 +274,44 @@ def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_hos
 
     assert report["runtime_live"] is True and report["errors"] == [] and report["models"] == []
     assert front_for(root, url).is_live()
+
+
+def test_a_serving_process_whose_arbiter_is_killed_is_replaced_blue_green_without_a_failed_request(
+    bentos, artifact_server, agent_root
+):
+    from deployments.agent_bentoml import tidy_models
+    from deployments.tasks import host_model_lock
+
+    root, url = agent_root
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    crashed = ServeState(root).read()[MODEL]["serving"]
+    stop, failures, answered = threading.Event(), [], [0]
+
+    def client() -> None:
+        with requests.Session() as session:
+            while not stop.is_set():
+                try:
+                    answer = classify(url, session)
+                    if answer.status_code != 200:
+                        failures.append(f"{answer.status_code}: {answer.text[:200]}")
+                    answered[0] += 1
+                except requests.RequestException as exc:
+                    failures.append(repr(exc))
+
+    thread = threading.Thread(target=client)
+    thread.start()
+    try:
+        os.kill(crashed.pid, signal.SIGKILL)  # the arbiter alone: its worker is orphaned and still answers
+        wait_for(lambda: not serve.is_running(crashed), timeout=10, what="the arbiter to be gone")
+        assert serve.processes_of(crashed.home), "the orphaned worker is the premise of this test"
+        tidied = tidy_models(root, url, lambda model: host_model_lock("bento-host", model))
+        for _ in range(20):
+            classify(url)
+    finally:
+        stop.set()
+        thread.join()
+    assert tidied == [MODEL]
+    replacement = ServeState(root).read()[MODEL]["serving"]
+    assert replacement.home != crashed.home and replacement.version == 1 and serve.is_running(replacement)
+    assert not serve.processes_of(crashed.home)
+    assert answered[0] > 0 and failures == []
