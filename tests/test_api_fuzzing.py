@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from accounts.tokens import issue_token
 from demo.iris import build_iris_archive
@@ -75,3 +76,46 @@ def fuzz_world(s3_endpoint, start_prometheus_with_config, tmp_path, settings) ->
         "POST /api/v1/models/{model_name}/uploads/": {"filename": "iris.onnx", "size": 1000},
         "PUT /api/v1/models/{model_name}/aliases/{alias}/": {"version": 1},
     })
+
+
+STATEFUL_SCENARIOS = int(os.environ.get("MODELYARD_FUZZ_STATEFUL_SCENARIOS", "25"))
+
+
+def test_chains_of_operations_answer_without_server_errors_and_within_their_schema(fuzz_world: FuzzWorld):
+    """Stateful: schemathesis chains operations along the links it finds between them (create, then
+    read, change and delete what was created), with the same checks as above."""
+    from hypothesis import HealthCheck, Phase
+    from hypothesis import settings as hypothesis_settings
+
+    from tests.fuzzing import CHECKS, load_schema, shared_connection
+
+    headers = {"Authorization": f"Token {fuzz_world.token}"}
+    calls: list[tuple[str, int]] = []
+    with shared_connection():
+        schema = load_schema()
+        machine = schema.as_state_machine()
+        transitions = schema.statistic.transitions.total  # links schemathesis inferred between operations
+
+        class Chains(machine):
+            def get_call_kwargs(self, case):
+                return {"headers": headers}
+
+            def after_call(self, response, case):
+                calls.append((case.operation.label, response.status_code))
+
+            def validate_response(self, response, case, additional_checks=None, **kwargs):
+                case.validate_response(response, checks=CHECKS, headers=headers)
+
+        with transaction.atomic():
+            try:
+                Chains.run(settings=hypothesis_settings(
+                    max_examples=STATEFUL_SCENARIOS, derandomize=True, database=None, deadline=None,
+                    stateful_step_count=6, suppress_health_check=list(HealthCheck),
+                    phases=[Phase.generate]))
+            finally:
+                transaction.set_rollback(True)
+    chained = {label for label, _status in calls}
+    print(f"stateful: {len(calls)} calls over {len(chained)} operations along {transitions} links")
+    assert transitions > 0
+    assert any(label.startswith("POST") for label in chained) and any(
+        label.startswith(("GET", "DELETE")) and "{" in label for label in chained), sorted(chained)
