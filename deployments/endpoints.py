@@ -2,7 +2,8 @@
 
 A host's ``inference_url`` and ``metrics_url`` take http or https, a host and a port; the inference
 URL carries no path (Triton and the BentoML gateway answer at the root), the metrics URL the path of
-its exposition. Neither carries a query, a fragment or credentials. Two spellings of one endpoint
+its exposition (and any scrape parameters Prometheus passes as a query). Neither carries a fragment or
+credentials, and the inference URL no query. Two spellings of one endpoint
 must compare equal, or two hosts could share an endpoint and every metric would be counted twice:
 host names are compared lower-cased, IPv4 literals in every form ``inet_aton`` accepts (``127.1``,
 ``0x7f.0.0.1``, ``2130706433``, ``127.000.000.001``) as dotted quads, IPv4-mapped IPv6 as IPv4,
@@ -61,7 +62,7 @@ def normalise_url(value: str, field: str, *, path_allowed: bool) -> str:
         raise InvalidInput(f"{field} must be an http:// or https:// URL with a host, got {value!r}")
     if parts.username is not None or parts.password is not None or "@" in parts.netloc:
         raise InvalidInput(f"{field} must not carry credentials")
-    if parts.query or parts.fragment or text.endswith(("?", "#")):
+    if parts.fragment or text.endswith("#") or ((parts.query or text.endswith("?")) and not path_allowed):
         raise InvalidInput(f"{field} must not carry a query or a fragment, got {value!r}")
     try:
         port = parts.port
@@ -74,11 +75,12 @@ def normalise_url(value: str, field: str, *, path_allowed: bool) -> str:
         raise InvalidInput(f"{field} takes a scheme, a host and a port only, no path; got {value!r}")
     host = _canonical_host(parts.hostname)
     shown_port = "" if port in (None, DEFAULT_PORTS[scheme]) else f":{port}"
-    return f"{scheme}://{host}{shown_port}{path}"
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{scheme}://{host}{shown_port}{path}{query}"
 
 
-def endpoint_key(url: str) -> tuple[str, str, int, str] | None:
-    """What two URLs must share to reach the same endpoint: ``(scheme, host, port, path)``, with
+def endpoint_key(url: str) -> tuple[str, str, int, str, str] | None:
+    """What two URLs must share to reach the same endpoint: ``(scheme, host, port, path, query)``, with
     ``localhost`` as ``127.0.0.1`` and ``[::1]`` too; None for an empty or unparsable URL (stored
     before URLs were normalised)."""
     if not url:
@@ -90,4 +92,4 @@ def endpoint_key(url: str) -> tuple[str, str, int, str] | None:
     host = parts.hostname or ""
     if host in ("localhost", "::1") or host.endswith(".localhost"):
         host = "127.0.0.1"
-    return parts.scheme, host, parts.port or DEFAULT_PORTS[parts.scheme], parts.path
+    return parts.scheme, host, parts.port or DEFAULT_PORTS[parts.scheme], parts.path, parts.query
