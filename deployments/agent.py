@@ -33,14 +33,13 @@ import requests
 from deployments.runtimes.base import ServingRuntimeError
 from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
 from deployments.runtimes.triton_config import (
-    ENSEMBLE_PLATFORM,
     ModelConfigError,
     parse_model_config,
     render_config_file,
     render_load_config,
     sample_arrays,
 )
-from deployments.runtimes.triton_paths import check_confined_paths, check_model_file_present
+from deployments.runtimes.triton_paths import check_version_files
 from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 from registry.names import NAME_PATTERN
 
@@ -188,10 +187,7 @@ def _check_files_named(config_text: str, files: tuple[str, ...], version_dir: st
         StagingError: (not retryable) with the config checker's message.
     """
     try:
-        cfg = parse_model_config(config_text)
-        check_confined_paths(cfg)
-        if cfg.platform != ENSEMBLE_PLATFORM:
-            check_model_file_present(cfg, files, version_dir)
+        check_version_files(parse_model_config(config_text), files, version_dir)
     except ModelConfigError as exc:
         raise StagingError(f"artifact refused: {exc}") from exc
 

@@ -46,15 +46,11 @@ def _check_url(value: str, field: str, *, required: bool) -> str:
 
 
 def check_host_overrides(overrides) -> dict:
-    """A host's ``config_overrides``: ``{"parameters": {str: str}}`` or ``{}``.
+    """A host's ``config_overrides``: ``{"parameters": {str: str}}`` or ``{}`` (the API and the admin).
 
     Raises:
         InvalidInput: another key, or parameters that are not non-empty strings to strings.
     """
-    return _check_overrides(overrides)
-
-
-def _check_overrides(overrides) -> dict:
     if overrides in (None, ""):
         return {}
     if not isinstance(overrides, dict):
@@ -121,7 +117,7 @@ def register_host(
                 runtime=runtime,
                 inference_url=inference_url,
                 metrics_url=metrics_url,
-                config_overrides=_check_overrides(config_overrides),
+                config_overrides=check_host_overrides(config_overrides),
                 labels=labels or {},
                 production=bool(production),
                 **deadlines,

@@ -186,3 +186,19 @@ def check_model_file_present(cfg: ModelConfig, files: list[str] | tuple[str, ...
         f"version directory {version_dir + '/'!r} has no {name!r}, the model file the {runtime} backend loads "
         f"(config.pbtxt default_model_filename, default {DEFAULT_MODEL_FILES.get(runtime, name)!r})"
     )
+
+
+def check_version_files(cfg: ModelConfig, files: list[str] | tuple[str, ...], version_dir: str) -> None:
+    """The whole file check of one version: its config names no file outside its own directory and
+    sets no host parameter (``check_confined_paths``), and, unless it is an ensemble, its version
+    directory holds the model file its backend loads (``check_model_file_present``). Registration
+    runs it on the upload, the host agent again on what it downloaded.
+
+    Raises:
+        ModelConfigError: as those two checks.
+    """
+    from deployments.runtimes.triton_config import ENSEMBLE_PLATFORM
+
+    check_confined_paths(cfg)
+    if cfg.platform != ENSEMBLE_PLATFORM:
+        check_model_file_present(cfg, files, version_dir)

@@ -11,7 +11,7 @@ from deployments.runtimes.triton_config import (
     ensemble_steps,
     parse_model_config,
 )
-from deployments.runtimes.triton_paths import check_confined_paths, check_model_file_present
+from deployments.runtimes.triton_paths import check_version_files
 from modelyard.errors import InvalidInput
 from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive
 from registry.choices import ArtifactFormat, VersionStatus
@@ -47,9 +47,7 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
         raise InvalidInput(f"artifact refused: {exc}") from exc
     try:
         config = parse_model_config(layout.config_text)
-        check_confined_paths(config)
-        if config.platform != ENSEMBLE_PLATFORM:
-            check_model_file_present(config, layout.files, layout.version_dir)
+        check_version_files(config, layout.files, layout.version_dir)
     except ModelConfigError as exc:
         raise InvalidInput(str(exc)) from exc
     if config.name and config.name != model_name:
