@@ -4,10 +4,7 @@ Registration already refuses these versions (``tests/registry/test_config_file_f
 agent must hold too for a version registered before a rule existed, or a payload altered on the way.
 """
 
-import functools
-import http.server
 import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -15,37 +12,10 @@ import pytest
 from demo.iris import build_iris_archive
 from deployments.agent import deploy_triton_version
 from deployments.runtimes.triton import TritonRuntime
-from registry.archives import sha256_file
+from tests.deployments.triton_host import agent_payload, artifacts, config_of
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def artifacts(tmp_path):
-    """A plain HTTP server for artifacts (what a presigned S3 URL is to the agent): (root, base URL)."""
-    root = tmp_path / "artifacts"
-    root.mkdir()
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def payload_for(archive: Path, base_url: str, server, *, model: str, version: int, config_text: str) -> dict:
-    sha256, size = sha256_file(archive)
-    return {
-        "target_id": version, "host": "local", "model": model, "version": version,
-        "artifact_url": f"{base_url}/{archive.name}", "sha256": sha256, "size": size, "config_text": config_text,
-        "parameters": {"EXECUTION_ENV_PATH": str(server.execution_env)}, "inference_url": server.http_url,
-        "metrics_url": "",
-    }
-
-
-def config_of(archive: Path) -> str:
-    with tarfile.open(archive) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("config.pbtxt"))
-        return tar.extractfile(member).read().decode()
+__all__ = ["artifacts"]  # fixture
 
 
 def without_member(archive: Path, suffix: str, out: Path) -> Path:
@@ -63,12 +33,12 @@ def deploy(payload: dict, server) -> dict:
 def test_the_agent_refuses_a_config_pointing_at_another_models_files(triton_server, artifacts):
     root, base_url = artifacts
     victim = build_iris_archive(root / "victim.tar.gz", name="victim")
-    assert deploy(payload_for(victim, base_url, triton_server, model="victim", version=1,
+    assert deploy(agent_payload(victim, base_url, triton_server, model="victim", version=1,
                               config_text=config_of(victim)), triton_server)["state"] == "ready"
 
     archive = build_iris_archive(root / "iris.tar.gz", name="iris")
     tampered = config_of(archive) + 'default_model_filename: "../../victim/1/model.py"\n'
-    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1, config_text=tampered),
+    result = deploy(agent_payload(archive, base_url, triton_server, model="iris", version=1, config_text=tampered),
                     triton_server)
 
     assert result["state"] == "failed" and not result["retryable"]
@@ -82,7 +52,7 @@ def test_the_agent_refuses_an_upload_that_sets_a_host_path_parameter(triton_serv
     root, base_url = artifacts
     archive = build_iris_archive(root / "iris.tar.gz", name="iris")
     smuggled = config_of(archive) + 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "/tmp" } }\n'
-    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1, config_text=smuggled),
+    result = deploy(agent_payload(archive, base_url, triton_server, model="iris", version=1, config_text=smuggled),
                     triton_server)
     assert result["state"] == "failed" and "per-host setting" in result["error"]
     assert TritonRuntime(triton_server.http_url).ready_versions("iris") == []
@@ -92,7 +62,7 @@ def test_a_python_version_without_model_py_is_refused_before_triton_could_hang_o
     root, base_url = artifacts
     archive = without_member(build_iris_archive(root / "full.tar.gz", name="iris"), "/model.py",
                              root / "iris.tar.gz")
-    result = deploy(payload_for(archive, base_url, triton_server, model="iris", version=1,
+    result = deploy(agent_payload(archive, base_url, triton_server, model="iris", version=1,
                                 config_text=config_of(archive)), triton_server)
     assert result["state"] == "failed"
     assert "has no 'model.py'" in result["error"]

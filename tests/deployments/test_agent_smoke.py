@@ -1,10 +1,6 @@
 """The host agent's smoke inference on a real Triton: a version that loads but cannot answer its
 own sample input is not cut over to, and the old version keeps serving alone."""
 
-import functools
-import http.server
-import tarfile
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,39 +9,21 @@ from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels, sample_
 from deployments.agent import deploy_triton_version
 from deployments.runtimes.triton import TritonRuntime
 from deployments.runtimes.triton_config import describe_signature, parse_model_config
-from registry.archives import sha256_file
+from tests.deployments.triton_host import agent_payload, artifacts
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def artifact_server(tmp_path):
-    """A plain HTTP server for the artifacts (what a presigned S3 URL is to the agent)."""
-    root = tmp_path / "artifacts"
-    root.mkdir()
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+__all__ = ["artifacts"]  # fixture
 
 
 def payload(root: Path, base_url: str, server, version: int, sample: dict) -> dict:
     archive = build_iris_archive(root / f"iris-{version}.tar.gz", name="iris")
-    sha256, size = sha256_file(archive)
-    with tarfile.open(archive) as tar:
-        member = next(m for m in tar.getmembers() if m.name.endswith("config.pbtxt"))
-        config_text = tar.extractfile(member).read().decode()
-    return {
-        "target_id": version, "host": "local", "model": "iris", "version": version,
-        "artifact_url": f"{base_url}/{archive.name}", "sha256": sha256, "size": size, "config_text": config_text,
-        "parameters": {"EXECUTION_ENV_PATH": str(server.execution_env)}, "inference_url": server.http_url,
-        "metrics_url": "", "sample_input": sample, "signature": describe_signature(parse_model_config(config_text)),
-    }
+    body = agent_payload(archive, base_url, server, model="iris", version=version)
+    return {**body, "sample_input": sample,
+            "signature": describe_signature(parse_model_config(body["config_text"]))}
 
 
-def test_a_version_that_fails_its_smoke_inference_is_not_cut_over_to(triton_server, artifact_server):
-    root, base_url = artifact_server
+def test_a_version_that_fails_its_smoke_inference_is_not_cut_over_to(triton_server, artifacts):
+    root, base_url = artifacts
     steps = []
 
     def deploy(version, sample):
@@ -71,8 +49,8 @@ def test_a_version_that_fails_its_smoke_inference_is_not_cut_over_to(triton_serv
     assert [int(v) for v in answer["label"].reshape(-1)] == expected_labels()
 
 
-def test_the_cut_over_keeps_serving_the_instance_the_smoke_inference_verified(triton_server, artifact_server):
-    root, base_url = artifact_server
+def test_the_cut_over_keeps_serving_the_instance_the_smoke_inference_verified(triton_server, artifacts):
+    root, base_url = artifacts
     for version in (1, 2):
         result = deploy_triton_version(
             payload(root, base_url, triton_server, version, {"input": SAMPLE_INPUT}),

@@ -5,48 +5,22 @@ agent stops waiting at the host's deadline, reports Triton's own state for the v
 Triton the request that undoes the load, which Triton carries out when the load ends.
 """
 
-import functools
-import http.server
-import tarfile
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
 from demo.iris import build_iris_archive
 from deployments.agent import deploy_triton_version
 from deployments.runtimes.triton import TritonRuntime
-from registry.archives import sha256_file
+from tests.deployments.triton_host import agent_payload, artifacts
 from tests.e2e.support import Traffic, build_slow_iris_archive
 from tests.fixtures.services import wait_for
 
 pytestmark = pytest.mark.integration
+__all__ = ["artifacts"]  # fixture
 
 DEADLINE = 3.0
 SLOW_LOAD = 15.0
-
-
-@pytest.fixture
-def artifacts(tmp_path):
-    root = tmp_path / "artifacts"
-    root.mkdir()
-    server = http.server.ThreadingHTTPServer(
-        ("127.0.0.1", 0), functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root)))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-
-
-def payload(archive: Path, base_url: str, triton, *, model: str, version: int) -> dict:
-    sha256, size = sha256_file(archive)
-    with tarfile.open(archive) as tar:
-        config = next(m for m in tar.getmembers() if m.name.endswith("config.pbtxt"))
-        config_text = tar.extractfile(config).read().decode()
-    return {"target_id": version, "host": "local", "model": model, "version": version,
-            "artifact_url": f"{base_url}/{archive.name}", "sha256": sha256, "size": size,
-            "config_text": config_text, "parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)},
-            "inference_url": triton.http_url, "metrics_url": ""}
 
 
 def deploy(triton, body: dict, load_timeout: float = 60.0, grpc: bool = True) -> dict:
@@ -62,12 +36,13 @@ def test_a_load_past_the_deadline_is_abandoned_while_the_old_version_keeps_servi
     root, base_url = artifacts
     runtime = TritonRuntime(triton_server.http_url)
     v1 = build_iris_archive(root / "iris-1.tar.gz", name="iris")
-    assert deploy(triton_server, payload(v1, base_url, triton_server, model="iris", version=1))["state"] == "ready"
+    first = deploy(triton_server, agent_payload(v1, base_url, triton_server, model="iris", version=1))
+    assert first["state"] == "ready"
     slow = build_slow_iris_archive(root / "iris-2.tar.gz", name="iris", seconds=SLOW_LOAD)
 
     with Traffic(triton_server.http_url) as traffic:  # keep-alive HTTP, as real clients
         time.sleep(0.5)
-        result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=2),
+        result = deploy(triton_server, agent_payload(slow, base_url, triton_server, model="iris", version=2),
                         load_timeout=DEADLINE)
         # The agent is back while Triton still loads: it did not wait the load out.
         assert state_of(runtime, "iris", 2) == "LOADING"
@@ -75,7 +50,7 @@ def test_a_load_past_the_deadline_is_abandoned_while_the_old_version_keeps_servi
 
         # Another model loads meanwhile: the stuck load holds only its own model.
         other = build_iris_archive(root / "other-1.tar.gz", name="other")
-        assert deploy(triton_server, payload(other, base_url, triton_server, model="other", version=1))[
+        assert deploy(triton_server, agent_payload(other, base_url, triton_server, model="other", version=1))[
             "state"] == "ready"
         assert state_of(runtime, "iris", 2) == "LOADING"
 
@@ -101,7 +76,7 @@ def test_a_first_load_past_the_deadline_leaves_nothing_of_the_model_served(trito
     root, base_url = artifacts
     runtime = TritonRuntime(triton_server.http_url)
     slow = build_slow_iris_archive(root / "iris-1.tar.gz", name="iris", seconds=8)
-    result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=1),
+    result = deploy(triton_server, agent_payload(slow, base_url, triton_server, model="iris", version=1),
                     load_timeout=DEADLINE)
     assert result["state"] == "failed"
     assert "no earlier version of iris served here" in result["error"]
@@ -116,11 +91,12 @@ def test_a_load_over_http_stalls_keep_alive_clients_which_is_why_the_agent_loads
     request failed); this shows the fault it avoids, so a Triton that fixes it makes this fail."""
     root, base_url = artifacts
     v1 = build_iris_archive(root / "iris-1.tar.gz", name="iris")
-    assert deploy(triton_server, payload(v1, base_url, triton_server, model="iris", version=1))["state"] == "ready"
+    first = deploy(triton_server, agent_payload(v1, base_url, triton_server, model="iris", version=1))
+    assert first["state"] == "ready"
     slow = build_slow_iris_archive(root / "iris-2.tar.gz", name="iris", seconds=SLOW_LOAD)
     with Traffic(triton_server.http_url) as traffic:
         time.sleep(0.5)
-        result = deploy(triton_server, payload(slow, base_url, triton_server, model="iris", version=2),
+        result = deploy(triton_server, agent_payload(slow, base_url, triton_server, model="iris", version=2),
                         load_timeout=DEADLINE, grpc=False)
         runtime = TritonRuntime(triton_server.http_url)
         wait_for(lambda: state_of(runtime, "iris", 2) not in ("LOADING", "READY", "UNLOADING"),
