@@ -546,6 +546,17 @@ def served_owners(host_ids=None) -> dict[int, dict[str, str]]:
     return owners
 
 
+def hosts_lending_name(name: str, model_name: str) -> list[str]:
+    """Names of the hosts on which runtime name ``name`` belongs to a model other than ``model_name``.
+
+    Such a host serves a model that was renamed away from ``name`` (``host_served_name``), so its
+    series labelled ``model="<name>"`` are that model's, not those of the model called ``name`` now.
+    Sorted; empty when no renamed model kept the name anywhere.
+    """
+    lent = [host_id for host_id, names in served_owners().items() if names.get(name, model_name) != model_name]
+    return sorted(ServingHost.objects.filter(pk__in=lent).values_list("name", flat=True))
+
+
 def visible_report_rows(principal, host_id: int, rows: list[dict], owners: dict[int, dict[str, str]]) -> list[dict]:
     """The rows of a host's report (``{"name": runtime name, ...}``) about models ``principal`` may read.
 

@@ -11,7 +11,8 @@ Each query gives one meaning for both serving runtimes, as ``<Triton> or <BentoM
 Counters are only read through ``rate()`` and aggregated ``sum by (model, version)``: per-model
 series vanish on unload and restart from zero on reload, and split by ``gpu_uuid`` and by scrape
 target. Every builder takes a label ``selector`` (``{"model": "iris"}``, or empty for the whole
-fleet) and a rate window in seconds; label values are escaped.
+fleet; a ``NoneOf`` value excludes values, ``{"host": NoneOf(("gpu-1",))}``) and a rate window in
+seconds; label values are escaped.
 """
 
 import re
@@ -59,8 +60,18 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "")
 
 
+class NoneOf(tuple):
+    """A selector value that matches a label equal to none of the given values (``label!~"a|b"``)."""
+
+
+def _matcher(key: str, value) -> str:
+    if isinstance(value, NoneOf):
+        return f'{key}!~"{_escape("|".join(re.escape(v) for v in value))}"'
+    return f'{key}="{_escape(value)}"'
+
+
 def _matchers(selector: dict[str, str], *extra: str) -> str:
-    parts = [f'{key}="{_escape(value)}"' for key, value in sorted(selector.items())]
+    parts = [_matcher(key, value) for key, value in sorted(selector.items())]
     parts.extend(extra)
     return "{" + ",".join(parts) + "}" if parts else ""
 

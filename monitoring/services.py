@@ -7,7 +7,7 @@ does not grow with the number of models, versions or hosts.
 import time
 
 from deployments.models import Deployment
-from deployments.services import ready_targets_oldest_first
+from deployments.services import hosts_lending_name, ready_targets_oldest_first
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
@@ -67,6 +67,14 @@ def _by_model_version(results: dict) -> dict:
     return rows
 
 
+def model_selector(model_name: str) -> dict:
+    """The label selector of one registered model's series: ``{"model": name}``, less the hosts on which
+    that runtime name belongs to a model renamed away from it (``deployments.services.hosts_lending_name``),
+    so a model that took a renamed model's old name never shows or is judged by the other's traffic."""
+    lent = hosts_lending_name(model_name, model_name)
+    return {"model": model_name, "host": promql.NoneOf(lent)} if lent else {"model": model_name}
+
+
 def model_metrics(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
     """Summarise one model's serving metrics per version over a range.
 
@@ -90,8 +98,9 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     model = get_model(model_name)
     seconds = _range_seconds(range_text)
     client = client or PrometheusClient()
+    jobs = _metric_jobs(client, model_selector(model.name), seconds, over_window=True)
     try:
-        rows = _by_model_version(client.gather(_metric_jobs(client, {"model": model.name}, seconds, over_window=True)))
+        rows = _by_model_version(client.gather(jobs))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
     versions = [
@@ -143,9 +152,10 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
     step = promql.step_for(seconds)
     client = client or PrometheusClient()
     series: dict[str, list] = {}
+    selector = model_selector(model.name)
     try:
         results = client.gather({
-            m.key: (lambda q=m.build({"model": model.name}, step): client.range(q, seconds=seconds, step=step))
+            m.key: (lambda q=m.build(selector, step): client.range(q, seconds=seconds, step=step))
             for m in promql.MODEL_METRICS
         })
         for key, found in results.items():
@@ -356,7 +366,7 @@ def version_gate_metrics(
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
     client = client or PrometheusClient()
-    selector = {"model": model_name}
+    selector = model_selector(model_name)
     jobs = {"requests": lambda: client.instant(promql.requests_in_window(selector, window_seconds))}
     jobs.update(_metric_jobs(client, selector, window_seconds, over_window=True, keys=GATE_METRICS))
     try:

@@ -74,3 +74,19 @@ def test_a_browser_session_reads_the_api_but_writes_only_with_the_csrf_token(use
     made = browser.post("/api/v1/models/", {"name": "mnist"}, content_type="application/json",
                         HTTP_X_CSRFTOKEN=token)
     assert made.status_code == 201, made.content
+
+
+@pytest.mark.parametrize("fields", [{"description": "a" * 4096}, {f"f{n}": "x" for n in range(40)}])
+def test_a_page_form_over_the_limits_answers_a_page_that_says_so_and_saves_nothing(
+        client, user, api_client, iris, settings, fields):
+    from registry.models import RegisteredModel
+
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1024
+    settings.DATA_UPLOAD_MAX_NUMBER_FIELDS = 20
+    client.force_login(user)
+    answer = client.post("/models/iris/edit/", fields)
+    assert answer.status_code == 413 and answer["Content-Type"].startswith("text/html")
+    page = answer.content.decode()
+    assert "Nothing was saved" in page and 'href="/models/iris/edit/"' in page
+    assert ("larger than 0.000976562 MiB" in page) if "description" in fields else ("more than 20 fields" in page)
+    assert RegisteredModel.objects.get(name="iris").description == ""

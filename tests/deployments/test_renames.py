@@ -88,3 +88,38 @@ def test_the_renamed_model_keeps_its_runtime_name_and_unloads_under_its_new_name
     message = json.loads(broker.lpop("host.gpu-0"))
     (payload,), _kwargs, _embed = json.loads(base64.b64decode(message["body"]))
     assert payload["model"] == "iris" and payload["host"] == "gpu-0"
+
+
+@pytest.mark.integration
+def test_the_new_iris_pages_and_gates_leave_out_the_renamed_models_series(
+        renamed, serve_exposition, start_prometheus):
+    """gpu-0 still labels the renamed model's series ``model="iris"``; the new iris reads only gpu-1's."""
+    import itertools
+    import time
+
+    from monitoring.prometheus import PrometheusClient
+    from monitoring.services import model_metrics, version_gate_metrics
+
+    def counting(version: int):
+        ticks = itertools.count(1)
+        def exposition() -> str:
+            count = next(ticks) * 10
+            return "".join(f'{name}{{model="iris",version="{version}"}} {count}\n'
+                           for name in ("nv_inference_count", "nv_inference_request_success"))
+
+        return exposition
+
+    prometheus = start_prometheus([
+        {"target": serve_exposition(counting(1)).target, "labels": {"host": "gpu-0"}},
+        {"target": serve_exposition(counting(7)).target, "labels": {"host": "gpu-1"}},
+    ])
+    client = PrometheusClient(prometheus.url)
+    both = 'count(nv_inference_count{model="iris"}) >= 2 and count(count_over_time(nv_inference_count[1m]) > 2) > 1'
+    deadline = time.monotonic() + 30
+    while not client.instant(both) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.instant(both), "Prometheus never scraped both hosts three times"
+
+    shown = model_metrics("iris", "15m", client=client)["versions"]
+    assert [row["version"] for row in shown] == [7] and shown[0]["throughput"] > 0
+    assert set(version_gate_metrics("iris", window_seconds=60, client=client)) == {"7"}
