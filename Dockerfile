@@ -1,6 +1,9 @@
-# The Modelyard application image: one image for the web app (gunicorn), the
-# orchestrator worker, celery beat and host agents; the command picks the role.
-FROM python:3.11.10-slim-bookworm
+# Two images from one file:
+#   --target agent   the host agent alone (modelyard_agent/: celery, redis, requests, tritonclient;
+#                    no Django, boto3 or database driver), for serving hosts;
+#   the default      the application (web via gunicorn, the orchestrator worker, celery beat);
+#                    the command picks the role.
+FROM python:3.11.10-slim-bookworm AS base
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -15,14 +18,29 @@ WORKDIR /app
 RUN groupadd --system --gid 10001 modelyard \
     && useradd --system --uid 10001 --gid modelyard --home-dir /app --shell /usr/sbin/nologin modelyard
 
+# ---- the host agent: installs its own package and nothing else
+FROM base AS agent
+COPY modelyard_agent ./modelyard_agent
+RUN pip install ./modelyard_agent \
+    && mkdir -p /models /app/var \
+    && chown -R modelyard:modelyard /models /app/var
+USER modelyard
+ENTRYPOINT ["modelyard-agent"]
+
+# ---- the application
+FROM base AS app
 COPY requirements.txt ./
 RUN pip install -r requirements.txt
 
+COPY modelyard_agent ./modelyard_agent
+RUN pip install --no-deps ./modelyard_agent
 COPY manage.py ./
 COPY modelyard ./modelyard
+COPY accounts ./accounts
 COPY registry ./registry
 COPY deployments ./deployments
 COPY monitoring ./monitoring
+COPY promotions ./promotions
 COPY templates ./templates
 COPY static ./static
 

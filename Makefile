@@ -6,7 +6,7 @@
 #   make stop      stop what `make run` started
 #   make status    one line per service, up or down
 #   make test      install, then lint and the test suite (scripts/test.sh)
-#   make lint      ruff and the migrations check
+#   make lint      ruff, the import layers (lint-imports) and the migrations check
 #   make bench     benchmarks (bench/run.sh), when present
 
 SHELL := /bin/bash
@@ -30,7 +30,7 @@ install-python: $(VENV_MARKER)
 $(PYTHON):
 	python3 -m venv $(VENV)
 
-$(VENV_MARKER): requirements.txt requirements-dev.txt pyproject.toml | $(PYTHON)
+$(VENV_MARKER): requirements.txt requirements-dev.txt pyproject.toml modelyard_agent/pyproject.toml | $(PYTHON)
 	$(PYTHON) -m pip install --disable-pip-version-check -r requirements-dev.txt
 	touch $@
 
@@ -79,6 +79,7 @@ test: install
 
 lint: install-python
 	$(PYTHON) -m ruff check .
+	$(VENV)/bin/lint-imports
 	$(PYTHON) manage.py makemigrations --check --dry-run
 
 bench:

@@ -4,7 +4,7 @@ from django import forms
 from django.contrib import admin
 
 from accounts.models import ApiToken, Membership, Team
-from registry.names import InvalidName, validate_name
+from modelyard_agent.formats.names import InvalidName, validate_name
 
 
 class TeamAdminForm(forms.ModelForm):

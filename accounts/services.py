@@ -84,14 +84,15 @@ def create_team(*, name: str, description: str = "", actor=None) -> Team:
     """Create a team; audited as ``team.created``.
 
     Args:
-        name: checked against the model-name grammar (``registry.names``): lower case, digits, ``-``, ``_``.
+        name: checked against the model-name grammar (``modelyard_agent.formats.names``): lower case,
+            digits, ``-``, ``_``.
 
     Raises:
         InvalidInput: a bad name.
         Conflict: the name is taken.
     """
+    from modelyard_agent.formats.names import InvalidName, validate_name
     from registry.choices import AuditAction
-    from registry.names import InvalidName, validate_name
     from registry.services import record_audit_event
 
     try:

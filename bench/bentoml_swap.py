@@ -1,7 +1,7 @@
 """Blue/green swaps on a BentoML host under continuous requests through its nginx.
 
 Builds two Bentos of one scikit-learn classifier with BentoML itself, serves them to the host agent's
-own code (``deployments.agent_bentoml.deploy_bentoml_version``: store import, ``bentoml serve`` on a
+own code (``modelyard_agent.bentoml_host.deploy_bentoml_version``: store import, ``bentoml serve`` on a
 free port, /readyz, smoke request, nginx reload, drain, stop) from a local HTTP server, and swaps
 back and forth ``--swaps`` times while ``--clients`` threads post requests through nginx, closed
 loop. Verdict: PASS when no request failed and every swap succeeded.
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> dict:
     import django
 
     django.setup()
-    from deployments.agent_bentoml import ServeState, deploy_bentoml_version, front_for
-    from deployments.runtimes import bentoml as serve
+    from modelyard_agent.bentoml_host import ServeState, deploy_bentoml_version, front_for
+    from modelyard_agent.runtimes import bentoml as serve
     from tests.deployments.bentoml_host import MODEL, SAMPLE, make_payload
     from tests.fixtures.services import free_port
     from tests.registry.format_builders import build_bentoml_exports

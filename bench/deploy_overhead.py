@@ -58,9 +58,10 @@ AGENT_STEPS = ("stage_seconds", "load_seconds", "smoke_seconds", "cutover_second
 
 def raw_baseline(stack: RolloutStack, version: int, round_number: int) -> dict:
     """Download the version's artifact and load it under a fresh model name; seconds of each."""
-    from deployments.runtimes.triton import TritonRuntime
-    from deployments.runtimes.triton_config import render_load_config
-    from registry.archives import ArchiveLimits, extract_version_dir, inspect_triton_archive
+    from modelyard_agent.formats.archives import extract_version_dir, inspect_triton_archive
+    from modelyard_agent.formats.triton_config import render_load_config
+    from modelyard_agent.runtimes.triton import TritonRuntime
+    from registry.formats import archive_limits
     from registry.models import ModelVersion
     from registry.storage import ArtifactStore
 
@@ -75,7 +76,7 @@ def raw_baseline(stack: RolloutStack, version: int, round_number: int) -> dict:
     download_s = time.perf_counter() - started
 
     name = f"raw-{round_number}"
-    limits = ArchiveLimits.from_settings()
+    limits = archive_limits()
     layout = inspect_triton_archive(archive, limits)
     (triton.model_repository / name).mkdir()
     extract_version_dir(archive, layout, triton.model_repository / name / str(version), limits)

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 # The same launchers the integration tests use: one way to start tritonserver and a subprocess.
-from tests.fixtures.services import Service, _spawn, free_port  # noqa: E402
+from tests.fixtures.services import Service, _spawn, _without_service_credentials, free_port  # noqa: E402
 from tests.fixtures.triton import START_ATTEMPTS, TritonInstall, TritonServer, _launch  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -201,10 +201,12 @@ class RolloutStack:
 
         workers = [self._spawn("orchestrator", self._worker_args("default", "orchestrator", concurrency=2))]
         for host in self.hosts.values():
-            host.agent = self._spawn(f"agent-{host.name}", self._worker_args(f"host.{host.name}", f"agent-{host.name}"),
-                                     env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(host.triton.model_repository),
-                                          # A host agent works without the database (see deployments.agent).
-                                          "DATABASE_URL": f"postgres://nobody@127.0.0.1:{free_port()}/none"})
+            # A host agent runs as on a serving host: modelyard-agent, no database or S3 settings.
+            host.agent = _spawn(f"agent-{host.name}", [
+                str(BIN / "modelyard-agent"), "--host", host.name, "--concurrency", "1",
+                "--model-repository", str(host.triton.model_repository)], self.logs,
+                env=_without_service_credentials(os.environ), inherit=False)
+            self.services.append(host.agent)
             workers.append(host.agent)
         for worker in workers:
             wait_until(lambda w=worker: READY_LINE in w.log_text() or w.process.poll() is not None, timeout=120,

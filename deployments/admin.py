@@ -6,7 +6,7 @@ from django.contrib import admin
 from deployments.endpoints import normalise_url
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import InvalidInput
-from registry.names import InvalidName, validate_name
+from modelyard_agent.formats.names import InvalidName, validate_name
 
 
 class ServingHostAdminForm(forms.ModelForm):

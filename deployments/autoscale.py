@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger
 from deployments.models import DeploymentTarget
-from deployments.runtimes.triton_config import ModelConfigError, parse_model_config
 from deployments.services import create_rollout, ready_targets_oldest_first
+from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 
 logger = logging.getLogger(__name__)
 

@@ -2,14 +2,15 @@
 
 from django.db import models
 
+from modelyard_agent import contract
 from registry.choices import ArtifactFormat
 
 
 class Runtime(models.TextChoices):
-    """The serving runtime a host runs."""
+    """The serving runtime a host runs (the values are ``modelyard_agent.contract.Runtime``'s)."""
 
-    TRITON = "triton", "NVIDIA Triton Inference Server"
-    BENTOML = "bentoml", "BentoML (bentoml serve behind nginx)"
+    TRITON = contract.Runtime.TRITON.value, "NVIDIA Triton Inference Server"
+    BENTOML = contract.Runtime.BENTOML.value, "BentoML (bentoml serve behind nginx)"
 
 
 # Which registry artifact formats each runtime can serve.
@@ -20,17 +21,18 @@ RUNTIME_FORMATS: dict[str, frozenset[str]] = {
 
 
 class TargetState(models.TextChoices):
-    """Where one host stands in carrying out a deployment: the steps of a swap, in order."""
+    """Where one host stands in carrying out a deployment: the steps of a swap, in order (the values
+    are ``modelyard_agent.contract.TargetState``'s, which agents report)."""
 
-    PENDING = "pending", "Pending"
-    STAGING = "staging", "Staging"
-    LOADING = "loading", "Loading beside the old version"
-    VERIFYING = "verifying", "Smoke inference"
-    CUTTING_OVER = "cutting_over", "Cutting over, old version draining"
-    READY = "ready", "Ready"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    UNLOADED = "unloaded", "Unloaded (by hand or for idleness)"
+    PENDING = contract.TargetState.PENDING.value, "Pending"
+    STAGING = contract.TargetState.STAGING.value, "Staging"
+    LOADING = contract.TargetState.LOADING.value, "Loading beside the old version"
+    VERIFYING = contract.TargetState.VERIFYING.value, "Smoke inference"
+    CUTTING_OVER = contract.TargetState.CUTTING_OVER.value, "Cutting over, old version draining"
+    READY = contract.TargetState.READY.value, "Ready"
+    FAILED = contract.TargetState.FAILED.value, "Failed"
+    CANCELLED = contract.TargetState.CANCELLED.value, "Cancelled"
+    UNLOADED = contract.TargetState.UNLOADED.value, "Unloaded (by hand or for idleness)"
 
 
 STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,

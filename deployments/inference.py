@@ -7,11 +7,11 @@ import requests
 
 from deployments.choices import Runtime
 from deployments.lifecycle import serving_target
-from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.triton import TritonRuntime
-from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
 from deployments.services import get_host
 from modelyard.errors import InvalidInput, ServiceUnavailable
+from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.triton import TritonRuntime
 from registry.services import get_version
 
 TRY_TIMEOUT_S = 10.0

@@ -21,6 +21,7 @@ from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetStat
 from deployments.models import Deployment, DeploymentTarget
 from deployments.services import create_rollout, get_host, ready_targets_oldest_first, transition
 from modelyard.errors import Conflict, NotFound
+from modelyard_agent.contract import AgentTask
 from registry.choices import AuditAction
 from registry.services import get_model, record_audit_event
 
@@ -55,7 +56,7 @@ def request_unload(host, model_name: str, *, reason: str) -> bool:
     Returns:
         False when the model is not registered (nothing of the registry's to unload), else True.
     """
-    from deployments.tasks import unload_model_on_host
+    from deployments.tasks import send_to_host
     from registry.models import RegisteredModel
 
     holder = (DeploymentTarget.objects.filter(host=host, served_name=model_name)
@@ -68,7 +69,7 @@ def request_unload(host, model_name: str, *, reason: str) -> bool:
                            model=model, data={"host": host.name, "reason": reason, "by": "reconciler",
                                               "served_as": model_name})
         payload = unload_payload(host, model_name)
-        transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
+        transaction.on_commit(lambda: send_to_host(host.name, AgentTask.UNLOAD, payload))
     return True
 
 
@@ -82,7 +83,7 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
         NotFound: the host serves no version of the model.
         Conflict: a rollout of the model is in progress on that host.
     """
-    from deployments.tasks import unload_model_on_host
+    from deployments.tasks import send_to_host
 
     target = serving_target(host_name, model_name)
     host, model, version = target.host, target.deployment.model, target.deployment.version
@@ -97,7 +98,7 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
                            model=model, data={"host": host.name, "version": version.version, "reason": reason})
         # The name the runtime knows it by: a model renamed since it was loaded keeps its old one there.
         payload = unload_payload(host, target.runtime_name)
-        transaction.on_commit(lambda: unload_model_on_host.apply_async(args=[payload], queue=host.queue))
+        transaction.on_commit(lambda: send_to_host(host.name, AgentTask.UNLOAD, payload))
     logger.info("unloading %s v%s from %s: %s", model.name, version.version, host.name, reason)
     return version.version
 

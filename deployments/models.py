@@ -5,6 +5,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from deployments.choices import DeploymentStatus, FailurePolicy, RolloutTrigger, Runtime, TargetState
+from modelyard_agent.contract import host_queue
 from registry.models import ModelVersion, RegisteredModel
 
 # One day: a deadline longer than that is a host that is down, not a load that is slow.
@@ -107,7 +108,7 @@ class ServingHost(models.Model):
     @property
     def queue(self) -> str:
         """The Celery queue this host's agent consumes."""
-        return f"host.{self.name}"
+        return host_queue(self.name)
 
 
 class Deployment(models.Model):

@@ -1,7 +1,7 @@
 """Placement: which hosts a label selector puts a model version on, by free GPU memory.
 
 The footprint of a version is what its last load measured on a host (GPU memory delta, bytes;
-see ``deployments.agent``); free memory per host comes from Prometheus (``nv_gpu_memory_*``
+see ``modelyard_agent.triton_host``); free memory per host comes from Prometheus (``nv_gpu_memory_*``
 gauges Triton exports), falling back to the host agent's last heartbeat when Prometheus cannot
 answer. ``plan`` is a pure function so that planning a whole fleet costs no I/O per host.
 """

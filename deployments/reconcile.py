@@ -15,7 +15,7 @@ there, and not again for ``RECONCILE_BACKOFF`` seconds after a repair of that (h
 
 import logging
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import redis
 from django.conf import settings
@@ -57,6 +57,32 @@ def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
         if target.state in ACTIVE_TARGET_STATES:
             active.add(model)
     return desired, active, newest
+
+
+def dropped_targets(host_name: str) -> list[tuple[int, datetime]]:
+    """The targets of ``host_name`` its agent dropped: dispatched before the agent last started,
+    still active, and not among the work its last heartbeat says it carries out.
+
+    A host agent killed mid-deployment (SIGKILL of its whole process group, a reboot) loses its
+    work, and its broker message comes back only after the visibility timeout (tens of minutes);
+    the restarted agent's heartbeat names its start time and its work (``contract.AgentInfo``),
+    which tells such targets apart from those still under way.
+
+    Returns:
+        ``[(target id, dispatched_at)]``, oldest dispatch first; empty for a report without the
+        agent's start time (an agent older than protocol 2).
+    """
+    host = ServingHost.objects.filter(name=host_name).only("heartbeat").first()
+    agent = ((host.heartbeat or {}).get("agent") or {}) if host else {}
+    started = agent.get("started_at")
+    if not isinstance(started, int | float):
+        return []
+    working = {row.get("target_id") for row in agent.get("working_on") or [] if isinstance(row, dict)}
+    rows = (DeploymentTarget.objects.filter(host=host, state__in=ACTIVE_TARGET_STATES,
+                                            dispatched_at__lt=datetime.fromtimestamp(started, tz=UTC))
+            .exclude(pk__in=[pk for pk in working if isinstance(pk, int)])
+            .order_by("dispatched_at").values_list("pk", "dispatched_at"))
+    return list(rows)
 
 
 def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:

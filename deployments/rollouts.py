@@ -11,7 +11,7 @@ is idempotent: under a row lock on the deployment it looks at the targets and
 - marks the rollout SUCCEEDED when every target is READY, FAILED when all finished otherwise.
 
 A host in a batch never stops serving: the agent loads the new version beside the old one and
-cuts over only once the new one is READY (see ``deployments.agent``). A SIGKILLed worker loses
+cuts over only once the new one is READY (see ``modelyard_agent.triton_host``). A SIGKILLed worker loses
 nothing: targets and statuses are rows, dispatch is guarded by ``dispatched_at``, and the
 reconciler calls ``advance_rollout`` for every running rollout.
 """
@@ -231,13 +231,14 @@ def _cancel_waiting(deployment: Deployment) -> None:
     """Cancel every target no host agent has started: those not dispatched, and those dispatched but
     still queued on their host, whose agent then finds the cancel's claim and never acts
     (``deployments.claims``). A target whose agent claimed it first is left to finish."""
-    from deployments.claims import CANCELLED, claim_key, claim_target
     from deployments.services import transition
+    from modelyard.celery import broker
+    from modelyard_agent.claims import CANCELLED, claim_key, claim_target
 
     for target in deployment.targets.filter(state=TargetState.PENDING):
         if target.dispatched_at is None:
             transition(target.pk, TargetState.CANCELLED, message="the rollout stopped before this host")
-        elif claim_target(claim_key(target), CANCELLED) == CANCELLED:
+        elif claim_target(broker(), claim_key(target.pk, target.dispatched_at), CANCELLED) == CANCELLED:
             transition(target.pk, TargetState.CANCELLED,
                        message="the rollout stopped while this host's task was still queued; it will not start")
 
@@ -342,7 +343,8 @@ def _check_ensembles_after(deployment_id: int) -> None:
     composes that model, and reload one that is not READY (Triton reloads dependants itself, so
     usually nothing needs doing)."""
     from deployments.services import build_agent_payload, ready_targets_oldest_first
-    from deployments.tasks import check_ensemble_on_host
+    from deployments.tasks import send_to_host
+    from modelyard_agent.contract import AgentTask
     from registry.models import EnsembleMember
 
     deployment = Deployment.objects.select_related("model").get(pk=deployment_id)
@@ -357,4 +359,4 @@ def _check_ensembles_after(deployment_id: int) -> None:
     for target in serving.values():
         if target.deployment.version_id in ensembles:
             payload = build_agent_payload(target, download_url="")
-            check_ensemble_on_host.apply_async(args=[payload], queue=target.host.queue)
+            send_to_host(target.host.name, AgentTask.CHECK_ENSEMBLE, payload)

@@ -21,11 +21,11 @@ from deployments.choices import (
 )
 from deployments.endpoints import endpoint_key, normalise_url
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
-from deployments.runtimes.triton_config import ModelConfigError, check_config_overrides
 from modelyard.errors import Conflict, InvalidInput, NotFound
+from modelyard_agent.formats.names import InvalidName, validate_name
+from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.models import ModelVersion, RegisteredModel
-from registry.names import InvalidName, validate_name
 from registry.services import acting_user, get_version, record_audit_event, resolve_alias
 
 logger = logging.getLogger(__name__)
@@ -303,7 +303,7 @@ def check_autoscale(autoscale: dict | None) -> dict:
     Raises:
         InvalidInput: a missing or unknown key, or bounds that do not make sense.
     """
-    from deployments.runtimes.triton_config import MAX_INSTANCE_COUNT
+    from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT
 
     if not autoscale:
         return {}
@@ -581,14 +581,18 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     config.pbtxt text (bento.yaml or model.yaml for BentoML archives) and the host's config
     overrides. ``runtime`` tells the agent which runtime adapter carries the target out;
     ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there;
-    ``claim`` names the key the agent and a cancel race for (``deployments.claims``).
+    ``claim`` names the key the agent and a cancel race for (``modelyard_agent.claims``);
+    ``archive_limits`` are the registry's own, which the agent checks again before it unpacks.
+    The shape is ``modelyard_agent.contract.DeployPayload``; ``deployments.tasks.send_to_host``
+    stamps the protocol on it.
     """
-    from deployments.claims import claim_key
+    from modelyard_agent.claims import claim_key
+    from registry.formats import archive_limits
 
     version: ModelVersion = target.deployment.version
     return {
         "target_id": target.pk,
-        "claim": claim_key(target) if target.dispatched_at else str(target.pk),
+        "claim": claim_key(target.pk, target.dispatched_at) if target.dispatched_at else str(target.pk),
         "host": target.host.name,
         "runtime": target.host.runtime,
         "format": version.format,
@@ -606,6 +610,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "metrics_url": target.host.metrics_url,
         "load_deadline": target.host.load_deadline_seconds,
         "unload_deadline": target.host.unload_deadline_seconds,
+        "archive_limits": archive_limits().as_payload(),
     }
 
 

@@ -1,7 +1,7 @@
-"""The Celery application shared by orchestrator workers, host agents and beat.
+"""The orchestrator's Celery application, for its workers and beat.
 
-Orchestrator workers consume the ``default`` queue; the host agent of serving
-host ``<name>`` consumes ``host.<name>`` only.
+Orchestrator workers consume the ``default`` queue; the host agent of serving host ``<name>``
+is an app of its own (``modelyard_agent.worker``) consuming ``host.<name>`` only.
 """
 
 import os
@@ -19,3 +19,11 @@ DATABASE_ERRORS = (OperationalError, InterfaceError)
 app = Celery("modelyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+def broker():
+    """A client of the Redis that carries the tasks, the one both the orchestrator and the host
+    agents reach (claims and locks live there too): ``redis.Redis``."""
+    import redis
+
+    return redis.Redis.from_url(app.conf.broker_url)

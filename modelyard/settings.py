@@ -11,6 +11,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from modelyard.env import env_bool, env_float, env_int, env_json, env_list, env_str
+from modelyard_agent.formats.archives import DEFAULT_LIMITS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("MODELYARD_VAR_DIR", str(BASE_DIR / "var")))
@@ -258,9 +259,9 @@ UPLOAD_EXPIRY_SECONDS = env_int("MODELYARD_UPLOAD_EXPIRY_SECONDS", 24 * 3600)
 
 # Artifact limits, checked before anything is stored.
 MAX_ARTIFACT_BYTES = env_int("MODELYARD_MAX_ARTIFACT_BYTES", 2 * 1024**3)
-MAX_UNPACKED_BYTES = env_int("MODELYARD_MAX_UNPACKED_BYTES", 8 * 1024**3)
-MAX_COMPRESSION_RATIO = env_int("MODELYARD_MAX_COMPRESSION_RATIO", 200)
-MAX_ARCHIVE_MEMBERS = env_int("MODELYARD_MAX_ARCHIVE_MEMBERS", 10_000)
+MAX_UNPACKED_BYTES = env_int("MODELYARD_MAX_UNPACKED_BYTES", DEFAULT_LIMITS.max_unpacked_bytes)
+MAX_COMPRESSION_RATIO = env_int("MODELYARD_MAX_COMPRESSION_RATIO", DEFAULT_LIMITS.max_compression_ratio)
+MAX_ARCHIVE_MEMBERS = env_int("MODELYARD_MAX_ARCHIVE_MEMBERS", DEFAULT_LIMITS.max_members)
 
 # Prometheus, queried with prometheus-api-client.
 PROMETHEUS_URL = env_str("MODELYARD_PROMETHEUS_URL", "http://127.0.0.1:9090")

@@ -20,13 +20,13 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
 from promotions import gates
 from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, WebhookEvent
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
 from registry.models import Alias
-from registry.names import InvalidName, validate_alias
 from registry.services import acting_user, get_model, set_alias
 
 EVALUATE_TASK = "promotions.evaluate_policy"

@@ -3,12 +3,12 @@
 from django import forms
 from django.contrib import admin
 
+from modelyard_agent.formats.names import InvalidName, validate_name
 from registry.models import AuditEvent, ModelVersion, RegisteredModel
-from registry.names import InvalidName, validate_name
 
 
 class RegisteredModelAdminForm(forms.ModelForm):
-    """The model form, holding names to the grammar the API and pages use (``registry.names``)."""
+    """The model form, holding names to the grammar the API and pages use (``modelyard_agent.formats.names``)."""
 
     class Meta:
         model = RegisteredModel

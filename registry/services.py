@@ -14,15 +14,15 @@ from django.utils import timezone
 
 from accounts.access import Action, Principal, can_see, check, require
 from accounts.services import default_team
-from deployments.runtimes.triton_config import ModelConfigError, sample_arrays
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from registry.archives import sha256_file
+from modelyard_agent.formats.archives import sha256_file
+from modelyard_agent.formats.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
+from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.formats import prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
 from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
-from registry.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from registry.signals import alias_moved
 from registry.storage import ArtifactStore, StorageError, artifact_key
 
@@ -69,7 +69,7 @@ def create_model(*, name: str, description: str = "", tags=None, team=None, acto
     """Register a new model name.
 
     Args:
-        name: the model name; normalised and checked against ``registry.names``.
+        name: the model name; normalised and checked against ``modelyard_agent.formats.names``.
         team: the owning ``accounts.Team`` (callers check the actor may create models there);
             None for the default team.
         description: free text.
@@ -333,7 +333,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
 
     Args:
         model_name: the registered model.
-        alias: the alias name (``registry.names.validate_alias``).
+        alias: the alias name (``modelyard_agent.formats.names.validate_alias``).
         version: the version number to point at.
         actor: the requesting user, or an object with ``username`` (and ``is_authenticated``
             False) naming an automated actor such as a promotion policy.

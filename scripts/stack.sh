@@ -395,10 +395,27 @@ start_triton() {
     log "triton: ready at http://127.0.0.1:$TRITON_HTTP_PORT (model repository var/model-repository)"
 }
 
-# start_celery NAME CELERY_ARGS...: a Celery process with no port; ready once its log says so.
+# start_celery NAME CELERY_ARGS...: a Celery process of the orchestrator's app with no port;
+# ready once its log says so.
 start_celery() {
     local name="$1"
     shift
+    start_process "$name" "$1" celery -A modelyard "$@"
+}
+
+# start_host_agent NAME AGENT_ARGS...: a host agent, started as on a serving host with the
+# modelyard-agent command and an environment without database or S3 settings.
+start_host_agent() {
+    local name="$1"
+    shift
+    start_process "$name" worker env -u DATABASE_URL -u DJANGO_SETTINGS_MODULE -u MODELYARD_S3_ENDPOINT_URL \
+        -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY modelyard-agent "$@"
+}
+
+# start_process NAME KIND COMMAND...: KIND worker waits for Celery's "ready." line in the log.
+start_process() {
+    local name="$1" kind="$2"
+    shift 2
     clear_stale "$name"
     if service_pid "$name" >/dev/null; then
         log "$name: already running (pid $(service_pid "$name"))"
@@ -406,8 +423,8 @@ start_celery() {
     fi
     local offset
     offset="$(log_size "$name")"
-    start_bg "$name" celery -A modelyard "$@"
-    if [[ "$1" == worker ]]; then
+    start_bg "$name" "$@"
+    if [[ "$kind" == worker ]]; then
         wait_until "$name" 90 "worker ready" celery_ready "$name" "$offset"
     else
         sleep 2
@@ -417,8 +434,8 @@ start_celery() {
 }
 
 start_agent() {
-    MODELYARD_AGENT_MODEL_REPOSITORY="$MODEL_REPOSITORY" MODELYARD_AGENT_TRITON_GRPC_URL="127.0.0.1:$TRITON_GRPC_PORT" \
-        start_celery agent worker -Q host.local -n "agent-local@%h" --concurrency 4 --loglevel INFO
+    start_host_agent agent --host local --runtime triton --model-repository "$MODEL_REPOSITORY" \
+        --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" --concurrency 4
 }
 
 # The nginx master of the local BentoML host, from the PID file its agent's nginx writes.
@@ -441,8 +458,7 @@ start_bento_agent() {
     if ! service_pid bento-agent >/dev/null && ! bento_nginx_pid >/dev/null; then
         require_port "$BENTO_PORT" MODELYARD_BENTOML_PORT "the BentoML host's nginx"
     fi
-    MODELYARD_AGENT_BENTOML_ROOT="$BENTO_ROOT" \
-        start_celery bento-agent worker -Q "host.$BENTO_HOST" -n "agent-$BENTO_HOST@%h" --concurrency 4 --loglevel INFO
+    start_host_agent bento-agent --host "$BENTO_HOST" --runtime bentoml --bentoml-root "$BENTO_ROOT" --concurrency 4
 }
 
 # After the agent stopped: its bento processes and nginx (in sessions of their own) stop too.

@@ -62,6 +62,8 @@ export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/modelyar
 
 log "ruff check ."
 "$PY" -m ruff check .
+log "lint-imports (layers and forbidden imports: pyproject.toml [tool.importlinter])"
+"$(dirname "$PY")/lint-imports"
 log "manage.py makemigrations --check --dry-run"
 "$PY" manage.py makemigrations --check --dry-run
 

@@ -6,17 +6,40 @@ from rest_framework.test import APIClient
 
 from tests.factories import token_for
 
-pytest_plugins = ["tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions"]
+pytest_plugins = [
+    "tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions", "tests.fixtures.netns",
+]
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _test_broker():
-    """Point the in-process Celery app at the test broker before anything publishes."""
+    """Point the in-process Celery apps (the orchestrator's and the host agent's) at the test broker
+    before anything publishes."""
     from modelyard.celery import app
+    from modelyard_agent.worker import app as agent_app
     from tests.fixtures.services import TEST_BROKER_URL
 
-    app.conf.broker_url = TEST_BROKER_URL
+    app.conf.broker_url = agent_app.conf.broker_url = TEST_BROKER_URL
     yield
+
+
+@pytest.fixture
+def agent_settings(monkeypatch):
+    """Factory: ``agent_settings(lock_wait=10, ...)`` sets this process's host-agent settings
+    (``modelyard_agent.config``, by their environment variables) for agent code the test runs in
+    process; they are reset afterwards."""
+    from modelyard_agent import config
+
+    def apply(**values) -> config.AgentConfig:
+        for setting in config.SETTINGS:
+            if setting.name in values:
+                monkeypatch.setenv(setting.env, str(values.pop(setting.name)))
+        assert not values, f"not agent settings: {sorted(values)}"
+        config.current.cache_clear()
+        return config.current()
+
+    yield apply
+    config.current.cache_clear()
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -51,8 +51,10 @@ TRITON_SERIES = (
 )
 
 APP_SERVICES = ("web", "orchestrator", "beat", "migrate")
-AGENT_ENV = ("CELERY_BROKER_URL", "MODELYARD_SECRET_KEY", "MODELYARD_AGENT_MODEL_REPOSITORY")
-AGENT_FORBIDDEN_ENV = ("DATABASE_URL", "MODELYARD_S3_SECRET_ACCESS_KEY", "MODELYARD_S3_ACCESS_KEY_ID")
+AGENT_ENV = ("CELERY_BROKER_URL", "MODELYARD_AGENT_MODEL_REPOSITORY")
+# The agent needs no Django secret key either: it loads no Django settings.
+AGENT_FORBIDDEN_ENV = ("DATABASE_URL", "MODELYARD_S3_SECRET_ACCESS_KEY", "MODELYARD_S3_ACCESS_KEY_ID",
+                       "MODELYARD_SECRET_KEY", "DJANGO_SETTINGS_MODULE")
 REQUIRED_APP_ENV = (
     "DATABASE_URL",
     "CELERY_BROKER_URL",
@@ -288,12 +290,14 @@ def test_every_image_is_pinned_to_a_tag_other_than_latest_or_a_digest(services):
 
 
 def test_the_app_image_is_built_from_a_pinned_python_slim_base():
-    bases = re.findall(r"^FROM\s+(\S+)", DOCKERFILE.read_text(), flags=re.MULTILINE)
-    assert bases, "Dockerfile has no FROM line"
-    for base in bases:
-        assert image_is_pinned(base), f"Dockerfile base image {base} is not pinned"
-    assert bases[-1].startswith("python:3.11"), bases[-1]
-    assert "slim" in bases[-1], bases[-1]
+    stages = re.findall(r"^FROM\s+(\S+)(?:\s+AS\s+(\S+))?", DOCKERFILE.read_text(), flags=re.MULTILINE)
+    assert stages, "Dockerfile has no FROM line"
+    named = {name for _, name in stages if name}
+    images = [image for image, _ in stages if image not in named]  # a stage built on an earlier one
+    for image in images:
+        assert image_is_pinned(image), f"Dockerfile base image {image} is not pinned"
+    assert images == [stages[0][0]] and images[0].startswith("python:3.11") and "slim" in images[0], stages
+    assert stages[-1][1] == "app", "the last stage (the default target) is the application"
 
 
 def test_the_image_pinning_check_refuses_latest_and_untagged_images():
@@ -341,10 +345,16 @@ def test_the_agent_stages_into_the_model_repository_that_triton_serves(services)
     assert triton_volume == agent_volume, (agent_volume, triton_volume)
 
 
-def test_the_agent_consumes_its_serving_hosts_queue_and_waits_for_triton(services):
-    args = command_args(services["agent"])
-    assert args[args.index("-Q") + 1].startswith("host."), args
-    assert depends_on(services["agent"])["triton"]["condition"] == "service_healthy"
+def test_the_agent_is_the_agent_package_alone_started_with_modelyard_agent_and_waits_for_triton(services):
+    agent = services["agent"]
+    assert agent["build"]["target"] == "agent", agent["build"]
+    stage = DOCKERFILE.read_text().split("FROM base AS agent", 1)[1].split("\nFROM ", 1)[0]
+    installs = re.findall(r"pip install (.+?)(?: \\|$)", stage, flags=re.MULTILINE)
+    assert installs == ["./modelyard_agent"], installs  # not requirements.txt: no Django, boto3 or psycopg
+    assert 'ENTRYPOINT ["modelyard-agent"]' in stage
+    args = command_args(agent)
+    assert args[args.index("--host") + 1] == "gpu-0" and args[args.index("--runtime") + 1] == "triton", args
+    assert depends_on(agent)["triton"]["condition"] == "service_healthy"
 
 
 def test_the_mounted_prometheus_config_discovers_serving_hosts_from_the_web_app_and_scrapes_it(compose, services):

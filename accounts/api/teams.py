@@ -17,7 +17,7 @@ from accounts.choices import Role, Scope
 from accounts.models import Membership, Team
 from modelyard.api import RefuseUnknownFields, error_responses
 from modelyard.errors import NotFound
-from registry.names import InvalidName, validate_name
+from modelyard_agent.formats.names import InvalidName, validate_name
 
 
 class MembershipSerializer(RefuseUnknownFields, serializers.ModelSerializer):

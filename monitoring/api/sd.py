@@ -12,7 +12,7 @@ Target groups:
   and its series name neither model nor version, so the target carries them. The process listens
   on a loopback port of its host; the host agent's nginx, at the host's ``inference_url``, answers
   ``/_metrics/<model>/<version>`` with that process's ``/metrics``
-  (``deployments.runtimes.nginx.metrics_path``). Prometheus thus reaches every bento process
+  (``modelyard_agent.runtimes.nginx.metrics_path``). Prometheus thus reaches every bento process
   through the one port already open for inference, and a path can only answer with the metrics
   of the version it names (404 once that version no longer serves: the target is down, no
   series is mislabelled). The versions listed are those the host's agent reported serving in its
@@ -45,8 +45,8 @@ from rest_framework.views import APIView
 
 from deployments.choices import Runtime
 from deployments.models import ServingHost
-from deployments.runtimes.nginx import metrics_path
 from deployments.services import ready_targets_oldest_first
+from modelyard_agent.runtimes.nginx import metrics_path
 
 logger = logging.getLogger(__name__)
 

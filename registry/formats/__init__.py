@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelyard.errors import InvalidInput
-from registry.archives import ArchiveLimits
+from modelyard_agent.formats.archives import ArchiveLimits
 from registry.choices import ArtifactFormat
 
 __all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "check_filename", "detect_format", "prepare_artifact"]
@@ -111,6 +111,20 @@ def check_filename(filename: str) -> str:
                        f"the registry accepts {ACCEPTED_KINDS}")
 
 
+def archive_limits() -> ArchiveLimits:
+    """The registry's archive limits from the settings: ``MAX_UNPACKED_BYTES`` (bytes),
+    ``MAX_COMPRESSION_RATIO`` (unpacked bytes per archive byte) and ``MAX_ARCHIVE_MEMBERS`` (count);
+    read on every call, so overridden settings take effect.
+
+    Raises:
+        ValueError: a setting is not a positive integer.
+    """
+    from django.conf import settings
+
+    return ArchiveLimits(max_unpacked_bytes=settings.MAX_UNPACKED_BYTES,
+                         max_compression_ratio=settings.MAX_COMPRESSION_RATIO, max_members=settings.MAX_ARCHIVE_MEMBERS)
+
+
 def detect_format(path: Path, filename: str) -> str:
     """Tell which kind of artifact an upload is.
 
@@ -169,7 +183,7 @@ def prepare_artifact(
     """
     from registry.formats import bento, single_file, triton
 
-    limits = limits or ArchiveLimits.from_settings()
+    limits = limits or archive_limits()
     kind = detect_format(path, filename)
     if kind == ArtifactFormat.TRITON_MODEL_DIR:
         _refuse_single_file_options(signature, max_batch_size, "a Triton model directory's config.pbtxt")

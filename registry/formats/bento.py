@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 
 from modelyard.errors import InvalidInput
-from registry.archives import ArchiveError, ArchiveLimits, scan_archive
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, scan_archive
 from registry.choices import ArtifactFormat
 from registry.formats import PreparedArtifact
 

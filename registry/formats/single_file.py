@@ -15,15 +15,15 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from deployments.runtimes.triton_config import (
+from modelyard.errors import InvalidInput
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, scan_archive
+from modelyard_agent.formats.triton_config import (
     DATA_TYPE_NAMES,
     ModelConfigError,
     build_model_config,
     describe_signature,
     parse_model_config,
 )
-from modelyard.errors import InvalidInput
-from registry.archives import ArchiveError, ArchiveLimits, scan_archive
 from registry.choices import ArtifactFormat
 from registry.formats import PreparedArtifact
 

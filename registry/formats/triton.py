@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deployments.runtimes.triton_config import (
+from modelyard.errors import InvalidInput
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, inspect_triton_archive
+from modelyard_agent.formats.triton_config import (
     ENSEMBLE_PLATFORM,
     ModelConfigError,
     describe_signature,
     ensemble_steps,
     parse_model_config,
 )
-from deployments.runtimes.triton_paths import check_version_files
-from modelyard.errors import InvalidInput
-from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive
+from modelyard_agent.formats.triton_paths import check_version_files
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.formats import PreparedArtifact
 from registry.models import ModelVersion

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from deployments.agent_bentoml import stop_host
-from deployments.runtimes import bentoml as serve
-from registry.archives import ArchiveLimits, sha256_file
+from modelyard_agent.bentoml_host import stop_host
+from modelyard_agent.formats.archives import sha256_file
+from modelyard_agent.runtimes import bentoml as serve
 from registry.choices import ArtifactFormat
+from registry.formats import archive_limits
 from registry.formats.bento import prepare_bentoml_archive
 from tests.fixtures.services import free_port
 from tests.registry.format_builders import build_bentoml_exports
@@ -60,7 +61,7 @@ def agent_root(tmp_path):
 def make_payload(archive: Path, base_url: str, inference_url: str, version: int, *, sample=SAMPLE) -> dict:
     """The agent payload for ``archive`` (a .bento or .bentomodel under the artifact server)."""
     kind = ArtifactFormat.BENTO if archive.suffix == ".bento" else ArtifactFormat.BENTOML_MODEL
-    prepared = prepare_bentoml_archive(archive, kind, model_name=MODEL, limits=ArchiveLimits.from_settings())
+    prepared = prepare_bentoml_archive(archive, kind, model_name=MODEL, limits=archive_limits())
     sha256, size = sha256_file(archive)
     return {
         "target_id": version, "host": "bento-host", "runtime": "bentoml", "format": kind, "model": MODEL,

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from demo.iris import build_iris_archive
-from deployments.agent import deploy_triton_version
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
+from modelyard_agent.triton_host import deploy_triton_version
 from tests.deployments.triton_host import agent_payload, artifacts, config_of
 
 pytestmark = pytest.mark.integration
@@ -80,7 +80,7 @@ def test_the_archive_without_model_py_keeps_everything_else(tmp_path):
 
 @pytest.mark.parametrize("name", ["../iris", "a/b", "Iris", ".."])
 def test_the_agent_refuses_a_model_name_that_is_no_directory_name(tmp_path, name):
-    from deployments.agent import AgentPaths, StagingError, stage_version
+    from modelyard_agent.triton_host import AgentPaths, StagingError, stage_version
 
     body = {"model": name, "version": 1, "sha256": "0" * 64, "size": 1, "artifact_url": "http://127.0.0.1:9/x",
             "config_text": ""}

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels, sample_input
-from deployments.agent import deploy_triton_version
-from deployments.runtimes.triton import TritonRuntime
-from deployments.runtimes.triton_config import describe_signature, parse_model_config
+from modelyard_agent.formats.triton_config import describe_signature, parse_model_config
+from modelyard_agent.runtimes.triton import TritonRuntime
+from modelyard_agent.triton_host import deploy_triton_version
 from tests.deployments.triton_host import agent_payload, artifacts
 
 pytestmark = pytest.mark.integration

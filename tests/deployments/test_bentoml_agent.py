@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from deployments.agent import StagingError
-from deployments.agent_bentoml import (
+from modelyard.errors import InvalidInput
+from modelyard_agent.bentoml_host import (
     ServeState,
     collect_bentoml_heartbeat,
     deploy_bentoml_version,
@@ -22,10 +22,10 @@ from deployments.agent_bentoml import (
     stop_host,
     unload_bentoml_model,
 )
-from deployments.host_agents import host_agent
-from deployments.runtimes import bentoml as serve
-from deployments.runtimes.bento_store import BentoStore
-from modelyard.errors import InvalidInput
+from modelyard_agent.host_agents import host_agent
+from modelyard_agent.runtimes import bentoml as serve
+from modelyard_agent.runtimes.bento_store import BentoStore
+from modelyard_agent.triton_host import StagingError
 from tests.deployments.bentoml_host import (
     MODEL,
     SAMPLE,
@@ -35,7 +35,7 @@ from tests.deployments.bentoml_host import (
     make_payload,
     serving_homes,
 )
-from tests.fixtures.services import TEST_BROKER_URL, wait_for
+from tests.fixtures.services import wait_for
 
 pytestmark = pytest.mark.integration
 __all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
@@ -130,9 +130,7 @@ def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos,
 
 _AGENT_SCRIPT = """
 import json, sys
-import django
-django.setup()
-from deployments.agent_bentoml import deploy_bentoml_version
+from modelyard_agent.bentoml_host import deploy_bentoml_version
 payload, root = json.loads(sys.argv[1]), sys.argv[2]
 deploy_bentoml_version(payload, root=root, report=lambda step: print(step, flush=True))
 print("done", flush=True)
@@ -142,7 +140,7 @@ print("done", flush=True)
 @pytest.mark.parametrize("recovery", ["redelivery", "heartbeat"])
 @pytest.mark.parametrize("kill_at", ["loading", "cutting_over"])
 def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_recovery(
-    bentos, artifact_server, agent_root, settings, kill_at, recovery
+    bentos, artifact_server, agent_root, agent_settings, kill_at, recovery
 ):
     root, url = agent_root
     _, base_url = artifact_server
@@ -150,7 +148,7 @@ def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_
     payload = make_payload(bentos["v2"], base_url, url, 2)
     agent = subprocess.Popen(
         [sys.executable, "-c", _AGENT_SCRIPT, json.dumps(payload), str(root)], stdout=subprocess.PIPE, text=True,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "modelyard.settings"}, cwd=Path(__file__).parents[2],
+        cwd=Path(__file__).parents[2],
     )
     for line in agent.stdout:
         if line.strip() == kill_at:
@@ -168,7 +166,7 @@ def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_
         assert redelivered["state"] == "ready", redelivered
         assert classify(url).headers["X-Modelyard-Version"] == "2"
     else:  # the next heartbeat tidies up, under the model's lock
-        settings.AGENT_BENTOML_ROOT, settings.CELERY_BROKER_URL = str(root), TEST_BROKER_URL
+        agent_settings(bentoml_root=root)
         report = host_agent("bentoml").heartbeat({"host": "bento-host", "inference_url": url})
         assert report["tidied"] == [MODEL]
         assert [(m["name"], m["state"]) for m in report["models"]] == [(MODEL, "READY")]
@@ -266,9 +264,9 @@ def test_stopping_the_host_stops_every_bento_process_and_nginx_and_records_nothi
     assert stop_host(root, url) == []
 
 
-def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_host_is_online(agent_root, settings):
+def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_host_is_online(agent_root, agent_settings):
     root, url = agent_root
-    settings.AGENT_BENTOML_ROOT = str(root)
+    agent_settings(bentoml_root=root)
 
     report = host_agent("bentoml").heartbeat({"host": "bento-host", "inference_url": url})
 
@@ -279,8 +277,8 @@ def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_hos
 def test_a_serving_process_whose_arbiter_is_killed_is_replaced_blue_green_without_a_failed_request(
     bentos, artifact_server, agent_root
 ):
-    from deployments.agent_bentoml import tidy_models
-    from deployments.tasks import host_model_lock
+    from modelyard_agent.bentoml_host import tidy_models
+    from modelyard_agent.worker import host_model_lock
 
     root, url = agent_root
     assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"

@@ -6,13 +6,12 @@ import json
 import pytest
 import redis
 
-from deployments.tasks import deploy_version_on_host, host_model_lock
+from modelyard_agent.worker import deploy_version_on_host, host_model_lock
 from tests.fixtures.services import TEST_BROKER_URL
 
 
 @pytest.fixture
-def broker(settings):
-    settings.CELERY_BROKER_URL = TEST_BROKER_URL
+def broker():
     client = redis.Redis.from_url(TEST_BROKER_URL)
     client.flushdb()
     yield client
@@ -29,8 +28,8 @@ def _reports(client) -> list[list]:
     return [json.loads(base64.b64decode(m["body"]))[0] for m in messages]
 
 
-def test_a_deployment_waits_while_another_holds_the_model_and_gives_up_after_the_dispatch_timeout(broker, settings):
-    settings.DISPATCH_TIMEOUT = 10
+def test_a_deployment_waits_while_another_holds_the_model_and_gives_up_after_the_lock_wait(broker, agent_settings):
+    agent_settings(lock_wait=10)
     payload = {"target_id": 7, "host": "gpu-0", "model": "iris", "version": 2,
                "artifact_url": "http://127.0.0.1:1/never-fetched", "sha256": "0" * 64, "size": 1,
                "config_text": "", "parameters": {}, "inference_url": "http://127.0.0.1:1"}

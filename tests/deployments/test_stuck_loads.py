@@ -10,8 +10,8 @@ import time
 import pytest
 
 from demo.iris import build_iris_archive
-from deployments.agent import deploy_triton_version
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
+from modelyard_agent.triton_host import deploy_triton_version
 from tests.deployments.triton_host import agent_payload, artifacts
 from tests.e2e.support import Traffic, build_slow_iris_archive
 from tests.fixtures.services import wait_for

@@ -8,7 +8,7 @@ from google.protobuf import json_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from demo.iris import build_iris_archive, build_iris_model_dir
-from deployments.runtimes.triton_config import (
+from modelyard_agent.formats.triton_config import (
     ModelConfigError,
     describe_signature,
     parse_model_config,
@@ -150,7 +150,7 @@ def test_the_demo_archive_holds_one_model_directory(tmp_path):
 def test_deployment_overrides_replace_instance_groups_and_batching_at_load():
     import json
 
-    from deployments.runtimes.triton_config import render_load_config
+    from modelyard_agent.formats.triton_config import render_load_config
 
     text = ('backend: "python"\nmax_batch_size: 4\ninstance_group [{ count: 1, kind: KIND_CPU }]\n'
             'input [{ name: "x", data_type: TYPE_FP32, dims: [4] }]\n'

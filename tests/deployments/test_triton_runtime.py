@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from demo.iris import build_iris_model_dir, expected_labels, sample_input
-from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.triton import TritonRuntime
-from deployments.runtimes.triton_config import render_load_config
+from modelyard_agent.formats.triton_config import render_load_config
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.triton import TritonRuntime
 
 pytestmark = pytest.mark.integration
 

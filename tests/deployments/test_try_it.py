@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 
 from demo.iris import SAMPLE_INPUT, build_iris_model_dir, expected_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost
-from deployments.runtimes.triton import TritonRuntime
-from deployments.runtimes.triton_config import describe_signature, parse_model_config, render_load_config
+from modelyard_agent.formats.triton_config import describe_signature, parse_model_config, render_load_config
+from modelyard_agent.runtimes.triton import TritonRuntime
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.factories import team_member

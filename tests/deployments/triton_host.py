@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from registry.archives import sha256_file
+from modelyard_agent.formats.archives import sha256_file
 
 
 @pytest.fixture

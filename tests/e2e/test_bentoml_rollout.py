@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.tasks import report_heartbeat
+from modelyard_agent.worker import report_heartbeat
 from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos, serving_homes
 from tests.e2e.support import wait_deployment
 from tests.factories import token_for
@@ -67,7 +67,7 @@ def bento_host(s3_endpoint, start_celery_worker, bentos, agent_root):
     agents = []
 
     def start_agent():
-        agents.append(start_celery_worker(f"host.{HOST}", with_database=False,
+        agents.append(start_celery_worker(f"host.{HOST}",
                                           env={**env, "MODELYARD_AGENT_BENTOML_ROOT": str(root)}))
 
     start_agent()

@@ -10,10 +10,11 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
-from deployments.claims import STARTED, claim_key, claim_target
 from deployments.models import DeploymentTarget
 from deployments.rollouts import cancel_rollout
-from deployments.runtimes.triton import TritonRuntime
+from modelyard.celery import broker
+from modelyard_agent.claims import STARTED, claim_key, claim_target
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import build_slow_iris_archive, wait_deployment
 from tests.e2e.test_stuck_load_rollout import start, upload
 from tests.factories import token_for
@@ -28,7 +29,7 @@ def test_a_rollout_cancelled_while_its_task_is_queued_never_loads(s3_endpoint, s
                                                                    tmp_path):
     triton = start_triton()
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    agent = start_celery_worker(f"host.{HOST}", with_database=False, concurrency=1, env={
+    agent = start_celery_worker(f"host.{HOST}", concurrency=1, env={
         "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
         "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url,
     })
@@ -81,7 +82,8 @@ def test_a_target_its_agent_claimed_first_is_left_to_finish(db):
     host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
     deployment = Deployment.objects.create(model=model, version=version)
     target = DeploymentTarget.objects.create(deployment=deployment, host=host, dispatched_at=timezone.now())
-    assert claim_target(claim_key(target), STARTED) == STARTED  # the agent got there first
+    # the agent got there first
+    assert claim_target(broker(), claim_key(target.pk, target.dispatched_at), STARTED) == STARTED
     cancel_rollout(deployment.pk)
     target.refresh_from_db()
     deployment.refresh_from_db()

@@ -17,7 +17,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, upload, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
@@ -42,7 +42,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
     prometheus = start_prometheus([{"target": metrics_target, "labels": {"host": HOST}}])
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
     start_celery_worker(
-        f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)}, with_database=False
+        f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)}
     )
 
     user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
@@ -21,7 +21,7 @@ def test_an_ensemble_deploys_its_composing_model_first_and_answers(s3_endpoint, 
                                                                      tmp_path):
     triton = start_triton()
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    agent = start_celery_worker(f"host.{HOST}", with_database=False,
+    agent = start_celery_worker(f"host.{HOST}",
                                 env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})
     user = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()

@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, upload, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
@@ -52,7 +52,7 @@ def fleet(s3_endpoint, start_triton, start_celery_worker, tmp_path) -> Fleet:
     start_celery_worker("default", env=env)
 
     def start_agent(name: str):
-        return start_celery_worker(f"host.{name}", with_database=False, env={
+        return start_celery_worker(f"host.{name}", env={
             **env, "MODELYARD_AGENT_MODEL_REPOSITORY": str(tritons[name].model_repository)})
 
     agents = {name: start_agent(name) for name in HOSTS}

@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, build_slow_iris_archive, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
@@ -45,7 +45,7 @@ def test_a_stuck_load_keeps_the_host_online_and_delays_no_other_model(
 ):
     triton = start_triton()
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    start_celery_worker(f"host.{HOST}", with_database=False, concurrency=2, env={
+    start_celery_worker(f"host.{HOST}", concurrency=2, env={
         "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
         "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url, "MODELYARD_HEARTBEAT_INTERVAL": "1",
     })

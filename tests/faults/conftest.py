@@ -12,10 +12,19 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
-from deployments.runtimes.triton import TritonRuntime
+from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import upload, wait_deployment
 from tests.factories import token_for
-from tests.fixtures.services import BIN, TEST_BROKER_URL, Service, _http_ok, _spawn, free_port, wait_for
+from tests.fixtures.services import (
+    BIN,
+    TEST_BROKER_URL,
+    Service,
+    _http_ok,
+    _spawn,
+    free_port,
+    point_celery_at,
+    wait_for,
+)
 from tests.fixtures.triton import TritonServer
 
 
@@ -74,19 +83,6 @@ def kill_triton(server: TritonServer) -> None:
     server.process.wait(timeout=30)
 
 
-def point_celery_at(broker_url: str) -> None:
-    """Publish this process's Celery messages to ``broker_url``.
-
-    The app keeps its broker connection pool and producer pool once it has published; they do
-    not follow a changed ``broker_url``, so they are dropped and made again on the next publish.
-    """
-    from modelyard.celery import app
-
-    app.conf.broker_url = broker_url
-    app._pool = None
-    app.amqp._producer_pool = None
-
-
 @pytest.fixture
 def fleet_broker() -> str:
     """The broker the fleet's workers and this process use; a test module may start its own."""
@@ -124,7 +120,7 @@ def one_host_fleet(fleet_broker, s3_endpoint, start_triton, start_celery_worker,
     env = {"MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "CELERY_BROKER_URL": fleet_broker,
            "MODELYARD_BROKER_VISIBILITY_TIMEOUT": "20"}
     workers = [start_celery_worker("default", env=env),
-               start_celery_worker("host.gpu-1", with_database=False, env={
+               start_celery_worker("host.gpu-1", env={
                    **env, "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})]
     staff = get_user_model().objects.create_user(username="ci", is_staff=True)
     client = APIClient()

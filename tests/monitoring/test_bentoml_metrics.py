@@ -10,9 +10,9 @@ import requests
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from deployments.agent_bentoml import collect_bentoml_heartbeat, deploy_bentoml_version
 from deployments.models import ServingHost
 from deployments.services import record_heartbeat
+from modelyard_agent.bentoml_host import collect_bentoml_heartbeat, deploy_bentoml_version
 from monitoring import services
 from monitoring.prometheus import PrometheusClient
 from registry.choices import ArtifactFormat

@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 from tests.registry.conftest import VALID_CONFIG
 
 LIMITS = ArchiveLimits(max_unpacked_bytes=1 << 30, max_compression_ratio=200, max_members=100)

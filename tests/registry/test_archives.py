@@ -1,4 +1,4 @@
-"""Inspecting and extracting uploaded Triton model archives (registry.archives).
+"""Inspecting and extracting uploaded Triton model archives (modelyard_agent.formats.archives).
 
 Archives are built here with the tarfile and zipfile APIs, including hand-made hostile entries
 that no well-behaved tool would write.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from demo.iris import build_iris_archive, build_iris_model_dir
-from registry.archives import (
+from modelyard_agent.formats.archives import (
     ArchiveError,
     ArchiveLimits,
     TritonModelLayout,
@@ -799,9 +799,11 @@ def test_it_reads_the_archive_limits_from_django_settings(settings):
     settings.MAX_COMPRESSION_RATIO = 50
     settings.MAX_ARCHIVE_MEMBERS = 12
 
-    assert ArchiveLimits.from_settings() == ArchiveLimits(
-        max_unpacked_bytes=5 * MiB, max_compression_ratio=50, max_members=12
-    )
+    from registry.formats import archive_limits
+
+    limits = archive_limits()
+    assert limits == ArchiveLimits(max_unpacked_bytes=5 * MiB, max_compression_ratio=50, max_members=12)
+    assert ArchiveLimits.from_payload(limits.as_payload()) == limits
 
 
 @pytest.mark.parametrize("bad", [0, -1, 1.5, True])

@@ -7,8 +7,8 @@ nothing stored) and again on the host (``tests/deployments/test_agent_config_che
 import pytest
 
 from accounts.models import Team
-from deployments.runtimes.triton_config import ModelConfigError, parse_model_config, render_load_config
-from deployments.runtimes.triton_paths import check_confined_paths
+from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config, render_load_config
+from modelyard_agent.formats.triton_paths import check_confined_paths
 from registry.models import ModelVersion
 from tests.factories import team_member
 from tests.registry.conftest import VALID_CONFIG

@@ -2,7 +2,7 @@
 
 import pytest
 
-from registry.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, scan_archive
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, inspect_triton_archive, scan_archive
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.models import EnsembleMember, ModelVersion, RegisteredModel
 from tests.registry.conftest import VALID_CONFIG

@@ -7,8 +7,8 @@ import urllib.request
 
 import pytest
 
-from deployments.runtimes.triton_config import parse_model_config
-from registry.archives import ArchiveLimits, inspect_triton_archive
+from modelyard_agent.formats.archives import ArchiveLimits, inspect_triton_archive
+from modelyard_agent.formats.triton_config import parse_model_config
 from registry.models import ModelVersion, RegisteredModel
 from registry.storage import ArtifactStore
 from tests.registry.format_builders import (
@@ -191,10 +191,10 @@ def test_a_wrapped_onnx_model_deploys_and_answers_on_a_real_triton(
     Python-based backend under the name Triton derives from ``platform: "onnxruntime_onnx"``."""
     import numpy as np
 
-    from deployments.agent import deploy_triton_version
     from deployments.models import ServingHost
-    from deployments.runtimes.triton import TritonRuntime
     from deployments.services import build_agent_payload, start_deployment
+    from modelyard_agent.runtimes.triton import TritonRuntime
+    from modelyard_agent.triton_host import deploy_triton_version
     from tests.fixtures.triton import REPO_ROOT
 
     backends = tmp_path / "backends"

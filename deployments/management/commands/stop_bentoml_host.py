@@ -5,8 +5,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from deployments.agent_bentoml import stop_host
-from deployments.runtimes.base import ServingRuntimeError
+from modelyard_agent.bentoml_host import stop_host
+from modelyard_agent.runtimes.base import ServingRuntimeError
 
 
 class Command(BaseCommand):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import requests
 
-from deployments.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from deployments.runtimes.triton_config import ENSEMBLE_PLATFORM, config_platform
-from registry.archives.limits import ArchiveError, ArchiveLimits, _reading
-from registry.archives.members import _check_collisions, _copy_member, _Entry, _kept_prefix, _scan
-from registry.archives.readers import _open_reader
+from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading
+from modelyard_agent.formats.archives.members import _check_collisions, _copy_member, _Entry, _kept_prefix, _scan
+from modelyard_agent.formats.archives.readers import _open_reader
+from modelyard_agent.formats.triton_config import ENSEMBLE_PLATFORM, config_platform
 
 CONFIG_NAME = "config.pbtxt"
 MAX_CONFIG_BYTES = 1 << 20

@@ -10,34 +10,33 @@ Keys expire after ``CLAIM_SECONDS``, far longer than a target may wait in a queu
 (``MODELYARD_DISPATCH_TIMEOUT``, after which the reconciler fails it anyway).
 """
 
+from datetime import datetime
+
 import redis
 
 STARTED = "started"
 CANCELLED = "cancelled"
+# The orchestrator sent the target again under a new claim (its agent was restarted and dropped
+# it): a message of the old dispatch that the broker hands out again must not act.
+SUPERSEDED = "superseded"
 CLAIM_SECONDS = 7 * 24 * 3600
 
 
-def claim_key(target) -> str:
-    """The claim's name for one dispatch of a DeploymentTarget: its id and dispatch time in
+def claim_key(target_id: int, dispatched_at: datetime) -> str:
+    """The claim's name for one dispatch of a deployment target: its id and dispatch time in
     microseconds, so no claim outlives its target (ids restart with a new database)."""
-    return f"{target.pk}:{int(target.dispatched_at.timestamp() * 1_000_000)}"
-
-
-def _broker() -> redis.Redis:
-    """The Redis that carries the tasks: the one both the orchestrator and the host agents reach."""
-    from modelyard.celery import app
-
-    return redis.Redis.from_url(app.conf.broker_url)
+    return f"{target_id}:{int(dispatched_at.timestamp() * 1_000_000)}"
 
 
 def _key(claim: str) -> str:
     return f"modelyard:target-claim:{claim}"
 
 
-def claim_target(key: str, claim: str) -> str:
+def claim_target(broker: redis.Redis, key: str, claim: str) -> str:
     """Set the target's claim to ``claim`` unless one is set already; return the claim that holds.
 
     Args:
+        broker: the Redis that carries the tasks, which the orchestrator and the agents both reach.
         key: ``claim_key(target)``, which the agent finds in its payload as ``claim``.
         claim: ``STARTED`` (the host agent, before it acts) or ``CANCELLED`` (a cancel, before it
             marks the target cancelled).
@@ -49,14 +48,23 @@ def claim_target(key: str, claim: str) -> str:
     Raises:
         redis.exceptions.RedisError: the broker cannot be reached (the caller's task retries).
     """
-    client = _broker()
-    if client.set(_key(key), claim, nx=True, ex=CLAIM_SECONDS):
+    if broker.set(_key(key), claim, nx=True, ex=CLAIM_SECONDS):
         return claim
-    held = client.get(_key(key))
+    held = broker.get(_key(key))
     return held.decode() if held is not None else claim
 
 
-def target_claim(key: str) -> str | None:
-    """The claim set under ``key``, or None while nobody has claimed it (reads only)."""
-    held = _broker().get(_key(key))
+def target_claim(broker: redis.Redis, key: str) -> str | None:
+    """The claim set under ``key`` in ``broker``, or None while nobody has claimed it (reads only)."""
+    held = broker.get(_key(key))
     return held.decode() if held is not None else None
+
+
+def supersede(broker: redis.Redis, key: str) -> None:
+    """Mark the claim ``key`` superseded, whatever it held: its dispatch was sent again under a new
+    claim, and an agent that gets the old message reports nothing and touches nothing.
+
+    Raises:
+        redis.exceptions.RedisError: the broker cannot be reached.
+    """
+    broker.set(_key(key), SUPERSEDED, ex=CLAIM_SECONDS)

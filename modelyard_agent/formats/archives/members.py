@@ -10,10 +10,10 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from registry.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
+from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
 
 if TYPE_CHECKING:
-    from registry.archives.readers import _Reader
+    from modelyard_agent.formats.archives.readers import _Reader
 
 # Per-component limit of common Linux filesystems; a longer name would fail at write time instead.
 MAX_COMPONENT_BYTES = 255
@@ -94,7 +94,7 @@ def _copy_member(reader, entry: _Entry, out, limits: ArchiveLimits, total_so_far
     Raises:
         ArchiveError: more or fewer bytes than declared, a bad CRC, a limit passed.
     """
-    from registry.archives.readers import CHUNK_BYTES
+    from modelyard_agent.formats.archives.readers import CHUNK_BYTES
 
     produced = 0
     with _reading():

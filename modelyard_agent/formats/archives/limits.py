@@ -57,26 +57,25 @@ class ArchiveLimits:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
 
     @classmethod
-    def from_settings(cls) -> ArchiveLimits:
-        """Build the limits from Django settings.
-
-        Reads ``MAX_UNPACKED_BYTES`` (bytes), ``MAX_COMPRESSION_RATIO`` (unpacked bytes per
-        archive byte) and ``MAX_ARCHIVE_MEMBERS`` (count).
-
-        Returns:
-            The limits; a new object on every call, so overridden settings take effect.
+    def from_payload(cls, limits: dict | None) -> ArchiveLimits:
+        """The limits a deploy payload carries (``archive_limits``, the registry's own), or
+        ``DEFAULT_LIMITS`` for a payload without them (protocol 1).
 
         Raises:
-            ValueError: when a setting is not a positive integer.
-            django.core.exceptions.ImproperlyConfigured: when Django settings are not configured.
+            ValueError: a limit is missing or not a positive integer.
+            TypeError: a key that is not a limit.
         """
-        from django.conf import settings
+        return cls(**limits) if limits else DEFAULT_LIMITS
 
-        return cls(
-            max_unpacked_bytes=settings.MAX_UNPACKED_BYTES,
-            max_compression_ratio=settings.MAX_COMPRESSION_RATIO,
-            max_members=settings.MAX_ARCHIVE_MEMBERS,
-        )
+    def as_payload(self) -> dict[str, int]:
+        """The limits as a deploy payload carries them (``from_payload`` reads them back)."""
+        return {"max_unpacked_bytes": self.max_unpacked_bytes, "max_compression_ratio": self.max_compression_ratio,
+                "max_members": self.max_members}
+
+
+# The registry's defaults (MODELYARD_MAX_UNPACKED_BYTES, _MAX_COMPRESSION_RATIO, _MAX_ARCHIVE_MEMBERS):
+# 8 GiB unpacked, a ratio of 200, 10,000 members.
+DEFAULT_LIMITS = ArchiveLimits(max_unpacked_bytes=8 * 1024**3, max_compression_ratio=200, max_members=10_000)
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import IO
 
-from registry.archives.limits import _DECODER_ERRORS, ArchiveError, _reading, _show
+from modelyard_agent.formats.archives.limits import _DECODER_ERRORS, ArchiveError, _reading, _show
 
 CHUNK_BYTES = 1 << 20
 # A tar writer pads its output to a whole record (10 KiB by default) after the end-of-archive

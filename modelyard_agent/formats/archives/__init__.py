@@ -21,13 +21,14 @@ readers), :mod:`.members` (per-member checks), :mod:`.layout` (the Triton model 
 :mod:`.extract` (extraction), :mod:`.listing` (any archive) and :mod:`.digest` (file hashing).
 """
 
-from registry.archives.digest import sha256_file
-from registry.archives.extract import extract_version_dir
-from registry.archives.layout import TritonModelLayout, inspect_triton_archive
-from registry.archives.limits import ArchiveError, ArchiveLimits
-from registry.archives.listing import ArchiveListing, scan_archive
+from modelyard_agent.formats.archives.digest import sha256_file
+from modelyard_agent.formats.archives.extract import extract_version_dir
+from modelyard_agent.formats.archives.layout import TritonModelLayout, inspect_triton_archive
+from modelyard_agent.formats.archives.limits import DEFAULT_LIMITS, ArchiveError, ArchiveLimits
+from modelyard_agent.formats.archives.listing import ArchiveListing, scan_archive
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "ArchiveError",
     "ArchiveLimits",
     "ArchiveListing",

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import requests
 
-from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.bento_store import bentoml_env
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.bento_store import bentoml_env
 
 LOG_TAIL_BYTES = 16000
 

@@ -1,6 +1,6 @@
 """Host-side work of a BentoML host agent: import a version into the Bento Store, swap blue/green.
 
-Runs on the serving host; like the Triton agent (``deployments.agent``) it needs no database or
+Runs on the serving host; like the Triton agent (``modelyard_agent.triton_host``) it needs no database or
 S3 credentials, only the payload built by ``build_agent_payload``.
 
 A swap of model M from the version that serves (blue) to a new one (green):
@@ -33,12 +33,12 @@ from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from deployments.agent import StagingError, _download
-from deployments.runtimes import bentoml as serve
-from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.bento_store import BentoStore, file_lock
-from deployments.runtimes.nginx import NginxFront
-from registry.choices import ArtifactFormat
+from modelyard_agent.contract import BENTO, BENTO_MODEL
+from modelyard_agent.runtimes import bentoml as serve
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
+from modelyard_agent.runtimes.nginx import NginxFront
+from modelyard_agent.triton_host import StagingError, _download
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def deploy_bentoml_version(
     root = Path(root)
     model, version = payload["model"], int(payload["version"])
     tag = ((payload.get("signature") or {}).get("bentoml") or {}).get("tag", "")
-    kind = "bento" if payload.get("format") == ArtifactFormat.BENTO else "bentomodel"
+    kind = BENTO if payload.get("format") == BENTO else BENTO_MODEL
     details: dict = {"tag": tag}
 
     def failed(message: str, *, retryable: bool = False) -> dict:

@@ -6,10 +6,10 @@ import os
 import shutil
 from pathlib import Path
 
-from registry.archives.layout import TritonModelLayout
-from registry.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
-from registry.archives.members import _copy_member, _Entry, _scan
-from registry.archives.readers import _open_reader, _Reader
+from modelyard_agent.formats.archives.layout import TritonModelLayout
+from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
+from modelyard_agent.formats.archives.members import _copy_member, _Entry, _scan
+from modelyard_agent.formats.archives.readers import _open_reader, _Reader
 
 
 def extract_version_dir(path: Path, layout: TritonModelLayout, dest: Path, limits: ArchiveLimits) -> int:

@@ -30,18 +30,18 @@ from pathlib import Path
 
 import requests
 
-from deployments.runtimes.base import ServingRuntimeError
-from deployments.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
-from deployments.runtimes.triton_config import (
+from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
+from modelyard_agent.formats.names import NAME_PATTERN
+from modelyard_agent.formats.triton_config import (
     ModelConfigError,
     parse_model_config,
     render_config_file,
     render_load_config,
     sample_arrays,
 )
-from deployments.runtimes.triton_paths import check_version_files
-from registry.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
-from registry.names import NAME_PATTERN
+from modelyard_agent.formats.triton_paths import check_version_files
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -147,7 +147,7 @@ def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -
     try:
         archive = work / "artifact"
         _download(payload["artifact_url"], archive, sha256=sha256, size=int(payload["size"]), timeout=timeout)
-        limits = ArchiveLimits.from_settings()
+        limits = ArchiveLimits.from_payload(payload.get("archive_limits"))
         try:
             layout = inspect_triton_archive(archive, limits)
         except ArchiveError as exc:

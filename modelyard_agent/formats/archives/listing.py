@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.archives.layout import MAX_CONFIG_BYTES
-from registry.archives.limits import ArchiveError, ArchiveLimits, _reading
-from registry.archives.members import _check_collisions, _Entry, _scan
-from registry.archives.readers import _open_reader
+from modelyard_agent.formats.archives.layout import MAX_CONFIG_BYTES
+from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading
+from modelyard_agent.formats.archives.members import _check_collisions, _Entry, _scan
+from modelyard_agent.formats.archives.readers import _open_reader
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import tritonclient.http as triton_http
 from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from deployments.runtimes.base import ModelVersionState, ServingRuntimeError
+from modelyard_agent.runtimes.base import ModelVersionState, ServingRuntimeError
 
 # Statuses that mean "not now" rather than "no".
 _RETRYABLE_STATUSES = {"408", "429", "502", "503", "504"}

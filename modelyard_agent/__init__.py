@@ -1,0 +1,15 @@
+"""The Modelyard host agent: what runs on a serving host, installable alone (``pip install modelyard-agent``).
+
+It depends on celery, redis, requests and tritonclient (bentoml for BentoML hosts) and never on
+Django, boto3, a database driver or the registry's apps. The orchestrator and the agent share only
+``contract`` (queues, task names, payload and report shapes, target states, the protocol
+version); the orchestrator also reads archives, Triton model configs and names with the same
+Django-free modules the agent checks them with (``formats``).
+
+Modules:
+
+- ``cli``: the ``modelyard-agent`` command; ``config``: its flags and environment.
+- ``worker``: the Celery app and its tasks; ``claims``: a target's claim, which a cancel races for.
+- ``host_agents``: one interface over the runtimes, implemented by ``triton_host`` and
+  ``bentoml_host``; ``runtimes``: clients of Triton, ``bentoml serve``, the Bento Store and nginx.
+"""

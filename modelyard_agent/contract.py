@@ -1,0 +1,192 @@
+"""The contract between the orchestrator and the host agents: queues, task names, payloads, reports.
+
+Both sides import this module and nothing else of each other. The orchestrator (the Django
+project's Celery workers) sends work to a host's queue by task name, and an agent reports back to
+the orchestrator's queue by task name, so neither needs the other's code; tasks travel as JSON
+(Celery's ``json`` serializer).
+
+Every payload the orchestrator sends carries ``protocol``: the ``PROTOCOL_VERSION`` it was built
+for. An agent refuses a payload of a newer protocol than its own (``check_protocol``) and reports
+why instead of guessing at fields it does not know, so hosts can be upgraded one at a time: an
+older orchestrator's payloads (a lower number, or none at all, which is protocol 1) still work.
+Raise ``PROTOCOL_VERSION`` when a payload field changes meaning or becomes required; adding an
+optional field an older agent may ignore needs no new version.
+
+Protocol history:
+
+1. payloads without ``protocol`` (before this module).
+2. ``protocol`` on every payload; ``archive_limits`` on deploy payloads; heartbeat reports carry
+   the agent's ``agent`` block (``{"version", "protocol", "working_on"}``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import NotRequired, TypedDict
+
+PROTOCOL_VERSION = 2
+
+ORCHESTRATOR_QUEUE = "default"
+HOST_QUEUE_PREFIX = "host."
+
+
+def host_queue(host: str) -> str:
+    """The Celery queue host ``host``'s agent consumes (Celery's Redis transport keeps it as a list
+    of that name): ``host.<name>``."""
+    return f"{HOST_QUEUE_PREFIX}{host}"
+
+
+class AgentTask(StrEnum):
+    """Tasks an agent runs, sent by the orchestrator to ``host_queue(host)``; each takes one payload."""
+
+    DEPLOY = "deployments.deploy_version_on_host"  # DeployPayload
+    UNLOAD = "deployments.unload_model_on_host"  # UnloadPayload
+    HEARTBEAT = "deployments.report_heartbeat"  # HeartbeatRequest
+    CHECK_ENSEMBLE = "deployments.check_ensemble_on_host"  # DeployPayload of the ensemble version
+
+
+class OrchestratorTask(StrEnum):
+    """Tasks an agent sends to ``ORCHESTRATOR_QUEUE`` to report."""
+
+    TARGET_REPORT = "deployments.record_target_report"  # args: target_id, state, message, details
+    HOST_HEARTBEAT = "deployments.record_host_heartbeat"  # args: host name, HeartbeatReport
+
+
+class Runtime(StrEnum):
+    """The serving runtime a host runs."""
+
+    TRITON = "triton"
+    BENTOML = "bentoml"
+
+
+class TargetState(StrEnum):
+    """Where one host stands in carrying out a deployment. An agent reports STAGING, LOADING,
+    VERIFYING and CUTTING_OVER as it goes, then READY, FAILED or CANCELLED; the orchestrator
+    alone sets PENDING and UNLOADED."""
+
+    PENDING = "pending"
+    STAGING = "staging"
+    LOADING = "loading"
+    VERIFYING = "verifying"
+    CUTTING_OVER = "cutting_over"
+    READY = "ready"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    UNLOADED = "unloaded"
+
+
+# Artifact formats (the registry's ``ArtifactFormat`` values) a BentoML host imports: a Bento, which
+# it serves, and a Bento model, which it only stores.
+BENTO = "bento"
+BENTO_MODEL = "bentomodel"
+
+
+class ArchiveLimitsPayload(TypedDict):
+    """The registry's archive limits, checked again by the agent before it unpacks."""
+
+    max_unpacked_bytes: int  # bytes
+    max_compression_ratio: int  # unpacked bytes per archive byte
+    max_members: int
+
+
+class DeployPayload(TypedDict):
+    """What an agent needs to carry out one deployment target (built by the orchestrator's
+    ``deployments.services.build_agent_payload``). The agent gets no database or S3 credentials:
+    the artifact comes from a presigned URL and is checked against its size and sha256."""
+
+    protocol: int
+    target_id: int
+    claim: str  # the key the agent and a cancel race for (``modelyard_agent.claims``)
+    host: str
+    runtime: str  # a Runtime value
+    format: str  # the registry's artifact format
+    model: str  # the model's name on this host's runtime
+    version: int
+    artifact_url: str
+    sha256: str
+    size: int  # bytes
+    config_text: str  # config.pbtxt (bento.yaml or model.yaml for BentoML archives)
+    parameters: dict[str, str]  # the host's config overrides (``parameters``)
+    config_overrides: dict
+    sample_input: dict | None
+    signature: dict | None
+    inference_url: str
+    metrics_url: str
+    load_deadline: float | None  # seconds; None: the agent's default
+    unload_deadline: float | None  # seconds; None: the agent's default
+    archive_limits: NotRequired[ArchiveLimitsPayload]
+
+
+class UnloadPayload(TypedDict):
+    """Stop serving ``model`` on ``host``."""
+
+    protocol: int
+    host: str
+    runtime: str
+    model: str
+    inference_url: str
+    metrics_url: NotRequired[str]
+    unload_deadline: NotRequired[float | None]
+
+
+class HeartbeatRequest(TypedDict):
+    """Ask a host's agent to report in."""
+
+    protocol: NotRequired[int]
+    host: str
+    inference_url: str
+    metrics_url: str
+    runtime: str
+
+
+class AgentInfo(TypedDict):
+    """Who answered a heartbeat: the agent's package version, its protocol and the work it is
+    carrying out now (``[{"task", "model", "target_id"?, "since": unix seconds}]``)."""
+
+    version: str
+    protocol: int
+    working_on: list[dict]
+
+
+class HeartbeatReport(TypedDict):
+    """What an agent reports about its host; the runtime adapters fill it
+    (``modelyard_agent.host_agents``)."""
+
+    runtime_live: bool
+    runtime_version: str | None
+    models: list[dict]  # [{"name", "version", "state", "reason"?}]
+    gpus: list[dict]  # [{"gpu_uuid", "memory_used", "memory_total"}] in bytes
+    disk_free_bytes: int | None
+    labels: dict[str, str]
+    errors: list[str]
+    agent: NotRequired[AgentInfo]
+
+
+class UnsupportedProtocol(Exception):
+    """A payload of a protocol newer than this agent's ``PROTOCOL_VERSION``.
+
+    Attributes:
+        message: what to upgrade, for the report the agent sends instead of acting.
+    """
+
+    def __init__(self, sent: int):
+        self.message = (f"this host agent speaks protocol {PROTOCOL_VERSION}, the orchestrator sent protocol "
+                        f"{sent}: upgrade the agent on this host (pip install -U modelyard-agent)")
+        super().__init__(self.message)
+
+
+def check_protocol(payload: dict) -> None:
+    """Refuse a payload this agent cannot read without guessing.
+
+    Args:
+        payload: any payload of this contract; one without ``protocol`` is protocol 1.
+
+    Raises:
+        UnsupportedProtocol: ``payload["protocol"]`` is newer than ``PROTOCOL_VERSION``.
+        ValueError: ``protocol`` is not a positive whole number.
+    """
+    sent = payload.get("protocol", 1)
+    if isinstance(sent, bool) or not isinstance(sent, int) or sent < 1:
+        raise ValueError(f"protocol must be a positive whole number, got {sent!r}")
+    if sent > PROTOCOL_VERSION:
+        raise UnsupportedProtocol(sent)

@@ -1,0 +1,96 @@
+"""The host agent is a package of its own: it imports without Django, boto3 or a database driver,
+its settings are checked, and it refuses payloads of a protocol newer than its own."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from modelyard_agent import contract
+from modelyard_agent.config import AgentConfig, ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+BLOCKED = ("django", "rest_framework", "boto3", "botocore", "psycopg", "psycopg2")
+
+# Runs in a fresh interpreter: every blocked name in sys.modules set to None makes importing it
+# raise ImportError, then every module of the agent package is imported.
+_IMPORT_ALL = f"""
+import importlib, pkgutil, sys
+for name in {BLOCKED!r}:
+    sys.modules[name] = None
+import modelyard_agent
+names = sorted(m.name for m in pkgutil.walk_packages(modelyard_agent.__path__, "modelyard_agent."))
+for name in names:
+    importlib.import_module(name)
+loaded = sorted(n for n in sys.modules if n.split(".")[0] in {{"registry", "deployments", "accounts",
+                "monitoring", "promotions", "modelyard"}})
+print(len(names), loaded)
+"""
+
+
+def test_every_agent_module_imports_with_django_boto3_and_psycopg_blocked():
+    done = subprocess.run([sys.executable, "-c", _IMPORT_ALL], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    count, loaded = done.stdout.split(" ", 1)
+    assert int(count) >= 20 and loaded.strip() == "[]", done.stdout
+
+
+def test_the_block_is_real_an_agent_that_imported_django_would_fail():
+    script = _IMPORT_ALL.replace("import modelyard_agent\n", "import modelyard_agent\nimport django\n", 1)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "import of django halted; None in sys.modules" in done.stderr, done.stderr
+
+
+def test_settings_come_from_flags_then_the_environment_then_defaults():
+    config = AgentConfig.from_values({"host": "gpu-0", "load_deadline": "30"},
+                                     {"MODELYARD_AGENT_LOAD_TIMEOUT": "99", "MODELYARD_AGENT_UNLOAD_TIMEOUT": "45",
+                                      "MODELYARD_AGENT_LABELS": '{"zone": "a"}'})
+    assert (config.host, config.load_deadline, config.unload_deadline) == ("gpu-0", 30.0, 45.0)
+    assert config.labels == {"zone": "a"} and config.runtime == "triton" and config.concurrency == 4
+    assert AgentConfig.from_values({}, config.as_environ()) == config
+
+
+@pytest.mark.parametrize("values,says", [
+    ({}, "--host (or MODELYARD_AGENT_HOST) is required"),
+    ({"host": "GPU/0"}, "--host (MODELYARD_AGENT_HOST) must be a registry name"),
+    ({"host": "gpu-0", "runtime": "vllm"}, "must be one of triton, bentoml"),
+    ({"host": "gpu-0", "load_deadline": "soon"}, "--load-deadline (MODELYARD_AGENT_LOAD_TIMEOUT) must be a positive"),
+    ({"host": "gpu-0", "broker_url": "amqp://x"}, "must be a Redis URL"),
+    ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of strings"),
+    ({"host": "gpu-0", "concurrency": "0"}, "must be a positive whole number"),
+])
+def test_a_bad_setting_is_refused_naming_its_flag_and_variable(values, says):
+    with pytest.raises(ConfigError) as refused:
+        AgentConfig.from_values(values, {})
+    assert says in str(refused.value)
+
+
+def test_the_command_exits_2_with_the_reason_for_a_bad_setting_and_prints_good_ones():
+    agent = str(Path(sys.executable).parent / "modelyard-agent")
+    bad = subprocess.run([agent, "--host", "gpu-0", "--runtime", "vllm"], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 2 and "must be one of triton, bentoml" in bad.stderr
+    good = subprocess.run([agent, "--host", "gpu-0", "--print-config"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "MODELYARD_AGENT_LOAD_TIMEOUT": "75"})
+    assert good.returncode == 0, good.stderr
+    assert "MODELYARD_AGENT_HOST=gpu-0\n" in good.stdout and "MODELYARD_AGENT_LOAD_TIMEOUT=75\n" in good.stdout
+
+
+@pytest.mark.parametrize("payload", [{}, {"protocol": 1}, {"protocol": contract.PROTOCOL_VERSION}])
+def test_payloads_of_this_protocol_or_older_are_read(payload):
+    contract.check_protocol(payload)
+
+
+def test_a_payload_of_a_newer_protocol_is_refused_naming_the_upgrade():
+    with pytest.raises(contract.UnsupportedProtocol, match="upgrade the agent on this host"):
+        contract.check_protocol({"protocol": contract.PROTOCOL_VERSION + 1})
+    with pytest.raises(ValueError, match="positive whole number"):
+        contract.check_protocol({"protocol": "2"})
+
+
+def test_the_orchestrators_target_states_and_runtimes_are_the_contracts():
+    from deployments.choices import Runtime, TargetState
+
+    assert {s.value for s in TargetState} == {s.value for s in contract.TargetState}
+    assert {r.value for r in Runtime} == {r.value for r in contract.Runtime}
