@@ -21,9 +21,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
-def broker():
+def broker(**options):
     """A client of the Redis that carries the tasks, the one both the orchestrator and the host
-    agents reach (claims and locks live there too): ``redis.Redis``."""
+    agents reach (claims and locks live there too): ``redis.Redis``, with ``options`` passed on
+    (``socket_timeout=`` seconds for a blocking read longer than redis-py's default of 5 s)."""
     import redis
 
-    return redis.Redis.from_url(app.conf.broker_url)
+    return redis.Redis.from_url(app.conf.broker_url, **options)

@@ -10,7 +10,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from modelyard.env import env_bool, env_float, env_int, env_json, env_list, env_str
+from modelyard.env import env_bool, env_float, env_int, env_list, env_str
 from modelyard_agent.formats.archives import DEFAULT_LIMITS
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -277,17 +277,18 @@ WEBHOOK_MAX_ATTEMPTS = env_int("MODELYARD_WEBHOOK_MAX_ATTEMPTS", 6)
 # 127.0.0.1). Left False, such URLs are refused when saved and again before each delivery.
 WEBHOOK_ALLOW_PRIVATE = env_bool("MODELYARD_WEBHOOK_ALLOW_PRIVATE", False)
 
-# Host agent (runs on a serving host; needs no database or S3 write access).
-AGENT_MODEL_REPOSITORY = env_str("MODELYARD_AGENT_MODEL_REPOSITORY", str(VAR_DIR / "model-repository"))
-# Defaults of the per-host load and unload deadlines (ServingHost.load_deadline, unload_deadline), seconds.
+# Host agents run the modelyard_agent package with settings of their own (modelyard_agent/config.py).
+# The orchestrator's defaults of the per-host load and unload deadlines (ServingHost.load_deadline,
+# unload_deadline), seconds; the same variables set an agent's own defaults.
 AGENT_LOAD_TIMEOUT = env_float("MODELYARD_AGENT_LOAD_TIMEOUT", 600.0)
 AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
-# host:port of the local Triton's gRPC endpoint, for loads and unloads: Triton's HTTP endpoint stalls
-# keep-alive clients on the worker thread that runs a load. Empty: loads go over HTTP.
-AGENT_TRITON_GRPC_URL = env_str("MODELYARD_AGENT_TRITON_GRPC_URL", "")
-AGENT_LABELS = env_json("MODELYARD_AGENT_LABELS", {})
-# A BentoML host agent's Bento Store, serve instances, nginx config and state file.
+# The local BentoML host's directory, for `manage.py stop_bentoml_host` (make stop).
 AGENT_BENTOML_ROOT = env_str("MODELYARD_AGENT_BENTOML_ROOT", str(VAR_DIR / "bentoml-agent"))
+# How "Try it" reaches a host (deployments/inference.py): "agent", over the broker through the host's
+# agent (the web tier need not reach the serving network), or "direct" to its inference_url.
+TRY_IT_ROUTE = env_str("MODELYARD_TRY_IT_ROUTE", "agent")
+if TRY_IT_ROUTE not in ("agent", "direct"):
+    raise ImproperlyConfigured(f"MODELYARD_TRY_IT_ROUTE must be agent or direct, not {TRY_IT_ROUTE!r}")
 
 LOGGING = {
     "version": 1,

@@ -27,17 +27,17 @@ import json
 import logging
 import os
 import shutil
-import time
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from modelyard_agent.contract import BENTO, BENTO_MODEL
+from modelyard_agent.contract import BENTO, BENTO_MODEL, TargetState
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
 from modelyard_agent.runtimes.nginx import NginxFront
+from modelyard_agent.steps import DeploySteps
 from modelyard_agent.triton_host import StagingError, _download
 
 logger = logging.getLogger(__name__)
@@ -175,22 +175,18 @@ def deploy_bentoml_version(
     model, version = payload["model"], int(payload["version"])
     tag = ((payload.get("signature") or {}).get("bentoml") or {}).get("tag", "")
     kind = BENTO if payload.get("format") == BENTO else BENTO_MODEL
-    details: dict = {"tag": tag}
+    steps = DeploySteps(model, version, report, {"tag": tag})
+    details, failed = steps.details, steps.failed
 
-    def failed(message: str, *, retryable: bool = False) -> dict:
-        logger.warning("deploy %s v%s failed: %s", model, version, message)
-        return {"state": "failed", "error": message, "retryable": retryable, "details": details}
-
-    report("staging")
-    started = time.monotonic()
+    steps.begin(TargetState.STAGING)
     try:
         details["staged"] = _import(payload, BentoStore(root), kind=kind, tag=tag, timeout=load_timeout)
     except StagingError as exc:
         return failed(exc.message, retryable=exc.retryable)
-    details["stage_seconds"] = round(time.monotonic() - started, 3)
-    if kind == "bentomodel":
+    steps.done("stage_seconds")
+    if kind == BENTO_MODEL:
         details["served"] = False
-        return {"state": "ready", "details": details}
+        return steps.ready()
 
     front = front_for(root, payload["inference_url"])
     try:
@@ -201,10 +197,9 @@ def deploy_bentoml_version(
     details["previous_versions"] = [blue.version] if blue and blue.version != version else []
     if blue is not None and blue.tag == tag and blue.version == version:
         details["port"] = blue.port
-        return {"state": "ready", "details": details}
+        return steps.ready()
 
-    report("loading")
-    started = time.monotonic()
+    steps.begin(TargetState.LOADING)
     state = ServeState(root)
     green = serve.plan_instance(root, BentoStore(root).home, model=model, version=version, tag=tag)
     state.update(model, starting=green)  # before the start: a crash right after still finds its home
@@ -212,14 +207,12 @@ def deploy_bentoml_version(
         green = serve.start_instance(green)
         state.update(model, starting=green)
         serve.wait_ready(green, timeout=load_timeout)
-        details["load_seconds"] = round(time.monotonic() - started, 3)
+        steps.done("load_seconds")
         if payload.get("sample_input"):
-            report("verifying")
-            started = time.monotonic()
+            steps.begin(TargetState.VERIFYING)
             serve.smoke_request(green, payload["sample_input"], payload.get("signature") or {})
-            details["smoke_seconds"] = round(time.monotonic() - started, 3)
-        report("cutting_over")
-        started = time.monotonic()
+            steps.done("smoke_seconds")
+        steps.begin(TargetState.CUTTING_OVER)
         old_workers = front.switch(model, green.port, version)
     except ServingRuntimeError as exc:
         if blue is not None and front.upstream_port(model) == green.port:
@@ -242,10 +235,10 @@ def deploy_bentoml_version(
         # the next heartbeat or deployment of the model stops it (recover_model).
         logger.error("%s v%s serves, but the old instance did not stop: %s", model, version, exc.message)
         details["drain_error"] = exc.message
-        return {"state": "ready", "details": details}
+        return steps.ready()
     state.update(model, draining=None)
-    details["cutover_seconds"] = round(time.monotonic() - started, 3)
-    return {"state": "ready", "details": details}
+    steps.done("cutover_seconds")
+    return steps.ready()
 
 
 def tidy_models(root: Path, inference_url: str, lock_for: Callable[[str], object]) -> list[str]:

@@ -16,7 +16,7 @@ Protocol history:
 
 1. payloads without ``protocol`` (before this module).
 2. ``protocol`` on every payload; ``archive_limits`` on deploy payloads; heartbeat reports carry
-   the agent's ``agent`` block (``{"version", "protocol", "working_on"}``).
+   the agent's ``agent`` block (``AgentInfo``); the ``INFER`` task.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class AgentTask(StrEnum):
     UNLOAD = "deployments.unload_model_on_host"  # UnloadPayload
     HEARTBEAT = "deployments.report_heartbeat"  # HeartbeatRequest
     CHECK_ENSEMBLE = "deployments.check_ensemble_on_host"  # DeployPayload of the ensemble version
+    INFER = "deployments.infer_on_host"  # InferPayload: "Try it", answered on the payload's reply list
 
 
 class OrchestratorTask(StrEnum):
@@ -127,6 +128,39 @@ class UnloadPayload(TypedDict):
     inference_url: str
     metrics_url: NotRequired[str]
     unload_deadline: NotRequired[float | None]
+
+
+class InferPayload(TypedDict):
+    """One inference request for "Try it". The agent pushes its ``InferReply`` as JSON onto the Redis
+    list ``reply_to`` in the broker (expiring after ``REPLY_SECONDS``), where the web tier waits."""
+
+    protocol: int
+    host: str
+    runtime: str
+    inference_url: str
+    model: str  # the model's name on this host's runtime
+    version: int  # the version expected to answer
+    pin_version: bool  # ask Triton for that version itself
+    inputs: dict  # {input name: nested list}
+    signature: dict
+    timeout: float  # seconds for the request on the host
+    reply_to: str
+
+
+class InferReply(TypedDict):
+    """``{"ok": True, "version", "outputs", "shapes", "latency_ms"}`` (as
+    ``modelyard_agent.inference.infer`` returns) or ``{"ok": False, "error", "retryable"}``."""
+
+    ok: bool
+    version: NotRequired[int]
+    outputs: NotRequired[dict]
+    shapes: NotRequired[dict]
+    latency_ms: NotRequired[float]  # the request's round trip on the host, milliseconds
+    error: NotRequired[str]
+    retryable: NotRequired[bool]
+
+
+REPLY_SECONDS = 60
 
 
 class HeartbeatRequest(TypedDict):

@@ -22,7 +22,6 @@ import hashlib
 import logging
 import os
 import shutil
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import requests
 
+from modelyard_agent.contract import TargetState
 from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 from modelyard_agent.formats.names import NAME_PATTERN
 from modelyard_agent.formats.triton_config import (
@@ -42,6 +42,7 @@ from modelyard_agent.formats.triton_config import (
 from modelyard_agent.formats.triton_paths import check_version_files
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
+from modelyard_agent.steps import DeploySteps
 
 logger = logging.getLogger(__name__)
 
@@ -253,27 +254,22 @@ def deploy_triton_version(
     model, version = payload["model"], int(payload["version"])
     parameters = payload.get("parameters") or {}
     runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout, grpc_url=grpc_url)
-    details: dict = {}
+    steps = DeploySteps(model, version, report)
+    details, failed = steps.details, steps.failed
 
     def config_for(versions: list[int], text_version: int) -> str:
         text = _config_text_for(paths, model, text_version, payload["config_text"])
         return render_load_config(text, model_name=model, versions=sorted(versions), parameters=parameters,
                                   overrides=payload.get("config_overrides"))
 
-    def failed(message: str, *, retryable: bool = False) -> dict:
-        logger.warning("deploy %s v%s failed: %s", model, version, message)
-        return {"state": "failed", "error": message, "retryable": retryable, "details": details}
-
-    report("staging")
-    started = time.monotonic()
+    steps.begin(TargetState.STAGING)
     try:
         details["staged"] = stage_version(payload, paths, timeout=load_timeout)
     except StagingError as exc:
         return failed(exc.message, retryable=exc.retryable)
-    details["stage_seconds"] = round(time.monotonic() - started, 3)
+    steps.done("stage_seconds")
 
-    report("loading")
-    started = time.monotonic()
+    steps.begin(TargetState.LOADING)
     try:
         ready_before = runtime.ready_versions(model)
         previous = [v for v in ready_before if v != version]
@@ -294,21 +290,19 @@ def deploy_triton_version(
             return failed(_abandon_load(runtime, model, version, ready_before, config_for, deadline=load_timeout))
         _restore(runtime, model, previous, config_for)
         return failed(f"Triton could not load {model} version {version}: {exc.message}", retryable=exc.retryable)
-    details["load_seconds"] = round(time.monotonic() - started, 3)
+    steps.done("load_seconds")
     details["footprint_bytes"] = _footprint(before, _memory(payload))
 
     if payload.get("sample_input"):
-        report("verifying")
-        started = time.monotonic()
+        steps.begin(TargetState.VERIFYING)
         problem = _smoke_test(runtime, model, version, payload)
         if problem:
             _restore(runtime, model, previous, config_for, failed_version=version)
             return failed(f"smoke inference on {model} version {version} failed: {problem}")
-        details["smoke_seconds"] = round(time.monotonic() - started, 3)
+        steps.done("smoke_seconds")
 
     if previous:
-        report("cutting_over")
-        started = time.monotonic()
+        steps.begin(TargetState.CUTTING_OVER)
         try:
             runtime.load(model, config_for([version], version))
             runtime.wait_versions_gone(model, previous, timeout=unload_timeout)
@@ -317,9 +311,9 @@ def deploy_triton_version(
                 return failed(f"cut-over to {model} version {version} did not finish within the host's deadline: "
                               f"{exc.message}; Triton finishes it on its own, and the reconciler checks the result")
             return failed(f"cut-over to {model} version {version} failed: {exc.message}", retryable=exc.retryable)
-        details["cutover_seconds"] = round(time.monotonic() - started, 3)
+        steps.done("cutover_seconds")
     _write_model_config(paths, model, config_for([version], version))
-    return {"state": "ready", "details": details}
+    return steps.ready()
 
 
 def _write_model_config(paths: AgentPaths, model: str, config_json: str) -> None:

@@ -357,3 +357,26 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
                                         grpc_url=settings().triton_grpc_url)
     finally:
         _release(lock, "during the ensemble check")
+
+
+@app.task(name=AgentTask.INFER.value, acks_late=False)
+def infer_on_host(payload: dict) -> None:
+    """Run one "Try it" request on this host's runtime and push the ``contract.InferReply`` onto the
+    payload's reply list. Not acknowledged late: a request whose agent died is not run twice (the
+    web tier has stopped waiting by then)."""
+    from modelyard_agent.inference import InferenceRefused, infer
+
+    if refusal := _refused(payload):
+        reply = {"ok": False, "error": refusal, "retryable": False}
+    else:
+        try:
+            reply = {"ok": True, **infer(
+                runtime=payload.get("runtime") or contract.Runtime.TRITON, inference_url=payload["inference_url"],
+                model=payload["model"], version=int(payload["version"]), pin_version=bool(payload.get("pin_version")),
+                inputs=payload["inputs"], signature=payload.get("signature") or {},
+                timeout=float(payload.get("timeout") or 10))}
+        except InferenceRefused as exc:
+            reply = {"ok": False, "error": exc.message, "retryable": exc.retryable}
+    client = _broker()
+    client.rpush(payload["reply_to"], json.dumps(reply))
+    client.expire(payload["reply_to"], contract.REPLY_SECONDS)

@@ -516,3 +516,10 @@ def test_the_host_agent_gets_its_settings_but_no_database_or_s3_credentials(serv
         assert env.get(name), f"agent lacks {name}"
     for name in AGENT_FORBIDDEN_ENV:
         assert name not in env, f"agent must not receive {name}"
+
+
+def test_try_it_goes_through_the_agent_because_the_web_tier_cannot_reach_the_serving_network(services):
+    """The route tests/deployments/test_try_it.py runs as ``agent`` against a real agent and Triton."""
+    assert environment(services["web"])["MODELYARD_TRY_IT_ROUTE"] == "agent"
+    assert "serving" not in services["web"]["networks"] and "serving" in services["triton"]["networks"]
+    assert "control" in services["agent"]["networks"] and "serving" in services["agent"]["networks"]

@@ -163,7 +163,12 @@ class InferenceResultSerializer(serializers.Serializer):
     version = serializers.IntegerField()
     outputs = serializers.DictField(child=serializers.JSONField())
     shapes = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()))
-    latency_ms = serializers.FloatField(help_text="client-side round trip, milliseconds")
+    latency_ms = serializers.FloatField(help_text="the runtime's round trip, milliseconds, measured where the "
+                                                  "request was sent from (the host's agent, or the web tier)")
+    route = serializers.ChoiceField(choices=["agent", "direct"],
+                                    help_text="agent: over the broker through the host's agent; direct: to its "
+                                              "inference URL (MODELYARD_TRY_IT_ROUTE)")
+    route_ms = serializers.FloatField(help_text="the whole call as the web tier saw it, milliseconds")
 
 
 class ModelUnloadSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -1,13 +1,11 @@
-"""The interface every serving runtime adapter offers, and its one error type.
+"""What the runtime clients (``runtimes.triton``, ``runtimes.bentoml``, ``runtimes.nginx``) share:
+their one error type and the state of a model version.
 
-A host agent picks the adapter from the host's ``runtime`` field and only talks
-to this interface, so Triton and other runtimes are interchangeable to it.
+The interface a host agent drives, whatever the runtime, is ``modelyard_agent.host_agents.HostAgent``
+(deploy, heartbeat, unload); each runtime's client below it speaks that runtime's own protocol.
 """
 
 from dataclasses import dataclass
-from typing import Protocol
-
-import numpy as np
 
 
 class ServingRuntimeError(Exception):
@@ -50,52 +48,3 @@ class ModelVersionState:
     version: int | None
     state: str
     reason: str
-
-
-class ServingRuntime(Protocol):
-    """Operations a host agent needs from a serving runtime.
-
-    Every method raises ServingRuntimeError on failure; none retries by itself.
-    """
-
-    def is_live(self) -> bool:
-        """Return True when the runtime answers its liveness check."""
-        ...
-
-    def server_version(self) -> str:
-        """Return the runtime's version string."""
-        ...
-
-    def repository_index(self) -> list[ModelVersionState]:
-        """Return the state of every model version the runtime knows."""
-        ...
-
-    def ready_versions(self, model: str) -> list[int]:
-        """Return the READY versions of ``model``, ascending."""
-        ...
-
-    def load(self, model: str, config_json: str) -> None:
-        """Load (or reload) ``model`` with the given configuration; blocks until done."""
-        ...
-
-    def unload(self, model: str) -> None:
-        """Ask the runtime to unload every version of ``model`` (may finish later)."""
-        ...
-
-    def is_version_ready(self, model: str, version: int) -> bool:
-        """Return True when ``version`` of ``model`` can serve requests."""
-        ...
-
-    def wait_versions_gone(self, model: str, versions: list[int], timeout: float, poll: float = 0.05) -> None:
-        """Block until none of ``versions`` of ``model`` is serving or unloading."""
-        ...
-
-    def infer(
-        self,
-        model: str,
-        inputs: dict[str, np.ndarray],
-        outputs: list[str],
-        version: int | None = None,
-    ) -> dict[str, np.ndarray]:
-        """Run one inference request and return the requested outputs by name."""
-        ...

@@ -227,12 +227,18 @@ def test_an_unloaded_model_stops_being_routed_and_its_processes_stop(bentos, art
 
 
 @pytest.mark.django_db
-def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifact_server, agent_root):
+@pytest.mark.parametrize("route", ["agent", "direct"])
+def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifact_server, agent_root, settings,
+                                                                   route, request):
     from deployments.inference import try_inference
     from deployments.models import Deployment, DeploymentTarget, ServingHost
     from registry.models import ModelVersion, RegisteredModel
 
     root, url = agent_root
+    settings.TRY_IT_ROUTE = route
+    if route == "agent":  # the host's agent, which sends the request to its nginx
+        request.getfixturevalue("start_celery_worker")("host.bento-host",
+                                                       env={"MODELYARD_AGENT_BENTOML_ROOT": str(root)})
     assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
     signature = make_payload(bentos["v1"], "", url, 1)["signature"]
     model = RegisteredModel.objects.create(name=MODEL, next_version=2)
@@ -244,6 +250,7 @@ def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifa
 
     result = try_inference(model_name=MODEL, host_name="bento-host", inputs=SAMPLE)
     assert (result["version"], result["outputs"], result["shapes"]) == (1, {"output": [1]}, {"output": [1]})
+    assert result["route"] == route
     with pytest.raises(InvalidInput, match="HTTP 400"):
         try_inference(model_name=MODEL, host_name="bento-host", inputs={"nonsense": 1})
 

@@ -1,4 +1,8 @@
-"""Try it: an inference request to a deployed version on a real Triton, from the API and the page."""
+"""Try it: an inference request to a deployed version on a real Triton, from the API and the page.
+
+Every test runs on both routes (``deployments.inference``): through the host's real agent over the
+broker, as in the production topology (docker-compose), and straight to the host's inference URL.
+"""
 
 import json
 import shutil
@@ -17,9 +21,13 @@ from tests.factories import team_member
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
-@pytest.fixture
-def served(triton_server, tmp_path) -> ServingHost:
-    """iris v1 loaded on a real Triton, and the registry rows that say it is deployed there."""
+@pytest.fixture(params=["agent", "direct"])
+def served(request, triton_server, tmp_path, settings) -> ServingHost:
+    """iris v1 loaded on a real Triton, and the registry rows that say it is deployed there; Try it
+    goes through the host's agent (one is started) or straight to Triton."""
+    settings.TRY_IT_ROUTE = request.param
+    if request.param == "agent":
+        request.getfixturevalue("start_celery_worker")("host.cpu-0")
     source = build_iris_model_dir(tmp_path / "iris", name="iris")
     target_dir = triton_server.model_repository / "iris"
     target_dir.mkdir()
@@ -47,6 +55,30 @@ def test_the_api_returns_the_models_own_predictions_and_the_latency(api_client, 
     body = answer.json()
     assert [row[0] for row in body["outputs"]["label"]] == expected_labels()
     assert body["version"] == 1 and body["shapes"]["label"] == [len(SAMPLE_INPUT), 1] and body["latency_ms"] > 0
+    assert body["route"] == served_route(served) and body["route_ms"] >= body["latency_ms"]
+
+
+def served_route(host: ServingHost) -> str:
+    from django.conf import settings
+
+    return settings.TRY_IT_ROUTE
+
+
+def test_a_host_whose_agent_does_not_answer_is_a_503_naming_it(api_client, transactional_db, settings, monkeypatch):
+    from deployments import inference
+
+    settings.TRY_IT_ROUTE = "agent"
+    monkeypatch.setattr(inference, "TRY_TIMEOUT_S", 0.5)  # no agent consumes host.silent's queue
+    model = RegisteredModel.objects.create(name="iris", next_version=2)
+    version = ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR,
+                                          artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
+    host = ServingHost.objects.create(name="silent", inference_url="http://127.0.0.1:1")
+    DeploymentTarget.objects.create(deployment=Deployment.objects.create(model=model, version=version), host=host,
+                                    state="ready")
+    answer = api_client.post("/api/v1/models/iris/infer/", {"host": "silent", "inputs": {"input": SAMPLE_INPUT}},
+                             format="json")
+    assert answer.status_code == 503, answer.content
+    assert "silent: its agent did not answer within 5.5 s" in answer.json()["detail"]
 
 
 @pytest.mark.parametrize(
