@@ -1,7 +1,9 @@
-"""REST API permission: an API token's scopes bound what a request may do, whatever the view."""
+"""REST API permissions: an API token's scopes bound what a request may do, whatever the view, and
+the administrator-only rules of fleet-wide resources."""
 
 from rest_framework import permissions
 
+from accounts.access import Principal
 from accounts.choices import Scope
 from accounts.models import ApiToken
 
@@ -43,3 +45,29 @@ class TokenScopePermission(permissions.BasePermission):
             return True
         self.message = f"this API token lacks the '{scope}' scope (it has: {', '.join(token.scopes) or 'none'})"
         return False
+
+
+class AdminCanWrite(permissions.BasePermission):
+    """Any signed-in principal may read; only administrators (with the ``admin`` scope on a token) may
+    change. List ``TokenScopePermission`` beside it for the token's scopes.
+
+    For resources whose URLs the server itself will call (serving hosts): letting any user
+    point the fleet at an address would let them make the server reach internal services.
+    """
+
+    message = "only administrators may change this"
+
+    def has_permission(self, request, view) -> bool:
+        principal = Principal.of(request)
+        if not principal.is_authenticated:
+            return False
+        return request.method in permissions.SAFE_METHODS or principal.is_admin
+
+
+class AdminOnly(permissions.BasePermission):
+    """Administrators only (with the ``admin`` scope on a token), for reading too: webhooks, teams' writes."""
+
+    message = "only administrators may do this"
+
+    def has_permission(self, request, view) -> bool:
+        return Principal.of(request).is_admin

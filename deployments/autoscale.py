@@ -86,7 +86,7 @@ def autoscale_fleet(*, now=None, client=None) -> list[ScaleDecision]:
     Raises:
         ServiceUnavailable: Prometheus could not be asked (nothing changes then).
     """
-    from monitoring.services import queue_ms_per_host_model
+    from monitoring.readings import queue_ms_per_host_model
 
     now = now or timezone.now()
     window = int(settings.AUTOSCALE_WINDOW)

@@ -142,7 +142,7 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     Raises:
         ServiceUnavailable: Prometheus could not be asked (nothing is unloaded then).
     """
-    from monitoring.services import requests_per_host_model
+    from monitoring.readings import requests_per_host_model
 
     window = settings.IDLE_UNLOAD_AFTER
     if not window:

@@ -66,7 +66,7 @@ def measured_footprint(version: ModelVersion) -> int | None:
 
 def free_gpu_memory(hosts: list[ServingHost]) -> dict[str, int | None]:
     """Free GPU memory per host in bytes, from Prometheus, else from each host's last heartbeat."""
-    from monitoring.services import host_memory
+    from monitoring.readings import host_memory
 
     names = [h.name for h in hosts]
     try:

@@ -230,7 +230,7 @@ def rollback_rollout(deployment_id: int, *, actor=None) -> list[Deployment]:
 def _cancel_waiting(deployment: Deployment) -> None:
     """Cancel every target no host agent has started: those not dispatched, and those dispatched but
     still queued on their host, whose agent then finds the cancel's claim and never acts
-    (``deployments.claims``). A target whose agent claimed it first is left to finish."""
+    (``modelyard_agent.claims``). A target whose agent claimed it first is left to finish."""
     from deployments.services import transition
     from modelyard.celery import broker
     from modelyard_agent.claims import CANCELLED, claim_key, claim_target

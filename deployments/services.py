@@ -546,6 +546,24 @@ def served_owners(host_ids=None) -> dict[int, dict[str, str]]:
     return owners
 
 
+def hosts_keeping_version(version, **_) -> list[str]:
+    """Why ``version`` (a ModelVersion) may not be deleted, as far as hosts go: ``["host(s) a, b serve it
+    or are deploying it"]`` or ``[]``. A host serves it when the newest deployment that reached READY
+    there for its model is of this version; a deployment of it still under way counts as well.
+    Connected to ``registry.signals.version_deletion_check``."""
+    serving = {}
+    for host, version_id in ready_targets_oldest_first(deployment__model_id=version.model_id).values_list(
+        "host__name", "deployment__version_id"
+    ):
+        serving[host] = version_id
+    hosts = sorted(host for host, version_id in serving.items() if version_id == version.pk)
+    hosts += sorted(
+        DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
+        .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()
+    )
+    return [f"host(s) {', '.join(hosts)} serve it or are deploying it"] if hosts else []
+
+
 def hosts_lending_name(name: str, model_name: str) -> list[str]:
     """Names of the hosts on which runtime name ``name`` belongs to a model other than ``model_name``.
 

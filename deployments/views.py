@@ -8,6 +8,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from accounts.access import Action, Principal, check, require, visible_models
+from accounts.pages import forbidden_unless, model_or_404
 from deployments import lifecycle, rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
@@ -24,8 +25,8 @@ from deployments.services import (
     visible_report_rows,
 )
 from modelyard.errors import DomainError, ServiceUnavailable
-from modelyard.views import forbidden_unless, found_or_404, model_or_404
-from monitoring import services as monitoring
+from modelyard.views import found_or_404
+from monitoring import readings as monitoring
 
 
 @login_required

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from rest_framework import pagination, permissions, serializers, status
+from rest_framework import pagination, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -135,31 +135,3 @@ class CursorPagination(pagination.CursorPagination):
         return super().get_ordering(request, queryset, view)
 
 
-class AdminCanWrite(permissions.BasePermission):
-    """Any signed-in principal may read; only administrators (with the ``admin`` scope on a token) may
-    change. List ``accounts.permissions.TokenScopePermission`` beside it for the token's scopes.
-
-    For resources whose URLs the server itself will call (serving hosts): letting any user
-    point the fleet at an address would let them make the server reach internal services.
-    """
-
-    message = "only administrators may change this"
-
-    def has_permission(self, request, view) -> bool:
-        from accounts.access import Principal
-
-        principal = Principal.of(request)
-        if not principal.is_authenticated:
-            return False
-        return request.method in permissions.SAFE_METHODS or principal.is_admin
-
-
-class AdminOnly(permissions.BasePermission):
-    """Administrators only (with the ``admin`` scope on a token), for reading too: webhooks, teams' writes."""
-
-    message = "only administrators may do this"
-
-    def has_permission(self, request, view) -> bool:
-        from accounts.access import Principal
-
-        return Principal.of(request).is_admin

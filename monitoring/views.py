@@ -6,10 +6,10 @@ from django.shortcuts import render
 from django.urls import reverse
 
 from accounts.access import Principal, visible_model_names
+from accounts.pages import model_or_404
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
-from modelyard.views import model_or_404
-from monitoring import promql, services
+from monitoring import promql, readings, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
 from registry.models import RegisteredModel
 
@@ -32,7 +32,7 @@ def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE)
     context = {"model": model, "range": range_text, "summary": None, "hosts": [], "prometheus_error": ""}
     try:
         context["summary"] = services.model_metrics(model.name, range_text)
-        context["hosts"] = services.host_memory(host_names)
+        context["hosts"] = readings.host_memory(host_names)
     except ServiceUnavailable as exc:
         context["prometheus_error"] = exc.message
     return context

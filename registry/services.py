@@ -400,14 +400,10 @@ def may_delete_version(version: ModelVersion, actor) -> bool:
 
 
 def _version_in_use(version: ModelVersion) -> list[str]:
-    """What keeps ``version`` from being deleted: live ensembles composing it and hosts serving it.
-
-    A host serves the version when the newest deployment that reached READY there for this model is
-    of this version; a deployment still under way counts as well. Returns one phrase per reason.
-    """
-    from deployments.choices import ACTIVE_TARGET_STATES  # deployments depends on registry, not the reverse
-    from deployments.models import DeploymentTarget
-    from deployments.services import ready_targets_oldest_first
+    """What keeps ``version`` from being deleted: live ensembles composing it, and whatever the
+    receivers of ``registry.signals.version_deletion_check`` name (the deployments app: hosts that
+    serve it or are deploying it). Returns one phrase per reason."""
+    from registry.signals import version_deletion_check
 
     reasons = []
     ensembles = (
@@ -417,18 +413,8 @@ def _version_in_use(version: ModelVersion) -> list[str]:
     names = [f"{m.ensemble.model.name} v{m.ensemble.version}" for m in ensembles]
     if names:
         reasons.append(f"ensemble version(s) {', '.join(names)} compose it")
-    serving = {}
-    for host, version_id in ready_targets_oldest_first(deployment__model_id=version.model_id).values_list(
-        "host__name", "deployment__version_id"
-    ):
-        serving[host] = version_id
-    hosts = sorted(host for host, version_id in serving.items() if version_id == version.pk)
-    hosts += sorted(
-        DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
-        .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()
-    )
-    if hosts:
-        reasons.append(f"host(s) {', '.join(hosts)} serve it or are deploying it")
+    for _, found in version_deletion_check.send(sender=ModelVersion, version=version):
+        reasons.extend(found)
     return reasons
 
 

@@ -6,3 +6,8 @@ from django.dispatch import Signal
 # Keyword arguments: ``model`` (RegisteredModel), ``alias`` (str), ``version`` (ModelVersion),
 # ``actor`` (the user or None). Receivers that start work should do so on commit.
 alias_moved = Signal()
+
+# Sent while deciding whether a version may be deleted (``registry.services.delete_version``).
+# Keyword arguments: ``version`` (ModelVersion). Each receiver returns a list of phrases, one per
+# reason the version must stay (e.g. "host(s) gpu-0 serve it"), or an empty list; it must not write.
+version_deletion_check = Signal()

@@ -10,9 +10,9 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 
 from accounts.access import Action, Principal, require, scope_team_filter, visible_models
+from accounts.pages import forbidden_unless, model_or_404
 from deployments.models import Deployment
 from modelyard.errors import DomainError
-from modelyard.views import forbidden_unless, model_or_404, version_or_404
 from monitoring.promql import PAGE_RANGES
 from monitoring.views import metrics_panel_context, page_range
 from promotions.views import policies_context
@@ -20,6 +20,7 @@ from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
 from registry.models import AuditEvent
+from registry.pages import version_or_404
 from registry.services import (
     artifact_download_url,
     delete_alias,

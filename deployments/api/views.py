@@ -8,7 +8,7 @@ from rest_framework.views import APIView
 
 from accounts.access import Action, Principal, model_for, require, scope_team_filter
 from accounts.choices import Scope
-from accounts.permissions import TokenScopePermission
+from accounts.permissions import AdminCanWrite, TokenScopePermission
 from deployments import lifecycle, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
@@ -21,7 +21,7 @@ from deployments.api.serializers import (
 )
 from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
-from modelyard.api import AdminCanWrite, error_responses
+from modelyard.api import error_responses
 from modelyard.errors import NotFound
 
 

@@ -7,8 +7,7 @@ from rest_framework.response import Response
 
 from accounts.access import Action, Principal, model_for, require, scope_team_filter
 from accounts.choices import Scope
-from accounts.permissions import TokenScopePermission
-from modelyard.api import AdminOnly
+from accounts.permissions import AdminOnly, TokenScopePermission
 from modelyard.errors import InvalidInput
 from promotions import services, webhooks
 from promotions.api.serializers import (

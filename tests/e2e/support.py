@@ -94,3 +94,35 @@ def build_slow_iris_archive(out_path, *, name: str = "iris", seconds: float) -> 
         with tarfile.open(out_path, "w:gz") as archive:
             archive.add(model_dir, arcname=name)
     return out_path
+
+
+class Heartbeats:
+    """Ask every host to report in every ``interval`` seconds from a thread, as beat does in production
+    (``deployments.request_heartbeats``); the reports are what mark hosts online and what makes the
+    orchestrator send again the work a restarted agent dropped. Set ``settings.HEARTBEAT_INTERVAL``
+    to the same interval (the requests expire after it)."""
+
+    def __init__(self, interval: float = 1.0):
+        self.interval = interval
+
+    def __enter__(self):
+        from deployments.tasks import request_heartbeats
+
+        self._stop = threading.Event()
+
+        def run():
+            try:
+                while not self._stop.wait(self.interval):
+                    request_heartbeats()
+            finally:
+                from django.db import connections
+
+                connections.close_all()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=30)

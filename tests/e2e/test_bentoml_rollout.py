@@ -15,7 +15,7 @@ from rest_framework.test import APIClient
 from deployments.models import DeploymentTarget, ServingHost
 from modelyard_agent.worker import report_heartbeat
 from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos, serving_homes
-from tests.e2e.support import wait_deployment
+from tests.e2e.support import Heartbeats, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
@@ -123,10 +123,11 @@ def test_a_bentoml_host_takes_rollouts_through_the_api_without_failing_a_request
     assert host.heartbeat["models"] == [{"name": MODEL, "version": 2, "state": "READY"}]
 
 
-def test_a_rollout_survives_a_bentoml_agent_killed_mid_swap(bento_host, agent_root):
+def test_a_rollout_survives_a_bentoml_agent_killed_mid_swap(bento_host, agent_root, settings):
     client, deploy, start_agent, agents = bento_host
     root, url = agent_root
-    with Traffic(url) as traffic:
+    settings.HEARTBEAT_INTERVAL = 1
+    with Heartbeats(1), Traffic(url) as traffic:
         started = deploy(2)
         target = DeploymentTarget.objects.get(deployment_id=started)
 
@@ -137,7 +138,7 @@ def test_a_rollout_survives_a_bentoml_agent_killed_mid_swap(bento_host, agent_ro
         wait_for(in_flight, timeout=60, what="the agent to start v2", interval=0.05)
         agents[0].stop(sig=signal.SIGKILL)  # the whole worker, as a crashed machine would
         wait_for(lambda: len(traffic.versions) > 10, timeout=30, what="answers while no agent runs")
-        start_agent()  # the broker hands the unacknowledged deployment to the new agent
+        start_agent()  # its heartbeat tidies the half-done swap, and the orchestrator sends the target again
         rollout = wait_deployment(client, started, timeout=240)
         wait_for(lambda: traffic.versions[-1:] == ["2"], timeout=10, what="answers from v2")
     assert rollout["status"] == "succeeded", rollout

@@ -19,19 +19,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 import redis
 from django.contrib.auth import get_user_model
-from django.db import connections
 from rest_framework.test import APIClient
 
 from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.e2e.support import Traffic, upload, wait_deployment
+from tests.e2e.support import Heartbeats, Traffic, upload, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import (
     BIN,
@@ -45,7 +43,7 @@ from tests.fixtures.services import (
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 HOSTS = ("ns-a", "ns-b")
-HEARTBEAT_S = 1.0  # how often this test asks for heartbeats (beat would, every HEARTBEAT_INTERVAL)
+HEARTBEAT_S = 1.0  # how often heartbeats are asked for (Heartbeats), and sent during long work
 OFFLINE_AFTER_S = 6.0
 LINK_DOWN_S = 30
 BACK_WITHIN_S = 60
@@ -61,30 +59,6 @@ for target in sys.argv[1:]:
     except OSError as exc:
         print(target, "closed", type(exc).__name__)
 """
-
-
-class Heartbeats:
-    """Ask every host to report in every ``HEARTBEAT_S`` seconds from a thread, as beat would."""
-
-    def __enter__(self):
-        from deployments.tasks import request_heartbeats
-
-        self._stop = threading.Event()
-
-        def run():
-            try:
-                while not self._stop.wait(HEARTBEAT_S):
-                    request_heartbeats()
-            finally:
-                connections.close_all()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 @pytest.fixture
@@ -200,7 +174,7 @@ def test_two_namespaced_hosts_roll_out_recover_a_killed_agent_and_ride_out_a_los
     agent_env = open(f"/proc/{fleet['agents']['ns-a'].process.pid}/environ", "rb").read().split(b"\0")
     assert not [v for v in agent_env if v.startswith((b"DATABASE_URL=", b"MODELYARD_S3_", b"AWS_"))]
 
-    with Heartbeats():
+    with Heartbeats(HEARTBEAT_S):
         assert wait_deployment(client, _deploy(client, 1, batch_size=2))["status"] == "succeeded"
 
         # A rolling update across both hosts under load fails no request.

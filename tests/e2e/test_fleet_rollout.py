@@ -3,7 +3,8 @@
 While a client keeps sending each host requests that name no version, a rollout from v1 to v2 in
 batches of one fails none of them and afterwards every answer comes from v2; a v3 whose load fails
 leaves v2 serving with no failed request. A host agent SIGKILLed in the middle of a rollout leaves
-its host serving, and once an agent is back the rollout finishes.
+its host serving, and once an agent is back the rollout finishes (its first heartbeat makes the
+orchestrator send the dropped target again).
 """
 
 import signal
@@ -16,7 +17,7 @@ from rest_framework.test import APIClient
 from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.e2e.support import Traffic, upload, wait_deployment
+from tests.e2e.support import Heartbeats, Traffic, upload, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
@@ -98,8 +99,10 @@ def test_a_rollout_across_two_hosts_drops_no_request_and_a_broken_version_leaves
     assert fleet.ready_versions() == {"fleet-a": [2], "fleet-b": [2]}
 
 
-def test_a_rollout_survives_a_host_agent_killed_mid_load(fleet):
-    with Traffic(fleet.tritons["fleet-a"].http_url) as a:
+def test_a_rollout_survives_a_host_agent_killed_mid_load(fleet, settings):
+    """The restarted agent's heartbeat names its start; the orchestrator sends again what it dropped."""
+    settings.HEARTBEAT_INTERVAL = 1
+    with Heartbeats(1), Traffic(fleet.tritons["fleet-a"].http_url) as a:
         started = fleet.deploy(2, batch_size=1)
         target = DeploymentTarget.objects.get(deployment_id=started["id"], host__name="fleet-a")
 
@@ -110,7 +113,7 @@ def test_a_rollout_survives_a_host_agent_killed_mid_load(fleet):
         wait_for(in_flight, timeout=60, what="the agent to start on fleet-a", interval=0.05)
         fleet.agents["fleet-a"].stop(sig=signal.SIGKILL)  # the whole worker, as a crashed machine would
         wait_for(lambda: len(a.versions) > 10, timeout=30, what="answers while no agent runs")
-        fleet.start_agent("fleet-a")  # the broker hands the unacknowledged deployment to the new agent
+        fleet.start_agent("fleet-a")
         rollout = wait_deployment(fleet.client, started["id"], timeout=240)
     assert rollout["status"] == "succeeded", rollout
     assert a.failures == []
