@@ -8,7 +8,8 @@
 - one ``tritonserver`` per serving host (explicit model control, as ``tests/fixtures/triton.py``
   starts it, from the install of ``scripts/install_triton.sh``);
 - a Celery orchestrator worker (queue ``default``, concurrency 2, as scripts/stack.sh) and one host
-  agent per host (queue ``host.<name>``, concurrency 1, no database, as in the end-to-end tests);
+  agent per host (``modelyard-agent --host <name>``, concurrency 1, no database or S3 settings, as in
+  the end-to-end tests);
 - Django set up in this process against the same database and broker, so the benchmark calls the
   REST API through DRF's ``APIClient`` (in process, no gunicorn) with a staff user's token.
 

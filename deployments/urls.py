@@ -11,6 +11,7 @@ urlpatterns = [
     path("hosts/<str:name>/models/<str:model_name>/reload/", views.host_model_reload, name="host-model-reload"),
     path("deployments/new/<str:model_name>/", views.rollout_create, name="rollout-create"),
     path("deployments/try/<str:model_name>/", views.try_it, name="try-it"),
+    path("deployments/of/<str:model_name>/", views.model_deployments, name="model-deployments"),
     path("deployments/<int:pk>/", views.rollout_detail, name="rollout-detail"),
     path("deployments/<int:pk>/progress/", views.rollout_progress, name="rollout-progress"),
     path("deployments/<int:pk>/<str:action>/", views.rollout_action, name="rollout-action"),

@@ -14,7 +14,7 @@ from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
-from deployments.models import DeploymentTarget, ServingHost
+from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.services import (
     get_deployment,
     get_host,
@@ -222,6 +222,26 @@ def rollout_create(request, model_name: str):
             messages.success(request, f"Rollout {deployment.pk} started.")
             return redirect("deployments:rollout-detail", pk=deployment.pk)
     return render(request, "deployments/rollout_form.html", {"form": form, "model": model})
+
+
+MODEL_DEPLOYMENTS_SHOWN = 20
+
+
+@login_required
+def model_deployments(request, model_name: str):
+    """The deployments panel of a model's page (``?version=N``: of one version's page): the newest
+    ``MODEL_DEPLOYMENTS_SHOWN`` deployments with each host's state and error, loaded by htmx."""
+    model = model_or_404(request, model_name)
+    deployments = Deployment.objects.filter(model=model)
+    version = request.GET.get("version", "")
+    if version:
+        if not version.isdigit():
+            raise Http404("version must be a whole number")
+        deployments = deployments.filter(version__version=int(version))
+    deployments = (deployments.select_related("version", "created_by").prefetch_related("targets__host")
+                   .order_by("-id")[:MODEL_DEPLOYMENTS_SHOWN])
+    return render(request, "deployments/partials/model_deployments.html",
+                  {"model": model, "deployments": deployments, "version": version})
 
 
 @login_required

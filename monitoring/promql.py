@@ -28,6 +28,7 @@ MAX_POINTS = 300
 MIN_STEP_SECONDS = 5
 MIN_RATE_WINDOW_SECONDS = 30  # at least 4 samples at the 5 s scrape interval the shipped config uses
 PAGE_RANGES = ("15m", "1h", "6h", "24h", "7d")
+DEFAULT_PAGE_RANGE = PAGE_RANGES[0]
 BENTO_PROBES = "/livez|/readyz|/healthz|/metrics"
 BY = "model, version"
 
@@ -49,6 +50,11 @@ def parse_range(text: str) -> int:
     if not MIN_RANGE_SECONDS <= seconds <= MAX_RANGE_SECONDS:
         raise InvalidRange(f"range must be between 1m and 30d, got {text!r}")
     return seconds
+
+
+def page_range(value: str | None) -> str:
+    """``value`` if it is one of the ranges the pages offer (``PAGE_RANGES``), else ``DEFAULT_PAGE_RANGE``."""
+    return value if value in PAGE_RANGES else DEFAULT_PAGE_RANGE
 
 
 def step_for(range_seconds: int) -> int:

@@ -13,7 +13,7 @@ from monitoring import promql, readings, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
 from registry.models import RegisteredModel
 
-PANEL_RANGE = "15m"
+PANEL_RANGE = promql.DEFAULT_PAGE_RANGE
 OVERVIEW_PAGE_SIZE = 50
 DISPLAY_UNITS = {"error_rate": "% of requests", "pending_requests": "now"}
 SORT_KEYS = ("model", "throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate",
@@ -47,8 +47,7 @@ def model_metrics_panel(request, name: str):
 
 def page_range(request) -> str:
     """The ``?range=`` of a metrics page if it is one the pages offer, else the default (15m)."""
-    range_text = request.GET.get("range", PANEL_RANGE)
-    return range_text if range_text in promql.PAGE_RANGES else PANEL_RANGE
+    return promql.page_range(request.GET.get("range"))
 
 
 def _overview_context(request) -> dict:

@@ -11,11 +11,8 @@ from django.shortcuts import redirect, render
 
 from accounts.access import Action, Principal, require, scope_team_filter, visible_models
 from accounts.pages import forbidden_unless, model_or_404
-from deployments.models import Deployment
 from modelyard.errors import DomainError
-from monitoring.promql import PAGE_RANGES
-from monitoring.views import metrics_panel_context, page_range
-from promotions.views import policies_context
+from monitoring.promql import PAGE_RANGES, page_range
 from registry.choices import ArtifactFormat, AuditAction, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
@@ -73,22 +70,18 @@ def model_list(request):
 
 @login_required
 def model_detail(request, name: str):
-    """A model's versions, deployments with per-host state, and live metrics."""
+    """A model's versions and aliases; its metrics, promotion policies and deployments (with per-host
+    state) load into the page from the monitoring, promotions and deployments apps' panels."""
     model = model_or_404(request, name)
     versions = (
         model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by")
         .prefetch_related("aliases").order_by("-version")
     )
-    deployments = (
-        Deployment.objects.filter(model=model).select_related("version", "created_by")
-        .prefetch_related("targets__host").order_by("-id")[:20]
-    )
-    chart_range = page_range(request)
     context = {
-        "model": model, "versions": versions, "deployments": deployments, "ranges": PAGE_RANGES,
+        "model": model, "versions": versions, "ranges": PAGE_RANGES, "range": page_range(request.GET.get("range")),
         "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
-        **metrics_panel_context(model, chart_range), **policies_context(model),
     }
+    # The metrics, promotion and deployment panels come from those apps' own URLs (htmx).
     return render(request, "registry/model_detail.html", context)
 
 
@@ -121,12 +114,8 @@ def version_detail(request, name: str, version: int):
     """One version: format, inputs and outputs, ensemble members, config, files, metadata, aliases and
     its deployments."""
     model_version = version_or_404(request, name, version)
-    deployments = (
-        Deployment.objects.filter(version=model_version).select_related("created_by")
-        .prefetch_related("targets__host").order_by("-id")
-    )
     return render(request, "registry/version_detail.html", {
-        "model": model_version.model, "version": model_version, "deployments": deployments,
+        "model": model_version.model, "version": model_version,
         "aliases": model_version.aliases.order_by("name"),
         "members": model_version.members.select_related("member__model"),
         "may_delete": may_delete_version(model_version, Principal.of(request)),

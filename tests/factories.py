@@ -26,3 +26,21 @@ def team_member(user, role: str = "owner", team=None):
 
     set_membership(team=team or default_team(), user=user, role=role)
     return user
+
+
+def page_with_panels(client, url: str) -> str:
+    """The HTML of the page at ``url`` followed by that of every panel it loads with htmx as it opens
+    (``hx-get`` with an ``hx-trigger`` starting ``load``), as a browser shows it. Fails unless the
+    page and each panel answer 200."""
+    import html as html_module
+    import re
+
+    answer = client.get(url)
+    assert answer.status_code == 200, (url, answer.status_code)
+    page = answer.content.decode()
+    parts = [page]
+    for panel in re.findall(r'hx-get="([^"]+)"[^>]*hx-trigger="load', page):
+        loaded = client.get(html_module.unescape(panel))
+        assert loaded.status_code == 200, (panel, loaded.status_code)
+        parts.append(loaded.content.decode())
+    return "\n".join(parts)

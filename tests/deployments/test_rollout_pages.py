@@ -94,3 +94,17 @@ def test_a_bad_rollout_form_says_why_and_starts_nothing(browser, deployment, for
     answer = browser.post("/deployments/new/iris/", {"batch_size": "1", "failure_policy": "pause", **form})
     assert answer.status_code == 200 and message in answer.content.decode()
     assert Deployment.objects.count() == 1
+
+
+def test_the_model_and_version_pages_load_their_deployments_panel(browser, deployment):
+    from tests.factories import page_with_panels
+
+    record_target_progress(deployment.targets.get(host__name="gpu-0").pk, "failed",
+                           message="Triton could not load iris version 1")
+    model_page = page_with_panels(browser, "/models/iris/")
+    assert f'href="/deployments/{deployment.pk}/"' in model_page
+    assert "Triton could not load iris version 1" in model_page
+    assert f'href="/deployments/{deployment.pk}/"' in page_with_panels(browser, "/models/iris/versions/1/")
+    assert "Never deployed." in browser.get("/deployments/of/iris/?version=9").content.decode()
+    assert browser.get("/deployments/of/iris/?version=x").status_code == 404
+    assert browser.get("/deployments/of/nope/").status_code == 404

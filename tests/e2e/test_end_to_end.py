@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from demo.iris import SAMPLE_INPUT, build_iris_archive, expected_labels
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import Traffic, upload, wait_deployment
-from tests.factories import token_for
+from tests.factories import page_with_panels, token_for
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -134,9 +134,7 @@ def test_a_version_goes_from_upload_to_live_metrics_on_real_components(
 
         page_client = APIClient()
         page_client.force_login(user)
-        page = page_client.get("/models/iris/")
-        assert page.status_code == 200
-        html = page.content.decode()
+        html = page_with_panels(page_client, "/models/iris/")
         assert 'data-version="2"' in html
         assert "Metrics unavailable" not in html
         throughput_cell = html.split('data-version="2"')[1].split('throughput">')[1].split("<")[0]

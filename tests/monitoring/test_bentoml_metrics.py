@@ -17,7 +17,7 @@ from monitoring import services
 from monitoring.prometheus import PrometheusClient
 from registry.choices import ArtifactFormat
 from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, artifact_server, make_payload
-from tests.factories import team_member, token_for
+from tests.factories import page_with_panels, team_member, token_for
 from tests.fixtures.services import local_prometheus_config, wait_for
 from tests.monitoring.synthetic import deploy_version
 from tests.registry.format_builders import build_bentoml_exports
@@ -96,7 +96,7 @@ def test_a_bentoml_version_shows_throughput_and_p95_while_probes_are_not_counted
     assert row["error_rate"] == 0
 
     client.force_login(engineer)
-    page = client.get(f"/models/{MODEL}/?range=15m").content.decode()
+    page = page_with_panels(client, f"/models/{MODEL}/?range=15m")
     cells = re.search(r'data-version="1">\s*<td>v1</td>\s*<td class="num throughput">([^<]*)</td>'
                       r'(?:\s*<td class="num">[^<]*</td>){2}\s*<td class="num">([^<]*)</td>', page)
     assert cells, page[:3000]

@@ -11,6 +11,7 @@ from promotions import services
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from registry.services import set_alias
+from tests.factories import page_with_panels
 from tests.promotions.support import iris_with_aliases
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +62,7 @@ def test_the_model_page_shows_each_policy_with_its_latest_evaluations_and_reason
                                                                                         "the maximum of 25.0 ms)"}])
     evaluation(policy, Decision.AWAITING_APPROVAL, "every gate passed; promoting v2 to @production awaits approval")
     client.force_login(admin)
-    page = client.get("/models/iris/").content.decode()
+    page = page_with_panels(client, "/models/iris/")
     assert "@staging</span> → <span class=\"tag alias\">@production" in page
     assert "p95 latency 30.0 ms (above the maximum of 25.0 ms)" in page
     assert "awaits approval" in page and "Approve</button>" in page and "Run now</button>" in page
@@ -110,4 +111,4 @@ def test_maintainers_may_run_a_policy_from_the_page_but_not_create_edit_or_appro
     with django_capture_on_commit_callbacks(execute=False):
         assert client.post(f"/promotions/policies/{policy.pk}/run/").status_code == 302
     assert PromotionEvaluation.objects.filter(decision=Decision.PENDING, requested_by=member).count() == 1
-    assert "Approve</button>" not in client.get("/models/iris/").content.decode()
+    assert "Approve</button>" not in page_with_panels(client, "/models/iris/")
