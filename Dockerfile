@@ -36,6 +36,7 @@ COPY modelyard_agent ./modelyard_agent
 RUN pip install --no-deps ./modelyard_agent
 COPY manage.py ./
 COPY modelyard ./modelyard
+COPY audit ./audit
 COPY accounts ./accounts
 COPY registry ./registry
 COPY deployments ./deployments

@@ -78,8 +78,8 @@ class Principal:
     user: object
     token: ApiToken | None = None
     _roles: dict = field(default_factory=dict, repr=False, compare=False)
-    _visible_names: object = field(default=None, repr=False, compare=False)  # a frozenset | None once looked up
-    _visible_known: bool = field(default=False, repr=False, compare=False)
+    # What ``registry.access.visible_model_names`` found for this principal, once looked up.
+    visible_names_cache: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def of(cls, request_or_user) -> "Principal":
@@ -175,33 +175,6 @@ def scope_team_filter(principal: Principal, queryset: QuerySet, team_path: str =
     return queryset.filter(**{f"{team_path}__in": team_ids})
 
 
-def visible_models(principal: Principal) -> QuerySet:
-    """The registered models ``principal`` may read, as a queryset."""
-    from registry.models import RegisteredModel
-
-    return scope_team_filter(principal, RegisteredModel.objects.all())
-
-
-def visible_model_names(principal: Principal) -> frozenset[str] | None:
-    """Names of the models ``principal`` may read, or None for every model (an administrator).
-
-    For filtering what does not come from the registry's own tables (a host agent's report, Prometheus
-    series) so other teams' model names do not show. Looked up once per principal (so once per request:
-    a list of hosts filters every host's report with one query).
-    """
-    if not principal._visible_known:
-        if not (principal.team_ids() is None and principal.allows_scope(Scope.READ)):
-            principal._visible_names = frozenset(visible_models(principal).values_list("name", flat=True))
-        principal._visible_known = True
-    return principal._visible_names
-
-
-def only_visible(principal: Principal, rows: list[dict], key: str = "name") -> list[dict]:
-    """The ``rows`` whose ``key`` names a model ``principal`` may read (all of them for an administrator)."""
-    names = visible_model_names(principal)
-    return list(rows) if names is None else [row for row in rows if row.get(key) in names]
-
-
 def can_see(principal: Principal, model) -> bool:
     """True when ``principal`` may read ``model`` (a RegisteredModel)."""
     return principal.allows_scope(Scope.READ) and principal.role_in(model.team_id) is not None
@@ -265,28 +238,6 @@ def require(principal: Principal, action: Action, **context) -> None:
     reason = check(principal, action, **context)
     if reason is not None:
         raise Forbidden(reason)
-
-
-def model_for(principal: Principal, name: str, action: Action = Action.VIEW, **context):
-    """The model called ``name`` once ``principal`` may do ``action`` on it.
-
-    Args:
-        principal: who acts.
-        name: the model's name.
-        action: what it wants to do; ``context`` as for :func:`check` (``alias``, ``hosts``, ``version``).
-
-    Returns:
-        The RegisteredModel.
-
-    Raises:
-        NotFound: no such model, or one the principal may not read (the same answer, HTTP 404).
-        Forbidden: the principal may read it but not do ``action`` (HTTP 403).
-    """
-    from registry.services import get_model
-
-    model = get_model(name, visible_to=principal)
-    require(principal, action, model=model, **context)
-    return model
 
 
 def team_for_new_model(principal: Principal, team_name: str = ""):

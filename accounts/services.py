@@ -48,8 +48,8 @@ def set_membership(*, team: Team, user, role: str, actor=None) -> Membership:
     Raises:
         InvalidInput: ``role`` is not a Role value.
     """
-    from registry.choices import AuditAction
-    from registry.services import record_audit_event
+    from audit.choices import AuditAction
+    from audit.services import record_audit_event
 
     if role not in Role.values:
         raise InvalidInput(f"role must be one of {', '.join(Role.values)}")
@@ -68,8 +68,8 @@ def remove_membership(*, team: Team, user, actor=None) -> None:
     Raises:
         NotFound: the user is not a member.
     """
-    from registry.choices import AuditAction
-    from registry.services import record_audit_event
+    from audit.choices import AuditAction
+    from audit.services import record_audit_event
 
     with transaction.atomic():
         membership = Membership.objects.select_for_update().filter(team=team, user=user).first()
@@ -91,9 +91,9 @@ def create_team(*, name: str, description: str = "", actor=None) -> Team:
         InvalidInput: a bad name.
         Conflict: the name is taken.
     """
+    from audit.choices import AuditAction
+    from audit.services import record_audit_event
     from modelyard_agent.formats.names import InvalidName, validate_name
-    from registry.choices import AuditAction
-    from registry.services import record_audit_event
 
     try:
         clean = validate_name(name, kind="team name")
@@ -118,8 +118,8 @@ def delete_team(*, team: Team, actor=None) -> None:
     Raises:
         Conflict: the team owns models, or usable API tokens are limited to it (HTTP 409).
     """
-    from registry.choices import AuditAction
-    from registry.services import record_audit_event
+    from audit.choices import AuditAction
+    from audit.services import record_audit_event
 
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team.pk)

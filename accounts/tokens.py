@@ -22,9 +22,9 @@ from django.utils import timezone
 
 from accounts.choices import Scope
 from accounts.models import ApiToken, Membership, Team
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from modelyard.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
-from registry.choices import AuditAction
-from registry.services import record_audit_event
 
 TOKEN_PREFIX = "my"
 PREFIX_HEX_CHARS = 12

@@ -17,13 +17,14 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
 from deployments.models import Deployment, DeploymentTarget
 from deployments.services import create_rollout, get_host, ready_targets_oldest_first, transition
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
-from registry.choices import AuditAction
-from registry.services import get_model, record_audit_event
+from registry.services import get_model
 
 logger = logging.getLogger(__name__)
 

@@ -23,6 +23,8 @@ from django.db import transaction
 from django.db.models import Max
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from deployments.choices import (
     ACTIVE_TARGET_STATES,
     DEPLOYMENT_TRANSITIONS,
@@ -35,8 +37,6 @@ from deployments.choices import (
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent
 from deployments.signals import rollout_finished
 from modelyard.errors import Conflict, NotFound
-from registry.choices import AuditAction
-from registry.services import record_audit_event
 
 logger = logging.getLogger(__name__)
 

@@ -10,6 +10,8 @@ import logging
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import acting_user, record_audit_event
 from deployments.choices import (
     ACTIVE_TARGET_STATES,
     RUNTIME_FORMATS,
@@ -24,9 +26,9 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost, Target
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.formats.names import InvalidName, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, VersionStatus
 from registry.models import ModelVersion, RegisteredModel
-from registry.services import acting_user, get_version, record_audit_event, resolve_alias
+from registry.services import get_version, resolve_alias
 
 logger = logging.getLogger(__name__)
 
@@ -582,7 +584,7 @@ def visible_report_rows(principal, host_id: int, rows: list[dict], owners: dict[
     model renamed away keeps its copies to its own team, and a new model that took the old name does
     not see them.
     """
-    from accounts.access import visible_model_names
+    from registry.access import visible_model_names
 
     names = visible_model_names(principal)
     if names is None:

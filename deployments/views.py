@@ -7,8 +7,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, check, require, visible_models
-from accounts.pages import forbidden_unless, model_or_404
+from accounts.access import Action, Principal, check, require
 from deployments import lifecycle, rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
 from deployments.forms import RolloutForm, ServingHostForm, TryItForm
@@ -27,6 +26,8 @@ from deployments.services import (
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import readings as monitoring
+from registry.access import visible_models
+from registry.pages import forbidden_unless, model_or_404
 
 
 @login_required

@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "csp",
     "django_celery_beat",
+    "audit",
     "accounts",
     "registry",
     "deployments",

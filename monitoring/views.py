@@ -5,13 +5,14 @@ from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
 
-from accounts.access import Principal, visible_model_names
-from accounts.pages import model_or_404
+from accounts.access import Principal
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
 from monitoring import promql, readings, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
+from registry.access import visible_model_names
 from registry.models import RegisteredModel
+from registry.pages import model_or_404
 
 PANEL_RANGE = promql.DEFAULT_PAGE_RANGE
 OVERVIEW_PAGE_SIZE = 50

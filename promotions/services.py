@@ -19,6 +19,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
+from audit.services import acting_user
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
@@ -27,7 +28,7 @@ from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, Web
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
 from registry.models import Alias
-from registry.services import acting_user, get_model, set_alias
+from registry.services import get_model, set_alias
 
 EVALUATE_TASK = "promotions.evaluate_policy"
 MIN_WINDOW_SECONDS = 60

@@ -8,12 +8,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.access import Action
-from accounts.pages import model_or_404
 from modelyard.errors import DomainError
 from modelyard.views import found_or_404
 from promotions import services
 from promotions.forms import POLICY_FORM_FIELDS, PromotionPolicyForm
 from promotions.models import PromotionEvaluation, PromotionPolicy
+from registry.pages import model_or_404
 
 RECENT_EVALUATIONS = 5
 HISTORY_EVALUATIONS = 100

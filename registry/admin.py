@@ -3,8 +3,9 @@
 from django import forms
 from django.contrib import admin
 
+from audit.models import AuditEvent
 from modelyard_agent.formats.names import InvalidName, validate_name
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.models import ModelVersion, RegisteredModel
 
 
 class RegisteredModelAdminForm(forms.ModelForm):

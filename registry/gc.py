@@ -22,10 +22,11 @@ from datetime import timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from registry.choices import TERMINAL_UPLOAD_STATUSES, AuditAction, VersionStatus
+from audit.choices import AuditAction
+from audit.services import record_audit_event
+from registry.choices import TERMINAL_UPLOAD_STATUSES, VersionStatus
 from registry.locks import artifact_for_deletion
 from registry.models import ModelVersion, Upload
-from registry.services import record_audit_event
 from registry.storage import ARTIFACT_PREFIX, ArtifactStore, ListedObject
 
 logger = logging.getLogger(__name__)

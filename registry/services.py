@@ -14,40 +14,21 @@ from django.utils import timezone
 
 from accounts.access import Action, Principal, can_see, check, require
 from accounts.services import default_team
+from audit.choices import AuditAction
+from audit.services import acting_user, record_audit_event
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.formats.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.choices import ArtifactFormat, VersionStatus
 from registry.formats import prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
-from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
+from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
 from registry.signals import alias_moved
 from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
-
-
-def record_audit_event(*, action: str, actor, obj_type: str, obj_id, model=None, data=None) -> AuditEvent:
-    """Write one audit row for a change; call inside the change's transaction.
-
-    Args:
-        action: an ``AuditAction`` value.
-        actor: the user who made the change, or None for the system.
-        obj_type, obj_id: what changed, e.g. ("version", 12).
-        model: the registered model concerned, if any.
-        data: JSON-serialisable details.
-    """
-    return AuditEvent.objects.create(
-        action=action,
-        actor=acting_user(actor),
-        actor_label=getattr(actor, "username", "") or "system",
-        model=model,
-        object_type=obj_type,
-        object_id=str(obj_id),
-        data=data or {},
-    )
 
 
 def _validate_tags(tags) -> dict[str, str]:
@@ -479,6 +460,3 @@ def artifact_download_url(version: ModelVersion, *, store: ArtifactStore | None 
     """
     return (store or ArtifactStore()).presigned_download_url(version.artifact_key)
 
-def acting_user(actor):
-    """The user to record as having made a change: ``actor`` when it is a signed-in user, else None."""
-    return actor if getattr(actor, "is_authenticated", False) else None

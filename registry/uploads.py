@@ -26,11 +26,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
-from registry.choices import AuditAction, UploadStatus
+from registry.choices import UploadStatus
 from registry.formats import check_filename
 from registry.models import ModelVersion, Upload
-from registry.services import _check_lineage, _validate_tags, get_model, record_audit_event, register_version
+from registry.services import _check_lineage, _validate_tags, get_model, register_version
 from registry.storage import MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, ArtifactStore, StorageError, UploadedPart
 
 logger = logging.getLogger(__name__)

@@ -9,15 +9,16 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, require, scope_team_filter, visible_models
-from accounts.pages import forbidden_unless, model_or_404
+from accounts.access import Action, Principal, require, scope_team_filter
+from audit.choices import AuditAction
+from audit.models import AuditEvent
 from modelyard.errors import DomainError
 from monitoring.promql import PAGE_RANGES, page_range
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
+from registry.access import visible_models
+from registry.choices import ArtifactFormat, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
-from registry.models import AuditEvent
-from registry.pages import version_or_404
+from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
     delete_alias,

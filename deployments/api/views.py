@@ -6,7 +6,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import Action, Principal, model_for, require, scope_team_filter
+from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
 from deployments import lifecycle, rollouts, services
@@ -23,6 +23,7 @@ from deployments.inference import try_inference
 from deployments.models import Deployment, ServingHost
 from modelyard.api import error_responses
 from modelyard.errors import NotFound
+from registry.access import model_for
 
 
 class ServingHostViewSet(

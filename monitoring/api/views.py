@@ -5,9 +5,10 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import Principal, model_for
+from accounts.access import Principal
 from modelyard.api import error_responses
 from monitoring import services
+from registry.access import model_for
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, description="Window such as 15m, 1h, 6h, 24h, 7d (default 15m)"

@@ -5,7 +5,7 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from accounts.access import Action, Principal, model_for, require, scope_team_filter
+from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminOnly, TokenScopePermission
 from modelyard.errors import InvalidInput
@@ -20,6 +20,7 @@ from promotions.api.serializers import (
     WebhookSerializer,
 )
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook
+from registry.access import model_for
 
 EVALUATIONS = PromotionEvaluation.objects.select_related(
     "policy__model", "candidate_version", "target_version", "requested_by", "decided_by")

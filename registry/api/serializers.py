@@ -2,9 +2,10 @@
 
 from rest_framework import serializers
 
+from audit.models import AuditEvent
 from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
-from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
+from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):

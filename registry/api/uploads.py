@@ -13,9 +13,10 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import Action, Principal, model_for, require
+from accounts.access import Action, Principal, require
 from modelyard.api import RefuseUnknownFields, error_responses
 from registry import uploads
+from registry.access import model_for
 from registry.api.serializers import JSONObjectField
 from registry.models import Upload
 

@@ -7,10 +7,12 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import Action, Principal, model_for, require, scope_team_filter, team_for_new_model
+from accounts.access import Action, Principal, require, scope_team_filter, team_for_new_model
+from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
 from modelyard.errors import NotFound
 from registry import services
+from registry.access import model_for
 from registry.api.serializers import (
     AliasSerializer,
     AliasSetSerializer,
@@ -23,7 +25,7 @@ from registry.api.serializers import (
 )
 from registry.choices import VersionStatus
 from registry.filters import ModelVersionFilter, RegisteredModelFilter, UtcIsoDateTimeFilter
-from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
+from registry.models import Alias, ModelVersion, RegisteredModel
 
 
 class RegisteredModelViewSet(

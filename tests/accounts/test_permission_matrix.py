@@ -272,6 +272,7 @@ PAGES = [
     ("POST", "deployments:host-model-reload", {"name": "gpu-prod", "model_name": "resnet"}, None, needs("owner")),
     ("GET", "deployments:rollout-create", {"model_name": "resnet"}, None, needs("maintainer")),
     ("GET", "deployments:try-it", {"model_name": "resnet"}, None, needs("maintainer")),
+    ("GET", "deployments:model-deployments", {"model_name": "resnet"}, None, needs("viewer")),
     ("GET", "deployments:rollout-detail", {"pk": "dev"}, None, needs("viewer")),
     ("GET", "deployments:rollout-progress", {"pk": "dev"}, None, needs("viewer")),
     ("POST", "deployments:rollout-action", {"pk": "dev", "action": "pause"}, None, needs("maintainer")),
@@ -404,7 +405,7 @@ def test_a_hosts_report_names_only_the_models_the_user_may_read(client, world):
 
 
 def test_team_and_membership_changes_are_audited_and_a_team_with_usable_tokens_is_kept(world):
-    from registry.models import AuditEvent
+    from audit.models import AuditEvent
 
     admin = api_as(world, "admin")
     assert admin.post("/api/v1/teams/", {"name": "audio"}, format="json").status_code == 201

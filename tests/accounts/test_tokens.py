@@ -22,7 +22,7 @@ from accounts.choices import Role
 from accounts.models import ApiToken, Team
 from accounts.services import set_membership
 from accounts.tokens import TokenRejected, authenticate_token, issue_token
-from registry.models import AuditEvent
+from audit.models import AuditEvent
 from tests.factories import token_for
 
 pytestmark = pytest.mark.django_db

@@ -180,7 +180,7 @@ def test_a_host_that_serves_a_model_is_not_deleted(api_client, version):
 
 
 def test_an_administrator_marks_a_host_production_and_the_change_is_audited(api_client):
-    from registry.models import AuditEvent
+    from audit.models import AuditEvent
 
     assert api_client.post("/api/v1/hosts/", HOST, format="json").json()["production"] is False
     answer = api_client.patch("/api/v1/hosts/gpu-0/", {"production": True, "labels": {"pool": "a100"}}, format="json")

@@ -3,8 +3,8 @@
 import pytest
 from django.contrib.auth import get_user_model
 
+from audit.models import AuditEvent
 from deployments.models import ServingHost
-from registry.models import AuditEvent
 
 pytestmark = pytest.mark.django_db
 

@@ -5,11 +5,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from audit.models import AuditEvent
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.reconcile import fail_stalled_targets, reconcile_host
 from registry.choices import ArtifactFormat
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.models import ModelVersion, RegisteredModel
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,8 @@ import threading
 import pytest
 from django.db import connection
 
-from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
+from audit.models import AuditEvent
+from registry.models import ModelVersion, RegisteredModel, Upload
 from tests.fixtures.services import wait_for
 from tests.registry.conftest import MiB, make_large_archive
 from tests.registry.uploading import put_parts, start

@@ -3,10 +3,11 @@ S3 is back."""
 
 import pytest
 
+from audit.choices import AuditAction
+from audit.models import AuditEvent
 from demo.iris import build_iris_archive
 from registry import storage
-from registry.choices import AuditAction
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.models import ModelVersion, RegisteredModel
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 

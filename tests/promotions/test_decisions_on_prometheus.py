@@ -6,14 +6,15 @@ The evaluation runs in the test process here; ``test_promotion_workers`` runs it
 import pytest
 from django.contrib.auth import get_user_model
 
+from audit.choices import AuditAction
+from audit.models import AuditEvent
 from deployments.models import Deployment
 from deployments.rollouts import follow_alias
 from modelyard.errors import Conflict
 from monitoring.prometheus import PrometheusClient
 from promotions import services
 from promotions.choices import Decision
-from registry.choices import AuditAction
-from registry.models import Alias, AuditEvent
+from registry.models import Alias
 from tests.fixtures.services import free_port
 from tests.promotions.support import following, iris_with_aliases
 

@@ -5,9 +5,10 @@ import threading
 import pytest
 from django.db import connection
 
+from audit.models import AuditEvent
 from registry import services
 from registry.choices import ArtifactFormat
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from registry.models import ModelVersion, RegisteredModel
 
 
 def _versions(model: RegisteredModel, count: int) -> None:

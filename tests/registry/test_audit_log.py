@@ -50,7 +50,7 @@ def test_events_of_no_model_are_shown_to_administrators_only(history, client, us
     from django.contrib.auth import get_user_model
 
     client.force_login(get_user_model().objects.create_user(username="root", is_staff=True, is_superuser=True))
-    from registry.models import AuditEvent
+    from audit.models import AuditEvent
 
     page = client.get("/audit/").content.decode()  # the model events, token.created and membership.set
     assert page.count('class="audit-row"') == AuditEvent.objects.count() == 5

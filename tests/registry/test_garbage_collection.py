@@ -10,10 +10,12 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.models import AuditEvent
 from registry import services
-from registry.choices import ArtifactFormat, AuditAction, UploadStatus, VersionStatus
+from registry.choices import ArtifactFormat, UploadStatus, VersionStatus
 from registry.gc import collect_garbage
-from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
+from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
 
 

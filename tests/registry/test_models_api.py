@@ -7,7 +7,8 @@ import tarfile
 import pytest
 from django.test import override_settings
 
-from registry.models import AuditEvent, ModelVersion, RegisteredModel
+from audit.models import AuditEvent
+from registry.models import ModelVersion, RegisteredModel
 from registry.storage import ArtifactStore, artifact_key
 from tests.registry.conftest import VALID_CONFIG, make_tar
 

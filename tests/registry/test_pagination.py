@@ -5,8 +5,9 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from audit.models import AuditEvent
 from registry.choices import ArtifactFormat
-from registry.models import Alias, AuditEvent, ModelVersion, RegisteredModel
+from registry.models import Alias, ModelVersion, RegisteredModel
 
 pytestmark = pytest.mark.django_db
 

@@ -46,7 +46,7 @@ def test_the_models_page_searches_and_filters(client, user, catalogue):
 
 
 def test_a_model_description_and_tags_are_edited_through_the_api_and_the_page(api_client, client, user, catalogue):
-    from registry.models import AuditEvent
+    from audit.models import AuditEvent
 
     answer = api_client.patch("/api/v1/models/iris/", {"description": "iris species", "tags": {"team": "ds"}},
                               format="json")

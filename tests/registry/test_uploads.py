@@ -14,8 +14,9 @@ import requests
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from audit.models import AuditEvent
 from registry import uploads
-from registry.models import AuditEvent, ModelVersion, RegisteredModel, Upload
+from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import CHUNK_BYTES, ArtifactStore, StorageError
 from tests.factories import team_member, token_for
 from tests.registry.uploading import (

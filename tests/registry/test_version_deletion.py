@@ -6,12 +6,14 @@ from rest_framework.test import APIClient
 
 from accounts.choices import Role
 from accounts.services import default_team, set_membership
+from audit.choices import AuditAction
+from audit.models import AuditEvent
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from modelyard.errors import NotFound
 from registry import services
-from registry.choices import ArtifactFormat, AuditAction, VersionStatus
-from registry.models import Alias, AuditEvent, EnsembleMember, ModelVersion, RegisteredModel
+from registry.choices import ArtifactFormat, VersionStatus
+from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
 from tests.factories import token_for
 
 pytestmark = pytest.mark.django_db
