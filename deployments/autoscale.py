@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger
 from deployments.models import DeploymentTarget
-from deployments.services import create_rollout, ready_targets_oldest_first
+from deployments.services import create_rollout, serving_now
 from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 
 logger = logging.getLogger(__name__)
@@ -90,10 +90,7 @@ def autoscale_fleet(*, now=None, client=None) -> list[ScaleDecision]:
 
     now = now or timezone.now()
     window = int(settings.AUTOSCALE_WINDOW)
-    served: dict[tuple[str, str], DeploymentTarget] = {}
-    for target in ready_targets_oldest_first().select_related("host", "deployment__model", "deployment__version"):
-        served[(target.host.name, target.deployment.model.name)] = target
-    scaled = {key: t for key, t in served.items() if t.deployment.autoscale}
+    scaled = {(t.host.name, t.deployment.model.name): t for t in serving_now() if t.deployment.autoscale}
     if not scaled:
         return []
     queue = queue_ms_per_host_model(window_seconds=window, client=client)

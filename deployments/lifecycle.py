@@ -21,7 +21,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
 from deployments.models import Deployment, DeploymentTarget
-from deployments.services import create_rollout, get_host, ready_targets_oldest_first, transition
+from deployments.services import create_rollout, get_host, serving_now, transition
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
 from registry.services import get_model
@@ -36,11 +36,10 @@ def serving_target(host_name: str, model_name: str) -> DeploymentTarget:
         NotFound: unknown host or model, or the host serves no version of it.
     """
     host, model = get_host(host_name), get_model(model_name)
-    target = (ready_targets_oldest_first(host=host, deployment__model=model)
-              .select_related("host", "deployment__model", "deployment__version").last())
-    if target is None:
+    serving = serving_now(host=host, deployment__model=model)
+    if not serving:
         raise NotFound(f"{host.name} serves no version of {model.name}")
-    return target
+    return serving[0]
 
 
 def unload_payload(host, model_name: str) -> dict:
@@ -93,7 +92,8 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
             host=host, deployment__model=model, state__in=ACTIVE_TARGET_STATES)
         if busy.exists():
             raise Conflict(f"a rollout of {model.name} is in progress on {host.name}; wait for it or cancel it")
-        for pk in ready_targets_oldest_first(host=host, deployment__model=model).values_list("pk", flat=True):
+        ready = DeploymentTarget.objects.filter(host=host, deployment__model=model, state=TargetState.READY)
+        for pk in ready.values_list("pk", flat=True):  # the one serving, and any older ones still READY
             transition(pk, TargetState.UNLOADED, message=reason)
         record_audit_event(action=AuditAction.MODEL_UNLOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": version.version, "reason": reason})
@@ -115,7 +115,7 @@ def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
         Conflict: the host serves the model already.
     """
     host, model = get_host(host_name), get_model(model_name)
-    if ready_targets_oldest_first(host=host, deployment__model=model).exists():
+    if serving_now(host=host, deployment__model=model):
         raise Conflict(f"{host.name} serves {model.name} already")
     unloaded = (DeploymentTarget.objects.filter(host=host, deployment__model=model, state=TargetState.UNLOADED)
                 .select_related("deployment__version").order_by("deployment__created_at", "deployment_id").last())
@@ -149,10 +149,8 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     if not window:
         return []
     now = now or timezone.now()
-    served: dict[tuple[str, str], DeploymentTarget] = {}
-    for target in ready_targets_oldest_first().select_related("host", "deployment__model"):
-        # Prometheus labels series with the runtime's name for the model (kept across renames).
-        served[(target.host.name, target.runtime_name)] = target
+    # Prometheus labels series with the runtime's name for the model (kept across renames).
+    served = {(target.host.name, target.runtime_name): target for target in serving_now()}
     if not served:
         return []
     counts = requests_per_host_model(window_seconds=int(window), client=client)

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import create_rollout, record_target_progress
+from deployments.services import create_rollout, record_target_progress, serving_now
 
 logger = logging.getLogger(__name__)
 
@@ -40,8 +40,9 @@ class Repair:
 
 
 def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
-    """Return ({model: newest READY target}, {models with an active target}, {model: newest target})."""
-    desired: dict[str, DeploymentTarget] = {}
+    """Return ({model: the target it serves now (``services.serving_now``)}, {models with an active
+    target}, {model: newest target}), each model by the name the host's report uses."""
+    desired = {target.runtime_name: target for target in serving_now(host=host)}
     active: set[str] = set()
     newest: dict[str, DeploymentTarget] = {}
     targets = (
@@ -50,12 +51,9 @@ def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
         .order_by("deployment__created_at", "deployment_id")
     )
     for target in targets:
-        model = target.runtime_name  # the name the host's report uses
-        newest[model] = target
-        if target.state == TargetState.READY:
-            desired[model] = target
+        newest[target.runtime_name] = target
         if target.state in ACTIVE_TARGET_STATES:
-            active.add(model)
+            active.add(target.runtime_name)
     return desired, active, newest
 
 

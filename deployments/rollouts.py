@@ -342,7 +342,7 @@ def _check_ensembles_after(deployment_id: int) -> None:
     """After a model was swapped on some hosts, have each host check every ensemble it serves that
     composes that model, and reload one that is not READY (Triton reloads dependants itself, so
     usually nothing needs doing)."""
-    from deployments.services import build_agent_payload, ready_targets_oldest_first
+    from deployments.services import build_agent_payload, serving_now
     from deployments.tasks import send_to_host
     from modelyard_agent.contract import AgentTask
     from registry.models import EnsembleMember
@@ -352,11 +352,7 @@ def _check_ensembles_after(deployment_id: int) -> None:
     ensembles = set(EnsembleMember.objects.filter(member__model=deployment.model).values_list("ensemble_id", flat=True))
     if not hosts or not ensembles:
         return
-    serving: dict[tuple[int, int], DeploymentTarget] = {}
-    for target in ready_targets_oldest_first(host_id__in=hosts).select_related(
-            "host", "deployment__version__model"):
-        serving[(target.host_id, target.deployment.model_id)] = target
-    for target in serving.values():
+    for target in serving_now(host_id__in=hosts):
         if target.deployment.version_id in ensembles:
             payload = build_agent_payload(target, download_url="")
             send_to_host(target.host.name, AgentTask.CHECK_ENSEMBLE, payload)

@@ -239,8 +239,8 @@ def create_rollout(
                 f"{model_version.model.name} v{model_version.version} is a {model_version.get_format_display()}, "
                 f"which {host.name!r} ({host.get_runtime_display()}) cannot serve"
             )
-    serving = {t.host_id: t.deployment.version for t in ready_targets_oldest_first(
-        host__in=hosts, deployment__model=model_version.model).select_related("deployment__version")}
+    serving = {t.host_id: t.deployment.version for t in serving_now(host__in=hosts,
+                                                                     deployment__model=model_version.model)}
     served_names = {host.pk: host_served_name(host, model_version.model) for host in hosts}
     with transaction.atomic():
         # delete_version locks the same row: a version deleted since get_version is not deployed.
@@ -273,8 +273,7 @@ def create_rollout(
 
 def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, actor) -> None:
     """Start a prerequisite rollout for each composing model version some of ``hosts`` lack."""
-    served = {(t.host_id, t.deployment.model_id): t.deployment.version_id
-              for t in ready_targets_oldest_first(host__in=hosts).select_related("deployment")}
+    served = {(t.host_id, t.deployment.model_id): t.deployment.version_id for t in serving_now(host__in=hosts)}
     for link in ensemble.version.members.select_related("member__model"):
         member = link.member
         missing = [
@@ -391,7 +390,7 @@ def delete_host(*, name: str, actor=None) -> None:
     with transaction.atomic():
         if host.targets.filter(state__in=ACTIVE_TARGET_STATES).exists():
             raise Conflict(f"a deployment is in progress on {name!r}; wait for it to finish first")
-        serving = sorted(set(ready_targets_oldest_first(host=host).values_list("deployment__model__name", flat=True)))
+        serving = sorted(t.deployment.model.name for t in serving_now(host=host))
         if serving:
             raise Conflict(f"{name!r} serves {', '.join(serving)}; unload them from it first")
         record_audit_event(action=AuditAction.HOST_DELETED, actor=actor, obj_type="host", obj_id=host.pk,
@@ -399,16 +398,24 @@ def delete_host(*, name: str, actor=None) -> None:
         host.delete()
 
 
-def ready_targets_oldest_first(**filters):
-    """READY deployment targets, oldest deployment first.
+def serving_now(**filters) -> list[DeploymentTarget]:
+    """What each host serves now, per the registry: for every (host, model), the target of the newest
+    deployment that reached READY there. The one place that decides it.
 
-    Folded into a dict keyed by (host, model), the last target written is the version the
-    host serves now: the newest deployment that reached READY there wins. ``filters`` narrow
-    the queryset (e.g. ``host=...``).
+    Args:
+        filters: narrow the READY targets considered (``host=``, ``host__in=``, ``deployment__model=`` …).
+
+    Returns:
+        One DeploymentTarget per (host, model), with its host, model and version loaded (one SQL
+        query), ordered by host name, then model name.
     """
-    return DeploymentTarget.objects.filter(state=TargetState.READY, **filters).order_by(
-        "deployment__created_at", "deployment_id"
-    )
+    latest: dict[tuple[int, int], DeploymentTarget] = {}
+    targets = (DeploymentTarget.objects.filter(state=TargetState.READY, **filters)
+               .select_related("host", "deployment__model", "deployment__version")
+               .order_by("deployment__created_at", "deployment_id"))
+    for target in targets:  # oldest first: the newest deployment's target is written last
+        latest[(target.host_id, target.deployment.model_id)] = target
+    return sorted(latest.values(), key=lambda t: (t.host.name, t.deployment.model.name))
 
 
 def get_host(name: str) -> ServingHost:
@@ -553,12 +560,8 @@ def hosts_keeping_version(version, **_) -> list[str]:
     or are deploying it"]`` or ``[]``. A host serves it when the newest deployment that reached READY
     there for its model is of this version; a deployment of it still under way counts as well.
     Connected to ``registry.signals.version_deletion_check``."""
-    serving = {}
-    for host, version_id in ready_targets_oldest_first(deployment__model_id=version.model_id).values_list(
-        "host__name", "deployment__version_id"
-    ):
-        serving[host] = version_id
-    hosts = sorted(host for host, version_id in serving.items() if version_id == version.pk)
+    hosts = [t.host.name for t in serving_now(deployment__model_id=version.model_id)
+             if t.deployment.version_id == version.pk]
     hosts += sorted(
         DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
         .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()

@@ -17,9 +17,9 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.services import (
     get_deployment,
     get_host,
-    ready_targets_oldest_first,
     register_host,
     served_owners,
+    serving_now,
     start_deployment,
     visible_report_rows,
 )
@@ -62,13 +62,8 @@ def host_create(request):
 def _loaded_models(host: ServingHost, visible) -> list[dict]:
     """The versions of the ``visible`` models (a RegisteredModel queryset) this host serves per the registry,
     with the footprint measured at their load."""
-    latest: dict[int, DeploymentTarget] = {}
-    targets = ready_targets_oldest_first(host=host, deployment__model__in=visible).select_related(
-        "deployment__model", "deployment__version")
-    for target in targets:
-        latest[target.deployment.model_id] = target
     rows = []
-    for target in sorted(latest.values(), key=lambda t: t.deployment.model.name):
+    for target in serving_now(host=host, deployment__model__in=visible):
         footprint = target.details.get("footprint_bytes") or {}
         rows.append({
             "model": target.deployment.model.name,
@@ -193,7 +188,7 @@ def _deployment_or_404(request, pk: int):
 
 
 def _hosts_serving(model) -> list[str]:
-    return sorted(set(ready_targets_oldest_first(deployment__model=model).values_list("host__name", flat=True)))
+    return sorted({t.host.name for t in serving_now(deployment__model=model)})
 
 
 @login_required

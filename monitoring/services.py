@@ -7,7 +7,7 @@ does not grow with the number of models, versions or hosts.
 import time
 
 from deployments.models import Deployment
-from deployments.services import hosts_lending_name, ready_targets_oldest_first
+from deployments.services import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
@@ -178,15 +178,10 @@ def deployed_versions() -> list[dict]:
     Returns:
         ``[{"model": str, "version": str, "hosts": [str]}]`` sorted by model and version.
     """
-    latest: dict[tuple[str, str], str] = {}
-    targets = ready_targets_oldest_first().values_list(
-        "deployment__model__name", "host__name", "deployment__version__version"
-    )
-    for model, host, version in targets:  # later deployments overwrite earlier ones
-        latest[(model, host)] = str(version)
     grouped: dict[tuple[str, str], set[str]] = {}
-    for (model, host), version in latest.items():
-        grouped.setdefault((model, version), set()).add(host)
+    for target in serving_now():
+        grouped.setdefault((target.deployment.model.name, str(target.deployment.version.version)), set()).add(
+            target.host.name)
     return [
         {"model": model, "version": version, "hosts": sorted(hosts)}
         for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], _version_sort_key(i[0][1])))

@@ -45,7 +45,7 @@ from rest_framework.views import APIView
 
 from deployments.choices import Runtime
 from deployments.models import ServingHost
-from deployments.services import ready_targets_oldest_first
+from deployments.services import serving_now
 from modelyard_agent.runtimes.nginx import metrics_path
 
 logger = logging.getLogger(__name__)
@@ -147,13 +147,8 @@ def served_bento_versions() -> dict[int, set[tuple[str, int]]]:
     served: dict[int, set[tuple[str, int]]] = {}
     for host_id, heartbeat in ServingHost.objects.filter(runtime=Runtime.BENTOML).values_list("pk", "heartbeat"):
         served[host_id] = _reported_versions(heartbeat)
-    newest: dict[tuple[int, str], int] = {}
-    rows = ready_targets_oldest_first(host__runtime=Runtime.BENTOML).values_list(
-        "host_id", "deployment__model__name", "deployment__version__version")
-    for host_id, model, version in rows:
-        newest[(host_id, model)] = version  # oldest first: the last one written wins
-    for (host_id, model), version in newest.items():
-        served.setdefault(host_id, set()).add((model, version))
+    for target in serving_now(host__runtime=Runtime.BENTOML):
+        served.setdefault(target.host_id, set()).add((target.deployment.model.name, target.deployment.version.version))
     return served
 
 
