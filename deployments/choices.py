@@ -2,6 +2,7 @@
 
 from django.db import models
 
+from modelyard.states import StateMachine
 from modelyard_agent import contract
 from registry.choices import ArtifactFormat
 
@@ -58,6 +59,7 @@ TARGET_TRANSITIONS: dict[str, frozenset[str]] = {
     TargetState.UNLOADED: frozenset(),
 }
 TARGET_TRANSITIONS[TargetState.PENDING] = TARGET_TRANSITIONS[TargetState.PENDING] | {TargetState.CANCELLED}
+TARGET_MACHINE = StateMachine("deployment target", "state", TARGET_TRANSITIONS)
 
 
 class DeploymentStatus(models.TextChoices):
@@ -97,6 +99,7 @@ DEPLOYMENT_TRANSITIONS: dict[str, frozenset[str]] = {
     DeploymentStatus.CANCELLED: frozenset({DeploymentStatus.ROLLED_BACK}),
     DeploymentStatus.ROLLED_BACK: frozenset(),
 }
+DEPLOYMENT_MACHINE = StateMachine("deployment", "status", DEPLOYMENT_TRANSITIONS)
 
 
 class FailurePolicy(models.TextChoices):

@@ -27,7 +27,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import (
     ACTIVE_TARGET_STATES,
-    DEPLOYMENT_TRANSITIONS,
+    DEPLOYMENT_MACHINE,
     TERMINAL_DEPLOYMENT_STATUSES,
     DeploymentStatus,
     FailurePolicy,
@@ -51,26 +51,21 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
         True when it changed, False when it already was ``to_status`` (a repeat is a no-op).
 
     Raises:
-        Conflict: the move is not in ``DEPLOYMENT_TRANSITIONS`` (e.g. resuming a finished rollout).
+        IllegalTransition: the move is not in ``DEPLOYMENT_TRANSITIONS`` (e.g. resuming a finished
+            rollout); a ``Conflict``.
     """
-    if deployment.status == to_status:
-        return False
-    if to_status not in DEPLOYMENT_TRANSITIONS[deployment.status]:
-        raise Conflict(
-            f"deployment {deployment.pk} is {deployment.get_status_display().lower()}; "
-            f"it cannot become {DeploymentStatus(to_status).label.lower()}"
-        )
+    from_status = deployment.status
     finished = None if to_status in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED) else timezone.now()
-    changed = Deployment.objects.filter(pk=deployment.pk, status=deployment.status).update(
-        status=to_status, finished_at=finished
+    changed = DEPLOYMENT_MACHINE.move(
+        deployment, to_status, finished_at=finished,
+        refusal=f"deployment {deployment.pk} is {deployment.get_status_display().lower()}; "
+                f"it cannot become {DeploymentStatus(to_status).label.lower()}",
     )
     if changed:
-        from_status = deployment.status
         RolloutEvent.objects.create(
             deployment=deployment, from_status=from_status, to_status=to_status,
             actor_label=getattr(actor, "username", "") or "system", message=message,
         )
-        deployment.status, deployment.finished_at = to_status, finished
         if finished and deployment.prerequisite_for_id:
             from deployments.tasks import advance_rollout_task
 
@@ -81,7 +76,7 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
         if to_status in TERMINAL_DEPLOYMENT_STATUSES:
             rollout_finished.send(sender=Deployment, deployment=deployment, from_status=from_status,
                                   to_status=to_status)
-    return bool(changed)
+    return changed
 
 
 def _locked(deployment_id: int) -> Deployment:

@@ -15,7 +15,7 @@ from audit.services import acting_user, record_audit_event
 from deployments.choices import (
     ACTIVE_TARGET_STATES,
     RUNTIME_FORMATS,
-    TARGET_TRANSITIONS,
+    TARGET_MACHINE,
     FailurePolicy,
     RolloutTrigger,
     Runtime,
@@ -24,6 +24,7 @@ from deployments.choices import (
 from deployments.endpoints import endpoint_key, normalise_url
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import Conflict, InvalidInput, NotFound
+from modelyard.states import IllegalTransition
 from modelyard_agent.formats.names import InvalidName, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
 from registry.choices import ArtifactFormat, VersionStatus
@@ -31,10 +32,6 @@ from registry.models import ModelVersion, RegisteredModel
 from registry.services import get_version, resolve_alias
 
 logger = logging.getLogger(__name__)
-
-
-class IllegalTransition(Exception):
-    """A target state change that the state machine does not allow."""
 
 
 def _check_url(value: str, field: str, *, required: bool) -> str:
@@ -461,7 +458,7 @@ def transition(target_id: int, to_state: str, *, message: str = "", details: dic
 
     Raises:
         IllegalTransition: the move is not in ``TARGET_TRANSITIONS`` (for
-            example a late progress report for a finished target).
+            example a late progress report for a finished target); a ``Conflict``.
         NotFound: no such target.
     """
     with transaction.atomic():
@@ -469,19 +466,15 @@ def transition(target_id: int, to_state: str, *, message: str = "", details: dic
             target = DeploymentTarget.objects.select_for_update().get(pk=target_id)
         except DeploymentTarget.DoesNotExist as exc:
             raise NotFound(f"no deployment target {target_id}") from exc
-        if target.state == to_state:
-            return False
-        if to_state not in TARGET_TRANSITIONS[target.state]:
-            raise IllegalTransition(f"target {target_id}: {target.state} -> {to_state} is not allowed")
-        changed = DeploymentTarget.objects.filter(pk=target_id, state=target.state).update(
-            state=to_state,
+        before = target.state
+        changed = TARGET_MACHINE.move(
+            target, to_state, refusal=f"target {target_id}: {before} -> {to_state} is not allowed",
             error=message if to_state == TargetState.FAILED else target.error,
-            details={**target.details, **(details or {})},
-            updated_at=timezone.now(),
+            details={**target.details, **(details or {})}, updated_at=timezone.now(),
         )
         if changed:
-            TargetEvent.objects.create(target=target, from_state=target.state, to_state=to_state, message=message)
-        return bool(changed)
+            TargetEvent.objects.create(target=target, from_state=before, to_state=to_state, message=message)
+        return changed
 
 
 def record_target_progress(target_id: int, state: str, *, message: str = "", details: dict | None = None) -> None:

@@ -29,6 +29,7 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import record_audit_event
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.states import IllegalTransition, StateMachine
 from registry.choices import UploadStatus
 from registry.formats import check_filename
 from registry.models import ModelVersion, Upload
@@ -41,13 +42,10 @@ SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 MAX_PRESIGN_PER_CALL = 1000
 
 # Which status may follow which; every change goes through transition().
-TRANSITIONS = {
-    UploadStatus.OPEN: {UploadStatus.VERIFYING, UploadStatus.ABORTED, UploadStatus.FAILED},
-    UploadStatus.VERIFYING: {UploadStatus.COMPLETED, UploadStatus.FAILED},
-    UploadStatus.COMPLETED: set(),
-    UploadStatus.ABORTED: set(),
-    UploadStatus.FAILED: set(),
-}
+UPLOAD_MACHINE = StateMachine("upload", "status", {
+    UploadStatus.OPEN: frozenset({UploadStatus.VERIFYING, UploadStatus.ABORTED, UploadStatus.FAILED}),
+    UploadStatus.VERIFYING: frozenset({UploadStatus.COMPLETED, UploadStatus.FAILED}),
+})
 TERMINAL = frozenset({UploadStatus.COMPLETED, UploadStatus.ABORTED, UploadStatus.FAILED})
 
 
@@ -66,24 +64,16 @@ def transition(upload: Upload, to: str, **fields) -> bool:
         True when this call made the change, False when the row already had status ``to``.
 
     Raises:
-        Conflict: the move is not allowed from the row's current status.
+        IllegalTransition: the move is not allowed from the row's current status (a ``Conflict``).
     """
-    if to not in TRANSITIONS[upload.status]:
-        if upload.status == to:
-            return False
-        raise Conflict(f"upload {upload.pk} is {upload.status}; it cannot become {to}")
-    changed = Upload.objects.filter(pk=upload.pk, status=upload.status).update(
-        status=to, updated_at=timezone.now(), **fields
-    )
-    if not changed:
-        upload.refresh_from_db()
-        if upload.status == to:
-            return False
-        raise Conflict(f"upload {upload.pk} is {upload.status}; it cannot become {to}")
-    upload.status = to
-    for name, value in fields.items():
-        setattr(upload, name, value)
-    return True
+    if upload.status == to:
+        return False
+    if UPLOAD_MACHINE.move(upload, to, updated_at=timezone.now(), **fields):
+        return True
+    upload.refresh_from_db()  # another request moved it first
+    if upload.status == to:
+        return False
+    raise IllegalTransition(f"upload {upload.pk} is {upload.status}; it cannot become {to}")
 
 
 def _clean_filename(filename: str) -> str:
