@@ -249,7 +249,8 @@ def markdown(r: dict) -> str:
         "## Setup", "",
         "- Real components (bench/stack.py): PostgreSQL (dedicated database, migrated), Redis broker, moto_server "
         "S3, one tritonserver 2.51 (CPU, explicit model control), a Celery orchestrator (queue `default`, "
-        "concurrency 2) and the host's agent (queue `host.<name>`, concurrency 1), all as subprocesses.",
+        "concurrency 2) and the host's agent (`modelyard-agent`, queue `host.<name>`, concurrency 1, no database "
+        "or S3 settings), all as subprocesses.",
         "- The API is called in process (DRF `APIClient`, token auth, no gunicorn); the target's state is polled "
         f"in the database every {POLL_S * 1000:.0f} ms.",
         "- Model: the demo iris classifier (python backend + onnxruntime, archive of a few KB), with the smoke "

@@ -254,7 +254,8 @@ def markdown(r: dict) -> str:
         f"Run {r['finished_at']} on {r['machine']}. Command: `bench/run.sh {NAME}`.", "",
         f"**Verdict: {r['verdict'].upper()}** — {r['verdict_reason']}", "",
         "## Setup", "",
-        f"- Two serving hosts ({', '.join(r['hosts'])}), each its own tritonserver 2.51 (CPU) and Celery agent, "
+        f"- Two serving hosts ({', '.join(r['hosts'])}), each its own tritonserver 2.51 (CPU) and host agent "
+        "(`modelyard-agent`), "
         "on one machine with the rest of the stack (bench/stack.py): PostgreSQL, Redis, moto_server, a Celery "
         "orchestrator; the API called in process. The machine's 2 CPUs are shared with other work.",
         "- Model: the demo iris classifier (python backend + onnxruntime, one CPU instance per version); each "
