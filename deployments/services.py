@@ -631,7 +631,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
 
 
 def record_heartbeat(host_name: str, report: dict) -> bool:
-    """Store what a host agent reported (see ``agent.collect_heartbeat``) with the time it arrived.
+    """Store what a host agent reported (``modelyard_agent.contract.HeartbeatReport``) with the time it arrived.
 
     Model versions in a transitional state (LOADING, UNLOADING) get ``since``: the time a report first
     showed them so.

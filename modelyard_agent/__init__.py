@@ -1,6 +1,7 @@
-"""The Modelyard host agent: what runs on a serving host, installable alone (``pip install modelyard-agent``).
+"""The Modelyard host agent: what runs on a serving host, installable alone (``pip install ./modelyard_agent``).
 
-It depends on celery, redis, requests and tritonclient (bentoml for BentoML hosts) and never on
+It depends on celery, redis, requests, tritonclient, prometheus-client and numpy (bentoml for
+BentoML hosts) and never on
 Django, boto3, a database driver or the registry's apps. The orchestrator and the agent share only
 ``contract`` (queues, task names, payload and report shapes, target states, the protocol
 version); the orchestrator also reads archives, Triton model configs and names with the same

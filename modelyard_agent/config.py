@@ -1,38 +1,50 @@
 """A host agent's settings: command-line flags, each also readable from the environment.
 
 The agent reads no database or S3 credentials and needs none; what it needs is the broker, its
-host's name and runtime, where the runtime's files live and how long a load may take.
+host's name and runtime, where the runtime's files live and how long work may take. The HTTP
+address of the runtime is not a setting: it comes with each task, from the host's registered
+``inference_url``.
 
 | flag | environment | default |
 | --- | --- | --- |
-| ``--host`` | ``MODELYARD_AGENT_HOST`` | required: the host's name in the registry |
-| ``--runtime`` | ``MODELYARD_AGENT_RUNTIME`` | ``triton`` (or ``bentoml``) |
+| ``--host`` | ``MODELYARD_AGENT_HOST`` | required: the host's ``name`` as registered |
+| ``--runtime`` | ``MODELYARD_AGENT_RUNTIME`` | ``triton`` (or ``bentoml``): tasks for another runtime are refused |
 | ``--broker-url`` | ``CELERY_BROKER_URL`` | ``redis://127.0.0.1:6379/0`` |
 | ``--model-repository`` | ``MODELYARD_AGENT_MODEL_REPOSITORY`` | ``var/model-repository`` (Triton) |
+| ``--staging-dir`` | ``MODELYARD_AGENT_STAGING_DIR`` | ``.<repository>.modelyard`` beside the repository |
 | ``--bentoml-root`` | ``MODELYARD_AGENT_BENTOML_ROOT`` | ``var/bentoml-agent`` (BentoML) |
 | ``--triton-grpc-url`` | ``MODELYARD_AGENT_TRITON_GRPC_URL`` | empty: loads go over HTTP |
 | ``--load-deadline`` | ``MODELYARD_AGENT_LOAD_TIMEOUT`` | 600 s, when the host sets none |
 | ``--unload-deadline`` | ``MODELYARD_AGENT_UNLOAD_TIMEOUT`` | 120 s, when the host sets none |
-| ``--heartbeat-interval`` | ``MODELYARD_HEARTBEAT_INTERVAL`` | 30 s |
-| ``--lock-wait`` | ``MODELYARD_DISPATCH_TIMEOUT`` | 600 s a deployment waits for its model's lock |
-| ``--labels`` | ``MODELYARD_AGENT_LABELS`` | ``{}`` (JSON object of strings) |
+| ``--heartbeat-interval`` | ``MODELYARD_HEARTBEAT_INTERVAL`` | 30 s between reports during long work |
+| ``--lock-wait`` | ``MODELYARD_AGENT_LOCK_WAIT`` | 600 s a deployment waits for its model's lock |
+| ``--task-time-limit`` | ``MODELYARD_TASK_TIME_LIMIT`` | 1800 s, after which a task is killed |
+| ``--visibility-timeout`` | ``MODELYARD_BROKER_VISIBILITY_TIMEOUT`` | task time limit + 600 s |
+| ``--labels`` | ``MODELYARD_AGENT_LABELS`` | ``{}``: labels the heartbeat reports |
 | ``--concurrency`` | ``MODELYARD_AGENT_CONCURRENCY`` | 4 worker processes |
 
-Triton keeps staged downloads beside its model repository (``.<repository>.modelyard/``), on the
-same file system, so a staged version directory is renamed into place in one step.
+Relative paths are taken from the working directory; give absolute ones under a service manager.
+The staging directory must be on the same file system as the model repository (a staged version
+directory is renamed into place in one step); the agent checks this when it starts.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from modelyard_agent.contract import Runtime
-from modelyard_agent.formats.names import NAME_PATTERN
+from modelyard_agent.formats.names import NAME_PATTERN, NAME_RULE
+
+MAX_SECONDS = 86_400.0
+HOST_PORT = re.compile(r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}$")
 
 
 class ConfigError(ValueError):
@@ -41,7 +53,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting: its flag, environment variable, default (None: required) and help."""
+    """One setting: its flag, environment variable, default (None: required or derived) and help."""
 
     name: str
     env: str
@@ -50,22 +62,35 @@ class Setting:
 
 
 SETTINGS = (
-    Setting("host", "MODELYARD_AGENT_HOST", None, "this host's name, as registered (its queue is host.<name>)"),
-    Setting("runtime", "MODELYARD_AGENT_RUNTIME", Runtime.TRITON.value, "triton or bentoml"),
+    Setting("host", "MODELYARD_AGENT_HOST", None, "this host's name as registered (POST /api/v1/hosts/); its "
+                                                  "queue is host.<name>"),
+    Setting("runtime", "MODELYARD_AGENT_RUNTIME", Runtime.TRITON.value,
+            "triton or bentoml: the host's registered runtime; tasks for another one are refused"),
     Setting("broker_url", "CELERY_BROKER_URL", "redis://127.0.0.1:6379/0", "the orchestrator's Redis broker"),
     Setting("model_repository", "MODELYARD_AGENT_MODEL_REPOSITORY", "var/model-repository",
-            "Triton's model repository (started with --model-control-mode=explicit)"),
+            "Triton's model repository (Triton started with --model-control-mode=explicit)"),
+    Setting("staging_dir", "MODELYARD_AGENT_STAGING_DIR", None,
+            "downloads and staged versions, on the repository's file system (default: .<repository>.modelyard "
+            "beside it)"),
     Setting("bentoml_root", "MODELYARD_AGENT_BENTOML_ROOT", "var/bentoml-agent",
             "the BentoML host's Bento Store, serve instances, nginx config and state file"),
     Setting("triton_grpc_url", "MODELYARD_AGENT_TRITON_GRPC_URL", "",
-            "host:port of Triton's gRPC endpoint, for loads and unloads (empty: over HTTP)"),
+            "host:port of Triton's gRPC endpoint, for loads and unloads (empty: over HTTP, which stalls "
+            "Triton's keep-alive clients during a load)"),
     Setting("load_deadline", "MODELYARD_AGENT_LOAD_TIMEOUT", "600", "seconds a load may take, unless the host sets it"),
     Setting("unload_deadline", "MODELYARD_AGENT_UNLOAD_TIMEOUT", "120",
             "seconds an unload may take, unless the host sets it"),
     Setting("heartbeat_interval", "MODELYARD_HEARTBEAT_INTERVAL", "30", "seconds between reports during long work"),
-    Setting("lock_wait", "MODELYARD_DISPATCH_TIMEOUT", "600",
+    Setting("lock_wait", "MODELYARD_AGENT_LOCK_WAIT", "600",
             "seconds a deployment waits for another one of the same model on this host"),
-    Setting("labels", "MODELYARD_AGENT_LABELS", "{}", "the host's labels, a JSON object of strings"),
+    Setting("task_time_limit", "MODELYARD_TASK_TIME_LIMIT", "1800",
+            "seconds after which a task is killed (longer than any load deadline)"),
+    Setting("visibility_timeout", "MODELYARD_BROKER_VISIBILITY_TIMEOUT", None,
+            "seconds after which the broker hands out again a task a killed agent took (default: the task time "
+            "limit + 600)"),
+    Setting("labels", "MODELYARD_AGENT_LABELS", "{}",
+            "labels the heartbeat reports, a JSON object of strings (placement selects by the host's "
+            "registered labels)"),
     Setting("concurrency", "MODELYARD_AGENT_CONCURRENCY", "4",
             "worker processes: models are deployed side by side, each under its own lock"),
 )
@@ -80,11 +105,14 @@ class AgentConfig:
         runtime: a ``contract.Runtime`` value.
         broker_url: the Redis URL of the orchestrator's broker.
         model_repository, bentoml_root: where the runtime's files live on this host.
+        staging_dir: where Triton versions are downloaded and staged.
         triton_grpc_url: ``host:port``, or empty.
         load_deadline, unload_deadline: default deadlines in seconds (a host's own come in payloads).
         heartbeat_interval: seconds between heartbeats sent while a task works.
         lock_wait: seconds a deployment waits for its (host, model) lock.
-        labels: the host's labels.
+        task_time_limit: seconds after which a task is killed.
+        visibility_timeout: seconds after which an unacknowledged task is handed out again.
+        labels: labels the heartbeat reports.
         concurrency: worker processes.
     """
 
@@ -92,12 +120,15 @@ class AgentConfig:
     runtime: str = Runtime.TRITON.value
     broker_url: str = "redis://127.0.0.1:6379/0"
     model_repository: Path = Path("var/model-repository")
+    staging_dir: Path = Path("var/.model-repository.modelyard")
     bentoml_root: Path = Path("var/bentoml-agent")
     triton_grpc_url: str = ""
     load_deadline: float = 600.0
     unload_deadline: float = 120.0
     heartbeat_interval: float = 30.0
     lock_wait: float = 600.0
+    task_time_limit: float = 1800.0
+    visibility_timeout: float = 2400.0
     labels: dict[str, str] = field(default_factory=dict)
     concurrency: int = 4
 
@@ -116,38 +147,64 @@ class AgentConfig:
         raw: dict[str, str] = {}
         for setting in SETTINGS:
             value = values.get(setting.name)
-            if value is None:
+            if value is None or value == "" and setting.name == "host":
                 value = environ.get(setting.env) or setting.default
-            if value is None and not need_host and setting.name == "host":
-                value = ""
-            if value is None:
-                raise ConfigError(f"--{setting.name.replace('_', '-')} (or {setting.env}) is required")
             raw[setting.name] = value
-        return cls(
-            host=_host(raw["host"]),
+        if not raw["host"] and need_host:
+            raise ConfigError(f"{_flag('host')} is required: {SETTINGS[0].help}")
+        repository = Path(raw["model_repository"])
+        time_limit = _seconds("task_time_limit", raw["task_time_limit"], maximum=7 * MAX_SECONDS)
+        config = cls(
+            host=_host(raw["host"] or ""),
             runtime=_choice("runtime", raw["runtime"], [r.value for r in Runtime]),
             broker_url=_broker(raw["broker_url"]),
-            model_repository=Path(raw["model_repository"]),
+            model_repository=repository,
+            staging_dir=Path(raw["staging_dir"]) if raw["staging_dir"] else default_staging_dir(repository),
             bentoml_root=Path(raw["bentoml_root"]),
-            triton_grpc_url=raw["triton_grpc_url"].strip(),
+            triton_grpc_url=_host_port("triton_grpc_url", raw["triton_grpc_url"].strip()),
             load_deadline=_seconds("load_deadline", raw["load_deadline"]),
             unload_deadline=_seconds("unload_deadline", raw["unload_deadline"]),
-            heartbeat_interval=_seconds("heartbeat_interval", raw["heartbeat_interval"]),
+            heartbeat_interval=_seconds("heartbeat_interval", raw["heartbeat_interval"], minimum=0.5),
             lock_wait=_seconds("lock_wait", raw["lock_wait"]),
+            task_time_limit=time_limit,
+            visibility_timeout=(_seconds("visibility_timeout", raw["visibility_timeout"], maximum=7 * MAX_SECONDS)
+                                if raw["visibility_timeout"] else time_limit + 600),
             labels=_labels(raw["labels"]),
-            concurrency=int(_seconds("concurrency", raw["concurrency"], whole=True)),
+            concurrency=_count("concurrency", raw["concurrency"]),
         )
+        if config.load_deadline >= config.task_time_limit:
+            raise ConfigError(f"{_flag('load_deadline')} ({config.load_deadline:g} s) must be shorter than "
+                              f"{_flag('task_time_limit')} ({config.task_time_limit:g} s), which kills the task")
+        return config
 
     def as_environ(self) -> dict[str, str]:
         """The settings as environment variables, for the worker processes the agent forks."""
         values = {
             "host": self.host, "runtime": self.runtime, "broker_url": self.broker_url,
-            "model_repository": str(self.model_repository), "bentoml_root": str(self.bentoml_root),
-            "triton_grpc_url": self.triton_grpc_url, "load_deadline": f"{self.load_deadline:g}",
-            "unload_deadline": f"{self.unload_deadline:g}", "heartbeat_interval": f"{self.heartbeat_interval:g}",
-            "lock_wait": f"{self.lock_wait:g}", "labels": json.dumps(self.labels), "concurrency": str(self.concurrency),
+            "model_repository": str(self.model_repository), "staging_dir": str(self.staging_dir),
+            "bentoml_root": str(self.bentoml_root), "triton_grpc_url": self.triton_grpc_url,
+            "load_deadline": f"{self.load_deadline:g}", "unload_deadline": f"{self.unload_deadline:g}",
+            "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",
+            "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
+            "labels": json.dumps(self.labels), "concurrency": str(self.concurrency),
         }
         return {setting.env: values[setting.name] for setting in SETTINGS}
+
+    def shown(self) -> dict[str, str]:
+        """``as_environ`` with the broker URL's password masked, for printing."""
+        shown = self.as_environ()
+        parts = urlsplit(self.broker_url)
+        if parts.password:
+            netloc = parts.netloc.replace(f":{parts.password}@", ":****@")
+            shown["CELERY_BROKER_URL"] = urlunsplit(parts._replace(netloc=netloc))
+        return shown
+
+
+def default_staging_dir(repository: Path) -> Path:
+    """``.<repository name>.modelyard`` beside the repository (so on its file system when the
+    repository is a plain directory; a mount point needs ``--staging-dir`` inside the mount)."""
+    repository = repository.absolute()
+    return repository.parent / f".{repository.name}.modelyard"
 
 
 def _flag(name: str) -> str:
@@ -157,8 +214,7 @@ def _flag(name: str) -> str:
 
 def _host(value: str) -> str:
     if value and not NAME_PATTERN.match(value):
-        raise ConfigError(f"{_flag('host')} must be a registry name (lower-case letters, digits, '-' and '_'), "
-                          f"got {value!r}")
+        raise ConfigError(f"{_flag('host')} must be a registry name ({NAME_RULE}); got {value!r}")
     return value
 
 
@@ -169,20 +225,39 @@ def _choice(name: str, value: str, choices: list[str]) -> str:
 
 
 def _broker(value: str) -> str:
-    if not value.startswith(("redis://", "rediss://", "unix://")):
-        raise ConfigError(f"{_flag('broker_url')} must be a Redis URL (redis://host:6379/0), got {value!r}")
+    parts = urlsplit(value)
+    try:
+        parts.port  # noqa: B018 - parsing the port is the check
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
+        raise ConfigError(f"{_flag('broker_url')} must be a Redis URL such as redis://broker:6379/0; got {value!r}")
+    if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        raise ConfigError(f"{_flag('broker_url')} must end in a database number (redis://broker:6379/0); "
+                          f"got {value!r}")
     return value
 
 
-def _seconds(name: str, value: str, *, whole: bool = False) -> float:
+def _host_port(name: str, value: str) -> str:
+    if value and not HOST_PORT.match(value):
+        raise ConfigError(f"{_flag(name)} must be host:port (no scheme), such as 127.0.0.1:8001; got {value!r}")
+    return value
+
+
+def _seconds(name: str, value: str, *, minimum: float = 1.0, maximum: float = MAX_SECONDS) -> float:
     try:
-        number = int(value) if whole else float(value)
+        number = float(value)
     except ValueError:
-        number = 0
-    if not number > 0:
-        kind = "a positive whole number" if whole else "a positive number of seconds"
-        raise ConfigError(f"{_flag(name)} must be {kind}, got {value!r}")
+        number = math.nan
+    if not minimum <= number <= maximum:
+        raise ConfigError(f"{_flag(name)} must be a number of seconds from {minimum:g} to {maximum:g}; got {value!r}")
     return number
+
+
+def _count(name: str, value: str, maximum: int = 64) -> int:
+    if not value.isdigit() or not 1 <= int(value) <= maximum:
+        raise ConfigError(f"{_flag(name)} must be a whole number from 1 to {maximum}; got {value!r}")
+    return int(value)
 
 
 def _labels(value: str) -> dict[str, str]:
@@ -190,8 +265,10 @@ def _labels(value: str) -> dict[str, str]:
         labels = json.loads(value)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{_flag('labels')} is not JSON: {exc}") from exc
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise ConfigError(f"{_flag('labels')} must be a JSON object of strings, got {value!r}")
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and k.strip() and isinstance(v, str) for k, v in labels.items()):
+        raise ConfigError(f"{_flag('labels')} must be a JSON object of non-empty string keys and string values; "
+                          f"got {value!r}")
     return labels
 
 

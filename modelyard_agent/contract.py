@@ -1,9 +1,10 @@
 """The contract between the orchestrator and the host agents: queues, task names, payloads, reports.
 
-Both sides import this module and nothing else of each other. The orchestrator (the Django
+Both sides import this module for everything they say to each other. The orchestrator (the Django
 project's Celery workers) sends work to a host's queue by task name, and an agent reports back to
-the orchestrator's queue by task name, so neither needs the other's code; tasks travel as JSON
-(Celery's ``json`` serializer).
+the orchestrator's queue by task name, so neither imports the other's tasks; tasks travel as JSON
+(Celery's ``json`` serializer). The orchestrator also uses some of the agent package's Django-free
+helpers (``claims``, ``inference``, ``formats``); the agent imports nothing of the orchestrator.
 
 Every payload the orchestrator sends carries ``protocol``: the ``PROTOCOL_VERSION`` it was built
 for. An agent refuses a payload of a newer protocol than its own (``check_protocol``) and reports
@@ -174,11 +175,14 @@ class HeartbeatRequest(TypedDict):
 
 
 class AgentInfo(TypedDict):
-    """Who answered a heartbeat: the agent's package version, its protocol and the work it is
-    carrying out now (``[{"task", "model", "target_id"?, "since": unix seconds}]``)."""
+    """Who answered a heartbeat: the agent's package version, its protocol, when it started (unix
+    seconds; None when unknown) and the work it is carrying out now (``[{"task", "model",
+    "target_id"?, "since": unix seconds}]``). A target dispatched before ``started_at`` that is not in
+    ``working_on`` was dropped by a killed predecessor, and the orchestrator sends it again."""
 
     version: str
     protocol: int
+    started_at: float | None
     working_on: list[dict]
 
 
@@ -205,7 +209,8 @@ class UnsupportedProtocol(Exception):
 
     def __init__(self, sent: int):
         self.message = (f"this host agent speaks protocol {PROTOCOL_VERSION}, the orchestrator sent protocol "
-                        f"{sent}: upgrade the agent on this host (pip install -U modelyard-agent)")
+                        f"{sent}: upgrade the agent on this host (pip install -U ./modelyard_agent from the "
+                        "orchestrator's release)")
         super().__init__(self.message)
 
 

@@ -44,14 +44,15 @@ class HostAgent(Protocol):
 
 
 class TritonHostAgent:
-    """Triton: a model repository on disk, explicit load/unload over HTTP (``modelyard_agent.triton_host``)."""
+    """Triton: a model repository on disk, explicit load and unload over gRPC (over HTTP without a gRPC
+    address), ``modelyard_agent.triton_host``."""
 
     def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
         from modelyard_agent.triton_host import deploy_triton_version
 
         return deploy_triton_version(payload, model_repository=Path(settings().model_repository), report=report,
                                      load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
-                                     grpc_url=settings().triton_grpc_url)
+                                     grpc_url=settings().triton_grpc_url, staging_dir=settings().staging_dir)
 
     def heartbeat(self, request: dict) -> dict:
         from modelyard_agent.triton_host import collect_heartbeat

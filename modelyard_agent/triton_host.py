@@ -7,12 +7,13 @@ Layout on the host::
 
     <repo>/<model>/<version>/...              Triton model repository (immutable version dirs)
     <repo>/<model>/config.pbtxt               the config of the last load that served (versions, parameters)
-    <repo-parent>/.<repo-name>.modelyard/     agent state, same file system as the repository
+    <staging dir>/                            agent state, same file system as the repository
+                                              (default <repo-parent>/.<repo-name>.modelyard/)
         tmp/                                  downloads and extractions in progress
         versions/<model>/<version>/sha256     what a staged version dir was built from
         versions/<model>/<version>/config.pbtxt
 
-The rolling swap follows Triton's explicit model control (DESIGN.md): load the
+The rolling swap follows Triton's explicit model control (docs/architecture.md): load the
 new version beside the old ones with ``version_policy: specific``, check that
 exact version is READY, load again with only the new version, then wait until
 the old versions are really gone, since unload is asynchronous.
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import requests
 
+from modelyard_agent.config import default_staging_dir
 from modelyard_agent.contract import TargetState
 from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
 from modelyard_agent.formats.names import NAME_PATTERN
@@ -66,14 +68,20 @@ class StagingError(Exception):
 
 @dataclass(frozen=True)
 class AgentPaths:
-    """Where the agent keeps the model repository and its own state."""
+    """Where the agent keeps the model repository and its own state.
+
+    Attributes:
+        model_repository: Triton's model repository.
+        staging_dir: downloads in progress and what each staged version was built from; on the
+            repository's file system. None: ``config.default_staging_dir`` (beside the repository).
+    """
 
     model_repository: Path
+    staging_dir: Path | None = None
 
     @property
     def state_dir(self) -> Path:
-        repo = self.model_repository.resolve()
-        return repo.parent / f".{repo.name}.modelyard"
+        return self.staging_dir or default_staging_dir(self.model_repository.resolve())
 
     def version_dir(self, model: str, version: int) -> Path:
         return self.model_repository / model / str(version)
@@ -227,6 +235,7 @@ def deploy_triton_version(
     load_timeout: float = 600.0,
     unload_timeout: float = 120.0,
     grpc_url: str = "",
+    staging_dir: Path | None = None,
 ) -> dict:
     """Stage one model version on this host and make it the one Triton serves.
 
@@ -244,13 +253,14 @@ def deploy_triton_version(
         unload_timeout: the host's unload deadline: seconds to wait for replaced versions to unload.
         grpc_url: ``host:port`` of Triton's gRPC endpoint for loads and unloads (see
             ``TritonRuntime``); empty: over HTTP.
+        staging_dir: see ``AgentPaths``.
 
     Returns:
         ``{"state": "ready", "details": {...}}`` or
         ``{"state": "failed", "error": "...", "retryable": bool, "details": {...}}``;
         details hold ``previous_versions`` and step durations in seconds.
     """
-    paths = AgentPaths(Path(model_repository))
+    paths = AgentPaths(Path(model_repository), Path(staging_dir) if staging_dir else None)
     model, version = payload["model"], int(payload["version"])
     parameters = payload.get("parameters") or {}
     runtime = TritonRuntime(payload["inference_url"], load_timeout=load_timeout, grpc_url=grpc_url)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -40,36 +39,32 @@ LOCK_RETRY_SECONDS = 5
 # A report must outlive a broker restart or failover: publishing it is retried for about two
 # minutes (0, 0.5, 1, … then every 3 s) before the task gives up.
 REPORT_RETRY_POLICY = {"max_retries": 45, "interval_start": 0, "interval_step": 0.5, "interval_max": 3}
-TASK_TIME_LIMIT = int(os.environ.get("MODELYARD_TASK_TIME_LIMIT", "1800"))  # seconds
-# A message a killed agent took but never acknowledged goes back to the queue after this many
-# seconds; longer than any task may run, so a live task is never handed out twice.
-VISIBILITY_TIMEOUT = int(os.environ.get("MODELYARD_BROKER_VISIBILITY_TIMEOUT", str(TASK_TIME_LIMIT + 600)))
 
 # Not the process's current app: a process that also runs the orchestrator's app (its tests) keeps
 # that one as the app its shared tasks bind to.
 app = Celery("modelyard_agent", set_as_current=False)
 app.conf.update(
-    broker_url=os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/0"),
+    broker_url=settings().broker_url,
     task_ignore_result=True,
     task_serializer="json",
     accept_content=["json"],
     task_acks_late=True,
     task_reject_on_worker_lost=True,
     worker_prefetch_multiplier=1,
-    task_time_limit=TASK_TIME_LIMIT,
-    broker_transport_options={"visibility_timeout": VISIBILITY_TIMEOUT},
+    task_time_limit=settings().task_time_limit,
+    # A message a killed agent took but never acknowledged goes back to the queue after this many
+    # seconds; longer than any task may run, so a live task is never handed out twice.
+    broker_transport_options={"visibility_timeout": settings().visibility_timeout},
     broker_connection_retry_on_startup=True,
 )
 
 
 def agent_version() -> str:
-    """The installed ``modelyard-agent`` distribution's version, or ``unknown`` when run from a checkout."""
-    for name in ("modelyard-agent", "modelyard"):
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown"
+    """The installed ``modelyard-agent`` distribution's version, or ``unknown`` when it is not installed."""
+    try:
+        return metadata.version("modelyard-agent")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _broker() -> redis.Redis:
@@ -234,11 +229,16 @@ def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
 
 
 def _refused(payload: dict) -> str | None:
-    """Why this agent will not act on ``payload`` (a newer protocol, or a malformed one), else None."""
+    """Why this agent will not act on ``payload`` (a newer protocol, a malformed one, or one for a host
+    of another runtime than this agent's ``--runtime``), else None."""
     try:
         contract.check_protocol(payload)
     except (UnsupportedProtocol, ValueError) as exc:
         return str(exc)
+    runtime = payload.get("runtime") or contract.Runtime.TRITON
+    if runtime != settings().runtime:
+        return (f"this agent runs with --runtime {settings().runtime}, but host {payload.get('host')!r} is "
+                f"registered as a {runtime} host: fix the host's runtime or the agent's --runtime")
     return None
 
 
@@ -307,7 +307,7 @@ def report_heartbeat(request: dict) -> None:
 
 
 def _send_heartbeat(request: dict) -> None:
-    report = host_agent(request.get("runtime")).heartbeat(request)
+    report = host_agent(settings().runtime).heartbeat(request)  # this host's runtime, whatever was registered
     report["agent"] = agent_info(request["host"])
     if refusal := _refused(request):
         report["errors"] = [refusal, *report.get("errors", [])]

@@ -333,16 +333,30 @@ def test_triton_runs_with_explicit_model_control(services):
     assert "--model-control-mode=explicit" in command_args(services["triton"])
 
 
-def test_the_agent_stages_into_the_model_repository_that_triton_serves(services):
+def _volume_and_path(service: dict, path: str) -> tuple[str, str]:
+    """The named volume under ``path`` in ``service`` and the path inside that volume."""
+    for source, target in mounts(service):
+        if path == target or path.startswith(target.rstrip("/") + "/"):
+            return source, path[len(target):].strip("/")
+    return "", path
+
+
+def test_the_agent_stages_into_the_model_repository_that_triton_serves_on_the_same_volume(services):
+    from modelyard_agent.config import default_staging_dir
+
     agent, triton = services["agent"], services["triton"]
     agent_repo = environment(agent)["MODELYARD_AGENT_MODEL_REPOSITORY"]
-    agent_volume = {target: source for source, target in mounts(agent)}.get(agent_repo)
-    assert is_named_volume(agent_volume or ""), f"the agent's {agent_repo} is not a named volume"
+    agent_volume, inside = _volume_and_path(agent, agent_repo)
+    assert is_named_volume(agent_volume), f"the agent's {agent_repo} is not on a named volume"
 
     repo_args = [arg.split("=", 1)[1] for arg in command_args(triton) if arg.startswith("--model-repository=")]
     assert len(repo_args) == 1, command_args(triton)
-    triton_volume = {target: source for source, target in mounts(triton)}.get(repo_args[0])
-    assert triton_volume == agent_volume, (agent_volume, triton_volume)
+    assert _volume_and_path(triton, repo_args[0]) == (agent_volume, inside)
+    # Staging renames version directories into the repository: the staging directory must be on that volume too.
+    staging = str(default_staging_dir(Path(agent_repo)))  # an absolute path: the same on any machine
+    assert _volume_and_path(agent, staging)[0] == agent_volume, staging
+    init = " ".join(command_args(services["model-repository-init"]))
+    assert f"mkdir -p {repo_args[0]}" in init and "chown 10001:10001" in init
 
 
 def test_the_agent_is_the_agent_package_alone_started_with_modelyard_agent_and_waits_for_triton(services):

@@ -237,7 +237,7 @@ def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifa
     root, url = agent_root
     settings.TRY_IT_ROUTE = route
     if route == "agent":  # the host's agent, which sends the request to its nginx
-        request.getfixturevalue("start_celery_worker")("host.bento-host",
+        request.getfixturevalue("start_celery_worker")("host.bento-host", runtime="bentoml",
                                                        env={"MODELYARD_AGENT_BENTOML_ROOT": str(root)})
     assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
     signature = make_payload(bentos["v1"], "", url, 1)["signature"]

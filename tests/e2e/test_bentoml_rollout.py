@@ -67,7 +67,7 @@ def bento_host(s3_endpoint, start_celery_worker, bentos, agent_root):
     agents = []
 
     def start_agent():
-        agents.append(start_celery_worker(f"host.{HOST}",
+        agents.append(start_celery_worker(f"host.{HOST}", runtime="bentoml",
                                           env={**env, "MODELYARD_AGENT_BENTOML_ROOT": str(root)}))
 
     start_agent()
