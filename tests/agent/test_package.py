@@ -1,6 +1,7 @@
 """The host agent is a package of its own: it imports without Django, boto3 or a database driver,
 its settings are checked, and it refuses payloads of a protocol newer than its own."""
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -52,13 +53,22 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
 
 
 @pytest.mark.parametrize("values,says", [
-    ({}, "--host (or MODELYARD_AGENT_HOST) is required"),
-    ({"host": "GPU/0"}, "--host (MODELYARD_AGENT_HOST) must be a registry name"),
+    ({}, "--host (MODELYARD_AGENT_HOST) is required"),
+    ({"host": ""}, "--host (MODELYARD_AGENT_HOST) is required"),
+    ({"host": "GPU/0"}, "--host (MODELYARD_AGENT_HOST) must be a registry name (1-63 characters"),
     ({"host": "gpu-0", "runtime": "vllm"}, "must be one of triton, bentoml"),
-    ({"host": "gpu-0", "load_deadline": "soon"}, "--load-deadline (MODELYARD_AGENT_LOAD_TIMEOUT) must be a positive"),
+    ({"host": "gpu-0", "load_deadline": "soon"}, "--load-deadline (MODELYARD_AGENT_LOAD_TIMEOUT) must be a number"),
+    ({"host": "gpu-0", "load_deadline": "inf"}, "from 1 to 86400"),
+    ({"host": "gpu-0", "heartbeat_interval": "1e-9"}, "from 0.5 to 86400"),
+    ({"host": "gpu-0", "load_deadline": "2000"}, "must be shorter than --task-time-limit"),
     ({"host": "gpu-0", "broker_url": "amqp://x"}, "must be a Redis URL"),
-    ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of strings"),
-    ({"host": "gpu-0", "concurrency": "0"}, "must be a positive whole number"),
+    ({"host": "gpu-0", "broker_url": "redis://"}, "must be a Redis URL"),
+    ({"host": "gpu-0", "broker_url": "redis://h:notaport/0"}, "must be a Redis URL"),
+    ({"host": "gpu-0", "broker_url": "redis://h:6379/abc"}, "must end in a database number"),
+    ({"host": "gpu-0", "triton_grpc_url": "http://127.0.0.1:8001"}, "must be host:port (no scheme)"),
+    ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of non-empty string keys"),
+    ({"host": "gpu-0", "labels": '{"": "x"}'}, "must be a JSON object of non-empty string keys"),
+    ({"host": "gpu-0", "concurrency": "0"}, "must be a whole number from 1 to 64"),
 ])
 def test_a_bad_setting_is_refused_naming_its_flag_and_variable(values, says):
     with pytest.raises(ConfigError) as refused:
@@ -71,10 +81,39 @@ def test_the_command_exits_2_with_the_reason_for_a_bad_setting_and_prints_good_o
     bad = subprocess.run([agent, "--host", "gpu-0", "--runtime", "vllm"], capture_output=True, text=True, timeout=60,
                          env={"PATH": "/usr/bin:/bin"})
     assert bad.returncode == 2 and "must be one of triton, bentoml" in bad.stderr
-    good = subprocess.run([agent, "--host", "gpu-0", "--print-config"], capture_output=True, text=True, timeout=60,
+    good = subprocess.run([agent, "--host", "gpu-0", "--print-config", "--broker-url", "redis://:s3cret@b:6379/1"],
+                          capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "MODELYARD_AGENT_LOAD_TIMEOUT": "75"})
     assert good.returncode == 0, good.stderr
     assert "MODELYARD_AGENT_HOST=gpu-0\n" in good.stdout and "MODELYARD_AGENT_LOAD_TIMEOUT=75\n" in good.stdout
+    assert "CELERY_BROKER_URL=redis://:****@b:6379/1\n" in good.stdout and "s3cret" not in good.stdout
+
+
+def test_the_command_refuses_a_host_it_could_not_serve(tmp_path):
+    from modelyard_agent.cli import check_host
+
+    with pytest.raises(ConfigError, match="is not a directory"):
+        check_host(AgentConfig(host="gpu-0", model_repository=tmp_path / "missing"))
+    (tmp_path / "models").mkdir()
+    shm = Path("/dev/shm")  # a tmpfs: another file system than tmp_path's, on every Linux host
+    if shm.is_dir() and shm.stat().st_dev != tmp_path.stat().st_dev:
+        elsewhere = shm / f"modelyard-{tmp_path.name}"
+        try:
+            with pytest.raises(ConfigError, match="is on another file system"):
+                check_host(AgentConfig(host="gpu-0", model_repository=tmp_path / "models", staging_dir=elsewhere))
+        finally:
+            shutil.rmtree(elsewhere, ignore_errors=True)
+    check_host(AgentConfig(host="gpu-0", model_repository=tmp_path / "models", staging_dir=tmp_path / "staging"))
+    assert (tmp_path / "staging").is_dir()
+
+
+def test_a_task_for_a_host_of_another_runtime_is_refused_naming_both(agent_settings):
+    from modelyard_agent.worker import _refused
+
+    agent_settings(runtime="triton")
+    assert _refused({"protocol": 2, "host": "gpu-0", "runtime": "triton"}) is None
+    refusal = _refused({"protocol": 2, "host": "gpu-0", "runtime": "bentoml"})
+    assert "--runtime triton" in refusal and "registered as a bentoml host" in refusal
 
 
 @pytest.mark.parametrize("payload", [{}, {"protocol": 1}, {"protocol": contract.PROTOCOL_VERSION}])
