@@ -33,6 +33,7 @@ from tests.e2e.support import Heartbeats, Traffic, upload, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import (
     BIN,
+    TEST_BROKER_URL,
     _spawn,
     _without_service_credentials,
     free_port,
@@ -62,7 +63,7 @@ for target in sys.argv[1:]:
 
 
 @pytest.fixture
-def fleet(network_namespaces, start_triton, start_celery_worker, tmp_path, settings):
+def fleet(request, network_namespaces, start_triton, start_celery_worker, tmp_path, settings):
     subnet = network_namespaces(len(HOSTS))
     gateway = subnet.gateway
     services = []
@@ -90,6 +91,7 @@ def fleet(network_namespaces, start_triton, start_celery_worker, tmp_path, setti
     start_celery_worker("default", env={"CELERY_BROKER_URL": broker, "MODELYARD_S3_ENDPOINT_URL": s3_url},
                         concurrency=2)
     point_celery_at(broker)
+    request.addfinalizer(lambda: point_celery_at(TEST_BROKER_URL))  # the shared test broker again, after
 
     namespaces = dict(zip(HOSTS, subnet.namespaces, strict=True))
     tritons = {name: start_triton(netns=namespaces[name]) for name in HOSTS}
