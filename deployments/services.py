@@ -403,16 +403,22 @@ def serving_now(**filters) -> list[DeploymentTarget]:
         filters: narrow the READY targets considered (``host=``, ``host__in=``, ``deployment__model=`` …).
 
     Returns:
-        One DeploymentTarget per (host, model), with its host, model and version loaded (one SQL
-        query), ordered by host name, then model name.
+        One DeploymentTarget per (host, model), with its host, model and version loaded, ordered by
+        host name, then model name. Two SQL queries: the fold reads three columns of every READY
+        target (older targets stay READY when a newer deployment replaces them, so there are many),
+        and only the winners are loaded whole.
     """
-    latest: dict[tuple[int, int], DeploymentTarget] = {}
-    targets = (DeploymentTarget.objects.filter(state=TargetState.READY, **filters)
-               .select_related("host", "deployment__model", "deployment__version")
-               .order_by("deployment__created_at", "deployment_id"))
-    for target in targets:  # oldest first: the newest deployment's target is written last
-        latest[(target.host_id, target.deployment.model_id)] = target
-    return sorted(latest.values(), key=lambda t: (t.host.name, t.deployment.model.name))
+    latest: dict[tuple[int, int], int] = {}
+    rows = (DeploymentTarget.objects.filter(state=TargetState.READY, **filters)
+            .order_by("deployment__created_at", "deployment_id")
+            .values_list("pk", "host_id", "deployment__model_id"))
+    for pk, host_id, model_id in rows:  # oldest first: the newest deployment's target is written last
+        latest[(host_id, model_id)] = pk
+    if not latest:
+        return []
+    targets = (DeploymentTarget.objects.filter(pk__in=latest.values())
+               .select_related("host", "deployment__model", "deployment__version"))
+    return sorted(targets, key=lambda t: (t.host.name, t.deployment.model.name))
 
 
 def get_host(name: str) -> ServingHost:

@@ -143,7 +143,7 @@ def _reported_versions(heartbeat: dict) -> set[tuple[str, int]]:
 
 def served_bento_versions() -> dict[int, set[tuple[str, int]]]:
     """What each BentoML host serves: ``{host id: {(model, version)}}``, from its last heartbeat and
-    from the newest READY deployment target of each model there; two SQL queries."""
+    from the newest READY deployment target of each model there; at most three SQL queries."""
     served: dict[int, set[tuple[str, int]]] = {}
     for host_id, heartbeat in ServingHost.objects.filter(runtime=Runtime.BENTOML).values_list("pk", "heartbeat"):
         served[host_id] = _reported_versions(heartbeat)
@@ -157,7 +157,7 @@ def scrape_target_groups() -> list[dict]:
 
     Returns:
         A list of ``{"targets": [...], "labels": {...}}``, ordered by host name, each host's
-        ``metrics_url`` group before its BentoML version groups; three SQL queries.
+        ``metrics_url`` group before its BentoML version groups; at most four SQL queries.
     """
     served = served_bento_versions()
     groups = []
