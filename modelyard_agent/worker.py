@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cache
 from importlib import metadata
 
 import redis
@@ -68,7 +69,14 @@ def agent_version() -> str:
 
 
 def _broker() -> redis.Redis:
-    return redis.Redis.from_url(app.conf.broker_url)
+    """A client of the broker's Redis (claims, locks and the working set live there), one connection
+    pool per broker URL and process: a task asks it several times."""
+    return _client(app.conf.broker_url)
+
+
+@cache
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)  # redis-py's pool reconnects in a forked worker process
 
 
 def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
@@ -242,6 +250,20 @@ def _refused(payload: dict) -> str | None:
     return None
 
 
+def _stood_down(target_id: int, held: str | None) -> bool:
+    """Act on a claim another side holds: a cancelled target is reported cancelled; a superseded one
+    (sent again under a new claim after an agent restart) is left to that newer message. Returns
+    True when the target must not be started; False for no claim yet, or this message's own."""
+    if held == CANCELLED:  # cancelled while it waited in the queue or for the lock
+        logger.info("target %s was cancelled while queued; not starting it", target_id)
+        _report(target_id, TargetState.CANCELLED, "the rollout was cancelled before this host started")
+        return True
+    if held == SUPERSEDED:
+        logger.info("target %s was sent again since this message; leaving it to the newer one", target_id)
+        return True
+    return False
+
+
 @app.task(name=AgentTask.DEPLOY.value, acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Stage, load and cut over one model version, reporting each step.
@@ -259,13 +281,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
         _report(target_id, TargetState.FAILED, refusal)
         return
     claim = payload.get("claim") or str(target_id)
-    held = target_claim(_broker(), claim)
-    if held == SUPERSEDED:  # sent again under a new claim after an agent restart; that message acts
-        logger.info("target %s was sent again since this message; leaving it to the newer one", target_id)
-        return
-    if held == CANCELLED:  # cancelled while it waited in the queue or for the lock
-        logger.info("target %s was cancelled while queued; not starting it", target_id)
-        _report(target_id, TargetState.CANCELLED, "the rollout was cancelled before this host started")
+    if _stood_down(target_id, target_claim(_broker(), claim)):
         return
     lock = host_model_lock(payload.get("host", ""), payload["model"], payload.get("load_deadline"))
     if not _acquire_or_take_over(lock, self.request.id):
@@ -278,11 +294,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
     held = claim_target(_broker(), claim, STARTED)
     if held != STARTED:
         _release(lock, f"for a {held} target")
-        if held == CANCELLED:
-            logger.info("target %s was cancelled while queued; not starting it", target_id)
-            _report(target_id, TargetState.CANCELLED, "the rollout was cancelled before this host started")
-        else:
-            logger.info("target %s was sent again since this message; leaving it to the newer one", target_id)
+        _stood_down(target_id, held)
         return
     try:
         with working_on(AgentTask.DEPLOY, payload, self.request.id), heartbeats_meanwhile(payload):
