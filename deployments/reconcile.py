@@ -17,7 +17,6 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-import redis
 from django.conf import settings
 from django.utils import timezone
 
@@ -162,8 +161,9 @@ def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now
 def _first_repair_in_backoff(host: str, model: str) -> bool:
     """True once per ``RECONCILE_BACKOFF`` seconds for a (host, model): a key set in the broker's Redis
     with that expiry, so every orchestrator worker shares it."""
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    return bool(client.set(f"modelyard:repair-stuck:{host}:{model}", "1", nx=True,
+    from modelyard.celery import broker
+
+    return bool(broker().set(f"modelyard:repair-stuck:{host}:{model}", "1", nx=True,
                            ex=max(1, int(settings.RECONCILE_BACKOFF))))
 
 

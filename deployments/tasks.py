@@ -8,14 +8,13 @@ name, so it never touches the database and shares no code with these tasks but t
 
 import logging
 
-import redis
 from celery import shared_task
 from django.conf import settings
 
 from deployments.choices import TERMINAL_TARGET_STATES, TargetState
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
-from modelyard.celery import DATABASE_ERRORS, app
+from modelyard.celery import DATABASE_ERRORS, app, broker
 from modelyard_agent.contract import PROTOCOL_VERSION, AgentTask, OrchestratorTask, host_queue
 from registry.storage import ArtifactStore, StorageError
 
@@ -73,7 +72,6 @@ def resend_target(target_id: int, dispatched_at: str) -> bool:
     from django.utils.dateparse import parse_datetime
 
     from deployments.choices import ACTIVE_TARGET_STATES
-    from modelyard.celery import broker
     from modelyard_agent.claims import claim_key, supersede
 
     seen = parse_datetime(dispatched_at)
@@ -134,10 +132,10 @@ def request_heartbeats() -> int:
     in Redis. Returns the number of hosts asked.
     """
     hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url", "runtime"))
-    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = broker()
     asked = 0
     for name, inference_url, metrics_url, runtime in hosts:
-        if broker.llen(host_queue(name)):  # Celery's Redis transport keeps each queue as a list of that name
+        if client.llen(host_queue(name)):  # Celery's Redis transport keeps each queue as a list of that name
             continue
         asked += 1
         send_to_host(name, AgentTask.HEARTBEAT,

@@ -52,6 +52,7 @@ from prometheus_client.utils import floatToGoString
 
 from deployments.choices import TERMINAL_TARGET_STATES, DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
+from modelyard_agent.contract import ORCHESTRATOR_QUEUE, host_queue
 from registry.choices import VersionStatus
 from registry.models import ModelVersion, RegisteredModel
 
@@ -59,7 +60,7 @@ logger = logging.getLogger(__name__)
 
 STEP_BUCKETS_SECONDS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600)
 STEPS = ("stage", "load", "cutover")
-DEFAULT_QUEUE = "default"
+DEFAULT_QUEUE = ORCHESTRATOR_QUEUE
 # kombu's Redis transport keeps messages sent with a priority in sibling lists
 # named "<queue>\x06\x16<priority>"; messages without one sit in "<queue>".
 PRIORITY_SEPARATOR = "\x06\x16"
@@ -139,7 +140,7 @@ def celery_queue_lengths(host_names: list[str], broker_url: str) -> dict[str, in
         ``{queue: count}``, or None when the broker cannot be reached within
         ``BROKER_TIMEOUT_SECONDS`` or the URL is not a Redis one. One round trip.
     """
-    queues = [DEFAULT_QUEUE, *(f"host.{name}" for name in host_names)]
+    queues = [DEFAULT_QUEUE, *(host_queue(name) for name in host_names)]
     try:
         client = redis.Redis.from_url(
             broker_url, socket_connect_timeout=BROKER_TIMEOUT_SECONDS, socket_timeout=BROKER_TIMEOUT_SECONDS

@@ -123,10 +123,9 @@ def stuck_report(host, minutes: float, state: str = "LOADING", version: int = 2)
 
 @pytest.fixture
 def repair_backoff_reset():
-    import redis
-    from django.conf import settings
+    from modelyard.celery import broker
 
-    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    client = broker()  # the broker's Redis, where the reconciler keeps its backoff keys
     client.delete(*client.keys("modelyard:repair-stuck:*") or ["none"])
     yield
 
