@@ -28,7 +28,6 @@ from modelyard_agent.inference import InferenceRefused, infer
 from registry.services import get_version
 
 TRY_TIMEOUT_S = 10.0
-ROUTES = ("agent", "direct")
 
 
 def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int | None = None) -> dict:

@@ -5,11 +5,8 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from deployments.choices import DeploymentStatus, FailurePolicy, RolloutTrigger, Runtime, TargetState
-from modelyard_agent.contract import host_queue
+from modelyard_agent.contract import MAX_DEADLINE_SECONDS, host_queue
 from registry.models import ModelVersion, RegisteredModel
-
-# One day: a deadline longer than that is a host that is down, not a load that is slow.
-MAX_DEADLINE_SECONDS = 86400
 
 
 class ServingHost(models.Model):

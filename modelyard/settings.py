@@ -287,8 +287,9 @@ AGENT_UNLOAD_TIMEOUT = env_float("MODELYARD_AGENT_UNLOAD_TIMEOUT", 120.0)
 AGENT_BENTOML_ROOT = env_str("MODELYARD_AGENT_BENTOML_ROOT", str(VAR_DIR / "bentoml-agent"))
 # How "Try it" reaches a host (deployments/inference.py): "agent", over the broker through the host's
 # agent (the web tier need not reach the serving network), or "direct" to its inference_url.
+TRY_IT_ROUTES = ("agent", "direct")
 TRY_IT_ROUTE = env_str("MODELYARD_TRY_IT_ROUTE", "agent")
-if TRY_IT_ROUTE not in ("agent", "direct"):
+if TRY_IT_ROUTE not in TRY_IT_ROUTES:
     raise ImproperlyConfigured(f"MODELYARD_TRY_IT_ROUTE must be agent or direct, not {TRY_IT_ROUTE!r}")
 
 LOGGING = {

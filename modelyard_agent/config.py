@@ -40,10 +40,10 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from modelyard_agent.contract import Runtime
+from modelyard_agent.contract import MAX_DEADLINE_SECONDS, Runtime
 from modelyard_agent.formats.names import NAME_PATTERN, NAME_RULE
 
-MAX_SECONDS = 86_400.0
+MAX_SECONDS = float(MAX_DEADLINE_SECONDS)
 HOST_PORT = re.compile(r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}$")
 
 

@@ -27,6 +27,10 @@ from typing import NotRequired, TypedDict
 
 PROTOCOL_VERSION = 2
 
+# The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
+# day; a deadline longer than that is a host that is down, not a load that is slow.
+MAX_DEADLINE_SECONDS = 86_400
+
 ORCHESTRATOR_QUEUE = "default"
 HOST_QUEUE_PREFIX = "host."
 

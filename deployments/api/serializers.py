@@ -1,5 +1,6 @@
 """Serializers of the deployments API."""
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -165,7 +166,7 @@ class InferenceResultSerializer(serializers.Serializer):
     shapes = serializers.DictField(child=serializers.ListField(child=serializers.IntegerField()))
     latency_ms = serializers.FloatField(help_text="the runtime's round trip, milliseconds, measured where the "
                                                   "request was sent from (the host's agent, or the web tier)")
-    route = serializers.ChoiceField(choices=["agent", "direct"],
+    route = serializers.ChoiceField(choices=settings.TRY_IT_ROUTES,
                                     help_text="agent: over the broker through the host's agent; direct: to its "
                                               "inference URL (MODELYARD_TRY_IT_ROUTE)")
     route_ms = serializers.FloatField(help_text="the whole call as the web tier saw it, milliseconds")
