@@ -1,7 +1,7 @@
 # Local development entry points. Every step is idempotent and skips itself
 # quickly when its work is already done.
 #
-#   make install   virtualenv + Python deps, Prometheus, nginx and Chromium (Debian), Triton (.stack/)
+#   make install   virtualenv + Python deps, Prometheus, nginx and Chromium (Debian), Triton and perf_analyzer (.stack/)
 #   make run       install, then start the whole local stack (scripts/stack.sh)
 #   make stop      stop what `make run` started
 #   make status    one line per service, up or down
@@ -18,12 +18,12 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-nginx install-triton install-browser run stop status test lint bench
+.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser run stop status test lint bench
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
 
-install: install-python install-prometheus install-nginx install-triton install-browser
+install: install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser
 
 install-python: $(VENV_MARKER)
 
@@ -54,6 +54,11 @@ install-nginx:
 # The script keeps its own marker in .stack/ and exits at once when done.
 install-triton:
 	scripts/install_triton.sh
+
+# Triton's perf_analyzer (unpacked from the tritonclient 2.41 wheel) and Debian's wrk, which
+# performance cards are measured with; marker in .stack/, exits at once when done.
+install-perf-analyzer: install-python
+	scripts/install_perf_analyzer.sh
 
 # Debian's Chromium, which the browser tests drive through Playwright (whose own browser
 # download is not used). The package lists are refreshed only when the install needs it.

@@ -22,6 +22,8 @@ class AuditAction(models.TextChoices):
     DEPLOYMENT_CHANGED = "deployment.changed", "Rollout paused, resumed, cancelled or rolled back"
     MODEL_UNLOADED = "host_model.unloaded", "Model unloaded from a host"
     MODEL_RELOADED = "host_model.reloaded", "Model reloaded on a host"
+    PROFILE_STARTED = "profile.started", "Performance profile started"
+    PROFILE_CANCELLED = "profile.cancelled", "Performance profile cancelled"
     TOKEN_CREATED = "token.created", "API token created"
     TOKEN_REVOKED = "token.revoked", "API token revoked"
     TEAM_CREATED = "team.created", "Team created"

@@ -20,7 +20,7 @@ from django.utils import timezone
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger
 from deployments.models import DeploymentTarget
 from deployments.services import create_rollout, serving_now
-from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
+from modelyard_agent.formats.triton_config import instance_groups_of
 
 logger = logging.getLogger(__name__)
 
@@ -48,15 +48,7 @@ def instance_groups(target: DeploymentTarget) -> list[dict]:
     groups = (target.deployment.config_overrides or {}).get("instance_group")
     if groups:
         return [dict(g) for g in groups]
-    try:
-        cfg = parse_model_config(target.deployment.version.config_text or "")
-    except ModelConfigError:
-        return [{"count": 1}]
-    from google.protobuf import json_format
-
-    return [json_format.MessageToDict(g, preserving_proto_field_name=True) for g in cfg.instance_group] or [
-        {"count": 1}
-    ]
+    return instance_groups_of(target.deployment.version.config_text or "")
 
 
 def decide(instances: int, queue_ms: float, bounds: dict) -> int:

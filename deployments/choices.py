@@ -36,6 +36,30 @@ class TargetState(models.TextChoices):
     UNLOADED = contract.TargetState.UNLOADED.value, "Unloaded (by hand or for idleness)"
 
 
+class ProfileStatus(models.TextChoices):
+    """Where a performance profile stands (the values are ``modelyard_agent.contract.ProfileStatus``'s)."""
+
+    QUEUED = contract.ProfileStatus.QUEUED.value, "Queued for the host's agent"
+    RUNNING = contract.ProfileStatus.RUNNING.value, "Measuring"
+    SUCCEEDED = contract.ProfileStatus.SUCCEEDED.value, "Done"
+    FAILED = contract.ProfileStatus.FAILED.value, "Failed"
+    CANCELLED = contract.ProfileStatus.CANCELLED.value, "Cancelled"
+
+
+ACTIVE_PROFILE_STATES = frozenset({ProfileStatus.QUEUED, ProfileStatus.RUNNING})
+# A report may arrive after the orchestrator ended a profile (a cancel of a queued profile, a
+# stalled one failed by the reconciler): only these moves are taken, the rest are ignored.
+PROFILE_TRANSITIONS: dict[str, frozenset[str]] = {
+    ProfileStatus.QUEUED: frozenset({ProfileStatus.RUNNING, ProfileStatus.SUCCEEDED, ProfileStatus.FAILED,
+                                     ProfileStatus.CANCELLED}),
+    ProfileStatus.RUNNING: frozenset({ProfileStatus.RUNNING, ProfileStatus.SUCCEEDED, ProfileStatus.FAILED,
+                                      ProfileStatus.CANCELLED}),
+    ProfileStatus.SUCCEEDED: frozenset(),
+    ProfileStatus.FAILED: frozenset(),
+    ProfileStatus.CANCELLED: frozenset(),
+}
+
+
 STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,
               TargetState.CUTTING_OVER)
 ACTIVE_TARGET_STATES = frozenset(STEP_ORDER)

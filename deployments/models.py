@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from deployments.choices import DeploymentStatus, FailurePolicy, RolloutTrigger, Runtime, TargetState
+from deployments.choices import DeploymentStatus, FailurePolicy, ProfileStatus, RolloutTrigger, Runtime, TargetState
 from modelyard_agent.contract import MAX_DEADLINE_SECONDS, host_queue
 from registry.models import ModelVersion, RegisteredModel
 
@@ -229,3 +229,54 @@ class RolloutEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.deployment_id}: {self.from_status} -> {self.to_status}"
+
+
+class Profile(models.Model):
+    """A performance card: one model version measured on one host under a sweep of serving configs.
+
+    The host's agent loads a copy of the version under a name of its own for each config of
+    ``sweep`` (``modelyard_agent.profiling.sweep.Sweep.as_dict``) and runs Triton's perf_analyzer
+    (wrk for BentoML) at each concurrency level. ``rows`` are its measurements
+    (``modelyard_agent.contract.ProfileRow``: throughput in inferences/s, latencies in ms, memory in
+    bytes), reported as they come; ``step`` is what the agent does now. ``slo_p99_ms`` is the
+    latency target the recommendation is chosen for (``recommended``).
+    """
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="profiles")
+    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="profiles")
+    status = models.CharField(max_length=16, choices=ProfileStatus.choices, default=ProfileStatus.QUEUED)
+    sweep = models.JSONField(help_text="the checked sweep: configs, concurrency levels, measurement settings")
+    slo_p99_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.001)],
+                                   help_text="client p99 latency target, milliseconds")
+    rows = models.JSONField(default=list, blank=True)
+    step = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["version", "status", "-created_at"], name="profile_version_idx"),
+                   models.Index(fields=["host", "status"], name="profile_host_idx")]
+
+    def __str__(self) -> str:
+        return f"profile {self.pk} of {self.version} on {self.host_id}"
+
+    @property
+    def runs(self) -> int:
+        """Measurements the sweep holds: configs × concurrency levels."""
+        return len(self.sweep.get("configs") or []) * len(self.sweep.get("concurrency") or [])
+
+    @property
+    def recommended(self) -> dict | None:
+        """The config with the highest throughput whose p99 meets ``slo_p99_ms``, and its concurrency
+        (``modelyard_agent.profiling.card.recommend``); None when no row meets it."""
+        from modelyard_agent.profiling.card import recommend
+
+        return recommend(self.rows, self.slo_p99_ms)

@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass
 
 from deployments.models import DeploymentTarget, ServingHost
+from deployments.profiles import card_gpu_bytes
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from registry.models import ModelVersion
 
@@ -53,7 +54,8 @@ def plan(candidates: list[HostCapacity], *, footprint_bytes: int | None, replica
 
 
 def measured_footprint(version: ModelVersion) -> int | None:
-    """The GPU bytes the newest successful load of ``version`` took on any host, or None."""
+    """The GPU bytes the newest successful load of ``version`` took on any host; before any load, what
+    its performance card measured (``deployments.profiles.card_gpu_bytes``); else None."""
     for details in (
         DeploymentTarget.objects.filter(deployment__version=version, state="ready")
         .order_by("-updated_at").values_list("details", flat=True)[:20]
@@ -61,7 +63,7 @@ def measured_footprint(version: ModelVersion) -> int | None:
         gpu = ((details or {}).get("footprint_bytes") or {}).get("gpu")
         if isinstance(gpu, int | float) and gpu > 0:
             return int(gpu)
-    return None
+    return card_gpu_bytes(version)
 
 
 def free_gpu_memory(hosts: list[ServingHost]) -> dict[str, int | None]:

@@ -203,9 +203,13 @@ def fail_stalled_targets(*, now=None) -> list[Repair]:
 
 
 def reconcile_fleet() -> list[Repair]:
-    """Fail stalled targets, advance running rollouts, then reconcile every host. Returns the repairs."""
+    """Fail stalled targets and profiles, advance running rollouts, then reconcile every host. Returns the
+    repairs (profiles failed are logged, not counted)."""
+    from deployments.profiles import fail_stalled_profiles
     from deployments.rollouts import advance_running_rollouts
 
+    for profile_id in fail_stalled_profiles():
+        logger.warning("profile %s failed: its host's agent stopped reporting", profile_id)
     repairs = fail_stalled_targets()
     advance_running_rollouts()
     for host in ServingHost.objects.order_by("name"):

@@ -135,7 +135,7 @@ def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
-    actor=None, authorize=None,
+    actor=None, authorize=None, config: str = "",
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -153,6 +153,8 @@ def start_deployment(
         config_overrides: a partial Triton model config (instance_group, dynamic_batching,
             max_batch_size) applied at load on every host.
         autoscale: bounds for the autoscaler (see ``check_autoscale``); None or {} for none.
+        config: ``"recommended"``: serve with the config the version's performance card recommends
+            (``deployments.profiles.recommended_overrides``), instead of ``config_overrides``.
         actor: the requesting user.
         authorize: ``authorize(model_version, hosts)``, called once the hosts are chosen and before
             anything is written; it raises (e.g. ``Forbidden``) to refuse the rollout. The API and
@@ -173,6 +175,14 @@ def start_deployment(
     if version is not None and alias:
         raise InvalidInput("give either a version or an alias to follow, not both")
     model_version = resolve_alias(model_name, alias) if alias else get_version(model_name, version)
+    if config:
+        from deployments.profiles import recommended_overrides
+
+        if config != "recommended":
+            raise InvalidInput(f'config must be "recommended" (the performance card\'s), got {config!r}')
+        if config_overrides:
+            raise InvalidInput('give either config_overrides or "config": "recommended", not both')
+        config_overrides = recommended_overrides(model_version)
     if host_names and selector:
         raise InvalidInput("choose hosts by name or by selector, not both")
     if host_names:
@@ -229,7 +239,7 @@ def create_rollout(
         overrides = check_config_overrides(config_overrides)
     except ModelConfigError as exc:
         raise InvalidInput(str(exc)) from exc
-    limits = check_autoscale(autoscale)
+    limits = check_autoscale(autoscale, version=model_version)
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
@@ -287,13 +297,16 @@ def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, 
 AUTOSCALE_KEYS = ("min_instances", "max_instances", "queue_ms_high", "queue_ms_low")
 
 
-def check_autoscale(autoscale: dict | None) -> dict:
+def check_autoscale(autoscale: dict | None, *, version: ModelVersion | None = None) -> dict:
     """Check a deployment's autoscale bounds.
 
     Args:
         autoscale: ``{"min_instances": int ≥ 1, "max_instances": int ≤ 64, "queue_ms_high": ms,
             "queue_ms_low": ms}`` (instances per host; the autoscaler adds one when the mean queue
             time passes ``queue_ms_high`` and removes one below ``queue_ms_low``); None or {}: off.
+            Without both instance bounds, they default from ``version``'s performance card
+            (``deployments.profiles.card_instance_bounds``).
+        version: the version deployed, whose card gives default instance bounds.
 
     Returns:
         The bounds, or {}.
@@ -305,6 +318,14 @@ def check_autoscale(autoscale: dict | None) -> dict:
 
     if not autoscale:
         return {}
+    bounds = ("min_instances", "max_instances")
+    if isinstance(autoscale, dict) and version is not None and not set(bounds) & set(autoscale):
+        from deployments.profiles import card_instance_bounds
+
+        if (card := card_instance_bounds(version)) is None:
+            raise InvalidInput(f"autoscale needs min_instances and max_instances: {version} has no performance card "
+                               "with a recommendation to default them from")
+        autoscale = {**autoscale, **dict(zip(bounds, card, strict=True))}
     if not isinstance(autoscale, dict) or set(autoscale) != set(AUTOSCALE_KEYS):
         raise InvalidInput(f"autoscale must be a JSON object with exactly {', '.join(AUTOSCALE_KEYS)}")
     low, high = autoscale["min_instances"], autoscale["max_instances"]

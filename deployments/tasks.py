@@ -202,3 +202,30 @@ def autoscale() -> int:
     except ServiceUnavailable as exc:
         logger.warning("autoscale skipped: %s", exc.message)
         return 0
+
+
+@shared_task(
+    name="deployments.dispatch_profile", acks_late=True, autoretry_for=(StorageError, *DATABASE_ERRORS),
+    retry_backoff=True, retry_backoff_max=60, max_retries=5,
+)
+def dispatch_profile(profile_id: int) -> bool:
+    """Hand a queued profile to its host's agent (a presigned artifact URL in its payload); a profile no
+    longer queued (cancelled meanwhile) is left alone. Returns whether it was sent."""
+    from deployments.choices import ProfileStatus
+    from deployments.models import Profile
+    from deployments.profiles import build_profile_payload
+
+    profile = Profile.objects.select_related("host", "version__model").get(pk=profile_id)
+    if profile.status != ProfileStatus.QUEUED:
+        return False
+    url = ArtifactStore().presigned_download_url(profile.version.artifact_key)
+    send_to_host(profile.host.name, AgentTask.PROFILE, build_profile_payload(profile, download_url=url))
+    return True
+
+
+@shared_task(name=OrchestratorTask.PROFILE_REPORT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)
+def record_profile_report(profile_id: int, report: dict) -> bool:
+    """Record a host agent's progress or result for a profile (``deployments.profiles.record_profile_report``)."""
+    from deployments.profiles import record_profile_report as record
+
+    return record(profile_id, report)

@@ -10,7 +10,13 @@ from rest_framework.routers import DefaultRouter
 
 from accounts.api.teams import TeamViewSet
 from accounts.api.views import ApiTokenViewSet
-from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
+from deployments.api.views import (
+    DeploymentViewSet,
+    ModelInferenceView,
+    ProfileViewSet,
+    ServingHostViewSet,
+    VersionProfilesView,
+)
 from modelyard.api import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
@@ -36,6 +42,7 @@ router.register("promotion-policies", PromotionPolicyViewSet, basename="promotio
 router.register("promotion-evaluations", PromotionEvaluationViewSet, basename="promotion-evaluation")
 router.register("webhooks", WebhookViewSet, basename="webhook")
 router.register("teams", TeamViewSet, basename="team")
+router.register("profiles", ProfileViewSet, basename="profile")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})
@@ -43,6 +50,8 @@ version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "dest
 api_v1 = [
     path("models/<str:model_name>/versions/", version_list, name="model-version-list"),
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
+    path("models/<str:model_name>/versions/<int:version>/profiles/", VersionProfilesView.as_view(),
+         name="model-version-profiles"),
     path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
     path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
     path("models/<str:model_name>/uploads/", UploadStartView.as_view(), name="model-upload-start"),

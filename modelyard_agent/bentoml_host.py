@@ -180,7 +180,7 @@ def deploy_bentoml_version(
 
     steps.begin(TargetState.STAGING)
     try:
-        details["staged"] = _import(payload, BentoStore(root), kind=kind, tag=tag, timeout=load_timeout)
+        details["staged"] = import_into_store(payload, BentoStore(root), kind=kind, tag=tag, timeout=load_timeout)
     except StagingError as exc:
         return failed(exc.message, retryable=exc.retryable)
     steps.done("stage_seconds")
@@ -303,8 +303,21 @@ def unload_bentoml_model(payload: dict, *, root: Path, timeout: float = 120.0) -
     return served.version if served else None
 
 
-def _import(payload: dict, store: BentoStore, *, kind: str, tag: str, timeout: float) -> bool:
-    """Download the artifact (size and sha256 checked) and import it; False when already imported."""
+def import_into_store(payload: dict, store: BentoStore, *, kind: str, tag: str, timeout: float) -> bool:
+    """Download a version's artifact (size and sha256 checked) and import it into the host's store.
+
+    Args:
+        payload: a deploy or profile payload (artifact_url, sha256, size in bytes).
+        store: the host's Bento Store.
+        kind: ``BENTO`` or ``BENTO_MODEL``; tag: the BentoML tag the version records.
+        timeout: seconds allowed between bytes of the download, and for the import.
+
+    Returns:
+        True when imported now, False when the store already held it (same sha256).
+
+    Raises:
+        StagingError: no tag, or the download or import failed.
+    """
     if not tag:
         raise StagingError("the version records no BentoML tag; it was not registered as a BentoML archive")
     store.root.mkdir(parents=True, exist_ok=True)

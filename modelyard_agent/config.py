@@ -22,6 +22,8 @@ address of the runtime is not a setting: it comes with each task, from the host'
 | ``--visibility-timeout`` | ``MODELYARD_BROKER_VISIBILITY_TIMEOUT`` | task time limit + 600 s |
 | ``--labels`` | ``MODELYARD_AGENT_LABELS`` | ``{}``: labels the heartbeat reports |
 | ``--concurrency`` | ``MODELYARD_AGENT_CONCURRENCY`` | 4 worker processes |
+| ``--perf-analyzer`` | ``MODELYARD_AGENT_PERF_ANALYZER`` | ``perf_analyzer`` on PATH: profiles of Triton versions |
+| ``--wrk`` | ``MODELYARD_AGENT_WRK`` | ``wrk`` on PATH: profiles of BentoML versions |
 
 Relative paths are taken from the working directory; give absolute ones under a service manager.
 The staging directory must be on the same file system as the model repository (a staged version
@@ -93,6 +95,11 @@ SETTINGS = (
             "registered labels)"),
     Setting("concurrency", "MODELYARD_AGENT_CONCURRENCY", "4",
             "worker processes: models are deployed side by side, each under its own lock"),
+    Setting("perf_analyzer", "MODELYARD_AGENT_PERF_ANALYZER", "perf_analyzer",
+            "Triton's perf_analyzer, for performance cards (a path, or a name on PATH; "
+            "scripts/install_perf_analyzer.sh installs it)"),
+    Setting("wrk", "MODELYARD_AGENT_WRK", "wrk", "the wrk HTTP load generator, for performance cards of BentoML "
+                                                 "versions (a path, or a name on PATH)"),
 )
 
 
@@ -114,6 +121,8 @@ class AgentConfig:
         visibility_timeout: seconds after which an unacknowledged task is handed out again.
         labels: labels the heartbeat reports.
         concurrency: worker processes.
+        perf_analyzer, wrk: the load generators profiles run (paths or names on PATH; looked up
+            when a profile starts, so a host that is never profiled needs neither).
     """
 
     host: str
@@ -131,6 +140,8 @@ class AgentConfig:
     visibility_timeout: float = 2400.0
     labels: dict[str, str] = field(default_factory=dict)
     concurrency: int = 4
+    perf_analyzer: str = "perf_analyzer"
+    wrk: str = "wrk"
 
     @classmethod
     def from_values(cls, values: Mapping[str, str | None], environ: Mapping[str, str] | None = None,
@@ -171,6 +182,8 @@ class AgentConfig:
                                 if raw["visibility_timeout"] else time_limit + 600),
             labels=_labels(raw["labels"]),
             concurrency=_count("concurrency", raw["concurrency"]),
+            perf_analyzer=raw["perf_analyzer"].strip() or "perf_analyzer",
+            wrk=raw["wrk"].strip() or "wrk",
         )
         if config.load_deadline >= config.task_time_limit:
             raise ConfigError(f"{_flag('load_deadline')} ({config.load_deadline:g} s) must be shorter than "
@@ -187,6 +200,7 @@ class AgentConfig:
             "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",
             "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
             "labels": json.dumps(self.labels), "concurrency": str(self.concurrency),
+            "perf_analyzer": self.perf_analyzer, "wrk": self.wrk,
         }
         return {setting.env: values[setting.name] for setting in SETTINGS}
 

@@ -18,6 +18,9 @@ Protocol history:
 1. payloads without ``protocol`` (before this module).
 2. ``protocol`` on every payload; ``archive_limits`` on deploy payloads; heartbeat reports carry
    the agent's ``agent`` block (``AgentInfo``); the ``INFER`` task.
+3. the ``PROFILE`` task and its ``PROFILE_REPORT``; ``config_overrides`` may set
+   ``dynamic_batching`` to null (off). The orchestrator sends ``PROFILE`` only to agents that
+   report protocol 3 or newer.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+# The oldest agent protocol that runs ``AgentTask.PROFILE``.
+PROFILE_PROTOCOL = 3
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -49,6 +54,7 @@ class AgentTask(StrEnum):
     HEARTBEAT = "deployments.report_heartbeat"  # HeartbeatRequest
     CHECK_ENSEMBLE = "deployments.check_ensemble_on_host"  # DeployPayload of the ensemble version
     INFER = "deployments.infer_on_host"  # InferPayload: "Try it", answered on the payload's reply list
+    PROFILE = "deployments.profile_version_on_host"  # ProfilePayload: a performance card
 
 
 class OrchestratorTask(StrEnum):
@@ -56,6 +62,7 @@ class OrchestratorTask(StrEnum):
 
     TARGET_REPORT = "deployments.record_target_report"  # args: target_id, state, message, details
     HOST_HEARTBEAT = "deployments.record_host_heartbeat"  # args: host name, HeartbeatReport
+    PROFILE_REPORT = "deployments.record_profile_report"  # args: profile_id, ProfileReport
 
 
 class Runtime(StrEnum):
@@ -79,6 +86,17 @@ class TargetState(StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     UNLOADED = "unloaded"
+
+
+class ProfileStatus(StrEnum):
+    """Where a profile stands. The orchestrator sets QUEUED; the agent reports RUNNING (with
+    progress), then SUCCEEDED, FAILED or CANCELLED."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 # Artifact formats (the registry's ``ArtifactFormat`` values) a BentoML host imports: a Bento, which
@@ -166,6 +184,67 @@ class InferReply(TypedDict):
 
 
 REPLY_SECONDS = 60
+
+
+class ProfilePayload(TypedDict):
+    """Profile one model version on a host (built by ``deployments.profiles.build_profile_payload``):
+    the ``DeployPayload`` fields that stage and load a version, plus the checked sweep
+    (``modelyard_agent.profiling.sweep.Sweep.as_dict``). The copy is loaded under a name of its own
+    (``profiling.triton.profile_model_name``), never the served model's."""
+
+    protocol: int
+    profile_id: int
+    host: str
+    runtime: str
+    format: str
+    model: str  # the model's name on this host's runtime
+    version: int
+    artifact_url: str
+    sha256: str
+    size: int  # bytes
+    config_text: str
+    parameters: dict[str, str]
+    sample_input: dict | None
+    signature: dict | None
+    inference_url: str
+    metrics_url: str
+    load_deadline: float | None  # seconds
+    unload_deadline: float | None  # seconds
+    archive_limits: NotRequired[ArchiveLimitsPayload]
+    sweep: dict
+
+
+class ProfileRow(TypedDict):
+    """One measurement of a card: one config at one concurrency level.
+
+    ``throughput`` is in inferences per second; latencies are the client's percentiles and the
+    server's average queue and compute time per request, in milliseconds; ``memory_bytes`` is what
+    the config's load added (``memory_kind``: "gpu" or "cpu"). A row with ``error`` holds no
+    measurement (a level perf_analyzer could not measure stably, a config that did not load)."""
+
+    config: dict  # profiling.sweep.ProfileConfig.as_dict
+    concurrency: int | None
+    throughput: NotRequired[float]
+    p50_ms: NotRequired[float]
+    p90_ms: NotRequired[float]
+    p95_ms: NotRequired[float]
+    p99_ms: NotRequired[float]
+    queue_ms: NotRequired[float]
+    compute_ms: NotRequired[float]
+    memory_bytes: NotRequired[int | None]
+    memory_kind: NotRequired[str | None]
+    error: NotRequired[str]
+
+
+class ProfileReport(TypedDict):
+    """A profile's progress or result: its status, every row measured so far, the step under way
+    (``step``) or the outcome's ``message``, and ``details`` (seconds taken)."""
+
+    status: str  # a ProfileStatus value
+    rows: list[ProfileRow]
+    step: NotRequired[str]
+    message: NotRequired[str]
+    details: NotRequired[dict]
 
 
 class HeartbeatRequest(TypedDict):

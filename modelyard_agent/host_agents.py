@@ -42,6 +42,12 @@ class HostAgent(Protocol):
         """Stop serving ``payload["model"]`` and wait until it is gone; raises ServingRuntimeError."""
         ...
 
+    def profile(self, payload: dict, *, progress: Callable[[list[dict], str], None],
+                should_stop: Callable[[], str | None]) -> dict:
+        """Measure ``payload``'s version (``contract.ProfilePayload``) beside what the host serves; never
+        raises. Returns ``{"status", "rows", "message", "details"}`` (``contract.ProfileReport``)."""
+        ...
+
 
 class TritonHostAgent:
     """Triton: a model repository on disk, explicit load and unload over gRPC (over HTTP without a gRPC
@@ -68,6 +74,16 @@ class TritonHostAgent:
         versions = runtime.ready_versions(payload["model"])
         runtime.unload(payload["model"])
         runtime.wait_versions_gone(payload["model"], versions, timeout=unload_deadline(payload))
+
+    def profile(self, payload: dict, *, progress, should_stop) -> dict:
+        from modelyard_agent.profiling.triton import profile_triton_version
+        from modelyard_agent.triton_host import AgentPaths
+
+        return profile_triton_version(
+            payload, paths=AgentPaths(Path(settings().model_repository), settings().staging_dir),
+            perf_analyzer_binary=settings().perf_analyzer, progress=progress, should_stop=should_stop,
+            load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
+            grpc_url=settings().triton_grpc_url)
 
 
 class BentoMLHostAgent:
@@ -104,6 +120,13 @@ class BentoMLHostAgent:
         from modelyard_agent.bentoml_host import unload_bentoml_model
 
         unload_bentoml_model(payload, root=Path(settings().bentoml_root), timeout=unload_deadline(payload))
+
+    def profile(self, payload: dict, *, progress, should_stop) -> dict:
+        from modelyard_agent.profiling.bentoml import profile_bentoml_version
+
+        return profile_bentoml_version(payload, root=Path(settings().bentoml_root), wrk_binary=settings().wrk,
+                                       progress=progress, should_stop=should_stop,
+                                       load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload))
 
 
 _AGENTS: dict[str, HostAgent] = {Runtime.TRITON: TritonHostAgent(), Runtime.BENTOML: BentoMLHostAgent()}

@@ -392,3 +392,69 @@ def infer_on_host(payload: dict) -> None:
     client = _broker()
     client.rpush(payload["reply_to"], json.dumps(reply))
     client.expire(payload["reply_to"], contract.REPLY_SECONDS)
+
+
+def _profile_lock(host: str, budget_seconds: float) -> redis.lock.Lock:
+    """The host's profile lock: one profile at a time on a host (each load copy and load generator
+    competes with serving for the host's devices). Expires after twice the profile's budget."""
+    return _broker().lock(f"modelyard:profile-lock:{host}", timeout=2 * budget_seconds + 600)
+
+
+def _report_profile(profile_id: int, report: dict) -> None:
+    app.send_task(OrchestratorTask.PROFILE_REPORT.value, args=[profile_id, report],
+                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
+
+
+@app.task(name=AgentTask.PROFILE.value, acks_late=True, bind=True, max_retries=None)
+def profile_version_on_host(self, payload: dict) -> None:
+    """Measure a model version's performance card on this host (``modelyard_agent.profiling``).
+
+    Runs under the host's profile lock (a second profile waits for it, retried every
+    ``LOCK_RETRY_SECONDS`` up to ``lock_wait``). Reports ``running`` with the rows measured so far
+    after each step (at most once a second), then the outcome. A stop requested by the
+    orchestrator (``profiling.control``) is seen within a quarter of a second and reported
+    ``cancelled``; a profile stopped before it started reports ``cancelled`` and touches nothing.
+    """
+    from modelyard_agent.profiling import control
+    from modelyard_agent.profiling.sweep import Sweep
+
+    profile_id = int(payload["profile_id"])
+    if refusal := _refused(payload):
+        logger.error("profile %s refused: %s", profile_id, refusal)
+        _report_profile(profile_id, {"status": contract.ProfileStatus.FAILED, "rows": [], "message": refusal})
+        return
+    client = _broker()
+    if control.stop_requested(client, profile_id):
+        _report_profile(profile_id, {"status": contract.ProfileStatus.CANCELLED, "rows": [],
+                                     "message": "cancelled before it started"})
+        return
+    budget = float(Sweep.from_dict(payload["sweep"]).time_budget_s)
+    lock = _profile_lock(payload["host"], budget)
+    if not _acquire_or_take_over(lock, self.request.id):
+        if self.request.retries * LOCK_RETRY_SECONDS >= settings().lock_wait:
+            _report_profile(profile_id, {"status": contract.ProfileStatus.FAILED, "rows": [], "message": (
+                f"another profile held this host for {settings().lock_wait:g} s")})
+            return
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    last_sent = [0.0]
+
+    def progress(rows: list[dict], step: str) -> None:
+        if time.monotonic() - last_sent[0] >= 1.0 or not rows:
+            last_sent[0] = time.monotonic()
+            _report_profile(profile_id, {"status": contract.ProfileStatus.RUNNING, "rows": list(rows), "step": step})
+
+    def should_stop() -> str | None:
+        try:
+            return "the profile was cancelled" if control.stop_requested(client, profile_id) else None
+        except redis.exceptions.RedisError:
+            return None  # the broker is away for a moment; the deadline still bounds the run
+
+    try:
+        with working_on(AgentTask.PROFILE, payload, self.request.id), heartbeats_meanwhile(payload):
+            result = host_agent(payload.get("runtime")).profile(payload, progress=progress, should_stop=should_stop)
+    except Exception as exc:  # the orchestrator must hear of every failure
+        logger.exception("profile %s failed", profile_id)
+        result = {"status": contract.ProfileStatus.FAILED, "rows": [], "message": f"host agent error: {exc}"}
+    finally:
+        _release(lock, "before the profile ended")
+    _report_profile(profile_id, result)

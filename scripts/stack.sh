@@ -435,7 +435,8 @@ start_process() {
 
 start_agent() {
     start_host_agent agent --host local --runtime triton --model-repository "$MODEL_REPOSITORY" \
-        --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" --concurrency 4
+        --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" --concurrency 4 \
+        --perf-analyzer "$STACK_DIR/bin/perf_analyzer"
 }
 
 # The nginx master of the local BentoML host, from the PID file its agent's nginx writes.

@@ -57,6 +57,7 @@ if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
 fi
 # Exits at once when its marker says Triton is installed.
 scripts/install_triton.sh
+scripts/install_perf_analyzer.sh
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/modelyard}"
 

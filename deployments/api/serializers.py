@@ -5,8 +5,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.access import Principal
-from deployments.choices import DeploymentStatus, FailurePolicy, Runtime
-from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from deployments.choices import DeploymentStatus, FailurePolicy, ProfileStatus, Runtime
+from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, Profile, RolloutEvent, ServingHost
 from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
 
@@ -144,7 +144,11 @@ class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
         "partial Triton model config applied at load: instance_group, dynamic_batching, max_batch_size"))
     autoscale = serializers.JSONField(required=False, help_text=(
         'instances per host by queue time: {"min_instances": 1, "max_instances": 4, "queue_ms_high": 20, '
-        '"queue_ms_low": 2}'))
+        '"queue_ms_low": 2}; without min_instances and max_instances they default from the version\'s '
+        'performance card'))
+    config = serializers.ChoiceField(choices=["recommended"], required=False, help_text=(
+        '"recommended": serve with the config the version\'s performance card recommends (instead of '
+        'config_overrides)'))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):
@@ -178,3 +182,69 @@ class ModelUnloadSerializer(RefuseUnknownFields, serializers.Serializer):
     host = serializers.CharField()
     model = serializers.CharField()
     version = serializers.IntegerField()
+
+
+class ProfileCreateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``POST /api/v1/models/<m>/versions/<n>/profiles/``."""
+
+    host = serializers.CharField(max_length=200, help_text="the host to measure on (a staging host)")
+    sweep = serializers.JSONField(required=False, help_text=(
+        'a preset\'s name ("quick", "standard") or an object: instance_counts, dynamic_batching, '
+        "max_batch_sizes, preferred_batch_sizes, max_queue_delay_us, concurrency, measurement_interval_ms, "
+        "stability_percentage, max_trials, time_budget_s (missing fields from its preset)"))
+    slo_p99_ms = serializers.FloatField(required=False, min_value=0.001, max_value=600_000,
+                                        help_text="client p99 target in milliseconds the recommendation meets")
+
+
+class ProfileRowSerializer(serializers.Serializer):
+    """One measurement: a config at one concurrency level (throughput in inferences/s, times in ms)."""
+
+    config = serializers.JSONField()
+    concurrency = serializers.IntegerField(allow_null=True)
+    throughput = serializers.FloatField(required=False, help_text="inferences per second")
+    p50_ms = serializers.FloatField(required=False)
+    p90_ms = serializers.FloatField(required=False)
+    p95_ms = serializers.FloatField(required=False)
+    p99_ms = serializers.FloatField(required=False)
+    queue_ms = serializers.FloatField(required=False, allow_null=True,
+                                      help_text="the server's mean queue time per request")
+    compute_ms = serializers.FloatField(required=False, allow_null=True,
+                                        help_text="the server's mean compute time per request")
+    memory_bytes = serializers.IntegerField(required=False, allow_null=True,
+                                            help_text="memory the config's load took")
+    memory_kind = serializers.CharField(required=False, allow_null=True, help_text='"gpu" or "cpu"')
+    error = serializers.CharField(required=False)
+
+
+class ProfileSerializer(serializers.ModelSerializer):
+    """A performance profile: status, progress, every row measured and the recommendation."""
+
+    model = serializers.CharField(source="version.model.name")
+    version = serializers.IntegerField(source="version.version")
+    host = serializers.CharField(source="host.name")
+    status = serializers.ChoiceField(choices=ProfileStatus.choices)
+    progress = serializers.SerializerMethodField()
+    rows = ProfileRowSerializer(many=True)
+    recommended = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", default=None)
+
+    class Meta:
+        model = Profile
+        fields = ["id", "model", "version", "host", "status", "progress", "message", "slo_p99_ms", "sweep", "rows",
+                  "recommended", "created_by", "created_at", "started_at", "finished_at"]
+
+    @extend_schema_field({"type": "object", "properties": {
+        "done": {"type": "integer"}, "total": {"type": "integer"}, "step": {"type": "string"}}})
+    def get_progress(self, profile: Profile) -> dict:
+        from deployments.profiles import profile_progress
+
+        return profile_progress(profile)
+
+    @extend_schema_field({"type": "object", "nullable": True, "description": (
+        "the config with the highest throughput whose p99 meets slo_p99_ms: config, concurrency, throughput, "
+        "p99_ms, memory_bytes, and config_overrides that serve with it")})
+    def get_recommended(self, profile: Profile) -> dict | None:
+        from deployments.profiles import overrides_for
+
+        best = profile.recommended
+        return {**best, "config_overrides": overrides_for(profile.version, best["config"])} if best else None

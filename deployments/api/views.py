@@ -1,7 +1,7 @@
 """Deployments API: serving hosts and deployments."""
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, permissions, status, viewsets
+from rest_framework import generics, mixins, permissions, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -9,18 +9,20 @@ from rest_framework.views import APIView
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
-from deployments import lifecycle, rollouts, services
+from deployments import lifecycle, profiles, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentSerializer,
     InferenceRequestSerializer,
     InferenceResultSerializer,
     ModelUnloadSerializer,
+    ProfileCreateSerializer,
+    ProfileSerializer,
     ServingHostSerializer,
     ServingHostUpdateSerializer,
 )
 from deployments.inference import try_inference
-from deployments.models import Deployment, ServingHost
+from deployments.models import Deployment, Profile, ServingHost
 from modelyard.api import error_responses
 from modelyard.errors import NotFound
 from registry.access import model_for
@@ -154,7 +156,7 @@ class DeploymentViewSet(
             host_names=fields.get("hosts"), selector=fields.get("selector"), replicas=fields.get("replicas"),
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
-            authorize=authorize,
+            authorize=authorize, config=fields.get("config", ""),
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
@@ -210,3 +212,66 @@ class ModelInferenceView(APIView):
         result = try_inference(model_name=model_name, host_name=data.validated_data["host"],
                                inputs=data.validated_data["inputs"], version=data.validated_data["version"])
         return Response(result)
+
+
+PROFILES = Profile.objects.select_related("version__model", "host", "created_by").order_by("-id")
+
+
+class VersionProfilesView(generics.ListCreateAPIView):
+    """Performance profiles of one model version: ``GET`` lists them (newest first), ``POST`` starts one.
+
+    A profile loads a copy of the version on the host under a name of its own for each config of the
+    sweep and measures it with Triton's perf_analyzer (wrk for BentoML); the host's served models are
+    not touched. One profile runs on a host at a time.
+    """
+
+    serializer_class = ProfileSerializer
+    required_scope = Scope.DEPLOY
+    ordering = "-id"
+
+    def get_queryset(self):
+        model = model_for(Principal.of(self.request), self.kwargs["model_name"])
+        return PROFILES.filter(version__model=model, version__version=self.kwargs["version"])
+
+    @extend_schema(request=ProfileCreateSerializer, responses={202: ProfileSerializer,
+                                                               **error_responses(400, 403, 404, 409)},
+                   description="Needs the rights of a rollout to the host (a maintainer; an owner on a "
+                   "production host). 409 while another profile runs on the host, or when its agent is too old.")
+    def post(self, request, model_name: str, version: int):
+        data = ProfileCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal = Principal.of(request)
+        model_for(principal, model_name)
+
+        def authorize(model_version, hosts):
+            require(principal, Action.DEPLOY, model=model_version.model, hosts=hosts)
+
+        profile = profiles.start_profile(
+            model_name=model_name, version=version, host_name=data.validated_data["host"],
+            sweep=data.validated_data.get("sweep"), slo_p99_ms=data.validated_data.get("slo_p99_ms"),
+            actor=request.user, authorize=authorize)
+        return Response(ProfileSerializer(PROFILES.get(pk=profile.pk)).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ProfileViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Performance profiles of the models the principal may read; ``POST .../<id>/cancel/`` stops one."""
+
+    serializer_class = ProfileSerializer
+    required_scope = Scope.DEPLOY
+    lookup_value_regex = "[0-9]+"
+    ordering = "-id"
+    queryset = PROFILES
+    filterset_fields = {"status": ["exact"], "host__name": ["exact"], "version__model__name": ["exact"]}
+
+    def get_queryset(self):
+        return scope_team_filter(Principal.of(self.request), self.queryset, "version__model__team")
+
+    @extend_schema(request=None, responses={200: ProfileSerializer, **error_responses(403, 404, 409, 503)})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Stop the profile: a queued one at once, a running one within about a second (its copy is
+        unloaded and the rows measured so far are kept). Rights as for starting it."""
+        profile = self.get_object()
+        require(Principal.of(request), Action.DEPLOY, model=profile.version.model, hosts=[profile.host])
+        profiles.cancel_profile(profile.pk, actor=request.user)
+        return Response(self.get_serializer(PROFILES.get(pk=profile.pk)).data)

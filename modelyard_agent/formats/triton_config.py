@@ -210,6 +210,9 @@ def render_load_config(
 # never what the model computes (inputs, outputs, backend) nor anything that names files.
 OVERRIDABLE_FIELDS = frozenset({"instance_group", "dynamic_batching", "max_batch_size"})
 MAX_INSTANCE_COUNT = 64
+# Overridable fields a deployment may remove (null): the batcher, so that a config measured without
+# it (a performance card's) can be served as measured.
+CLEARABLE_FIELDS = frozenset({"dynamic_batching"})
 
 
 def check_config_overrides(overrides: dict | None) -> dict:
@@ -220,7 +223,8 @@ def check_config_overrides(overrides: dict | None) -> dict:
             ``{"instance_group": [{"count": 2, "kind": "KIND_GPU", "gpus": [0],
             "rate_limiter": {"resources": [{"name": "R1", "count": 4}]}}],
             "dynamic_batching": {"max_queue_delay_microseconds": 100}, "max_batch_size": 8}``.
-            None or ``{}`` means none.
+            None or ``{}`` means none. ``"dynamic_batching": null`` turns off a batcher the
+            uploaded config has.
 
     Returns:
         The overrides, normalised to protobuf-JSON with protobuf field names.
@@ -238,9 +242,13 @@ def check_config_overrides(overrides: dict | None) -> dict:
         raise ModelConfigError(
             f"config_overrides may set only {', '.join(sorted(OVERRIDABLE_FIELDS))}; not {', '.join(sorted(unknown))}"
         )
+    cleared = sorted(name for name, value in overrides.items() if value is None)
+    if set(cleared) - CLEARABLE_FIELDS:
+        raise ModelConfigError(f"config_overrides may set only {', '.join(sorted(CLEARABLE_FIELDS))} to null; "
+                               f"not {', '.join(sorted(set(cleared) - CLEARABLE_FIELDS))}")
     cfg = ModelConfig()
     try:
-        json_format.ParseDict(overrides, cfg)
+        json_format.ParseDict({k: v for k, v in overrides.items() if v is not None}, cfg)
     except (json_format.ParseError, TypeError, ValueError) as exc:
         raise ModelConfigError(f"config_overrides do not fit Triton's model config: {exc}") from exc
     if cfg.max_batch_size < 0:
@@ -252,13 +260,25 @@ def check_config_overrides(overrides: dict | None) -> dict:
     # MessageToDict drops fields at their default; keep an explicit max_batch_size of 0.
     if "max_batch_size" in overrides:
         normalised["max_batch_size"] = int(cfg.max_batch_size)
-    return normalised
+    return {**normalised, **dict.fromkeys(cleared)}
+
+
+def instance_groups_of(config_text: str) -> list[dict]:
+    """The ``instance_group`` entries of a ``config.pbtxt`` as protobuf JSON
+    (``[{"count": n, "kind": ...}]``); ``[{"count": 1}]`` when it names none or does not parse
+    (Triton's default is one instance per GPU, or one on the CPU)."""
+    try:
+        cfg = parse_model_config(config_text or "")
+    except ModelConfigError:
+        return [{"count": 1}]
+    return [json_format.MessageToDict(g, preserving_proto_field_name=True) for g in cfg.instance_group] or [
+        {"count": 1}]
 
 
 def _apply_overrides(cfg: ModelConfig, overrides: dict) -> None:
     for field in overrides:
         cfg.ClearField(field)
-    json_format.ParseDict(overrides, cfg)
+    json_format.ParseDict({k: v for k, v in overrides.items() if v is not None}, cfg)
 
 
 def sample_arrays(sample_input: dict, signature: dict) -> dict:

@@ -1,0 +1,282 @@
+"""Performance cards: profiling a model version on a host, and the figures the rest of the fleet uses.
+
+A profile is an agent task (``modelyard_agent.contract.AgentTask.PROFILE``): the host's agent loads
+a copy of the version under a name of its own for each config of the sweep and measures it with
+Triton's perf_analyzer (wrk for BentoML), reporting rows as it goes
+(``OrchestratorTask.PROFILE_REPORT``, recorded by ``record_profile_report``). One profile runs on a
+host at a time. The card's figures feed:
+
+- rollouts: ``"config": "recommended"`` (``recommended_overrides``);
+- placement: the measured GPU memory of a version that has no footprint from a real load yet
+  (``card_gpu_bytes``);
+- the autoscaler: default instance bounds (``card_instance_bounds``);
+- promotion: the ``max_profile_regression`` gate (``promotions.gates``).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit.choices import AuditAction
+from audit.services import acting_user, record_audit_event
+from deployments.choices import ACTIVE_PROFILE_STATES, PROFILE_TRANSITIONS, RUNTIME_FORMATS, ProfileStatus
+from deployments.models import Profile, ServingHost
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
+from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
+from modelyard_agent.profiling.card import measured
+from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_sweep
+from registry.choices import VersionStatus
+from registry.models import ModelVersion
+from registry.services import get_version
+
+logger = logging.getLogger(__name__)
+
+
+def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, slo_p99_ms: float | None = None,
+                  actor=None, authorize=None) -> Profile:
+    """Queue a profile of one model version on one host.
+
+    Args:
+        model_name, version: the model version to measure.
+        host_name: the host to measure it on (a staging host, typically); its agent must speak
+            protocol ``PROFILE_PROTOCOL`` or newer.
+        sweep: a sweep object, a preset's name, or None (``modelyard_agent.profiling.sweep``).
+        slo_p99_ms: the client p99 target (milliseconds) the recommendation is chosen for.
+        actor: the requesting user.
+        authorize: ``authorize(model_version, hosts)``; raises to refuse (as for a rollout).
+
+    Returns:
+        The new Profile, QUEUED; it is sent to the host's agent once the transaction commits.
+
+    Raises:
+        NotFound: no such model, version or host.
+        InvalidInput: a bad sweep or SLO, or a version that is not READY.
+        Conflict: the host's runtime cannot serve the version, its agent is too old or never
+            reported, or another profile runs on the host.
+    """
+    from deployments.tasks import dispatch_profile
+
+    model_version = get_version(model_name, version)
+    host = ServingHost.objects.filter(name=host_name).first()
+    if host is None:
+        raise NotFound(f"no serving host named {host_name!r}")
+    if authorize is not None:
+        authorize(model_version, [host])
+    if model_version.status != VersionStatus.READY:
+        raise InvalidInput(f"{model_version} is {model_version.status}; only a READY version can be profiled")
+    if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
+        raise Conflict(f"{model_name} v{version} is a {model_version.get_format_display()}, which {host.name!r} "
+                       f"({host.get_runtime_display()}) cannot serve")
+    agent = (host.heartbeat or {}).get("agent") or {}
+    if not host.last_heartbeat_at:
+        raise Conflict(f"the agent of host {host.name!r} never reported; start it (modelyard-agent --host "
+                       f"{host.name}) before profiling there")
+    if int(agent.get("protocol") or 1) < PROFILE_PROTOCOL:
+        raise Conflict(f"the agent of host {host.name!r} speaks protocol {agent.get('protocol') or 1}; profiles "
+                       f"need {PROFILE_PROTOCOL}: upgrade it (pip install -U ./modelyard_agent)")
+    if slo_p99_ms is not None and (isinstance(slo_p99_ms, bool) or not isinstance(slo_p99_ms, int | float)
+                                   or not 0 < slo_p99_ms <= 600_000):
+        raise InvalidInput(f"slo_p99_ms must be a number of milliseconds above 0; got {slo_p99_ms!r}")
+    try:
+        checked = parse_sweep(sweep, max_batch_size=_max_batch_size(model_version), runtime=host.runtime)
+    except SweepError as exc:
+        raise InvalidInput(f"sweep: {exc}") from exc
+    with transaction.atomic():
+        ServingHost.objects.select_for_update().get(pk=host.pk)  # one profile per host: serialise the check
+        running = Profile.objects.filter(host=host, status__in=ACTIVE_PROFILE_STATES).first()
+        if running is not None:
+            raise Conflict(f"profile {running.pk} ({running.version}) is {running.status} on {host.name!r}; "
+                           "a host runs one profile at a time (cancel it, or wait)")
+        profile = Profile.objects.create(version=model_version, host=host, sweep=checked.as_dict(),
+                                         slo_p99_ms=slo_p99_ms, created_by=acting_user(actor))
+        record_audit_event(action=AuditAction.PROFILE_STARTED, actor=actor, obj_type="profile", obj_id=profile.pk,
+                           model=model_version.model,
+                           data={"version": model_version.version, "host": host.name, "runs": checked.runs,
+                                 "preset": checked.request.get("preset"), "slo_p99_ms": slo_p99_ms})
+        transaction.on_commit(lambda: dispatch_profile.delay(profile.pk))
+    return profile
+
+
+def _max_batch_size(version: ModelVersion) -> int:
+    if version.format in RUNTIME_FORMATS[Runtime.BENTOML]:
+        return 0
+    try:
+        return int(parse_model_config(version.config_text or "").max_batch_size)
+    except ModelConfigError as exc:
+        raise InvalidInput(f"{version}'s config.pbtxt does not parse: {exc}") from exc
+
+
+def build_profile_payload(profile: Profile, *, download_url: str) -> dict:
+    """The ``modelyard_agent.contract.ProfilePayload`` for ``profile`` (the artifact from a presigned
+    URL, checked against its size in bytes and sha256 on the host)."""
+    from registry.formats import archive_limits
+
+    version, host = profile.version, profile.host
+    return {
+        "profile_id": profile.pk, "host": host.name, "runtime": host.runtime, "format": version.format,
+        "model": version.model.name, "version": version.version, "artifact_url": download_url,
+        "sha256": version.artifact_sha256, "size": version.artifact_size, "config_text": version.config_text,
+        "parameters": dict(host.config_overrides.get("parameters", {})),
+        "sample_input": (version.metadata or {}).get("sample_input"), "signature": version.signature,
+        "inference_url": host.inference_url, "metrics_url": host.metrics_url,
+        "load_deadline": host.load_deadline_seconds, "unload_deadline": host.unload_deadline_seconds,
+        "archive_limits": archive_limits().as_payload(), "sweep": profile.sweep,
+    }
+
+
+def cancel_profile(profile_id: int, *, actor=None) -> Profile:
+    """Stop a profile: a queued one ends CANCELLED now, a running one when its agent sees the stop
+    (within about a second) and reports it.
+
+    Raises:
+        NotFound: no such profile.
+        Conflict: it has ended already.
+        ServiceUnavailable: the broker cannot be reached (nothing changed).
+    """
+    import redis
+
+    from modelyard.celery import broker
+    from modelyard_agent.profiling import control
+
+    with transaction.atomic():
+        profile = Profile.objects.select_for_update().select_related("version__model").filter(pk=profile_id).first()
+        if profile is None:
+            raise NotFound(f"no profile {profile_id}")
+        if profile.status not in ACTIVE_PROFILE_STATES:
+            raise Conflict(f"profile {profile_id} is {profile.status}; only a queued or running one can be cancelled")
+        try:
+            control.request_stop(broker(), profile.pk)
+        except redis.exceptions.RedisError as exc:
+            raise ServiceUnavailable(f"the broker cannot be reached to stop profile {profile_id}: {exc}") from exc
+        if profile.status == ProfileStatus.QUEUED:
+            profile.status, profile.finished_at = ProfileStatus.CANCELLED, timezone.now()
+            profile.message = "cancelled before its host's agent started it"
+        else:
+            profile.step = "stopping"
+        profile.save(update_fields=["status", "finished_at", "message", "step", "updated_at"])
+        record_audit_event(action=AuditAction.PROFILE_CANCELLED, actor=actor, obj_type="profile", obj_id=profile.pk,
+                           model=profile.version.model, data={"version": profile.version.version})
+    return profile
+
+
+def record_profile_report(profile_id: int, report: dict) -> bool:
+    """Store an agent's progress or result for a profile (``contract.ProfileReport``).
+
+    A report that would move an ended profile (a late ``running`` after a cancel) is ignored.
+
+    Returns:
+        True when the report was taken.
+    """
+    status = report.get("status")
+    if status not in ProfileStatus.values or status == ProfileStatus.QUEUED:
+        logger.warning("profile %s: report with unknown status %r ignored", profile_id, status)
+        return False
+    with transaction.atomic():
+        profile = Profile.objects.select_for_update().filter(pk=profile_id).first()
+        if profile is None or status not in PROFILE_TRANSITIONS[profile.status]:
+            return False
+        now = timezone.now()
+        profile.status = status
+        profile.rows = list(report.get("rows") or [])
+        profile.started_at = profile.started_at or now
+        if status == ProfileStatus.RUNNING:
+            profile.step = str(report.get("step") or profile.step)[:200]
+        else:
+            profile.step, profile.finished_at = "", now
+            profile.message = str(report.get("message") or "")
+            profile.details = dict(report.get("details") or {})
+        profile.save()
+    return True
+
+
+def fail_stalled_profiles(*, now=None) -> list[int]:
+    """Fail profiles whose agent stopped reporting: no report for the sweep's time budget plus
+    ``settings.PROFILE_STALL_GRACE`` seconds (the agent reports at least after every measurement).
+
+    Returns:
+        The ids of the profiles failed.
+    """
+    now = now or timezone.now()
+    failed = []
+    for profile in Profile.objects.filter(status__in=ACTIVE_PROFILE_STATES).only("pk", "sweep", "updated_at"):
+        budget = float(profile.sweep.get("time_budget_s") or 0) + settings.PROFILE_STALL_GRACE
+        if profile.updated_at < now - timedelta(seconds=budget):
+            ended = Profile.objects.filter(pk=profile.pk, status__in=ACTIVE_PROFILE_STATES).update(
+                status=ProfileStatus.FAILED, finished_at=now, step="",
+                message=f"the host's agent sent no report for {budget:g} s; the profile was given up")
+            if ended:
+                failed.append(profile.pk)
+    return failed
+
+
+def card_for(version: ModelVersion, host: ServingHost | None = None) -> Profile | None:
+    """The newest finished profile of ``version`` (on ``host``, when given) that measured something."""
+    profiles = Profile.objects.filter(version=version, status=ProfileStatus.SUCCEEDED)
+    if host is not None:
+        profiles = profiles.filter(host=host)
+    return next((p for p in profiles.order_by("-finished_at", "-id")[:10] if measured(p.rows)), None)
+
+
+def recommended_overrides(version: ModelVersion) -> dict:
+    """The deployment ``config_overrides`` of the config the version's card recommends.
+
+    Raises:
+        InvalidInput: the version has no card, or no config of it met its SLO.
+    """
+    card = card_for(version)
+    if card is None:
+        raise InvalidInput(f"{version} has no performance card: profile it first "
+                           f"(POST /api/v1/models/{version.model.name}/versions/{version.version}/profiles/)")
+    best = card.recommended
+    if best is None:
+        raise InvalidInput(f"no config of {version}'s card (profile {card.pk}) met its p99 target of "
+                           f"{card.slo_p99_ms:g} ms; give config_overrides yourself")
+    return overrides_for(version, best["config"])
+
+
+def overrides_for(version: ModelVersion, config: dict) -> dict:
+    """The deployment ``config_overrides`` that serve ``version`` with a card's ``config``
+    (``ProfileConfig.as_dict``); ``{}`` for a BentoML version, measured as it serves."""
+    return ProfileConfig.from_dict(config).config_overrides(instance_groups_of(version.config_text or ""))
+
+
+def card_gpu_bytes(version: ModelVersion) -> int | None:
+    """The GPU memory (bytes) the version's card measured for its recommended config (else the
+    most any config took), or None when the card measured no GPU memory (a CPU host)."""
+    card = card_for(version)
+    if card is None:
+        return None
+    rows = [row for row in measured(card.rows) if row.get("memory_kind") == "gpu" and row.get("memory_bytes")]
+    best = card.recommended
+    chosen = [row for row in rows if best and row["config"].get("key") == best["config"].get("key")]
+    figures = [int(row["memory_bytes"]) for row in (chosen or rows)]
+    return max(figures) if figures else None
+
+
+def card_instance_bounds(version: ModelVersion) -> tuple[int, int] | None:
+    """Default autoscaler bounds from the version's card: ``(min_instances, max_instances)``.
+
+    The minimum is the recommended config's instance count; the maximum is the largest instance
+    count whose measurements still met the card's SLO (the card has no evidence that more help).
+    None without a card or a recommendation.
+    """
+    card = card_for(version)
+    best = card.recommended if card else None
+    if best is None:
+        return None
+    low = int(best["config"].get("instance_count", 1))
+    within = [int(row["config"].get("instance_count", 1)) for row in measured(card.rows)
+              if card.slo_p99_ms is None or row["p99_ms"] <= card.slo_p99_ms]
+    return low, max([low, *within])
+
+
+def profile_progress(profile: Profile) -> dict:
+    """``{"done": rows measured, "total": runs in the sweep, "step": what the agent does now}``."""
+    done = sum(1 for row in profile.rows if row.get("concurrency") is not None or row.get("error"))
+    return {"done": done, "total": profile.runs, "step": profile.step}

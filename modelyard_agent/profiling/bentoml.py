@@ -1,0 +1,137 @@
+"""Profiling one BentoML version on its host, beside what the host serves.
+
+The version is imported into the host's Bento Store (as a deployment does) and a ``bentoml serve``
+instance of its own is started on a free loopback port, under the profile's model name
+(``profiling.triton.profile_model_name``); nginx never routes to it, so the served instances and
+their clients are untouched. wrk posts the version's sample input to the first API route at each
+concurrency level. The memory is the instance's resident set (its whole process group, from
+``/proc``) once ready. The instance is stopped and its home removed when the sweep ends.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from modelyard_agent.bentoml_host import StagingError, import_into_store
+from modelyard_agent.contract import BENTO
+from modelyard_agent.profiling import perf_analyzer, wrk
+from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
+from modelyard_agent.profiling.sweep import Sweep
+from modelyard_agent.profiling.triton import profile_model_name
+from modelyard_agent.runtimes import bentoml as serve
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.bento_store import BentoStore
+
+logger = logging.getLogger(__name__)
+
+
+def profile_bentoml_version(
+    payload: dict,
+    *,
+    root: Path,
+    wrk_binary: str,
+    progress: Callable[[list[dict], str], None],
+    should_stop: Callable[[], str | None],
+    load_timeout: float = 600.0,
+    unload_timeout: float = 120.0,
+) -> dict:
+    """Measure ``payload``'s Bento over its sweep's concurrency levels; never raises.
+
+    Args:
+        payload: a ``contract.ProfilePayload`` of a Bento (signature with ``bentoml.tag`` and
+            ``bentoml.apis``; a ``sample_input``, which is the request body).
+        root: the agent's BentoML directory.
+        wrk_binary: the wrk to run.
+        progress, should_stop: as ``profiling.triton.profile_triton_version``.
+        load_timeout, unload_timeout: seconds for the import and start, and for the stop.
+
+    Returns:
+        As ``profile_triton_version``: ``{"status", "rows", "message", "details"}``.
+    """
+    started = time.monotonic()
+    sweep = Sweep.from_dict(payload["sweep"])
+    deadline = started + sweep.time_budget_s
+    rows: list[dict] = []
+    name = profile_model_name(payload["model"], int(payload["profile_id"]))
+    details: dict = {"model_name": name}
+
+    def result(status: str, message: str = "") -> dict:
+        details["seconds"] = round(time.monotonic() - started, 3)
+        return {"status": status, "rows": rows, "message": message, "details": details}
+
+    signature = payload.get("signature") or {}
+    bento = signature.get("bentoml") or {}
+    apis = bento.get("apis") or []
+    if payload.get("format") != BENTO or not apis:
+        return result("failed", "only a Bento with an API can be profiled (a Bento model has no service)")
+    if not payload.get("sample_input"):
+        return result("failed", "the version has no sample_input: it is the request body wrk sends")
+    try:
+        binary = perf_analyzer.find_binary(wrk_binary, "wrk")
+    except LoadGeneratorError as exc:
+        return result("failed", str(exc))
+    progress(rows, "importing the Bento")
+    store = BentoStore(root)
+    try:
+        import_into_store(payload, store, kind=BENTO, tag=bento.get("tag", ""), timeout=load_timeout)
+    except StagingError as exc:
+        return result("failed", exc.message)
+    instance = serve.plan_instance(root, store.home, model=name, version=int(payload["version"]), tag=bento["tag"])
+    workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=instance.home))
+    config = sweep.configs[0]
+    try:
+        instance = serve.start_instance(instance)
+        serve.wait_ready(instance, timeout=load_timeout)
+        details["load_seconds"] = round(time.monotonic() - started, 3)
+        base = {"config": config.as_dict(), "memory_bytes": _resident_bytes(instance), "memory_kind": "cpu"}
+        script, body = workdir / "report.lua", workdir / "body.json"
+        script.write_text(wrk.REPORT_SCRIPT)
+        body.write_text(json.dumps(payload["sample_input"]))
+        url = f"{instance.url}{apis[0].get('route') or '/' + apis[0]['name']}"
+        for concurrency in sweep.concurrency:
+            progress(rows, f"concurrency {concurrency}")
+            log_path = workdir / f"c{concurrency}.log"
+            row = {**base, "concurrency": concurrency}
+            try:
+                perf_analyzer.run(wrk.command(binary, url=url, concurrency=concurrency, seconds=(
+                    3 * sweep.measurement_interval_ms / 1000), script=script, body=body),
+                    deadline=deadline, should_stop=should_stop, log_path=log_path)
+                row.update(wrk.read_report(log_path))
+            except LoadGeneratorError as exc:
+                row["error"] = str(exc)
+            rows.append(row)
+            progress(rows, f"concurrency {concurrency}")
+        return result("succeeded")
+    except ServingRuntimeError as exc:
+        return result("failed", f"the profiling instance did not start: {exc.message}")
+    except Stopped as exc:
+        cancelled = "time budget" not in exc.reason
+        return result("cancelled" if cancelled else "failed", exc.reason)
+    finally:
+        try:
+            if instance.pid:
+                serve.stop_instance(instance, timeout=unload_timeout)
+        except ServingRuntimeError as exc:
+            logger.error("could not stop profiling instance %s: %s", name, exc.message)
+        shutil.rmtree(instance.home, ignore_errors=True)
+
+
+def _resident_bytes(instance: serve.Instance) -> int | None:
+    """The resident set of every process of the instance (``/proc/<pid>/statm``), bytes; None when
+    ``/proc`` cannot be read."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    try:
+        for pid in serve.processes_of(instance.home):
+            with open(f"/proc/{pid}/statm") as statm:
+                total += int(statm.read().split()[1]) * page
+    except (OSError, ValueError, IndexError):
+        return None
+    return total or None
