@@ -2,7 +2,12 @@
 agent, the agent measures a copy of the version on a real Triton with Triton's own perf_analyzer, and the
 card's recommendation rolls out; clients of the served version fail no request meanwhile."""
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -42,14 +47,15 @@ def _wait_profile(client: APIClient, profile_id: int, timeout: float = 150) -> t
 @pytest.fixture
 def stack(s3_endpoint, start_triton, start_celery_worker, perf_analyzer, tmp_path):
     """A Triton host with its agent, an orchestrator worker, iris v1 uploaded and serving there, and an
-    API client of a maintainer: ``(client, triton)``."""
+    API client of a maintainer: ``(client, triton, token)``."""
     triton = start_triton()
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
     start_celery_worker(f"host.{HOST}", env={"MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
                                              "MODELYARD_AGENT_PERF_ANALYZER": str(perf_analyzer)})
     user = get_user_model().objects.create_user(username="ml", password="a-long-test-password", is_staff=True)
+    token = token_for(user)
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
     assert upload(client, build_iris_archive(tmp_path / "v1.tar.gz")) == 1
     host = client.post("/api/v1/hosts/", {
@@ -59,7 +65,7 @@ def stack(s3_endpoint, start_triton, start_celery_worker, perf_analyzer, tmp_pat
     assert host.status_code == 201, host.content
     deployed = client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": [HOST]}, format="json")
     assert wait_deployment(client, deployed.json()["id"])["status"] == "succeeded"
-    return client, triton
+    return client, triton, token
 
 
 def _profile_copies(triton) -> list[str]:
@@ -71,7 +77,7 @@ def _profile_copies(triton) -> list[str]:
 
 @override_settings(HEARTBEAT_INTERVAL=1.0)
 def test_a_version_is_profiled_beside_what_serves_and_its_recommended_config_rolls_out(stack):
-    client, triton = stack
+    client, triton, _ = stack
     with Heartbeats(interval=1.0):
         wait_for(lambda: client.get(f"/api/v1/hosts/{HOST}/").json()["online"], timeout=60,
                  what="the host's first heartbeat", interval=0.5)
@@ -121,26 +127,36 @@ def test_a_version_is_profiled_beside_what_serves_and_its_recommended_config_rol
 
 
 @override_settings(HEARTBEAT_INTERVAL=1.0)
-def test_a_running_profile_is_cancelled_and_leaves_nothing_on_the_host(stack):
-    client, triton = stack
+def test_a_running_profile_is_cancelled_from_the_cli_and_leaves_nothing_on_the_host(stack, live_server):
+    client, triton, token = stack
+    env = {**os.environ, "MODELYARD_URL": live_server.url, "MODELYARD_TOKEN": token}
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "modelyard"), *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+
     long_sweep = {"instance_counts": [1], "dynamic_batching": [False], "concurrency": [1, 2, 4, 8],
                   "measurement_interval_ms": 2000, "time_budget_s": 300}
     with Heartbeats(interval=1.0):
         wait_for(lambda: client.get(f"/api/v1/hosts/{HOST}/").json()["online"], timeout=60,
                  what="the host's first heartbeat", interval=0.5)
-        started = client.post("/api/v1/models/iris/versions/1/profiles/", {"host": HOST, "sweep": long_sweep},
-                              format="json")
-        assert started.status_code == 202, started.content
-        profile_id = started.json()["id"]
+        started = cli("profile", "iris", "1", "--host", HOST, "--sweep", json.dumps(long_sweep))
+        assert started.returncode == 0, started.stderr
+        profile_id = json.loads(started.stdout)["id"]
         wait_for(lambda: client.get(f"/api/v1/profiles/{profile_id}/").json()["progress"]["done"] >= 1,
                  timeout=90, what="the first measurement", interval=0.25)
-        cancelled = client.post(f"/api/v1/profiles/{profile_id}/cancel/")
-        assert cancelled.status_code == 200, cancelled.content
+        cancelled = cli("profiles", "cancel", str(profile_id))
+        assert cancelled.returncode == 0, cancelled.stderr
+        waited = cli("profiles", "wait", str(profile_id), "--timeout", "60")
         profile, _ = _wait_profile(client, profile_id, timeout=60)
+
+    assert waited.returncode == 1 and json.loads(waited.stdout)["status"] == "cancelled"
+    assert "1 instance, no dynamic batching" in waited.stderr  # the rows measured, as a table
 
     assert profile["status"] == "cancelled", profile
     assert 1 <= len(profile["rows"]) < 4  # what was measured is kept
-    assert client.post(f"/api/v1/profiles/{profile_id}/cancel/").status_code == 409
+    again = cli("profiles", "cancel", str(profile_id))
+    assert again.returncode == 1 and "HTTP 409" in again.stderr
     assert _profile_copies(triton) == []
     assert TritonRuntime(triton.http_url).ready_versions("iris") == [1]
     # The profile of the card: none succeeded, so a rollout cannot ask for its recommendation.
