@@ -99,3 +99,19 @@ class TryItForm(forms.Form):
 
     def clean_inputs(self) -> dict:
         return _clean_json_object(self.cleaned_data["inputs"])
+
+
+class ProfileForm(forms.Form):
+    """Start a performance profile of a version from its page: a host, a named sweep, an SLO."""
+
+    host = forms.ChoiceField(help_text="the host to measure on; a staging host keeps production untouched")
+    preset = forms.ChoiceField(choices=[("quick", "quick: 1–2 instances, batching off/on, concurrency 1 and 4"),
+                                        ("standard", "standard: 1, 2, 4 instances, batching off/on, "
+                                                     "concurrency 1–16")], initial="quick")
+    slo_p99_ms = forms.FloatField(required=False, min_value=0.001, max_value=600_000, label="p99 target (ms)",
+                                  help_text="the recommendation is the highest throughput whose client p99 stays "
+                                            "under this; empty: the highest throughput measured")
+
+    def __init__(self, *args, hosts: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["host"].choices = hosts

@@ -29,7 +29,7 @@ from deployments.models import Profile, ServingHost
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
 from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
-from modelyard_agent.profiling.card import measured
+from modelyard_agent.profiling.card import measured, pareto_front
 from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_sweep
 from registry.choices import VersionStatus
 from registry.models import ModelVersion
@@ -280,3 +280,42 @@ def profile_progress(profile: Profile) -> dict:
     """``{"done": rows measured, "total": runs in the sweep, "step": what the agent does now}``."""
     done = sum(1 for row in profile.rows if row.get("concurrency") is not None or row.get("error"))
     return {"done": done, "total": profile.runs, "step": profile.step}
+
+
+def card_context(profile: Profile) -> dict:
+    """What the card panel shows of ``profile``.
+
+    Returns:
+        ``{"rows": [row + {"on_front", "recommended"}], "recommended": dict | None,
+        "recommended_overrides": JSON text | "", "chart": {"configs": [{"key", "label", "points":
+        [{"x": p99_ms, "y": throughput, "concurrency"}]}], "front": [{"x", "y"}], "slo_p99_ms"},
+        "chart_id": the id of the chart's JSON element, "progress": {...},
+        "summary": a sentence describing the chart, its text alternative}``.
+    """
+    import json
+
+    best = profile.recommended
+    front = pareto_front(profile.rows)
+    front_ids = {id(row) for row in front}
+    rows = [{**row, "on_front": id(row) in front_ids,
+             "recommended": bool(best) and row.get("concurrency") == best["concurrency"]
+             and (row.get("config") or {}).get("key") == best["config"].get("key")} for row in profile.rows]
+    configs: dict[str, dict] = {}
+    for row in measured(profile.rows):
+        entry = configs.setdefault(row["config"]["key"], {"key": row["config"]["key"],
+                                                           "label": row["config"].get("label", ""), "points": []})
+        entry["points"].append({"x": row["p99_ms"], "y": row["throughput"], "concurrency": row["concurrency"]})
+    overrides = overrides_for(profile.version, best["config"]) if best else None
+    if front:
+        top = max(front, key=lambda row: row["throughput"])
+        summary = (f"{len(measured(profile.rows))} measurements of {len(configs)} configs; the Pareto front has "
+                   f"{len(front)} points, from {front[0]['throughput']:,.0f} inferences/s at p99 "
+                   f"{front[0]['p99_ms']:.2f} ms to {top['throughput']:,.0f} inferences/s at p99 "
+                   f"{top['p99_ms']:.2f} ms.")
+    else:
+        summary = "Nothing measured yet."
+    return {"rows": rows, "recommended": best, "recommended_overrides": json.dumps(overrides) if overrides else "",
+            "chart": {"configs": list(configs.values()), "front": [{"x": r["p99_ms"], "y": r["throughput"]}
+                                                                   for r in front],
+                      "slo_p99_ms": profile.slo_p99_ms},
+            "chart_id": f"profile-chart-{profile.pk}", "progress": profile_progress(profile), "summary": summary}

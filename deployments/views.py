@@ -5,15 +5,15 @@ import json
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 
 from accounts.access import Action, Principal, check, require
-from deployments import lifecycle, rollouts
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
-from deployments.forms import RolloutForm, ServingHostForm, TryItForm
+from deployments import lifecycle, profiles, rollouts
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_PROFILE_STATES, RUNTIME_FORMATS, TargetState
+from deployments.forms import ProfileForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
-from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.models import Deployment, DeploymentTarget, Profile, ServingHost
 from deployments.services import (
     get_deployment,
     get_host,
@@ -202,7 +202,8 @@ def rollout_create(request, model_name: str):
                        hosts=list(ServingHost.objects.order_by("name").values_list("name", flat=True)),
                        production_hosts=frozenset(ServingHost.objects.filter(production=True)
                                                   .values_list("name", flat=True)),
-                       initial={"version": request.GET.get("version") or (versions[0] if len(versions) == 1 else None)})
+                       initial={"version": request.GET.get("version") or (versions[0] if len(versions) == 1 else None),
+                                "config_overrides": request.GET.get("config_overrides", "")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -290,3 +291,81 @@ def host_model_reload(request, name: str, model_name: str):
         return redirect("deployments:host-detail", name=name)
     messages.success(request, f"Reloading {model_name} on {name}.")
     return redirect("deployments:rollout-detail", pk=deployment.pk)
+
+
+PROFILES_LISTED = 10
+
+
+def _profile_hosts(version) -> list[tuple[str, str]]:
+    """(name, label) of the hosts whose runtime serves the version's format, production ones marked."""
+    hosts = ServingHost.objects.filter(runtime__in=[r for r, formats in RUNTIME_FORMATS.items()
+                                                    if version.format in formats]).order_by("name")
+    return [(h.name, f"{h.name}{' (production)' if h.production else ''}{'' if h.is_online() else ' — offline'}")
+            for h in hosts]
+
+
+@login_required
+def version_profiles(request, model_name: str, version: int):
+    """The performance card panel of a version's page (loaded by htmx; it polls itself while a
+    profile runs): the newest profile (or ``?profile=<id>``) with its chart of throughput against
+    p99 per config, the Pareto front, the table and the recommendation; the form to start one."""
+    model = model_or_404(request, model_name)
+    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
+    listed = list(Profile.objects.filter(version=version_row).select_related("host", "created_by")
+                  .order_by("-id")[:PROFILES_LISTED])
+    chosen = request.GET.get("profile", "")
+    profile = next((p for p in listed if str(p.pk) == chosen), None) if chosen.isdigit() else None
+    if profile is None and chosen.isdigit():
+        profile = get_object_or_404(Profile.objects.select_related("host"), pk=int(chosen), version=version_row)
+    profile = profile or (listed[0] if listed else None)
+    may_profile = check(Principal.of(request), Action.DEPLOY, model=model) is None
+    context = {"model": model, "version": version_row, "profiles": listed, "profile": profile,
+               "may_profile": may_profile,
+               "form": ProfileForm(hosts=_profile_hosts(version_row)) if may_profile else None}
+    if profile is not None:
+        context.update(profiles.card_context(profile))
+        context["active"] = profile.status in ACTIVE_PROFILE_STATES
+    return render(request, "deployments/partials/version_profiles.html", context)
+
+
+@login_required
+def version_profile_start(request, model_name: str, version: int):
+    """Start a profile from the version page's form (POST; rights of a rollout to the host)."""
+    if request.method != "POST":
+        return redirect("registry:version-detail", model_name, version)
+    model = model_or_404(request, model_name, Action.DEPLOY, doing="profiling a version")
+    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
+    form = ProfileForm(request.POST, hosts=_profile_hosts(version_row))
+    principal = Principal.of(request)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            profile = profiles.start_profile(
+                model_name=model.name, version=version, host_name=data["host"], sweep=data["preset"],
+                slo_p99_ms=data["slo_p99_ms"], actor=request.user,
+                authorize=lambda v, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts))
+        except DomainError as exc:
+            messages.error(request, f"The profile was not started: {exc.message}")
+        else:
+            messages.success(request, f"Profile {profile.pk} queued on {data['host']}.")
+    else:
+        messages.error(request, "The profile was not started: " + "; ".join(
+            f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()))
+    return redirect("registry:version-detail", model_name, version)
+
+
+@login_required
+def profile_cancel(request, pk: int):
+    """Cancel a profile: GET asks for confirmation, POST cancels (rights of a rollout to its host)."""
+    profile = get_object_or_404(Profile.objects.select_related("version__model", "host"), pk=pk)
+    model = model_or_404(request, profile.version.model.name, Action.DEPLOY, hosts=[profile.host],
+                         doing="cancelling a profile")
+    if request.method == "POST":
+        try:
+            profiles.cancel_profile(profile.pk, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Profile {profile.pk} is being stopped; what it measured is kept.")
+        return redirect("registry:version-detail", model.name, profile.version.version)
+    return render(request, "deployments/profile_confirm_cancel.html", {"profile": profile, "model": model})
