@@ -246,6 +246,37 @@ def overrides_for(version: ModelVersion, config: dict) -> dict:
     return ProfileConfig.from_dict(config).config_overrides(instance_groups_of(version.config_text or ""))
 
 
+def profile_comparison(candidate: ModelVersion, target: ModelVersion) -> dict:
+    """The two versions' measured throughput where the target's card recommends serving it.
+
+    The target version's newest card gives the host, the config and the concurrency (its
+    recommendation); the candidate's newest card on that host must hold a measurement of the same
+    config at the same concurrency.
+
+    Returns:
+        ``{"host", "config_key", "config_label", "concurrency", "target_profile", "candidate_profile",
+        "target_throughput", "candidate_throughput"}`` (inferences/s), or ``{"missing": sentence}``
+        saying which card or measurement is lacking.
+    """
+    from modelyard_agent.profiling.card import throughput_at
+
+    target_card = card_for(target)
+    best = target_card.recommended if target_card else None
+    if best is None:
+        return {"missing": f"v{target.version} (the target) has no performance card with a recommendation"}
+    host = target_card.host
+    key, concurrency = best["config"].get("key"), best["concurrency"]
+    label = best["config"].get("label", key)
+    candidate_card = card_for(candidate, host)
+    value = throughput_at(candidate_card.rows, key, concurrency) if candidate_card else None
+    if value is None:
+        return {"missing": f"v{candidate.version} has no performance card on {host.name} measuring {label} at "
+                           f"concurrency {concurrency} (profile it there with that config)"}
+    return {"host": host.name, "config_key": key, "config_label": label, "concurrency": concurrency,
+            "target_profile": target_card.pk, "candidate_profile": candidate_card.pk,
+            "target_throughput": float(best["throughput"]), "candidate_throughput": value}
+
+
 def card_gpu_bytes(version: ModelVersion) -> int | None:
     """The GPU memory (bytes) the version's card measured for its recommended config (else the
     most any config took), or None when the card measured no GPU memory (a CPU host)."""

@@ -7,7 +7,8 @@ from promotions.models import PromotionPolicy, Webhook
 from promotions.webhooks import check_webhook_url
 
 POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
-                      "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
+                      "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "requires_approval",
+                      "dry_run", "enabled"]
 
 
 class PromotionPolicyForm(forms.ModelForm):
@@ -17,7 +18,9 @@ class PromotionPolicyForm(forms.ModelForm):
         model = PromotionPolicy
         fields = POLICY_FORM_FIELDS
         labels = {"max_p95_ms": "Max p95 latency (ms)", "max_error_rate": "Max error rate (0..1)",
-                  "max_regression": "Max regression vs target (0.1 = 10 %)", "window_seconds": "Window (seconds)"}
+                  "max_regression": "Max regression vs target (0.1 = 10 %)",
+                  "max_profile_regression": "Max throughput regression vs the target's performance card (0.1 = 10 %)",
+                  "window_seconds": "Window (seconds)"}
 
     def validate_unique(self):
         """Uniqueness is the service's to answer (as a message), not the form's."""

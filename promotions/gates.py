@@ -12,12 +12,15 @@ from dataclasses import asdict, dataclass
 @dataclass(frozen=True)
 class Limits:
     """A policy's gates: ``min_requests`` (count), ``max_p95_ms`` (ms), ``max_error_rate`` (0..1),
-    ``max_regression`` (relative, 0.1 = the candidate may be 10 % worse than the target version)."""
+    ``max_regression`` (relative, 0.1 = the candidate may be 10 % worse than the target version),
+    ``max_profile_regression`` (relative, 0.1 = the candidate's card may show 10 % less throughput
+    than the target version's)."""
 
     min_requests: int | None = None
     max_p95_ms: float | None = None
     max_error_rate: float | None = None
     max_regression: float | None = None
+    max_profile_regression: float | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +78,26 @@ def _regression(gate: str, what: str, value, baseline, allowed: float, show) -> 
                  f"at most {allowed * 100:+.1f} % allowed)")
 
 
-def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_target: bool) -> list[Check]:
+def _profile_regression(limits: Limits, profiles: dict | None, has_target: bool) -> Check | None:
+    allowed = limits.max_profile_regression
+    if allowed is None:
+        return None
+    if not has_target:
+        return Check("max_profile_regression", True, None, allowed, "no target version yet: nothing to compare with")
+    profiles = profiles or {}
+    if profiles.get("missing"):
+        return Check("max_profile_regression", False, None, allowed, profiles["missing"])
+    value, baseline = profiles["candidate_throughput"], profiles["target_throughput"]
+    relative = value / baseline - 1
+    passed = relative >= -allowed
+    where = f"{profiles['config_label']} at concurrency {profiles['concurrency']} on {profiles['host']}"
+    return Check("max_profile_regression", passed, relative, allowed,
+                 f"throughput {value:,.0f}/s against the target's {baseline:,.0f}/s ({relative * 100:+.1f} %; "
+                 f"at most {-allowed * 100:.1f} % allowed), {where}")
+
+
+def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_target: bool,
+          profiles: dict | None = None) -> list[Check]:
     """Run every gate that is on.
 
     Args:
@@ -84,6 +106,8 @@ def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_ta
         target: the metrics of the version the target alias names now, or None.
         has_target: whether the target alias names a version at all; without one (a first
             promotion) the regression gates pass with nothing to compare.
+        profiles: for ``max_profile_regression``, ``deployments.profiles.profile_comparison`` of the
+            candidate and target versions (throughputs in inferences/s, or ``missing``: why not).
 
     Returns:
         One Check per gate that is on; the candidate passes when every check passed.
@@ -106,6 +130,7 @@ def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_ta
                                       target.get("latency_p95_ms"), limits.max_regression, _ms))
             checks.append(_regression("max_regression_error_rate", "error rate", seen.get("error_rate"),
                                       target.get("error_rate"), limits.max_regression, _pct))
+    checks.append(_profile_regression(limits, profiles, has_target))
     return [c for c in checks if c is not None]
 
 

@@ -17,7 +17,11 @@ class PromotionPolicy(models.Model):
     - ``max_p95_ms``: the worst p95 latency seen, in milliseconds, at most;
     - ``max_error_rate``: failed requests as a fraction (0..1), at most;
     - ``max_regression``: how much worse (relative, 0.1 = 10 %) than the version ``target_alias``
-      names now the candidate's p95 latency and error rate may be.
+      names now the candidate's p95 latency and error rate may be;
+    - ``max_profile_regression``: how much lower (relative, 0.1 = 10 %) the candidate's measured
+      throughput may be than the target version's, by their performance cards: at the config and
+      concurrency the target's card recommends, on the host that card was measured on
+      (``deployments.profiles.profile_comparison``).
 
     ``requires_approval`` stops a passing evaluation at AWAITING_APPROVAL; ``dry_run`` records what
     would happen and moves nothing. The schedule is ``periodic_task`` (django-celery-beat, with a
@@ -36,6 +40,7 @@ class PromotionPolicy(models.Model):
     max_p95_ms = models.FloatField(null=True, blank=True)
     max_error_rate = models.FloatField(null=True, blank=True)
     max_regression = models.FloatField(null=True, blank=True)
+    max_profile_regression = models.FloatField(null=True, blank=True)
     requires_approval = models.BooleanField(default=False)
     dry_run = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True, help_text="False: paused, the schedule does not run it")

@@ -34,7 +34,7 @@ EVALUATE_TASK = "promotions.evaluate_policy"
 MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
-            "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled")
+            "max_error_rate", "max_regression", "max_profile_regression", "requires_approval", "dry_run", "enabled")
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,7 @@ def _check(fields: dict) -> dict:
     _number(fields["max_p95_ms"], "max_p95_ms", low=0)
     _number(fields["max_error_rate"], "max_error_rate", low=0, high=1)
     _number(fields["max_regression"], "max_regression", low=0)
+    _number(fields["max_profile_regression"], "max_profile_regression", low=0, high=1)
     for flag in ("requires_approval", "dry_run", "enabled"):
         if not isinstance(fields[flag], bool):
             raise InvalidInput(f"{flag} must be true or false")
@@ -136,8 +137,8 @@ def get_evaluation(evaluation_id: int) -> PromotionEvaluation:
 def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, schedule: str = "*/15 * * * *",
                   window_seconds: int = 900, min_requests: int | None = 100, max_p95_ms: float | None = None,
                   max_error_rate: float | None = None, max_regression: float | None = None,
-                  requires_approval: bool = False, dry_run: bool = False, enabled: bool = True, name: str = "",
-                  actor=None) -> PromotionPolicy:
+                  max_profile_regression: float | None = None, requires_approval: bool = False, dry_run: bool = False,
+                  enabled: bool = True, name: str = "", actor=None) -> PromotionPolicy:
     """Create a promotion policy and its schedule.
 
     Args:
@@ -146,8 +147,9 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
             to the target.
         schedule: a five-field crontab in UTC, e.g. ``*/15 * * * *``.
         window_seconds: how far back the gates look, 60 s to 7 days.
-        min_requests, max_p95_ms (ms), max_error_rate (0..1), max_regression (relative): the gates;
-            None switches one off (see ``PromotionPolicy``).
+        min_requests, max_p95_ms (ms), max_error_rate (0..1), max_regression (relative),
+            max_profile_regression (relative, 0..1): the gates; None switches one off (see
+            ``PromotionPolicy``).
         requires_approval, dry_run, enabled: see ``PromotionPolicy``.
         name: a label for people.
         actor: the requesting user (callers check they are staff).
@@ -164,7 +166,8 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
     fields = _check({
         "name": name, "candidate_alias": candidate_alias, "target_alias": target_alias, "schedule": schedule,
         "window_seconds": window_seconds, "min_requests": min_requests, "max_p95_ms": max_p95_ms,
-        "max_error_rate": max_error_rate, "max_regression": max_regression, "requires_approval": requires_approval,
+        "max_error_rate": max_error_rate, "max_regression": max_regression,
+        "max_profile_regression": max_profile_regression, "requires_approval": requires_approval,
         "dry_run": dry_run, "enabled": enabled,
     })
     try:
@@ -343,10 +346,17 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             _finish(evaluation, Decision.SKIPPED,
                     f"@{policy.target_alias} already names v{candidate.version}: nothing to promote", **fields)
             return evaluation
+        profiles = None
+        if policy.max_profile_regression is not None and target is not None:
+            from deployments.profiles import profile_comparison
+
+            profiles = profile_comparison(candidate, target)
+            metrics["profiles"] = profiles
         checks = gates.judge(
-            gates.Limits(policy.min_requests, policy.max_p95_ms, policy.max_error_rate, policy.max_regression),
+            gates.Limits(policy.min_requests, policy.max_p95_ms, policy.max_error_rate, policy.max_regression,
+                         policy.max_profile_regression),
             seen.get(str(candidate.version)), seen.get(str(target.version)) if target else None,
-            has_target=target is not None,
+            has_target=target is not None, profiles=profiles,
         )
         fields["checks"] = [c.as_dict() for c in checks]
         summary = gates.summarise(checks)

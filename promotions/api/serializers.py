@@ -8,7 +8,8 @@ from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, Web
 from registry.models import RegisteredModel
 
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
-                 "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
+                 "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "requires_approval",
+                 "dry_run", "enabled"]
 
 
 class PromotionPolicySerializer(serializers.ModelSerializer):
@@ -41,6 +42,10 @@ class PromotionPolicyWriteSerializer(RefuseUnknownFields, serializers.Serializer
     max_error_rate = serializers.FloatField(required=False, allow_null=True, default=None, help_text="0..1")
     max_regression = serializers.FloatField(required=False, allow_null=True, default=None,
                                             help_text="relative to the target version, 0.1 = 10 % worse")
+    max_profile_regression = serializers.FloatField(
+        required=False, allow_null=True, default=None,
+        help_text="measured throughput at most this much lower than the target version's (0.1 = 10 %), by their "
+                  "performance cards on the same host, at the config and concurrency the target's card recommends")
     requires_approval = serializers.BooleanField(required=False, default=False)
     dry_run = serializers.BooleanField(required=False, default=False)
     enabled = serializers.BooleanField(required=False, default=True)

@@ -17,8 +17,8 @@ from deployments.placement import measured_footprint
 from deployments.profiles import (
     card_instance_bounds,
     fail_stalled_profiles,
-    record_profile_report,
     recommended_overrides,
+    record_profile_report,
 )
 from deployments.services import check_autoscale
 from modelyard_agent.formats.triton_config import render_load_config

@@ -124,3 +124,45 @@ def test_approval_is_refused_once_the_target_moved_since_the_evaluation(promethe
 def test_a_candidate_the_target_already_names_is_skipped(prometheus):
     policy = policy_for(staging=1)
     assert evaluate(policy, prometheus.client).decision == Decision.SKIPPED
+
+
+def _card(version_number: int, host: str, throughput: float, *, slo: float | None = 5.0):
+    """A finished performance card of iris ``version_number`` on ``host``: one config at concurrency 4."""
+    from django.utils import timezone
+
+    from deployments.models import Profile, ServingHost
+    from registry.models import ModelVersion
+
+    row = {"config": {"key": "i2-nobatch", "label": "2 instances, no dynamic batching", "instance_count": 2},
+           "concurrency": 4, "throughput": throughput, "p50_ms": 1.0, "p99_ms": 3.0}
+    return Profile.objects.create(
+        version=ModelVersion.objects.get(model__name="iris", version=version_number),
+        host=ServingHost.objects.get_or_create(name=host, defaults={"inference_url": f"http://{host}:8000"})[0],
+        sweep={"configs": [], "concurrency": [4]}, rows=[row], slo_p99_ms=slo, status="succeeded",
+        finished_at=timezone.now())
+
+
+@pytest.mark.parametrize("candidate_throughput,decision", [(9_500, Decision.PROMOTED), (8_000, Decision.HELD)])
+def test_the_profile_gate_compares_throughput_on_the_target_cards_host_and_config(
+    prometheus, candidate_throughput, decision
+):
+    policy = policy_for(staging=2, max_profile_regression=0.1)
+    _card(1, "staging-a", 10_000)
+    _card(2, "staging-b", 20_000)  # another host: not comparable
+    _card(2, "staging-a", candidate_throughput)
+    evaluation = evaluate(policy, prometheus.client)
+    assert evaluation.decision == decision, evaluation.reason
+    check = next(c for c in evaluation.checks if c["gate"] == "max_profile_regression")
+    assert check["value"] == pytest.approx(candidate_throughput / 10_000 - 1)
+    assert "on staging-a" in check["message"] and "concurrency 4" in check["message"]
+    assert evaluation.metrics["profiles"]["candidate_throughput"] == candidate_throughput
+
+
+def test_the_profile_gate_holds_a_candidate_without_a_comparable_card(prometheus):
+    policy = policy_for(staging=2, max_profile_regression=0.1)
+    _card(1, "staging-a", 10_000)
+    _card(2, "staging-b", 12_000)
+    evaluation = evaluate(policy, prometheus.client)
+    assert evaluation.decision == Decision.HELD
+    assert "v2 has no performance card on staging-a" in evaluation.reason
+    assert production() == 1

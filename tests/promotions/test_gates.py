@@ -66,3 +66,16 @@ def test_a_first_promotion_has_no_target_to_regress_against():
 def test_gates_left_empty_are_not_checked():
     assert judge(Limits(), None, None, has_target=True) == []
     assert summarise([]) == "no gates are set"
+
+
+def test_the_profile_gate_needs_a_comparison_and_passes_a_first_promotion():
+    limits = Limits(max_profile_regression=0.1)
+    held = judge(limits, {}, {}, has_target=True, profiles={"missing": "v1 (the target) has no performance card"})
+    assert [(c.gate, c.passed) for c in held] == [("max_profile_regression", False)]
+    assert "no performance card" in held[0].message
+    first = judge(limits, {}, None, has_target=False)
+    assert [(c.gate, c.passed) for c in first] == [("max_profile_regression", True)]
+    compared = {"candidate_throughput": 900.0, "target_throughput": 1000.0, "host": "staging",
+                "config_label": "1 instance", "concurrency": 2}
+    assert judge(limits, {}, {}, has_target=True, profiles=compared)[0].passed  # exactly 10 % lower
+    assert not judge(Limits(max_profile_regression=0.05), {}, {}, has_target=True, profiles=compared)[0].passed
