@@ -320,3 +320,48 @@ def test_a_serving_process_whose_arbiter_is_killed_is_replaced_blue_green_withou
     assert replacement.home != crashed.home and replacement.version == 1 and serve.is_running(replacement)
     assert not serve.processes_of(crashed.home)
     assert answered[0] > 0 and failures == []
+
+
+def test_a_bento_is_profiled_with_wrk_beside_the_served_version_which_fails_no_request(
+    bentos, artifact_server, agent_root, perf_analyzer
+):
+    """BentoML's card: a profiling instance of its own (never routed to by nginx), measured with Debian's
+    wrk over the sweep's concurrency levels, then stopped; clients of the served version notice nothing."""
+    from modelyard_agent.profiling.bentoml import profile_bentoml_version
+    from modelyard_agent.profiling.sweep import parse_sweep
+
+    root, url = agent_root
+    _, base_url = artifact_server
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    served_before = serving_homes(root)
+    payload = {**make_payload(bentos["v2"], base_url, url, 2), "profile_id": 5,
+               "sweep": parse_sweep({"concurrency": [1, 4], "measurement_interval_ms": 500}, max_batch_size=0,
+                                    runtime="bentoml").as_dict()}
+    failures, answered, stop = [], [], threading.Event()
+
+    def clients():
+        with requests.Session() as session:
+            while not stop.is_set():
+                answer = classify(url, session)
+                (answered if answer.status_code == 200 else failures).append(answer.headers.get("X-Modelyard-Version"))
+
+    thread = threading.Thread(target=clients, daemon=True)
+    thread.start()
+    steps = []
+    try:
+        result = profile_bentoml_version(payload, root=root, wrk_binary="wrk", progress=lambda rows, step:
+                                         steps.append((len(rows), step)), should_stop=lambda: None,
+                                         load_timeout=120, unload_timeout=30)
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+    assert result["status"] == "succeeded", result
+    assert [row["concurrency"] for row in result["rows"]] == [1, 4]
+    for row in result["rows"]:
+        assert row["config"]["key"] == "served" and row["throughput"] > 0, row
+        assert 0 < row["p50_ms"] <= row["p99_ms"] and row["errors"] == 0, row
+        assert row["memory_kind"] == "cpu" and row["memory_bytes"] > 0, row
+    assert (1, "concurrency 4") in steps
+    assert answered and failures == [] and set(answered) == {"1"}  # only the served version answered clients
+    assert serving_homes(root) == served_before  # the profiling instance is gone
+    assert not list((root / "instances").glob("clf--profile-5-*"))
