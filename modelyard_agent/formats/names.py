@@ -17,6 +17,8 @@ import unicodedata
 
 NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
 NAME_MAX_LENGTH = 63
+# Host agents load a profile's copy of a model as ``<model>--profile-<id>``: no model may be named so.
+PROFILE_INFIX = "--profile-"
 NAME_RULE = (
     "1-63 characters: lower-case letters, digits, '-' and '_', "
     "starting and ending with a letter or digit"
@@ -43,7 +45,8 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
         The normalised name.
 
     Raises:
-        InvalidName: the name is empty, too long, or has characters outside the grammar.
+        InvalidName: the name is empty, too long, or has characters outside the grammar; or a
+            model name holds ``PROFILE_INFIX``.
     """
     name = normalize_name(raw)
     if not name:
@@ -55,6 +58,9 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
         raise InvalidName(f"{kind} {name!r} has upper-case letters{hint}: {NAME_RULE}")
     if not NAME_PATTERN.match(name):
         raise InvalidName(f"{kind} {name!r} is not valid: {NAME_RULE}")
+    if kind == "model name" and PROFILE_INFIX in name:
+        raise InvalidName(f"{kind} {name!r} holds {PROFILE_INFIX!r}, which names the copies performance "
+                          "profiles load")
     return name
 
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from modelyard_agent.formats.names import PROFILE_INFIX
 from modelyard_agent.formats.triton_config import (
     ModelConfigError,
     instance_groups_of,
@@ -34,14 +35,13 @@ from modelyard_agent.triton_host import AgentPaths, StagingError, stage_version
 
 logger = logging.getLogger(__name__)
 
-PROFILE_SUFFIX = "--profile-"
 
 
 def profile_model_name(model: str, profile_id: int) -> str:
     """The name a profile's copy of ``model`` is loaded under: ``<model>--profile-<id>`` (the model's
     name cut so that the whole stays within 63 characters). The registry refuses model names that
     hold ``--profile-``, so no served model can have it."""
-    suffix = f"{PROFILE_SUFFIX}{profile_id}"
+    suffix = f"{PROFILE_INFIX}{profile_id}"
     return f"{model[:63 - len(suffix)].rstrip('-_')}{suffix}"
 
 

@@ -346,3 +346,10 @@ def test_a_rollout_asks_for_the_recommended_config(world):
     assert answer.json()["config_overrides"] == {
         "instance_group": [{"kind": "KIND_CPU", "count": 2}], "max_batch_size": 8,
         "dynamic_batching": {"max_queue_delay_microseconds": "100"}}
+
+
+def test_no_model_may_take_the_name_a_profile_copy_is_loaded_under(world):
+    client, _, _ = world
+    answer = client.post("/api/v1/models/", {"name": "iris--profile-3"}, format="json")
+    assert answer.status_code == 400 and "--profile-" in json.dumps(answer.json())
+    assert client.post("/api/v1/models/", {"name": "iris-profile-3"}, format="json").status_code == 201
