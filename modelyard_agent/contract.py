@@ -260,7 +260,7 @@ class HeartbeatRequest(TypedDict):
 class AgentInfo(TypedDict):
     """Who answered a heartbeat: the agent's package version, its protocol, when it started (unix
     seconds; None when unknown) and the work it is carrying out now (``[{"task", "model",
-    "target_id"?, "since": unix seconds}]``). A target dispatched before ``started_at`` that is not in
+    "target_id"?, "profile_id"?, "since": unix seconds}]``). A target dispatched before ``started_at`` that is not in
     ``working_on`` was dropped by a killed predecessor, and the orchestrator sends it again."""
 
     version: str

@@ -61,10 +61,26 @@ class TritonHostAgent:
                                      grpc_url=settings().triton_grpc_url, staging_dir=settings().staging_dir)
 
     def heartbeat(self, request: dict) -> dict:
-        from modelyard_agent.triton_host import collect_heartbeat
+        """Remove profile copies no running profile owns (``profiling.triton.remove_stale_copies``), then
+        report."""
+        from modelyard_agent.profiling.triton import remove_stale_copies
+        from modelyard_agent.runtimes.base import ServingRuntimeError
+        from modelyard_agent.runtimes.triton import TritonRuntime
+        from modelyard_agent.triton_host import AgentPaths, collect_heartbeat
 
-        return collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
-                                 model_repository=Path(settings().model_repository), labels=settings().labels)
+        errors = []
+        if request.get("inference_url"):
+            try:
+                remove_stale_copies(TritonRuntime(request["inference_url"], timeout=5.0,
+                                                  grpc_url=settings().triton_grpc_url),
+                                    AgentPaths(Path(settings().model_repository), settings().staging_dir),
+                                    running_profiles(request["host"]))
+            except ServingRuntimeError as exc:
+                errors.append(f"profile copies: {exc.message}")
+        report = collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
+                                   model_repository=Path(settings().model_repository), labels=settings().labels)
+        report["errors"] = report["errors"] + errors
+        return report
 
     def unload(self, payload: dict) -> None:
         from modelyard_agent.runtimes.triton import TritonRuntime
@@ -110,6 +126,9 @@ class BentoMLHostAgent:
         except ServingRuntimeError as exc:
             errors.append(f"nginx: {exc.message}")
         tidied = tidy_models(root, request["inference_url"], lambda model: host_model_lock(request["host"], model))
+        from modelyard_agent.profiling.bentoml import stop_stale_instances
+
+        stop_stale_instances(root, running_profiles(request["host"]))
         report = collect_bentoml_heartbeat(inference_url=request["inference_url"],
                                            root=root, labels=settings().labels)
         report["tidied"] = tidied
@@ -127,6 +146,13 @@ class BentoMLHostAgent:
         return profile_bentoml_version(payload, root=Path(settings().bentoml_root), wrk_binary=settings().wrk,
                                        progress=progress, should_stop=should_stop,
                                        load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload))
+
+
+def running_profiles(host: str) -> set[int]:
+    """The ids of the profiles this host's agent runs now (its working set in the broker's Redis)."""
+    from modelyard_agent.worker import agent_info
+
+    return {int(entry["profile_id"]) for entry in agent_info(host)["working_on"] if entry.get("profile_id")}
 
 
 _AGENTS: dict[str, HostAgent] = {Runtime.TRITON: TritonHostAgent(), Runtime.BENTOML: BentoMLHostAgent()}

@@ -118,8 +118,9 @@ def working_on(task: str, payload: dict, task_id: str | None) -> Iterator[None]:
     """
     host, field = payload.get("host", ""), task_id or f"{task}:{payload.get('model')}"
     entry = {"task": task, "model": payload.get("model"), "since": time.time()}
-    if "target_id" in payload:
-        entry["target_id"] = payload["target_id"]
+    for key in ("target_id", "profile_id"):
+        if key in payload:
+            entry[key] = payload[key]
     try:
         _broker().hset(_working_key(host), field, json.dumps(entry))
     except redis.exceptions.RedisError as exc:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from modelyard_agent.bentoml_host import StagingError, import_into_store
 from modelyard_agent.contract import BENTO
+from modelyard_agent.formats.names import PROFILE_INFIX
 from modelyard_agent.profiling import perf_analyzer, wrk
 from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
 from modelyard_agent.profiling.sweep import Sweep
@@ -121,6 +122,37 @@ def profile_bentoml_version(
         except ServingRuntimeError as exc:
             logger.error("could not stop profiling instance %s: %s", name, exc.message)
         shutil.rmtree(instance.home, ignore_errors=True)
+
+
+def stop_stale_instances(root: Path, active: set[int], timeout: float = 30.0) -> list[str]:
+    """Stop and delete the profiling instances no running profile owns (an agent killed mid-profile
+    leaves its ``bentoml serve`` running in a session of its own).
+
+    Args:
+        root: the agent's BentoML directory.
+        active: the ids of the profiles this host's agent is running now.
+        timeout: seconds to wait for each instance to stop.
+
+    Returns:
+        The instance homes removed.
+    """
+    from modelyard_agent.profiling.triton import profile_id_of
+
+    removed = []
+    for home in sorted((Path(root) / "instances").glob(f"*{PROFILE_INFIX}*")):
+        model = home.name.rsplit("-v", 1)[0]
+        profile = profile_id_of(model)
+        if profile is None or profile in active:
+            continue
+        try:  # port 0: the instance's port is not recorded, and stopping its processes frees it
+            serve.stop_instance(serve.Instance(model=model, version=0, tag="", port=0, home=str(home)), timeout=timeout)
+        except ServingRuntimeError as exc:
+            logger.error("could not stop profiling instance %s: %s", home.name, exc.message)
+            continue
+        shutil.rmtree(home, ignore_errors=True)
+        logger.warning("removed profiling instance %s, which no running profile owns", home.name)
+        removed.append(str(home))
+    return removed
 
 
 def _resident_bytes(instance: serve.Instance) -> int | None:

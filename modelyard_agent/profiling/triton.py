@@ -171,6 +171,39 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
             logger.warning("unloading profiling copy %s: %s", name, exc.message)
 
 
+def profile_id_of(name: str) -> int | None:
+    """The profile id a profile copy's name carries (``<model>--profile-<id>``), or None for any other name."""
+    head, sep, tail = name.rpartition(PROFILE_INFIX)
+    return int(tail) if sep and head and tail.isdigit() else None
+
+
+def remove_stale_copies(runtime: TritonRuntime, paths: AgentPaths, active: set[int],
+                        unload_timeout: float = 120.0) -> list[str]:
+    """Unload and delete the profile copies no running profile owns (an agent killed mid-profile
+    leaves its copy loaded and on disk).
+
+    Args:
+        runtime: the host's Triton.
+        paths: the host's model repository and staging directory.
+        active: the ids of the profiles this host's agent is running now.
+        unload_timeout: seconds to wait for each copy to unload.
+
+    Returns:
+        The names of the copies removed.
+
+    Raises:
+        ServingRuntimeError: Triton's repository index cannot be read.
+    """
+    loaded = {entry.name for entry in runtime.repository_index()}
+    on_disk = {path.name for path in paths.model_repository.iterdir()} if paths.model_repository.is_dir() else set()
+    stale = sorted(name for name in loaded | on_disk
+                   if (profile := profile_id_of(name)) is not None and profile not in active)
+    for name in stale:
+        logger.warning("removing profiling copy %s, which no running profile owns", name)
+        _remove_copy(runtime, paths, name, unload_timeout)
+    return stale
+
+
 def _remove_copy(runtime: TritonRuntime, paths: AgentPaths, name: str, unload_timeout: float) -> None:
     """Unload the profiling copy (when still loaded) and delete its repository directory and state."""
     try:
