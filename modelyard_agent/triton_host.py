@@ -286,7 +286,7 @@ def deploy_triton_version(
     except ServingRuntimeError as exc:
         return failed(f"Triton is not reachable: {exc.message}", retryable=exc.retryable)
     details["previous_versions"] = previous
-    before = _memory(payload)
+    before = memory_or_none(payload.get("metrics_url"))
     try:
         runtime.load(model, config_for(previous + [version], version))
         if not runtime.is_version_ready(model, version):
@@ -301,7 +301,7 @@ def deploy_triton_version(
         _restore(runtime, model, previous, config_for)
         return failed(f"Triton could not load {model} version {version}: {exc.message}", retryable=exc.retryable)
     steps.done("load_seconds")
-    details["footprint_bytes"] = _footprint(before, _memory(payload))
+    details["footprint_bytes"] = _footprint(before, memory_or_none(payload.get("metrics_url")))
 
     if payload.get("sample_input"):
         steps.begin(TargetState.VERIFYING)
@@ -430,14 +430,15 @@ def _restore(runtime: TritonRuntime, model: str, previous: list[int], config_for
         logger.error("could not restore %s versions %s: %s", model, previous, exc.message)
 
 
-def _memory(payload: dict) -> MemoryInUse | None:
-    url = payload.get("metrics_url")
-    if not url:
+def memory_or_none(metrics_url: str | None) -> MemoryInUse | None:
+    """Triton's memory gauges (``read_memory_in_use``), or None without a metrics URL or when they
+    cannot be read (logged): a footprint that cannot be measured is left unknown, never a failure."""
+    if not metrics_url:
         return None
     try:
-        return read_memory_in_use(url)
+        return read_memory_in_use(metrics_url)
     except ServingRuntimeError as exc:
-        logger.info("footprint not measured: %s", exc.message)
+        logger.info("memory not measured: %s", exc.message)
         return None
 
 

@@ -30,8 +30,8 @@ from modelyard_agent.profiling import perf_analyzer
 from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
 from modelyard_agent.profiling.sweep import ProfileConfig, Sweep
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.triton import TritonRuntime, read_memory_in_use
-from modelyard_agent.triton_host import AgentPaths, StagingError, stage_version
+from modelyard_agent.runtimes.triton import TritonRuntime
+from modelyard_agent.triton_host import AgentPaths, StagingError, memory_or_none, stage_version
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
         Stopped: cancelled, or past the deadline.
     """
     base = {"config": config.as_dict()}
-    before = _memory(payload.get("metrics_url"))
+    before = memory_or_none(payload.get("metrics_url"))
     try:
         runtime.load(name, render_load_config(
             payload["config_text"], model_name=name, versions=[version], parameters=payload.get("parameters") or {},
@@ -146,7 +146,7 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
     except (ServingRuntimeError, ModelConfigError) as exc:
         on_row({**base, "concurrency": None, "error": f"did not load: {getattr(exc, 'message', exc)}"})
         return
-    base["memory_bytes"], base["memory_kind"] = _delta(before, _memory(payload.get("metrics_url")))
+    base["memory_bytes"], base["memory_kind"] = _delta(before, memory_or_none(payload.get("metrics_url")))
     try:
         for concurrency in sweep.concurrency:
             csv_path = workdir / f"{config.key}-c{concurrency}.csv"
@@ -215,16 +215,6 @@ def _remove_copy(runtime: TritonRuntime, paths: AgentPaths, name: str, unload_ti
         logger.warning("profiling copy %s may still be loaded: %s", name, exc.message)
     shutil.rmtree(paths.model_repository / name, ignore_errors=True)
     shutil.rmtree(paths.state_dir / "versions" / name, ignore_errors=True)
-
-
-def _memory(metrics_url: str | None):
-    if not metrics_url:
-        return None
-    try:
-        return read_memory_in_use(metrics_url)
-    except ServingRuntimeError as exc:
-        logger.info("profile memory not measured: %s", exc.message)
-        return None
 
 
 def _delta(before, after) -> tuple[int | None, str | None]:
