@@ -12,7 +12,8 @@ In this order, in one run:
 
 1. **Before**: the client alone for ``--quiet-seconds`` (its p50/p99 latency and failures).
 2. **Card**: the profile of a sweep (``--sweep`` JSON; default 1, 2 and 4 instances, dynamic
-   batching off and on, concurrency 1, 4 and 8, 1 s windows), the client still running.
+   batching off and on, concurrency 1, 4 and 8, 2 s windows, up to 20 of them per level), the
+   client still running.
 3. **By hand**, the client stopped: for the recommended config and Triton's default (one instance,
    no batching, at its best level within the SLO), ``--rounds`` alternated pairs of (a) the card's
    code measuring that one config at that level (a one-config profile) and (b) the same model
@@ -50,7 +51,7 @@ from tests.fixtures.triton import START_ATTEMPTS, _launch
 
 NAME = "profile_card"
 DEFAULT_SWEEP = {"instance_counts": [1, 2, 4], "dynamic_batching": [False, True], "concurrency": [1, 4, 8],
-                 "measurement_interval_ms": 1000, "time_budget_s": 900}
+                 "measurement_interval_ms": 2000, "max_trials": 20, "time_budget_s": 1200}
 TOLERANCE = 0.15
 
 
@@ -244,13 +245,23 @@ def run(args: argparse.Namespace) -> dict:
     card_ratio = round(best["throughput"] / default_best["throughput"], 3) if best and default_best else None
     failures = len(client.failures)
     ok_cards = bool(compared) and all(c["within_tolerance"] for c in compared)
-    verdict = "PASS" if ok_cards and failures == 0 and ratio is not None and ratio >= 1 else "FAIL"
+    rec_holds = bool(rec) and rec["direct_p99_ms"] <= args.slo_p99_ms
+    if ratio is not None:
+        ok_ratio = ratio >= 1
+        ratio_reason = (f"the recommended config {ratio}× the default's throughput, both re-measured by hand within "
+                        f"p99 ≤ {args.slo_p99_ms:g} ms")
+    elif default_best is None and rec_holds:
+        ok_ratio = True
+        ratio_reason = (f"the default config met p99 ≤ {args.slo_p99_ms:g} ms at no level; the recommended one holds "
+                        "it when re-measured by hand")
+    else:
+        ok_ratio = False
+        ratio_reason = f"the recommended config, re-measured by hand, missed p99 ≤ {args.slo_p99_ms:g} ms"
+    verdict = "PASS" if ok_cards and failures == 0 and ok_ratio else "FAIL"
     reasons = [
         "the card within 15 % of perf_analyzer run by hand" if ok_cards else
         "a card figure differs from perf_analyzer run by hand by more than 15 %",
-        f"the recommended config {ratio}× the default's throughput, both re-measured by hand within p99 ≤ "
-        f"{args.slo_p99_ms:g} ms" if ratio is not None else "the recommendation, re-measured, missed the SLO or "
-        "no default-config row met it",
+        ratio_reason,
         f"{failures} failed client requests during the profile",
     ]
     impact = (round(during["p99_ms"] / before["p99_ms"], 2) if during["p99_ms"] and before["p99_ms"] else None)
@@ -322,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=REPO / f"bench/results/{NAME}.json")
     parser.add_argument("--markdown", type=Path, default=REPO / f"bench/results/{NAME}.md")
     parser.add_argument("--sweep", default=json.dumps(DEFAULT_SWEEP), help="the sweep, as JSON")
-    parser.add_argument("--slo-p99-ms", type=float, default=5.0)
+    parser.add_argument("--slo-p99-ms", type=float, default=10.0)
     parser.add_argument("--quiet-seconds", type=float, default=15.0, help="the client alone, before the profile")
     parser.add_argument("--client-gap-ms", type=float, default=5.0, help="pause between the client's requests")
     parser.add_argument("--rounds", type=int, default=3, help="alternated card and by-hand runs per compared config")
