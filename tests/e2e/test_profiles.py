@@ -25,9 +25,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 HOST = "profile-host"
 # Two instance counts without and with dynamic batching, at two levels each: eight measurements. The
-# profile's own time budget bounds it on the host: past 90 s the agent stops and reports it failed.
+# profile's own time budget bounds it on the host: past 90 s the agent stops and reports it failed. The
+# stability rule is loosened (three windows within 25 %) because the test checks the mechanics on a
+# shared machine; bench/profile_card.py measures with perf_analyzer's default of 10 %.
 SMALL_SWEEP = {"instance_counts": [1, 2], "dynamic_batching": [False, True], "concurrency": [1, 4],
-               "measurement_interval_ms": 500, "time_budget_s": 90}
+               "measurement_interval_ms": 500, "stability_percentage": 25, "time_budget_s": 90}
 SLO_P99_MS = 50
 
 
@@ -99,6 +101,7 @@ def test_a_version_is_profiled_beside_what_serves_and_its_recommended_config_rol
     assert sorted((r["config"]["key"], r["concurrency"]) for r in rows) == sorted(
         (key, c) for key in ("i1-nobatch", "i1-db8-q100", "i2-nobatch", "i2-db8-q100") for c in (1, 4))
     for row in rows:
+        assert "error" not in row, row
         assert row["throughput"] > 0, row
         assert 0 < row["p50_ms"] <= row["p90_ms"] <= row["p95_ms"] <= row["p99_ms"], row
         assert row["queue_ms"] >= 0 and row["compute_ms"] > 0, row
