@@ -338,6 +338,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
     Raises:
         InvalidInput: bad or reserved alias name.
         NotFound: no such model or version.
+        Conflict: the version is CORRUPT (an alias followed by deployments must not name it).
     """
     try:
         name = validate_alias(alias)
@@ -347,8 +348,12 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
     with transaction.atomic():
         model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
         # delete_version holds the same lock: a version deleted since get_version is not pointed at.
-        if not ModelVersion.objects.filter(pk=target.pk).exclude(status=VersionStatus.DELETED).exists():
+        status = ModelVersion.objects.filter(pk=target.pk).values_list("status", flat=True).first()
+        if status in (None, VersionStatus.DELETED):
             raise NotFound(f"model {model_name!r} has no version {version}")
+        if status == VersionStatus.CORRUPT:
+            raise Conflict(f"{model_name} v{version} is corrupt (its stored bytes do not match its sha256); "
+                           "an alias cannot name it")
         current = Alias.objects.filter(model=model, name=name).select_related("version").first()
         if current is not None and current.version_id == target.pk:
             return current

@@ -212,6 +212,8 @@ def test_a_whole_file_sha256_that_does_not_match_makes_the_version_corrupt_and_u
                               format="json")
     assert refused.status_code == 409 and "corrupt" in refused.json()["detail"]
     assert not Deployment.objects.exists()
+    aliased = api_client.put("/api/v1/models/iris/aliases/production/", {"version": 1}, format="json")
+    assert aliased.status_code == 409 and "corrupt" in aliased.json()["detail"]
     shown = api_client.get("/api/v1/models/iris/versions/1/").json()
     assert shown["status"] == "corrupt" and shown["integrity_error"] == version.integrity_error
 
