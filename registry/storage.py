@@ -253,19 +253,12 @@ class ArtifactStore:
         return ObjectHead(size=answer["ContentLength"], etag=answer.get("ETag", "").strip('"').lower(),
                           encryption=answer.get("ServerSideEncryption", ""))
 
-    def open_ranged(self, key: str, size: int, *, buffer_bytes: int = 64 * 1024) -> "io.BufferedReader":
-        """A read-only, seekable file over the object at ``key`` that fetches only what is read.
-
-        Each buffer refill is one ranged GET of at most ``buffer_bytes`` bytes, so reading a zip's
-        central directory or a tar's headers costs a few small requests, not the object's size.
-        The raw reader (``.raw``) counts its requests and bytes (``requests``, ``bytes_read``).
-
-        Args:
-            key: the object.
-            size: its size in bytes (from HEAD), which bounds every range.
-            buffer_bytes: bytes fetched per request at least (the read-ahead).
-        """
-        return io.BufferedReader(RangedObjectReader(self, key, size), buffer_size=buffer_bytes)
+    def open_ranged(self, key: str, size: int) -> "RangedObjectReader":
+        """A read-only, seekable file over the object at ``key`` (``size`` bytes, from HEAD) that fetches
+        only what is read, by ranged GETs of about 64 KiB (see :class:`RangedObjectReader`): reading
+        a zip's central directory or a tar's headers costs a few small requests, not the object's
+        size. It counts its requests and bytes (``requests``, ``bytes_read``)."""
+        return RangedObjectReader(self, key, size)
 
     def head(self, key: str) -> StoredObject | None:
         """Return the object at ``key`` with its size, or None when absent.
@@ -589,42 +582,70 @@ class _ObjectFile(io.RawIOBase):
 
 
 class RangedObjectReader(_ObjectFile):
-    """A seekable raw file over one S3 object, each ``readinto`` one ranged GET (RFC 9110 ``Range``).
+    """A seekable raw file over one S3 object that fetches what is read by ranged GETs (RFC 9110 ``Range``).
 
-    Use it through ``ArtifactStore.open_ranged`` (buffered). A failed request raises
-    ``StorageError``, not ``OSError``: archive readers turn ``OSError`` into "corrupt archive", but
-    an unreachable store says nothing about the archive, and a retry may help.
+    A read that misses the blocks already fetched makes one GET of at least ``READAHEAD`` bytes,
+    reaching back from the end of the object when the read is near it, so that a zip's end of
+    central directory, its zip64 locator and a small central directory come in one request, as do a
+    tar's last header and end-of-archive marker. The last ``BLOCKS`` blocks are kept, so that a
+    format check that reads the head, a seek to the end and a seek back cost no second request.
+    Memory stays at ``BLOCKS`` blocks of ``READAHEAD`` bytes, or of the largest single read.
+
+    A failed request raises ``StorageError``, not ``OSError``: archive readers turn ``OSError`` into
+    "corrupt archive", but an unreachable store says nothing about the archive, and a retry may help.
 
     Attributes:
         requests: ranged GETs made so far.
         bytes_read: bytes received so far.
     """
 
-    def __init__(self, store: ArtifactStore, key: str, size: int):
+    READAHEAD = 64 * 1024
+    BLOCKS = 4
+
+    def __init__(self, store: ArtifactStore, key: str, size: int, readahead: int = READAHEAD):
         super().__init__(key, size)
         self._store = store
+        self._readahead = readahead
+        self._blocks: dict[int, bytes] = {}  # start offset -> bytes, oldest first
         self.requests = 0
         self.bytes_read = 0
 
     def readinto(self, buffer) -> int:
-        want = min(len(buffer), self._size - self._position)
-        if want <= 0:
-            return 0
-        last = self._position + want - 1
+        view = memoryview(buffer).cast("B")
+        want = max(0, min(len(view), self._size - self._position))
+        done = 0
+        while done < want:
+            start, block = self._block_at(self._position, want - done)
+            offset = self._position - start
+            count = min(want - done, len(block) - offset)
+            view[done : done + count] = block[offset : offset + count]
+            done += count
+            self._position += count
+        return done
+
+    def _block_at(self, position: int, wanted: int) -> tuple[int, bytes]:
+        for start, block in self._blocks.items():
+            if start <= position < start + len(block):
+                return start, block
+        length = max(self._readahead, wanted)
+        start = min(position, max(0, self._size - length))
+        end = min(self._size, max(start + length, position + wanted))
         try:
             answer = self._store.client.get_object(Bucket=self._store.bucket, Key=self._key,
-                                                   Range=f"bytes={self._position}-{last}")
+                                                   Range=f"bytes={start}-{end - 1}")
             with closing(answer["Body"]) as body:
-                data = body.read()
+                block = body.read()
         except (BotoCoreError, ClientError) as exc:
-            raise _wrap(exc, f"read {self._key} at byte {self._position}") from exc
-        if len(data) != want:
-            raise StorageError(f"S3 sent {len(data)} bytes of {self._key} for a range of {want}", retryable=True)
-        buffer[:want] = data
-        self._position += want
+            raise _wrap(exc, f"read {self._key} at byte {start}") from exc
+        if len(block) != end - start:
+            raise StorageError(f"S3 sent {len(block)} bytes of {self._key} for a range of {end - start}",
+                               retryable=True)
         self.requests += 1
-        self.bytes_read += want
-        return want
+        self.bytes_read += len(block)
+        self._blocks[start] = block
+        while len(self._blocks) > self.BLOCKS:
+            del self._blocks[next(iter(self._blocks))]
+        return start, block
 
 
 class StreamedObjectReader(_ObjectFile):

@@ -486,7 +486,7 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
                     except InvalidInput as exc:
                         return fail_upload(upload, exc.message, store=store)
                     logger.info("upload %s: parts checked by ETag; archive read by %d ranged GETs (%d bytes)",
-                                upload.pk, source.raw.requests, source.raw.bytes_read)
+                                upload.pk, source.requests, source.bytes_read)
             if reading == RANGED:
                 return _register(upload, store, prepared=prepared, size=head.size, sha256=upload.sha256,
                                  sha256_verified=False)
