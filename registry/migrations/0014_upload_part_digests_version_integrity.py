@@ -4,6 +4,13 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def versions_so_far_were_verified_by_the_server(apps, schema_editor):
+    """Every version registered before this migration had its bytes hashed by the server (through
+    the web process or the multipart read-back) before it was written: verified when it was created."""
+    ModelVersion = apps.get_model("registry", "ModelVersion")
+    ModelVersion.objects.filter(sha256_verified_at__isnull=True).update(sha256_verified_at=models.F("created_at"))
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -55,4 +62,5 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('upload', 'number'), name='unique_upload_part')],
             },
         ),
+        migrations.RunPython(versions_so_far_were_verified_by_the_server, migrations.RunPython.noop),
     ]
