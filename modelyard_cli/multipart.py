@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 PART_ATTEMPTS = 3
 PART_TIMEOUT_S = 600
-POLL_INTERVAL_S = 0.25
+POLL_INTERVAL_S = 0.1
 
 
 class UploadFailed(Exception):
