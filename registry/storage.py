@@ -21,6 +21,7 @@ import hashlib
 import io
 import logging
 import re
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -253,12 +254,24 @@ class ArtifactStore:
         return ObjectHead(size=answer["ContentLength"], etag=answer.get("ETag", "").strip('"').lower(),
                           encryption=answer.get("ServerSideEncryption", ""))
 
-    def open_ranged(self, key: str, size: int) -> "RangedObjectReader":
+    def open_ranged(self, key: str, size: int, *, prefetch_ends: bool = False) -> "RangedObjectReader":
         """A read-only, seekable file over the object at ``key`` (``size`` bytes, from HEAD) that fetches
         only what is read, by ranged GETs of about 64 KiB (see :class:`RangedObjectReader`): reading
         a zip's central directory or a tar's headers costs a few small requests, not the object's
-        size. It counts its requests and bytes (``requests``, ``bytes_read``)."""
-        return RangedObjectReader(self, key, size)
+        size. It counts its requests and bytes (``requests``, ``bytes_read``).
+
+        Args:
+            prefetch_ends: fetch the first and the last block at once, in two concurrent requests
+                (what an archive's format check reads first: its magic bytes, a zip's central
+                directory, a tar's last header), so that their latencies overlap.
+
+        Raises:
+            StorageError: (with ``prefetch_ends``) S3 failed; retrying may help.
+        """
+        reader = RangedObjectReader(self, key, size)
+        if prefetch_ends:
+            reader.prefetch([0, max(0, size - reader.READAHEAD)])
+        return reader
 
     def head(self, key: str) -> StoredObject | None:
         """Return the object at ``key`` with its size, or None when absent.
@@ -607,6 +620,7 @@ class RangedObjectReader(_ObjectFile):
         self._store = store
         self._readahead = readahead
         self._blocks: dict[int, bytes] = {}  # start offset -> bytes, oldest first
+        self._lock = threading.Lock()  # prefetch() fills blocks from several threads
         self.requests = 0
         self.bytes_read = 0
 
@@ -623,8 +637,19 @@ class RangedObjectReader(_ObjectFile):
             self._position += count
         return done
 
+    def prefetch(self, positions: list[int]) -> None:
+        """Fetch the blocks at ``positions`` (byte offsets) now, concurrently, one thread each.
+
+        Raises:
+            StorageError: S3 failed; retrying may help.
+        """
+        wanted = sorted({min(p, max(0, self._size - self._readahead)) for p in positions if 0 <= p < self._size})
+        with ThreadPoolExecutor(max(1, len(wanted)), thread_name_prefix="s3-range") as pool:
+            for future in [pool.submit(self._block_at, p, 1) for p in wanted]:
+                future.result()
+
     def _block_at(self, position: int, wanted: int) -> tuple[int, bytes]:
-        for start, block in self._blocks.items():
+        for start, block in list(self._blocks.items()):
             if start <= position < start + len(block):
                 return start, block
         length = max(self._readahead, wanted)
@@ -640,11 +665,12 @@ class RangedObjectReader(_ObjectFile):
         if len(block) != end - start:
             raise StorageError(f"S3 sent {len(block)} bytes of {self._key} for a range of {end - start}",
                                retryable=True)
-        self.requests += 1
-        self.bytes_read += len(block)
-        self._blocks[start] = block
-        while len(self._blocks) > self.BLOCKS:
-            del self._blocks[next(iter(self._blocks))]
+        with self._lock:
+            self.requests += 1
+            self.bytes_read += len(block)
+            self._blocks[start] = block
+            while len(self._blocks) > self.BLOCKS:
+                del self._blocks[next(iter(self._blocks))]
         return start, block
 
 

@@ -478,7 +478,9 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
             return fail_upload(upload, problem, store=store)
         fields = upload.version_fields or {}
         if "signature" not in fields and "max_batch_size" not in fields:
-            with store.open_ranged(upload.staging_key, head.size) as source:
+            # A name that says .zip or .tar: its head and tail are what will be read, fetch both at once.
+            both_ends = upload.filename.lower().endswith((".zip", ".tar"))
+            with store.open_ranged(upload.staging_key, head.size, prefetch_ends=both_ends) as source:
                 reading = stored_archive_reading(source, upload.filename)
                 if reading == RANGED:
                     try:

@@ -319,3 +319,17 @@ def test_the_ranged_reader_returns_the_objects_bytes_and_fetches_the_head_and_ta
     assert reader.read(2 * MiB) == data[MiB : 3 * MiB]  # a read larger than the read-ahead: one request
     assert reader.requests == 4 and reader.read(10**9) == data[3 * MiB :]
     assert reader.read(10) == b""
+
+
+def test_prefetching_both_ends_fetches_each_block_once_and_serves_reads_from_them(s3_endpoint):
+    store = ArtifactStore()
+    store.ensure_bucket()
+    data = os.urandom(MiB)
+    store.client.put_object(Bucket=store.bucket, Key="tests/ends", Body=data)
+    reader = store.open_ranged("tests/ends", len(data), prefetch_ends=True)
+    assert reader.requests == 2
+    assert reader.read(100) == data[:100]
+    reader.seek(-100, os.SEEK_END)
+    assert reader.read() == data[-100:] and reader.requests == 2
+    small = store.open_ranged("tests/ends-small", 10, prefetch_ends=False)
+    assert small.requests == 0
