@@ -327,6 +327,14 @@ def run(args) -> dict:
                 run["server_verification_s"] = registered_at - completed_at
             # The background re-hash runs now; wait for it so that it competes with no timed run.
             wait_until(lambda: version_verified(number), 600, f"the re-hash of bench v{number}")
+            # What the S3 stand-in itself served of the object, by HTTP status: 206 for the ranged GETs
+            # before READY, 200 for the background re-hash's one whole GET.
+            upload_id = re.findall(r"upload (\S+) of bench complete by", web_log)[-1]
+            s3_log = (logs / "s3.log").read_text(errors="replace")
+            # (GET …?uploadId= is ListParts, not a read of the object.)
+            whole_reads = rf'"(?:\x1b\[[0-9;]*m)*GET /{BUCKET}/uploads/{upload_id} HTTP[^"]*" (\d{{3}})'
+            statuses = re.findall(whole_reads, s3_log)
+            run["moto_gets_of_object"] = {code: statuses.count(code) for code in sorted(set(statuses))}
             rehashed = re.findall(r"re-hashed \d+ bytes in ([0-9.]+) s", (logs / "worker.log").read_text(
                 errors="replace"))
             run["rehash_s"] = float(rehashed[-1]) if rehashed else None
@@ -420,10 +428,12 @@ def markdown(r: dict, args) -> str:
     lines += ["", f"- Ratio (first row's time / ours): **{r['ratio']}**."]
     lines += [f"- Reference, not judged: {label} / ours = {ratio}." for label, ratio in r["reference_ratios"].items()]
     lines += ["", "| pair | boto3 (s) | of which join | ours (s) | of which join | of which read-back | "
-              "ranged GETs (bytes) | re-hash after (s) |", "|---|---|---|---|---|---|---|---|"]
+              "ranged GETs (bytes), worker's count | GETs of the object, moto's log | re-hash after (s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {i} | {run['boto3_s']} | {run['boto3_join_s']} | {run['ours_s']} | {run['ours_join_s']} | "
               f"{run['read_back_s']} | {run.get('ranged_gets', '—')} ({run.get('ranged_bytes', '—')}) | "
-              f"{run.get('rehash_s')} |" for i, run in enumerate(r["runs"], start=1)]
+              f"{run.get('moto_gets_of_object', '—')} | {run.get('rehash_s')} |"
+              for i, run in enumerate(r["runs"], start=1)]
     lines.append("")
     if "client_upload_s" in r:
         lines.append(f"- Of ours (medians): client upload (hashes + parts) {r['client_upload_s']} s, server "
@@ -437,7 +447,9 @@ def markdown(r: dict, args) -> str:
         z = r["zip_run"]
         lines.append(f"- A {z['archive_bytes']}-byte .zip (stored) became READY in {z['ours_s']} s; the worker read "
                      f"its central directory and config with {z.get('ranged_gets', '?')} ranged GETs "
-                     f"({z.get('ranged_bytes', '?')} bytes) and read nothing back ({z['read_back_s']} s).")
+                     f"({z.get('ranged_bytes', '?')} bytes) and read nothing back ({z['read_back_s']} s); moto's "
+                     f"log shows these GETs of the object, by HTTP status: {z.get('moto_gets_of_object', '?')} "
+                     "(206: ranged; 200: whole, the background re-hash).")
     lines += [
         f"- Peak RSS, largest single process: web {mb(r['peak_rss_bytes']['largest_process']['web'])} MB, "
         f"worker {mb(r['peak_rss_bytes']['largest_process']['worker'])} MB.",
