@@ -333,3 +333,23 @@ def test_prefetching_both_ends_fetches_each_block_once_and_serves_reads_from_the
     assert reader.read() == data[-100:] and reader.requests == 2
     small = store.open_ranged("tests/ends-small", 10, prefetch_ends=False)
     assert small.requests == 0
+
+
+@pytest.mark.parametrize(("answer", "md5"), [
+    ({}, True), ({"ServerSideEncryption": "AES256"}, True), ({"ServerSideEncryption": "aws:kms"}, False),
+    ({"ServerSideEncryption": "aws:kms:dsse"}, False), ({"SSECustomerAlgorithm": "AES256"}, False),
+])
+def test_an_upload_that_aws_says_is_kms_or_customer_key_encrypted_is_known_to_have_no_md5_etags(
+    s3_endpoint, settings, answer, md5
+):
+    # moto reports no encryption on CreateMultipartUpload, so AWS's answer is stubbed (botocore's Stubber).
+    from botocore.stub import Stubber
+
+    settings.S3_CREATE_BUCKET = False
+    store = ArtifactStore()
+    with Stubber(store.client) as stub:
+        stub.add_response("create_multipart_upload", {"UploadId": "u-1", **answer},
+                          {"Bucket": store.bucket, "Key": "uploads/x", "ContentType": "application/octet-stream",
+                           "ChecksumAlgorithm": "SHA256"})
+        started = store.start_multipart("uploads/x", checksum_sha256=True)
+    assert (started.upload_id, started.etags_are_md5) == ("u-1", md5)
