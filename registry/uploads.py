@@ -445,10 +445,11 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
     3. A Triton model directory as ``.zip`` or plain ``.tar`` is inspected by ranged GETs (its
        central directory or headers, and its config.pbtxt) and registered with the client's
        sha256, unverified by the server until ``registry.integrity.verify_version_bytes`` (queued
-       on commit) has re-hashed it. Any other upload, or one whose parts could not be checked by
-       ETag (``Upload.verification`` READ_BACK), is streamed into a temporary file (8 MiB at a
-       time) while it is hashed, its sha256 checked against the declared one, and registered
-       from that file.
+       on commit) has re-hashed it. A compressed tar or a BentoML export is inspected while it
+       streams from S3 once, hashed on the way, no scratch file. A single model file, or an upload
+       whose parts could not be checked by ETag (``Upload.verification`` READ_BACK), is streamed
+       into a temporary file (8 MiB at a time) while it is hashed, its sha256 checked against the
+       declared one, and registered from that file.
 
     A refusal at any step makes the upload FAILED with the reason and no version row, and its
     staging object is deleted; once registered, the staging object is the version's artifact.
@@ -478,33 +479,40 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
         problem = part_digests.composite_problem(upload, part_digests.declared_md5s(upload), head.etag, head.size)
         if problem:
             return fail_upload(upload, problem, store=store)
-        fields = upload.version_fields or {}
-        if "signature" not in fields and "max_batch_size" not in fields:
-            # A name that says .zip or .tar: its head and tail are what will be read, fetch both at once.
-            both_ends = upload.filename.lower().endswith((".zip", ".tar"))
-            with store.open_ranged(upload.staging_key, head.size, prefetch_ends=both_ends) as source:
-                reading = stored_archive_reading(source, upload.filename)
-                if reading == RANGED:
-                    try:
-                        prepared = prepare_stored_archive(source, model_name=upload.model.name, decode_members=False)
-                    except InvalidInput as exc:
-                        return fail_upload(upload, exc.message, store=store)
-                    logger.info("upload %s: parts checked by ETag; archive read by %d ranged GETs (%d bytes)",
-                                upload.pk, source.requests, source.bytes_read)
+        # A name that says .zip or .tar: its head and tail are what will be read, fetch both at once.
+        both_ends = upload.filename.lower().endswith((".zip", ".tar"))
+        with store.open_ranged(upload.staging_key, head.size, prefetch_ends=both_ends) as source:
+            reading = stored_archive_reading(source, upload.filename)
             if reading == RANGED:
-                return _register(upload, store, prepared=prepared, size=head.size, sha256=upload.sha256,
-                                 sha256_verified=False)
-            if reading == STREAMED:
-                return _stream_and_register(upload, store, head.size)
+                try:
+                    prepared = _prepare_stored(upload, source, decode_members=False)
+                except InvalidInput as exc:
+                    return fail_upload(upload, exc.message, store=store)
+                logger.info("upload %s: parts checked by ETag; archive read by %d ranged GETs (%d bytes)",
+                            upload.pk, source.requests, source.bytes_read)
+        if reading == RANGED:
+            return _register(upload, store, prepared=prepared, size=head.size, sha256=upload.sha256,
+                             sha256_verified=False)
+        if reading == STREAMED:
+            return _stream_and_register(upload, store, head.size)
     return _read_back_and_register(upload, store)
 
 
+def _prepare_stored(upload: Upload, source, *, decode_members: bool):
+    """``prepare_stored_archive`` of the upload's object, with the version fields that bear on it."""
+    fields = upload.version_fields or {}
+    return prepare_stored_archive(source, filename=upload.filename, model_name=upload.model.name,
+                                  decode_members=decode_members, signature=fields.get("signature"),
+                                  max_batch_size=fields.get("max_batch_size"))
+
+
 def _stream_and_register(upload: Upload, store: ArtifactStore, size: int) -> Upload:
-    """Inspect a compressed tar while it streams from S3 once, hashing it on the way; check, register."""
+    """Inspect a compressed tar or BentoML export while it streams from S3 once, hashing it on the way;
+    check, register."""
     began = time.monotonic()
     with closing(store.open_stream(upload.staging_key, size)) as stream:
         try:
-            prepared = prepare_stored_archive(stream, model_name=upload.model.name, decode_members=True)
+            prepared = _prepare_stored(upload, stream, decode_members=True)
         except InvalidInput as exc:
             return fail_upload(upload, exc.message, store=store)
         stream.drain()

@@ -217,50 +217,62 @@ def stored_archive_reading(source: IO[bytes], filename: str) -> str | None:
     Returns:
         ``RANGED`` for a Triton model directory as a ``.zip`` (its central directory sits at the
         end) or a plain ``.tar`` (its headers are read from one to the next, skipping the data);
-        ``STREAMED`` for one as a gzip- or xz-compressed tar (decompressed once, front to back);
-        None for other kinds (single model files, BentoML archives), which are read from a file.
+        ``STREAMED`` for one as a gzip- or xz-compressed tar, and for a BentoML model or Bento (an
+        xz-compressed tar), each decompressed once, front to back; None for single model files
+        (.onnx, .pt, .plan: their libraries read a file, and they are stored re-packed) and for
+        content that does not match its name, which are read from a file.
 
     Raises:
         InvalidInput: the file name's kind is unknown.
         StorageError: (from ``source``) the store could not be read; retrying may help.
     """
-    if check_filename(filename) != ArtifactFormat.TRITON_MODEL_DIR:
-        return None
-    kind = detect_kind(source)
-    if kind in (("zip", None), ("tar", None)):
+    kind, content = check_filename(filename), detect_kind(source)
+    if kind == ArtifactFormat.TRITON_MODEL_DIR and content in (("zip", None), ("tar", None)):
         return RANGED
-    if kind in (("tar", "gzip"), ("tar", "xz")):
+    if kind == ArtifactFormat.TRITON_MODEL_DIR and content in (("tar", "gzip"), ("tar", "xz")):
+        return STREAMED
+    if kind in ArtifactFormat.bentoml_formats() and content == ("tar", "xz"):
         return STREAMED
     return None
 
 
 def prepare_stored_archive(
-    source: IO[bytes], *, model_name: str, decode_members: bool, limits: ArchiveLimits | None = None
+    source: IO[bytes], *, filename: str, model_name: str, decode_members: bool, signature=None,
+    max_batch_size: int | None = None, limits: ArchiveLimits | None = None,
 ) -> PreparedArtifact:
-    """Check a stored Triton model directory archive through a file over the stored object.
+    """Check a stored archive (see :func:`stored_archive_reading`) through a file over the stored object.
 
     With a seekable file that fetches only what is read (``ArtifactStore.open_ranged``) and
     ``decode_members`` False, a zip's central directory or a plain tar's headers and its
     config.pbtxt are all that is read: a few ranged requests, whatever the object's size. Member
     sizes and CRCs are then the archive's claims; the host agent checks what they really unpack
     to when it extracts the version (and the object's sha256 before that). With a forward-only
-    stream (``ArtifactStore.open_stream``) a compressed tar is decompressed once, with no scratch
-    file.
+    stream (``ArtifactStore.open_stream``) a compressed tar or a BentoML export is decompressed
+    once, with no scratch file. The same rules as :func:`prepare_artifact` apply otherwise.
 
     Args:
-        source: an open binary file over the stored object (see :func:`stored_archive_reading`).
+        source: an open binary file over the stored object.
+        filename: the name the client gave the file; its suffix picks the kind.
         model_name: the registered model's name.
         decode_members: whether to decode a zip's members to check their sizes and CRCs.
+        signature, max_batch_size: as for :func:`prepare_artifact` (a BentoML model's tensor
+            types; refused for a Triton model directory, whose config declares them).
         limits: archive bounds; defaults to the settings.
 
     Returns:
         The prepared artifact (``path`` None, ``is_original`` True).
 
     Raises:
-        InvalidInput: the archive is not a valid, safe Triton model directory.
+        InvalidInput: the archive is not a valid, safe artifact of its kind.
         StorageError: (from ``source``) the store could not be read; retrying may help.
     """
-    from registry.formats import triton
+    from registry.formats import bento, triton
 
-    return triton.prepare_triton_archive(source, model_name=model_name, limits=limits or archive_limits(),
-                                         decode_members=decode_members)
+    limits = limits or archive_limits()
+    kind = check_filename(filename)
+    if kind in ArtifactFormat.bentoml_formats():
+        if max_batch_size is not None:
+            raise InvalidInput("max_batch_size applies to single-file uploads (.onnx, .pt, .plan) only")
+        return bento.prepare_bentoml_archive(source, kind, model_name=model_name, limits=limits, signature=signature)
+    _refuse_single_file_options(signature, max_batch_size, "a Triton model directory's config.pbtxt")
+    return triton.prepare_triton_archive(source, model_name=model_name, limits=limits, decode_members=decode_members)

@@ -353,3 +353,33 @@ def test_an_upload_that_aws_says_is_kms_or_customer_key_encrypted_is_known_to_ha
                            "ChecksumAlgorithm": "SHA256"})
         started = store.start_multipart("uploads/x", checksum_sha256=True)
     assert (started.upload_id, started.etags_are_md5) == ("u-1", md5)
+
+
+def test_a_bentoml_model_is_inspected_and_hashed_in_one_stream_with_its_signature(
+    api_client, s3_endpoint, iris, bentoml_exports
+):
+    from tests.registry.format_builders import SIGNATURE
+
+    bentomodel = bentoml_exports[0]
+    upload_id = start(api_client, bentomodel, sha256=sha256_of(bentomodel), signature=SIGNATURE).json()["id"]
+    put_parts(api_client, upload_id, bentomodel, list(range(1, -(-bentomodel.stat().st_size // PART) + 1)))
+    assert complete(api_client, upload_id).status_code == 202
+    store = ArtifactStore()
+    gets = GetCounter(store)
+
+    done = uploads.verify_upload(upload_id, store=store)
+    assert (done.status, done.verification) == ("completed", "part_etags"), done.error
+    version = done.version
+    assert version.format == "bentomodel" and version.sha256_verified_at is not None
+    assert [t["name"] for t in version.signature["inputs"]] == [t["name"] for t in SIGNATURE["inputs"]]
+    assert gets.requests == 2  # the first bytes to tell the kind, then the one stream
+
+
+def test_a_signature_for_a_triton_archive_is_refused_as_through_the_web_process(api_client, s3_endpoint, iris,
+                                                                                large_archive):
+    upload_id = start(api_client, large_archive, sha256=sha256_of(large_archive),
+                      signature={"inputs": [], "outputs": []}).json()["id"]
+    put_parts(api_client, upload_id, large_archive, [1, 2, 3])
+    complete(api_client, upload_id)
+    failed = uploads.verify_upload(upload_id)
+    assert failed.status == "failed" and "apply to single-file uploads" in failed.error
