@@ -9,24 +9,28 @@ What it runs, all real, on free ports and a dedicated database:
    whose weights file is random bytes (``os.urandom`` in 8 MiB chunks), in a temporary directory
    that is deleted afterwards.
 3. Baseline: boto3's ``upload_file`` of that file to the same endpoint, with a TransferConfig tuned
-   like the CLI (``--part-size`` chunks, ``--parallel`` threads) and, like the CLI's presigned
-   ``PUT``s, no per-part checksum (botocore's ``request_checksum_calculation="when_required"``).
-   This is the run the ratio is taken against.
+   like the CLI (``--part-size`` chunks, ``--parallel`` threads) and ``ChecksumAlgorithm: SHA256``
+   (a SHA-256 per part, as the CLI's presigned ``PUT``s carry, and boto3's usual integrity
+   setting). This is the run the ratio is taken against.
 4. The product: ``modelyard register`` (the console script, a subprocess), timed from before it
-   starts the upload to the moment it prints the version, i.e. client upload + the server's
-   verification (join the parts, stream them back while hashing, check, register the version,
-   whose artifact is the verified object itself).
+   starts the upload to the moment it prints the version, i.e. client upload (whole-file SHA-256,
+   each part's MD5 and SHA-256, parts sent) + the server's verification (part ETags, join,
+   composite ETag and size, the tar's headers by ranged GETs, register the version). The
+   background re-hash of the stored object that follows each registration is waited for (and
+   timed) before the next run starts, so that it competes with no timed run.
 
    3 and 4 alternate ``--repeats`` times (3 by default), boto3 first each time, and the ratio is
    taken between the medians: how long the stand-in takes to join the same parts varies by a
    factor of two from one run to the next on a shared machine, and a single pair would measure
    that more than either client.
-5. For reference, after them: boto3 with botocore's default CRC32 per part (same part size and
-   concurrency), and boto3's TransferConfig defaults (8 MiB, 10 threads). moto's join does less
-   work for parts that carry a CRC32 (without one it copies the whole object twice more to compute
-   a full-object checksum), so these are not like-for-like with the CLI; their ratios are
-   reported, not judged.
-6. Peak RSS of the web and worker processes (each process and each process tree: master plus
+5. For reference, after them: boto3 without any per-part checksum (same part size and
+   concurrency; moto then copies the whole object twice more at the join to compute a full-object
+   checksum), and boto3's TransferConfig and checksum defaults (8 MiB parts, 10 threads, CRC32).
+   Their ratios are reported, not judged.
+6. Once, after those: ``modelyard register`` of a ``.zip`` of the same size (stored, not
+   compressed), to show that the worker reads only its central directory and config (the ranged
+   GETs and bytes it logs), as it does for the .tar.
+7. Peak RSS of the web and worker processes (each process and each process tree: master plus
    children), polled every 50 ms with psutil while all runs happen.
 
 How long S3 took to join the parts (``CompleteMultipartUpload``) is recorded for every run: for
@@ -73,9 +77,11 @@ BIN = Path(sys.executable).parent
 DATABASE = "modelyard_bench_upload"
 BUCKET = "modelyard-bench-upload"
 MIB = 1024**2
-BASELINE = "boto3 upload_file, same part size and concurrency, no per-part checksum (like the CLI)"
-BOTO3_CRC32 = "boto3 upload_file, same part size and concurrency, botocore's default CRC32 per part"
+BASELINE = "boto3 upload_file, same part size and concurrency, ChecksumAlgorithm SHA256 (like the CLI)"
+BOTO3_PLAIN = "boto3 upload_file, same part size and concurrency, no per-part checksum"
 BOTO3_DEFAULTS = "boto3 upload_file, TransferConfig and checksum defaults"
+READ_BACK = re.compile(r"read back \d+ bytes in ([0-9.]+) s")
+RANGED = re.compile(r"upload (\S+): parts checked by ETag; archive read by (\d+) ranged GETs \((\d+) bytes\)")
 STAMP = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}")
 CONFIG = b'name: "bench"\nbackend: "python"\nmax_batch_size: 8\n' \
          b'input [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n' \
@@ -111,6 +117,22 @@ class RandomReader:
         n = self.left if n < 0 else min(n, self.left)
         self.left -= n
         return os.urandom(n)
+
+
+def write_zip(path: Path, size: int) -> Path:
+    """A .zip (stored) of one Triton model directory, about ``size`` bytes in total."""
+    import zipfile
+
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
+        archive.writestr("bench/config.pbtxt", CONFIG)
+        archive.writestr("bench/1/model.py", MODEL_SOURCE)
+        left = size - 10 * 1024
+        with archive.open("bench/1/model.bin", "w", force_zip64=True) as member:
+            while left > 0:
+                chunk = min(8 * MIB, left)
+                member.write(os.urandom(chunk))
+                left -= chunk
+    return path
 
 
 def write_archive(path: Path, size: int) -> Path:
@@ -256,7 +278,7 @@ def run(args) -> dict:
                                max_concurrency=args.parallel)
         cli_env = {**env, "MODELYARD_URL": web_url, "MODELYARD_TOKEN": token}
 
-        def boto3_run(client, config: TransferConfig) -> tuple[float, float | None]:
+        def boto3_run(client, config: TransferConfig, extra: dict | None = None) -> tuple[float, float | None]:
             """boto3's upload_file of the archive: (seconds, of which CompleteMultipartUpload)."""
             marks: dict[str, float] = {}
             handlers = [(f"{when}-call.s3.CompleteMultipartUpload",
@@ -265,17 +287,26 @@ def run(args) -> dict:
             for event, handler in handlers:
                 client.meta.events.register(event, handler)
             began = time.monotonic()
-            client.upload_file(str(archive), BUCKET, "bench/baseline", Config=config)
+            client.upload_file(str(archive), BUCKET, "bench/baseline", Config=config, ExtraArgs=extra)
             seconds = time.monotonic() - began
             for event, handler in handlers:
                 client.meta.events.unregister(event, handler)
             client.delete_object(Bucket=BUCKET, Key="bench/baseline")
             return seconds, (marks["after"] - marks["before"] if len(marks) == 2 else None)
 
-        def cli_run(number: int) -> dict:
-            """``modelyard register`` of the archive as version ``number``: its times, from the clock and the logs."""
+        def version_verified(number: int) -> bool:
+            answer = requests.get(f"{web_url}/api/v1/models/bench/versions/{number}/",
+                                  headers={"Authorization": f"Bearer {token}"}, timeout=10).json()
+            if answer["status"] != "ready":
+                raise RuntimeError(f"bench v{number} is {answer['status']}: {answer.get('integrity_error')}")
+            return answer["sha256_verified_at"] is not None
+
+        def cli_run(number: int, path: Path) -> dict:
+            """``modelyard register`` of ``path`` as version ``number``: its times, from the clock and the logs."""
+            seen_before = {pattern: len(re.findall(pattern, (logs / "worker.log").read_text(errors="replace")))
+                           for pattern in (RANGED, READ_BACK)}
             began, began_wall = time.monotonic(), time.time()
-            cli = subprocess.run([str(BIN / "modelyard"), "register", "bench", str(archive), "--quiet",
+            cli = subprocess.run([str(BIN / "modelyard"), "register", "bench", str(path), "--quiet",
                                   "--part-size", str(args.part_size), "--parallel", str(args.parallel)],
                                  env=cli_env, capture_output=True, text=True, timeout=3600)
             seconds = time.monotonic() - began
@@ -285,23 +316,49 @@ def run(args) -> dict:
             completed_at = log_time(web_log, r"complete by .*; verifying")
             registered_at = log_time(worker_log, rf"registered bench v{number}\b")
             run = {"ours_s": seconds, "cli_output": json.loads(cli.stdout),
-                   "ours_join_s": float(re.findall(r"S3 joined the parts in ([0-9.]+) s", worker_log)[-1]),
-                   "read_back_s": float(re.findall(r"read back \d+ bytes in ([0-9.]+) s", worker_log)[-1])}
+                   "ours_join_s": float(re.findall(r"S3 joined the parts in ([0-9.]+) s", worker_log)[-1])}
+            read_back = re.findall(READ_BACK, worker_log)[seen_before[READ_BACK]:]
+            ranged = re.findall(RANGED, worker_log)[seen_before[RANGED]:]
+            run["read_back_s"] = float(read_back[-1]) if read_back else 0.0
+            if ranged:
+                run["ranged_gets"], run["ranged_bytes"] = int(ranged[-1][1]), int(ranged[-1][2])
             if completed_at and registered_at:
                 run["client_upload_s"] = completed_at - began_wall
                 run["server_verification_s"] = registered_at - completed_at
-            # the version's artifact is the verified object; drop it so the stand-in holds one at a time
+            # The background re-hash runs now; wait for it so that it competes with no timed run.
+            wait_until(lambda: version_verified(number), 600, f"the re-hash of bench v{number}")
+            # What the S3 stand-in itself served of the object, by HTTP status: 206 for the ranged GETs
+            # before READY, 200 for the background re-hash's one whole GET.
+            upload_id = re.findall(r"upload (\S+) of bench complete by", web_log)[-1]
+            s3_log = (logs / "s3.log").read_text(errors="replace")
+            # (GET …?uploadId= is ListParts, not a read of the object.)
+            whole_reads = rf'"(?:\x1b\[[0-9;]*m)*GET /{BUCKET}/uploads/{upload_id} HTTP[^"]*" (\d{{3}})'
+            statuses = re.findall(whole_reads, s3_log)
+            run["moto_gets_of_object"] = {code: statuses.count(code) for code in sorted(set(statuses))}
+            rehashed = re.findall(r"re-hashed \d+ bytes in ([0-9.]+) s", (logs / "worker.log").read_text(
+                errors="replace"))
+            run["rehash_s"] = float(rehashed[-1]) if rehashed else None
+            # the version's artifact is the upload's object; drop it so the stand-in holds one at a time
             for item in s3.list_objects_v2(Bucket=BUCKET, Prefix="uploads/").get("Contents", []):
                 s3.delete_object(Bucket=BUCKET, Key=item["Key"])
             return run
 
+        sha256_parts = {"ChecksumAlgorithm": "SHA256"}
         runs, references = [], {}
         with MemoryWatch({"web": web.pid, "worker": worker.pid}) as memory:
             for number in range(1, args.repeats + 1):
-                boto3_s, boto3_join_s = boto3_run(s3_plain, tuned)
-                runs.append({"boto3_s": boto3_s, "boto3_join_s": boto3_join_s, **cli_run(number)})
-            for label, client, config in ((BOTO3_CRC32, s3, tuned), (BOTO3_DEFAULTS, s3, TransferConfig())):
+                boto3_s, boto3_join_s = boto3_run(s3, tuned, sha256_parts)
+                runs.append({"boto3_s": boto3_s, "boto3_join_s": boto3_join_s, **cli_run(number, archive)})
+            for label, client, config in ((BOTO3_PLAIN, s3_plain, tuned), (BOTO3_DEFAULTS, s3, TransferConfig())):
                 references[label] = boto3_run(client, config)
+            if not args.skip_zip:
+                archive.unlink()
+                zipped = write_zip(work / "bench.zip", args.size)
+                os.sync()
+                result["zip_run"] = {k: (round(v, 2) if isinstance(v, float) else v)
+                                     for k, v in cli_run(args.repeats + 1, zipped).items()}
+                result["zip_run"]["archive_bytes"] = zipped.stat().st_size
+                zipped.unlink()
         result["runs"] = [{k: (round(v, 2) if isinstance(v, float) else v) for k, v in run.items()} for run in runs]
         median = lambda key: round(statistics.median(run[key] for run in runs), 2)  # noqa: E731
         result["cli_output"] = runs[-1]["cli_output"]
@@ -310,13 +367,17 @@ def run(args) -> dict:
                              **{k: round(v[1], 2) for k, v in references.items() if v[1] is not None}}
         result["ours_s"] = median("ours_s")
         result["server_read_back_s"] = median("read_back_s")
+        if all("ranged_gets" in run for run in runs):
+            result["ranged_gets"] = max(run["ranged_gets"] for run in runs)
+            result["ranged_bytes"] = max(run["ranged_bytes"] for run in runs)
+        result["rehash_s"] = median("rehash_s") if all(run.get("rehash_s") for run in runs) else None
         if all("client_upload_s" in run for run in runs):
             result["client_upload_s"] = median("client_upload_s")
             result["server_verification_s"] = median("server_verification_s")
         result["peak_rss_bytes"] = {"tree": memory.peak_tree, "largest_process": memory.peak_process}
         result["rss_samples"] = memory.samples
         result["load_after"] = os.getloadavg()[0]
-        archive.unlink()
+        archive.unlink(missing_ok=True)
     finally:
         for process in reversed(processes):
             stop(process)
@@ -351,9 +412,10 @@ def markdown(r: dict, args) -> str:
         "- One moto_server (S3 stand-in) for all runs, its temporary files on a tmpfs; gunicorn with 2 workers "
         "and one Celery worker (`-Q default --concurrency 2`), as scripts/stack.sh starts them; PostgreSQL.",
         f"- Part size {r['part_size_bytes']} bytes, {r['parallel']} parts in flight, for the CLI and the tuned "
-        "boto3 runs alike. The ratio is taken against the first row: boto3 sending parts without a "
-        f"checksum, as the CLI's presigned PUTs do. It and ours alternate {len(r['runs'])} times, boto3 first; "
-        "both rows are medians. The reference rows run once, after them.", "",
+        "boto3 runs alike. The ratio is taken against the first row: boto3 sending each part with its "
+        "SHA-256 (`ChecksumAlgorithm: SHA256`), as the CLI's presigned PUTs carry it. It and ours alternate "
+        f"{len(r['runs'])} times, boto3 first; both rows are medians. The reference rows run once, after them. "
+        "The server's background re-hash of each new version is waited for between runs and timed apart.", "",
         "## Results", "",
         "| path | seconds | MB/s | of which S3 joining the parts (s) |", "|---|---|---|---|",
     ]
@@ -365,15 +427,29 @@ def markdown(r: dict, args) -> str:
         lines.append(f"| {label} | {seconds} | {r['size_bytes'] / seconds / 1e6:.1f} | {join} |")
     lines += ["", f"- Ratio (first row's time / ours): **{r['ratio']}**."]
     lines += [f"- Reference, not judged: {label} / ours = {ratio}." for label, ratio in r["reference_ratios"].items()]
-    lines += ["", "| pair | boto3 (s) | of which join | ours (s) | of which join | of which read-back |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "| pair | boto3 (s) | of which join | ours (s) | of which join | of which read-back | "
+              "ranged GETs (bytes), worker's count | GETs of the object, moto's log | re-hash after (s) |",
+              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {i} | {run['boto3_s']} | {run['boto3_join_s']} | {run['ours_s']} | {run['ours_join_s']} | "
-              f"{run['read_back_s']} |" for i, run in enumerate(r["runs"], start=1)]
+              f"{run['read_back_s']} | {run.get('ranged_gets', '—')} ({run.get('ranged_bytes', '—')}) | "
+              f"{run.get('moto_gets_of_object', '—')} | {run.get('rehash_s')} |"
+              for i, run in enumerate(r["runs"], start=1)]
     lines.append("")
     if "client_upload_s" in r:
-        lines.append(f"- Of ours (medians): client upload (hash + parts) {r['client_upload_s']} s, server verification "
-                     f"(join, stream back + hash, register) {r['server_verification_s']} s, of which the "
-                     f"stream back {r.get('server_read_back_s', '?')} s.")
+        lines.append(f"- Of ours (medians): client upload (hashes + parts) {r['client_upload_s']} s, server "
+                     f"verification (part ETags, join, composite ETag, structure, register) "
+                     f"{r['server_verification_s']} s, of which a stream back {r.get('server_read_back_s', '?')} s.")
+    if r.get("ranged_gets") is not None:
+        lines.append(f"- The worker read the {r['archive_bytes']}-byte .tar's structure with at most "
+                     f"{r['ranged_gets']} ranged GETs ({r['ranged_bytes']} bytes); its background re-hash of the "
+                     f"stored object took {r.get('rehash_s')} s (median), after the version was READY.")
+    if "zip_run" in r:
+        z = r["zip_run"]
+        lines.append(f"- A {z['archive_bytes']}-byte .zip (stored) became READY in {z['ours_s']} s; the worker read "
+                     f"its central directory and config with {z.get('ranged_gets', '?')} ranged GETs "
+                     f"({z.get('ranged_bytes', '?')} bytes) and read nothing back ({z['read_back_s']} s); moto's "
+                     f"log shows these GETs of the object, by HTTP status: {z.get('moto_gets_of_object', '?')} "
+                     "(206: ranged; 200: whole, the background re-hash).")
     lines += [
         f"- Peak RSS, largest single process: web {mb(r['peak_rss_bytes']['largest_process']['web'])} MB, "
         f"worker {mb(r['peak_rss_bytes']['largest_process']['worker'])} MB.",
@@ -401,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-ratio", type=float, default=0.9)
     parser.add_argument("--target-rss-mb", type=float, default=200)
     parser.add_argument("--keep", action="store_true", help="keep the database")
+    parser.add_argument("--skip-zip", action="store_true", help="skip the .zip run after the timed ones")
     args = parser.parse_args(argv)
     for where, need in ((args.tmp, 3 * args.size), (args.s3_scratch, 2 * args.size)):
         free = shutil.disk_usage(where).free

@@ -225,7 +225,7 @@ def create_rollout(
 
     Raises:
         InvalidInput: no hosts, a batch size below 1, an unknown policy, or bad overrides.
-        Conflict: a host's runtime cannot serve the version's format.
+        Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT.
     """
     from deployments.tasks import advance_rollout_task
 
@@ -251,9 +251,13 @@ def create_rollout(
     served_names = {host.pk: host_served_name(host, model_version.model) for host in hosts}
     with transaction.atomic():
         # delete_version locks the same row: a version deleted since get_version is not deployed.
-        live = ModelVersion.objects.select_for_update().filter(pk=model_version.pk)
-        if not live.exclude(status=VersionStatus.DELETED).exists():
+        status = ModelVersion.objects.select_for_update().filter(pk=model_version.pk).values_list(
+            "status", flat=True).first()
+        if status in (None, VersionStatus.DELETED):
             raise NotFound(f"model {model_version.model.name!r} has no version {model_version.version}")
+        if status == VersionStatus.CORRUPT:
+            raise Conflict(f"{model_version.model.name} v{model_version.version} is corrupt (its stored bytes do "
+                           "not match its sha256) and cannot be deployed; register it again")
         deployment = Deployment.objects.create(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},

@@ -259,6 +259,13 @@ S3_CORS_ORIGINS = env_list("MODELYARD_S3_CORS_ORIGINS", ["http://127.0.0.1:8080"
 UPLOAD_PART_BYTES = env_int("MODELYARD_UPLOAD_PART_BYTES", 64 * 1024**2)
 UPLOAD_PART_URL_SECONDS = env_int("MODELYARD_UPLOAD_PART_URL_SECONDS", 3600)
 UPLOAD_EXPIRY_SECONDS = env_int("MODELYARD_UPLOAD_EXPIRY_SECONDS", 24 * 3600)
+# Part URLs carry the part's declared SHA-256 as x-amz-checksum-sha256 (S3's flexible checksums,
+# which AWS S3 and MinIO check on arrival); off for a store that does not support them.
+S3_PART_CHECKSUMS = env_bool("MODELYARD_S3_PART_CHECKSUMS", True)
+# Whether the store's part ETags are MD5s of the bytes it received. AWS S3 says so itself when they
+# are not (SSE-KMS, SSE-C); set false for a store that encrypts without saying so (some encrypted
+# MinIO setups): completed uploads are then streamed back and hashed instead.
+S3_ETAGS_ARE_MD5 = env_bool("MODELYARD_S3_ETAGS_ARE_MD5", True)
 
 # Artifact limits, checked before anything is stored.
 MAX_ARTIFACT_BYTES = env_int("MODELYARD_MAX_ARTIFACT_BYTES", 2 * 1024**3)

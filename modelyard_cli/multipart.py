@@ -1,9 +1,14 @@
 """Direct-to-S3 multipart upload of a large artifact, for ``modelyard register``.
 
-The file is read once, front to back: each part is hashed (sha256 of the whole file) and handed
-to a small thread pool that ``PUT``s it to a presigned S3 URL, so at most ``parallel + 1`` parts
-are in memory. Parts already in S3 (``--resume``) are read and hashed but not sent again. The
-server then verifies size and sha256 and registers the version; this module polls until it has.
+The file is read once, front to back, on one thread that hashes the whole file (SHA-256, the
+version's content address) and hands each part to a small thread pool. A pool thread computes the
+part's MD5 and SHA-256, declares them to the server, which answers with a presigned URL signed for
+them, and ``PUT``s the part with the ``Content-MD5`` and ``x-amz-checksum-sha256`` headers the URL
+requires, so the store refuses a part that arrives other than it was read (AWS S3, MinIO) and the
+server can check each part by the ETag the store computed. At most ``parallel + 1`` parts are in
+memory. A part S3 already holds (``--resume``) is declared and skipped when its ETag is the MD5 of
+the local part, and sent again otherwise. The server then verifies and registers the version;
+this module polls until it has.
 """
 
 import hashlib
@@ -16,10 +21,9 @@ from pathlib import Path
 import requests
 from tqdm import tqdm
 
-PRESIGN_BATCH = 100
 PART_ATTEMPTS = 3
 PART_TIMEOUT_S = 600
-POLL_INTERVAL_S = 0.25
+POLL_INTERVAL_S = 0.1
 
 
 class UploadFailed(Exception):
@@ -37,18 +41,55 @@ def progress_bar(total: int, quiet: bool) -> tqdm:
 
 
 class PartSender:
-    """PUTs parts to presigned URLs, one HTTP session per thread, retrying each part a few times."""
+    """Declares parts and PUTs them to presigned URLs, one HTTP session per thread, retrying each
+    part a few times.
 
-    def __init__(self):
+    Args:
+        client: the CLI's REST client; its requests are serialised (one session, many threads).
+        upload_id: the upload the parts belong to.
+    """
+
+    def __init__(self, client=None, upload_id: str = ""):
         self._local = threading.local()
+        self._client, self._upload_id = client, upload_id
+        self._client_lock = threading.Lock()
+
+    def declare(self, number: int, data: bytes) -> tuple[str, str, dict[str, str]]:
+        """Hash part ``number`` (MD5 and SHA-256 of ``data``) and declare it to the server.
+
+        Returns:
+            ``(md5 hex, presigned URL, headers the PUT must carry)``.
+
+        Raises:
+            CLIError: (from the client) the server refused the declaration.
+        """
+        md5 = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        declared = {"part_number": number, "md5": md5, "sha256": hashlib.sha256(data).hexdigest()}
+        with self._client_lock:
+            answer = self._client.request("POST", f"uploads/{self._upload_id}/parts/", json={"parts": [declared]})
+        (part,) = answer["parts"]
+        return md5, part["url"], part.get("headers", {})
+
+    def send(self, number: int, data: bytes, held_etag: str | None = None) -> int:
+        """Declare part ``number`` and PUT it, unless S3 already holds it (its ETag ``held_etag`` is the
+        part's MD5); return its size in bytes.
+
+        Raises:
+            UploadFailed: S3 refused it or could not be reached ``PART_ATTEMPTS`` times.
+            CLIError: the server refused the declaration.
+        """
+        md5, url, headers = self.declare(number, data)
+        if held_etag == md5:
+            return len(data)
+        return self.put(number, url, data, headers)
 
     def _session(self) -> requests.Session:
         if not hasattr(self._local, "session"):
             self._local.session = requests.Session()
         return self._local.session
 
-    def put(self, number: int, url: str, data: bytes) -> int:
-        """Send one part; return its size in bytes.
+    def put(self, number: int, url: str, data: bytes, headers: dict[str, str] | None = None) -> int:
+        """Send one part with ``headers`` (those its URL is signed for); return its size in bytes.
 
         Raises:
             UploadFailed: S3 refused it or could not be reached ``PART_ATTEMPTS`` times.
@@ -58,7 +99,7 @@ class PartSender:
             if attempt:
                 time.sleep(2**attempt)
             try:
-                answer = self._session().put(url, data=data, timeout=PART_TIMEOUT_S)
+                answer = self._session().put(url, data=data, headers=headers, timeout=PART_TIMEOUT_S)
             except requests.RequestException as exc:
                 problem = str(exc)
                 continue
@@ -106,7 +147,7 @@ def upload_file(client, model: str, path: Path, *, fields: dict, part_size: int 
     upload_id = upload["id"]
     print(f"upload {upload_id}: {upload['part_count']} parts of {upload['part_size']} bytes "
           f"(if interrupted, add --resume {upload_id})", file=sys.stderr)
-    present = {p["part_number"]: p["size"] for p in upload["parts"]}
+    present = {p["part_number"]: (p["size"], p.get("etag")) for p in upload["parts"]}
     try:
         digest = _send_parts(client, upload, path, present, parallel, quiet)
     except UploadFailed as exc:
@@ -115,12 +156,13 @@ def upload_file(client, model: str, path: Path, *, fields: dict, part_size: int 
     return _wait_for_verification(client, upload_id, timeout)
 
 
-def _send_parts(client, upload: dict, path: Path, present: dict[int, int], parallel: int, quiet: bool) -> str:
-    """Read ``path`` once, hashing it and sending every part S3 lacks; return the sha256 hex digest."""
+def _send_parts(client, upload: dict, path: Path, present: dict[int, tuple[int, str]], parallel: int,
+                quiet: bool) -> str:
+    """Read ``path`` once, hashing it and sending (with their digests) every part S3 lacks or holds
+    other bytes of; return the file's sha256 hex digest."""
     part_size, count, upload_id = upload["part_size"], upload["part_count"], upload["id"]
     digest = hashlib.sha256()
-    sender = PartSender()
-    urls: dict[int, str] = {}
+    sender = PartSender(client, upload_id)
     slots = threading.BoundedSemaphore(parallel)
     pending: set[Future] = set()
     with path.open("rb") as fh, ThreadPoolExecutor(parallel) as pool, progress_bar(upload["size"], quiet) as bar:
@@ -133,20 +175,13 @@ def _send_parts(client, upload: dict, path: Path, present: dict[int, int], paral
         for number in range(1, count + 1):
             data = fh.read(part_size)
             digest.update(data)
-            if present.get(number) == len(data):
-                bar.update(len(data))
-                continue
-            if number not in urls:
-                wanted = [n for n in range(number, min(count, number + PRESIGN_BATCH - 1) + 1)
-                          if n not in present]
-                answer = client.request("POST", f"uploads/{upload_id}/parts/", json={"part_numbers": wanted})
-                urls.update({p["part_number"]: p["url"] for p in answer["parts"]})
+            size, etag = present.get(number, (None, None))
             slots.acquire()
             failed = [f for f in pending if f.done() and f.exception() is not None]
             if failed:
                 slots.release()
                 raise failed[0].exception()
-            future = pool.submit(sender.put, number, urls.pop(number), data)
+            future = pool.submit(sender.send, number, data, etag if size == len(data) else None)
             future.add_done_callback(sent)
             pending = {f for f in pending if not f.done()} | {future}
         done, _ = wait(pending, return_when=FIRST_EXCEPTION)

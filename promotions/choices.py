@@ -47,6 +47,7 @@ class WebhookEvent(models.TextChoices):
     PROMOTION = "promotion", "A promotion moved an alias"
     ROLLOUT_SUCCEEDED = "rollout.succeeded", "A rollout succeeded"
     ROLLOUT_FAILED = "rollout.failed", "A rollout failed or was rolled back before finishing"
+    VERSION_CORRUPT = "version.corrupt", "A version's stored bytes do not match its sha256"
 
 
 class DeliveryStatus(models.TextChoices):

@@ -215,6 +215,14 @@ def on_rollout_finished(sender, *, deployment, from_status: str, to_status: str,
     })
 
 
+def on_version_corrupt(sender, *, version, reason: str, **kwargs) -> None:
+    """Receiver of ``registry.signals.version_corrupt``: tell webhooks a version's bytes do not match."""
+    emit(WebhookEvent.VERSION_CORRUPT, model=version.model, data={
+        "model": version.model.name, "version": version.version, "sha256": version.artifact_sha256,
+        "reason": reason,
+    })
+
+
 def attempt_delivery(delivery_id: int) -> float | None:
     """Make one attempt at sending a delivery; idempotent once it is DELIVERED or FAILED.
 

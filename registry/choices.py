@@ -28,12 +28,15 @@ class ArtifactFormat(models.TextChoices):
 class VersionStatus(models.TextChoices):
     """Lifecycle of a model version.
 
-    A version row is only written once its artifact is stored and verified, so
-    the first status a version has is READY; DELETED is a soft delete.
+    A version row is only written once its artifact is stored and checked (see SECURITY.md for
+    what READY guarantees), so the first status a version has is READY; DELETED is a soft delete.
+    CORRUPT: the server's own re-hash of the stored bytes disagreed with the version's sha256; the
+    version is refused for deployment (``ModelVersion.integrity_error`` says why).
     """
 
     READY = "ready", "Ready"
     DELETED = "deleted", "Deleted"
+    CORRUPT = "corrupt", "Corrupt"
 
 
 class UploadStatus(models.TextChoices):
@@ -49,6 +52,20 @@ class UploadStatus(models.TextChoices):
     COMPLETED = "completed", "Completed"
     ABORTED = "aborted", "Aborted"
     FAILED = "failed", "Failed"
+
+
+class UploadVerification(models.TextChoices):
+    """How a completed upload's bytes were checked (``Upload.verification``; "" until checked).
+
+    PART_ETAGS: each part's ETag (the MD5 the store computed from the bytes it received) equalled
+    the client's declared MD5, and the joined object's ETag and size equalled the composite ETag
+    and the declared size; nothing was read back. READ_BACK: the object was streamed back and
+    hashed, because the store's ETags are not MD5s (SSE-KMS, SSE-C) or the client declared no part
+    digests (``Upload.verification_note`` says which).
+    """
+
+    PART_ETAGS = "part_etags", "Part ETags and composite ETag"
+    READ_BACK = "read_back", "Streamed read-back"
 
 
 TERMINAL_UPLOAD_STATUSES = frozenset({UploadStatus.COMPLETED, UploadStatus.ABORTED, UploadStatus.FAILED})

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models.functions import Coalesce
 
 from accounts.services import default_team_id
-from registry.choices import ArtifactFormat, UploadStatus, VersionStatus
+from registry.choices import ArtifactFormat, UploadStatus, UploadVerification, VersionStatus
 
 
 class RegisteredModelQuerySet(models.QuerySet):
@@ -63,7 +63,10 @@ class ModelVersion(models.Model):
     The artifact is stored under a content address (``artifact_key`` derived
     from ``artifact_sha256``); ``artifact_size`` is in bytes. ``signature``
     holds the inputs and outputs read from the model config, ``config_text``
-    the config.pbtxt as uploaded.
+    the config.pbtxt as uploaded. A multipart upload's artifact stays under its upload's own key
+    (``uploads/<id>``). ``sha256_verified_at`` is when the server last hashed the stored bytes
+    itself and found ``artifact_sha256``; None while only the client's digest vouches for them
+    (a background re-hash follows). ``integrity_error`` says why a version is CORRUPT.
     """
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.PROTECT, related_name="versions")
@@ -74,6 +77,8 @@ class ModelVersion(models.Model):
     artifact_sha256 = models.CharField(max_length=64)
     artifact_size = models.PositiveBigIntegerField(help_text="bytes")
     artifact_filename = models.CharField(max_length=255, blank=True)
+    sha256_verified_at = models.DateTimeField(null=True, blank=True)
+    integrity_error = models.TextField(blank=True)
     config_text = models.TextField(blank=True)
     artifact_files = models.JSONField(default=list, blank=True, help_text="paths inside the version directory")
     signature = models.JSONField(default=dict, blank=True)
@@ -149,9 +154,12 @@ class EnsembleMember(models.Model):
 class Upload(models.Model):
     """A direct-to-S3 multipart upload that becomes a model version once verified.
 
-    The client uploads parts of ``part_size`` bytes through presigned URLs to ``staging_key``;
-    on completion the server streams the object to check ``size`` (bytes) and ``sha256``,
-    then registers the version with ``version_fields`` (metadata, tags, lineage).
+    The client uploads parts of ``part_size`` bytes through presigned URLs to ``staging_key``,
+    declaring each part's digests (:class:`UploadPart`); on completion the server checks the part
+    ETags and the composite ETag against them, and ``size`` (bytes), or streams the object back
+    where that cannot be done (``verification``, ``verification_note``), then registers the version
+    with ``version_fields`` (metadata, tags, lineage). ``etags_are_md5`` is False when the store
+    said at the start that it encrypts the object with SSE-KMS or SSE-C.
     """
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
@@ -164,6 +172,9 @@ class Upload(models.Model):
     s3_upload_id = models.CharField(max_length=1024)
     status = models.CharField(max_length=16, choices=UploadStatus.choices, default=UploadStatus.OPEN)
     error = models.TextField(blank=True)
+    etags_are_md5 = models.BooleanField(default=True)
+    verification = models.CharField(max_length=16, choices=UploadVerification.choices, blank=True)
+    verification_note = models.CharField(max_length=500, blank=True)
     version_fields = models.JSONField(default=dict, blank=True)
     version = models.ForeignKey(ModelVersion, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     created_by = models.ForeignKey(
@@ -178,3 +189,24 @@ class Upload(models.Model):
 
     def __str__(self) -> str:
         return f"upload {self.id} of {self.model.name} ({self.status})"
+
+
+class UploadPart(models.Model):
+    """The digests a client declared for one part of an upload before sending it.
+
+    ``md5`` (32 hex digits) is compared with the part's ETag that S3 computed from the bytes it
+    received; ``sha256`` (64 hex digits) is signed into the part's URL as ``x-amz-checksum-sha256``.
+    Declaring a part again (a retry) replaces its digests, as sending it again replaces its bytes.
+    """
+
+    upload = models.ForeignKey(Upload, on_delete=models.CASCADE, related_name="declared_parts")
+    number = models.PositiveIntegerField()
+    md5 = models.CharField(max_length=32)
+    sha256 = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["upload", "number"]
+        constraints = [models.UniqueConstraint(fields=["upload", "number"], name="unique_upload_part")]
+
+    def __str__(self) -> str:
+        return f"part {self.number} of upload {self.upload_id}"

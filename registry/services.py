@@ -21,7 +21,7 @@ from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.formats.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
 from registry.choices import ArtifactFormat, VersionStatus
-from registry.formats import prepare_artifact
+from registry.formats import PreparedArtifact, prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
@@ -164,9 +164,10 @@ def _check_lineage(lineage: dict | None) -> dict:
 
 
 def register_version(
-    *, model: RegisteredModel, artifact_path: Path, filename: str = "", metadata=None, actor=None,
+    *, model: RegisteredModel, artifact_path: Path | None = None, filename: str = "", metadata=None, actor=None,
     store: ArtifactStore | None = None, tags=None, lineage: dict | None = None,
     signature=None, max_batch_size: int | None = None, staged_key: str | None = None, sha256: str | None = None,
+    prepared: PreparedArtifact | None = None, size: int | None = None, sha256_verified: bool = True,
 ) -> ModelVersion:
     """Validate an uploaded artifact, store it in S3 and register it as the next version.
 
@@ -198,6 +199,12 @@ def register_version(
             verified multipart upload); it then becomes the artifact (see ``put_artifact``).
         sha256: the hex digest of ``artifact_path`` when the caller computed it while receiving
             the bytes (a multipart upload read back from S3); saves hashing the file again.
+        prepared: instead of ``artifact_path``, an upload already checked where it is stored
+            (``registry.formats.prepare_stored_archive``); ``staged_key``, ``sha256`` and
+            ``size`` (bytes) must come with it.
+        sha256_verified: False when ``sha256`` is the client's claim that the server has not
+            checked against the stored bytes yet (``ModelVersion.sha256_verified_at`` stays None
+            until ``verify_version_bytes`` has).
 
     Returns:
         The new ModelVersion, status READY.
@@ -215,19 +222,22 @@ def register_version(
         raise InvalidInput("metadata must be a JSON object")
     clean_tags = _validate_tags(tags)
     clean_lineage = _check_lineage(lineage)
-    size = artifact_path.stat().st_size
+    if prepared is not None and not (staged_key and sha256 and size):
+        raise ValueError("a prepared stored artifact needs its staged_key, sha256 and size")
+    if prepared is None:
+        size = artifact_path.stat().st_size
     if size == 0:
         raise InvalidInput("the artifact is empty")
     if size > settings.MAX_ARTIFACT_BYTES:
         raise InvalidInput(f"the artifact is {size} bytes; the limit is {settings.MAX_ARTIFACT_BYTES} bytes")
     with ExitStack() as stack:
-        prepared = stack.enter_context(prepare_artifact(
+        prepared = stack.enter_context(prepared or prepare_artifact(
             artifact_path, filename=filename, model_name=model.name, signature=signature, max_batch_size=max_batch_size
         ))
         resolve_ensemble_members(prepared.ensemble_members, team_id=model.team_id)
         _check_sample_input(metadata.get("sample_input"), prepared)
         if sha256 and prepared.is_original:
-            size = prepared.path.stat().st_size
+            size = size if prepared.path is None else prepared.path.stat().st_size
         else:
             sha256, size = sha256_file(prepared.path)
         store = store or ArtifactStore()
@@ -255,6 +265,7 @@ def register_version(
                 artifact_sha256=sha256,
                 artifact_size=size,
                 artifact_filename=filename[:255],
+                sha256_verified_at=timezone.now() if sha256_verified else None,
                 config_text=prepared.config_text,
                 artifact_files=list(prepared.files),
                 signature=prepared.signature,
@@ -269,7 +280,8 @@ def register_version(
             )
             record_audit_event(
                 action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
-                model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format},
+                model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format,
+                                    "sha256_verified": sha256_verified},
             )
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
@@ -326,6 +338,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
     Raises:
         InvalidInput: bad or reserved alias name.
         NotFound: no such model or version.
+        Conflict: the version is CORRUPT (an alias followed by deployments must not name it).
     """
     try:
         name = validate_alias(alias)
@@ -335,8 +348,12 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
     with transaction.atomic():
         model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
         # delete_version holds the same lock: a version deleted since get_version is not pointed at.
-        if not ModelVersion.objects.filter(pk=target.pk).exclude(status=VersionStatus.DELETED).exists():
+        status = ModelVersion.objects.filter(pk=target.pk).values_list("status", flat=True).first()
+        if status in (None, VersionStatus.DELETED):
             raise NotFound(f"model {model_name!r} has no version {version}")
+        if status == VersionStatus.CORRUPT:
+            raise Conflict(f"{model_name} v{version} is corrupt (its stored bytes do not match its sha256); "
+                           "an alias cannot name it")
         current = Alias.objects.filter(model=model, name=name).select_related("version").first()
         if current is not None and current.version_id == target.pk:
             return current

@@ -11,3 +11,7 @@ alias_moved = Signal()
 # Keyword arguments: ``version`` (ModelVersion). Each receiver returns a list of phrases, one per
 # reason the version must stay (e.g. "host(s) gpu-0 serve it"), or an empty list; it must not write.
 version_deletion_check = Signal()
+
+# Sent inside the transaction that marked a version CORRUPT (``registry.integrity``), after its
+# audit event. Keyword arguments: ``version`` (ModelVersion), ``reason`` (str).
+version_corrupt = Signal()

@@ -7,13 +7,21 @@ parts); verification streams the object back in constant memory.
 
 Large artifacts take another road: the client uploads parts straight to S3
 through presigned ``upload_part`` URLs into a multipart upload on a staging key
-(``uploads/<upload id>``); the server completes it and streams it back once to hash
-it; once verified, that object is the artifact itself (nothing else writes to its key),
-unless the same content is already stored under its content address.
+(``uploads/<upload id>``); each URL is signed for the part's declared MD5
+(``Content-MD5``) and, where the store supports flexible checksums, its SHA-256
+(``x-amz-checksum-sha256``), so S3 refuses a part whose bytes differ on arrival.
+The server checks the part ETags (ListParts) and the completed object's composite
+ETag (:func:`composite_etag`) against the declared digests, and reads the archive's
+structure by ranged GETs (:class:`RangedObjectReader`) rather than the whole object.
+That object is the artifact itself (nothing else writes to its key).
 """
 
+import base64
 import hashlib
+import io
 import logging
+import re
+import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -68,11 +76,40 @@ class StoredObject:
 
 @dataclass(frozen=True)
 class UploadedPart:
-    """One part of a multipart upload that S3 holds: its number (1-based), size in bytes and ETag."""
+    """One part of a multipart upload that S3 holds: its number (1-based), size in bytes, ETag (as S3
+    gives it, quoted) and, where the store keeps flexible checksums, its base64 SHA-256 (else "")."""
 
     number: int
     size: int
     etag: str
+    checksum_sha256: str = ""
+
+    @property
+    def etag_hex(self) -> str:
+        """The ETag without quotes, lower case: the part's MD5 hex digest where ETags are MD5s."""
+        return self.etag.strip('"').lower()
+
+
+@dataclass(frozen=True)
+class ObjectHead:
+    """What HEAD says of an object: size in bytes, ETag without quotes, and server-side encryption
+    (``ServerSideEncryption``, e.g. ``AES256`` or ``aws:kms``; "" when none is reported)."""
+
+    size: int
+    etag: str
+    encryption: str
+
+
+@dataclass(frozen=True)
+class StartedMultipart:
+    """A multipart upload S3 opened: its upload id and whether its part ETags are MD5 digests.
+
+    ``etags_are_md5`` is False when S3 reports SSE-KMS (``aws:kms``, ``aws:kms:dsse``) or SSE-C for
+    the upload: S3 documents that such objects' ETags are not an MD5 digest of their data.
+    """
+
+    upload_id: str
+    etags_are_md5: bool
 
 
 @dataclass(frozen=True)
@@ -94,6 +131,40 @@ class PendingMultipartUpload:
 
 
 ARTIFACT_PREFIX = "sha256/"
+MD5_HEX = re.compile(r"[0-9a-f]{32}")
+# Encryption modes whose ETags S3 documents as not being the MD5 digest of the data.
+_NON_MD5_ENCRYPTION = frozenset({"aws:kms", "aws:kms:dsse"})
+
+
+def composite_etag(part_md5s: list[str]) -> str:
+    """The ETag S3 gives an object joined from parts with these MD5s: ``md5(d1 || d2 || …)-N``.
+
+    That is the MD5 of the concatenated binary part digests, then ``-`` and the part count; S3
+    documents it for multipart objects that are not SSE-KMS or SSE-C encrypted ("Checking object
+    integrity", Amazon S3 User Guide), and MinIO and moto compute it the same way.
+
+    Args:
+        part_md5s: each part's MD5 as 32 hex digits, in part-number order.
+
+    Returns:
+        The ETag without quotes, e.g. ``"433e64d0b6599f52fa660e7b8a3635ee-2"`` for two parts.
+
+    Raises:
+        ValueError: a digest is not 32 hex digits, or the list is empty.
+    """
+    if not part_md5s:
+        raise ValueError("a multipart object has at least one part")
+    joined = b"".join(bytes.fromhex(d) if MD5_HEX.fullmatch(d) else _bad_md5(d) for d in part_md5s)
+    return f"{hashlib.md5(joined, usedforsecurity=False).hexdigest()}-{len(part_md5s)}"
+
+
+def _bad_md5(digest: str) -> bytes:
+    raise ValueError(f"{digest!r} is not an MD5 hex digest")
+
+
+def hex_to_base64(hex_digest: str) -> str:
+    """A hex digest in the base64 form S3 headers carry (``Content-MD5``, ``x-amz-checksum-sha256``)."""
+    return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
 def artifact_key(sha256: str) -> str:
@@ -166,8 +237,8 @@ class ArtifactStore:
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"create bucket {self.bucket}") from exc
 
-    def head(self, key: str) -> StoredObject | None:
-        """Return the object at ``key`` with its size, or None when absent.
+    def head_details(self, key: str) -> ObjectHead | None:
+        """Return the size, ETag and encryption of the object at ``key``, or None when absent.
 
         Raises:
             StorageError: S3 is unreachable or refuses.
@@ -180,7 +251,49 @@ class ArtifactStore:
             raise _wrap(exc, f"read {key}") from exc
         except BotoCoreError as exc:
             raise _wrap(exc, f"read {key}") from exc
-        return StoredObject(key=key, size=answer["ContentLength"])
+        return ObjectHead(size=answer["ContentLength"], etag=answer.get("ETag", "").strip('"').lower(),
+                          encryption=answer.get("ServerSideEncryption", ""))
+
+    def open_ranged(self, key: str, size: int, *, prefetch_ends: bool = False) -> "RangedObjectReader":
+        """A read-only, seekable file over the object at ``key`` (``size`` bytes, from HEAD) that fetches
+        only what is read, by ranged GETs of about 64 KiB (see :class:`RangedObjectReader`): reading
+        a zip's central directory or a tar's headers costs a few small requests, not the object's
+        size. It counts its requests and bytes (``requests``, ``bytes_read``).
+
+        Args:
+            prefetch_ends: fetch the first and the last block at once, in two concurrent requests
+                (what an archive's format check reads first: its magic bytes, a zip's central
+                directory, a tar's last header), so that their latencies overlap.
+
+        Raises:
+            StorageError: (with ``prefetch_ends``) S3 failed; retrying may help.
+        """
+        reader = RangedObjectReader(self, key, size)
+        if prefetch_ends:
+            reader.prefetch([0, max(0, size - reader.READAHEAD)])
+        return reader
+
+    def head(self, key: str) -> StoredObject | None:
+        """Return the object at ``key`` with its size, or None when absent.
+
+        Raises:
+            StorageError: S3 is unreachable or refuses.
+        """
+        details = self.head_details(key)
+        return None if details is None else StoredObject(key=key, size=details.size)
+
+    def open_stream(self, key: str, size: int) -> "StreamedObjectReader":
+        """A forward-only file over one GET of the object at ``key`` (``size`` bytes) that hashes every
+        byte as it arrives (``digest``, ``bytes_read``); see :class:`StreamedObjectReader`.
+
+        Raises:
+            StorageError: the object is missing or S3 could not be reached.
+        """
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"read {key}") from exc
+        return StreamedObjectReader(body, key, size)
 
     def put_artifact(self, path: Path, *, sha256: str, size: int, staged_key: str | None = None) -> StoredObject:
         """Store the file at ``path`` under its content address (or adopt a verified upload) and verify it.
@@ -193,11 +306,11 @@ class ArtifactStore:
             sha256: its hex digest, computed by the caller while receiving it.
             size: its length in bytes.
             staged_key: an object in the bucket that holds the same bytes as ``path``
-                (a completed multipart upload the caller has streamed and hashed). When
-                no object is stored under the content address yet, that object itself
-                becomes the artifact (its key is unique to its upload and nothing else
-                writes there), so gigabytes are neither uploaded again nor copied; it is
-                checked by size, the caller having checked its sha256.
+                (a completed multipart upload). That object itself becomes the artifact:
+                its key is unique to its upload and nothing else writes there, so gigabytes
+                are neither uploaded again nor copied, and an upload never shares the bytes
+                of another one that claimed the same sha256. It is checked by size here;
+                its sha256 is the caller's to check.
 
         Returns:
             The stored object.
@@ -209,12 +322,12 @@ class ArtifactStore:
         key = artifact_key(sha256)
         if settings.S3_CREATE_BUCKET:
             self.ensure_bucket()
-        existing = self.head(key)
-        if staged_key is not None and (existing is None or existing.size != size):
+        if staged_key is not None:
             staged = self.head(staged_key)
             if staged is None or staged.size != size:
                 raise StorageError(f"the uploaded object {staged_key} is not {size} bytes", retryable=False)
             return StoredObject(key=staged_key, size=size)
+        existing = self.head(key)
         if existing is None or existing.size != size:
             try:
                 self.client.upload_file(
@@ -307,29 +420,52 @@ class ArtifactStore:
 
     # ------------------------------------------------------------------ multipart uploads
 
-    def start_multipart(self, key: str) -> str:
-        """Open a multipart upload to ``key`` and return S3's upload id.
+    def start_multipart(self, key: str, *, checksum_sha256: bool = False) -> StartedMultipart:
+        """Open a multipart upload to ``key``.
+
+        Args:
+            key: the object the parts will make.
+            checksum_sha256: declare SHA-256 as the upload's checksum algorithm, so parts may carry
+                ``x-amz-checksum-sha256`` (S3 refuses such a part unless the upload declared it).
+
+        Returns:
+            The upload id and whether S3 computes its part ETags as MD5s (see ``StartedMultipart``).
 
         Raises:
             StorageError: S3 is unreachable or refuses.
         """
         if settings.S3_CREATE_BUCKET:
             self.ensure_bucket()
+        extra = {"ChecksumAlgorithm": "SHA256"} if checksum_sha256 else {}
         try:
             answer = self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=key, ContentType="application/octet-stream"
+                Bucket=self.bucket, Key=key, ContentType="application/octet-stream", **extra
             )
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"start a multipart upload to {key}") from exc
-        return answer["UploadId"]
+        md5 = answer.get("ServerSideEncryption", "") not in _NON_MD5_ENCRYPTION and not answer.get(
+            "SSECustomerAlgorithm")
+        return StartedMultipart(upload_id=answer["UploadId"], etags_are_md5=md5)
 
-    def presign_part(self, key: str, upload_id: str, number: int, expires_in: int) -> str:
-        """Return a URL that accepts ``PUT`` of part ``number`` (1-based) for ``expires_in`` seconds."""
-        return self.client.generate_presigned_url(
-            "upload_part",
-            Params={"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number},
-            ExpiresIn=expires_in,
-        )
+    def presign_part(self, key: str, upload_id: str, number: int, expires_in: int, *, md5: str = "",
+                     sha256: str = "") -> tuple[str, dict[str, str]]:
+        """A URL that accepts ``PUT`` of part ``number`` (1-based) for ``expires_in`` seconds.
+
+        Args:
+            md5, sha256: the part's declared digests as hex ("" for none). Each one given is signed
+                into the URL as ``Content-MD5`` / ``x-amz-checksum-sha256``: the client must send it
+                with the part, and S3 (AWS, MinIO) refuses a part whose bytes do not match it.
+
+        Returns:
+            ``(url, headers)``: the headers the PUT must carry, as names to values.
+        """
+        params = {"Bucket": self.bucket, "Key": key, "UploadId": upload_id, "PartNumber": number}
+        headers = {}
+        if md5:
+            params["ContentMD5"] = headers["Content-MD5"] = hex_to_base64(md5)
+        if sha256:
+            params["ChecksumSHA256"] = headers["x-amz-checksum-sha256"] = hex_to_base64(sha256)
+        return self.client.generate_presigned_url("upload_part", Params=params, ExpiresIn=expires_in), headers
 
     def list_parts(self, key: str, upload_id: str) -> list[UploadedPart]:
         """Every part S3 holds for the upload, by number, following S3's pages of 1,000.
@@ -343,14 +479,17 @@ class ArtifactStore:
             pages = self.client.get_paginator("list_parts").paginate(Bucket=self.bucket, Key=key, UploadId=upload_id)
             for page in pages:
                 parts.extend(
-                    UploadedPart(number=p["PartNumber"], size=p["Size"], etag=p["ETag"]) for p in page.get("Parts", [])
+                    UploadedPart(number=p["PartNumber"], size=p["Size"], etag=p["ETag"],
+                                 checksum_sha256=p.get("ChecksumSHA256", ""))
+                    for p in page.get("Parts", [])
                 )
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"list the parts of {key}") from exc
         return sorted(parts, key=lambda part: part.number)
 
     def complete_multipart(self, key: str, upload_id: str, parts: list[UploadedPart]) -> None:
-        """Join ``parts`` (in number order) into the object at ``key``.
+        """Join ``parts`` (in number order) into the object at ``key``; a part's SHA-256 checksum, where
+        S3 listed one, is passed back as S3 requires for an upload with a checksum algorithm.
 
         Raises:
             StorageError: S3 is unreachable or refuses (``EntityTooSmall``: a part but the
@@ -359,7 +498,11 @@ class ArtifactStore:
         try:
             self.client.complete_multipart_upload(
                 Bucket=self.bucket, Key=key, UploadId=upload_id,
-                MultipartUpload={"Parts": [{"PartNumber": p.number, "ETag": p.etag} for p in parts]},
+                MultipartUpload={"Parts": [
+                    {"PartNumber": p.number, "ETag": p.etag,
+                     **({"ChecksumSHA256": p.checksum_sha256} if p.checksum_sha256 else {})}
+                    for p in parts
+                ]},
             )
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"complete the multipart upload to {key}") from exc
@@ -423,3 +566,167 @@ class ArtifactStore:
                     )
         except (BotoCoreError, ClientError) as exc:
             raise _wrap(exc, f"list multipart uploads under {prefix}") from exc
+
+
+class _ObjectFile(io.RawIOBase):
+    """A read-only raw file over the S3 object ``key`` of ``size`` bytes: the position a subclass reads at."""
+
+    def __init__(self, key: str, size: int):
+        super().__init__()
+        self._key, self._size = key, size
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise OSError(f"cannot seek before the start of {self._key}")
+        self._position = base + offset
+        return self._position
+
+
+
+class RangedObjectReader(_ObjectFile):
+    """A seekable raw file over one S3 object that fetches what is read by ranged GETs (RFC 9110 ``Range``).
+
+    A read that misses the blocks already fetched makes one GET of at least ``READAHEAD`` bytes,
+    reaching back from the end of the object when the read is near it, so that a zip's end of
+    central directory, its zip64 locator and a small central directory come in one request, as do a
+    tar's last header and end-of-archive marker. The last ``BLOCKS`` blocks are kept, so that a
+    format check that reads the head, a seek to the end and a seek back cost no second request.
+    Memory stays at ``BLOCKS`` blocks of ``READAHEAD`` bytes, or of the largest single read.
+
+    A failed request raises ``StorageError``, not ``OSError``: archive readers turn ``OSError`` into
+    "corrupt archive", but an unreachable store says nothing about the archive, and a retry may help.
+
+    Attributes:
+        requests: ranged GETs made so far.
+        bytes_read: bytes received so far.
+    """
+
+    READAHEAD = 64 * 1024
+    BLOCKS = 4
+
+    def __init__(self, store: ArtifactStore, key: str, size: int, readahead: int = READAHEAD):
+        super().__init__(key, size)
+        self._store = store
+        self._readahead = readahead
+        self._blocks: dict[int, bytes] = {}  # start offset -> bytes, oldest first
+        self._lock = threading.Lock()  # prefetch() fills blocks from several threads
+        self.requests = 0
+        self.bytes_read = 0
+
+    def readinto(self, buffer) -> int:
+        view = memoryview(buffer).cast("B")
+        want = max(0, min(len(view), self._size - self._position))
+        done = 0
+        while done < want:
+            start, block = self._block_at(self._position, want - done)
+            offset = self._position - start
+            count = min(want - done, len(block) - offset)
+            view[done : done + count] = block[offset : offset + count]
+            done += count
+            self._position += count
+        return done
+
+    def prefetch(self, positions: list[int]) -> None:
+        """Fetch the blocks at ``positions`` (byte offsets) now, concurrently, one thread each.
+
+        Raises:
+            StorageError: S3 failed; retrying may help.
+        """
+        wanted = sorted({min(p, max(0, self._size - self._readahead)) for p in positions if 0 <= p < self._size})
+        with ThreadPoolExecutor(max(1, len(wanted)), thread_name_prefix="s3-range") as pool:
+            for future in [pool.submit(self._block_at, p, 1) for p in wanted]:
+                future.result()
+
+    def _block_at(self, position: int, wanted: int) -> tuple[int, bytes]:
+        for start, block in list(self._blocks.items()):
+            if start <= position < start + len(block):
+                return start, block
+        length = max(self._readahead, wanted)
+        start = min(position, max(0, self._size - length))
+        end = min(self._size, max(start + length, position + wanted))
+        try:
+            answer = self._store.client.get_object(Bucket=self._store.bucket, Key=self._key,
+                                                   Range=f"bytes={start}-{end - 1}")
+            with closing(answer["Body"]) as body:
+                block = body.read()
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"read {self._key} at byte {start}") from exc
+        if len(block) != end - start:
+            raise StorageError(f"S3 sent {len(block)} bytes of {self._key} for a range of {end - start}",
+                               retryable=True)
+        with self._lock:
+            self.requests += 1
+            self.bytes_read += len(block)
+            self._blocks[start] = block
+            while len(self._blocks) > self.BLOCKS:
+                del self._blocks[next(iter(self._blocks))]
+        return start, block
+
+
+class StreamedObjectReader(_ObjectFile):
+    """One GET of an S3 object as a file that can only move forward, hashing each byte once (SHA-256).
+
+    A decompressor reading a ``.tar.gz`` front to back needs nothing more. ``seek`` forward skips
+    (reads, hashes and drops) the bytes in between; ``seek`` back is possible only into the first
+    ``HEAD_BYTES``, kept so that a format check may read the head and rewind; anywhere else it
+    raises ``OSError``. Memory stays at the head plus what the caller asks for at once.
+
+    Attributes:
+        digest: ``hashlib.sha256`` of every byte received so far.
+        bytes_read: how many bytes were received so far.
+    """
+
+    HEAD_BYTES = 64 * 1024
+
+    def __init__(self, body, key: str, size: int):
+        super().__init__(key, size)
+        self._body = body
+        self._head = bytearray()
+        self.digest = hashlib.sha256()
+        self.bytes_read = 0
+
+    def _pull(self, count: int) -> bytes:
+        try:
+            data = self._body.read(count)
+        except (BotoCoreError, ClientError) as exc:
+            raise _wrap(exc, f"read {self._key}") from exc
+        if len(self._head) < self.HEAD_BYTES:
+            self._head += data[: self.HEAD_BYTES - len(self._head)]
+        self.digest.update(data)
+        self.bytes_read += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        if self._position < self.bytes_read:
+            if self._position >= len(self._head):
+                raise OSError(f"cannot seek back in the stream of {self._key}")
+            data = self._head[self._position : self._position + len(buffer)]
+        else:
+            while self.bytes_read < self._position:
+                if not self._pull(min(CHUNK_BYTES, self._position - self.bytes_read)):
+                    return 0
+            data = self._pull(len(buffer))
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def drain(self) -> None:
+        """Read the rest of the object, so that ``digest`` and ``bytes_read`` cover all of it."""
+        while self._pull(CHUNK_BYTES):
+            pass
+        self._position = self.bytes_read
+
+    def close(self) -> None:
+        self._body.close()
+        super().close()

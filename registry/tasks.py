@@ -9,7 +9,7 @@ from celery import shared_task
 
 from modelyard.celery import DATABASE_ERRORS
 from modelyard.errors import ServiceUnavailable
-from registry import uploads
+from registry import integrity, uploads
 from registry.gc import collect_garbage
 from registry.models import Upload
 from registry.storage import StorageError
@@ -40,6 +40,21 @@ def verify_upload_task(self, upload_id: str) -> None:
             return
         logger.warning("verifying upload %s failed (%s); retrying", upload_id, message)
         raise self.retry(exc=exc, countdown=10 * 2**self.request.retries) from exc
+
+
+@shared_task(name="registry.verify_version_bytes", bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
+def verify_version_bytes_task(self, version_id: int) -> None:
+    """Re-hash a version's stored bytes once, off the upload's critical path (idempotent).
+
+    Marks the version CORRUPT when they do not match its sha256 (``registry.integrity``). A
+    transient S3 failure or a dropped database connection is retried with backoff (60 s doubling,
+    at most 5 times); the version stays READY and unverified meanwhile.
+    """
+    try:
+        integrity.verify_version_bytes(version_id)
+    except (StorageError, *DATABASE_ERRORS) as exc:
+        logger.warning("re-hashing version %s failed (%s); retrying", version_id, getattr(exc, "message", exc))
+        raise self.retry(exc=exc, countdown=60 * 2**self.request.retries) from exc
 
 
 @shared_task(name="registry.expire_uploads", acks_late=True, autoretry_for=DATABASE_ERRORS, retry_backoff=True,

@@ -1,13 +1,18 @@
 """Direct-to-S3 multipart uploads of large artifacts: start, presign parts, complete, verify, abort.
 
 The bytes never pass through the web process. The client declares the file (name, size in bytes,
-optionally its sha256) and the version's fields; the server opens an S3 multipart upload on the
-staging key ``uploads/<upload id>`` and hands out presigned ``PUT`` URLs per part. On completion the
-upload turns VERIFYING and a Celery task (:func:`verify_upload`, queue ``default``) joins the parts
-in S3, streams the object once into a temporary file while hashing it (constant memory), checks
-size and sha256 against what was declared, and registers the version through
-``registry.services.register_version``, whose stored artifact is a server-side copy of the staging
-object. The staging object is deleted afterwards, whatever the outcome.
+its sha256) and the version's fields; the server opens an S3 multipart upload on the staging key
+``uploads/<upload id>`` and hands out presigned ``PUT`` URLs per part, each signed for the part's
+declared MD5 and SHA-256 (``registry.part_digests``). On completion the part ETags are compared
+with the declared MD5s, the upload turns VERIFYING and a Celery task (:func:`verify_upload`,
+queue ``default``) checks them again, joins the parts in S3, checks the object's composite ETag
+and size, reads a ``.zip``'s central directory or a plain ``.tar``'s headers by ranged GETs, and
+registers the version through ``registry.services.register_version`` with the client's sha256;
+a background task (``registry.integrity``) re-hashes the stored bytes once afterwards. Other kinds
+(compressed tars, single model files, BentoML archives), stores whose ETags are not MD5s, and
+clients that declare no part digests take the older road: the object is streamed back once into a
+temporary file while it is hashed. The staging object is the version's artifact once registered;
+it is deleted when the upload fails.
 
 Status changes go through :func:`transition`: a compare-and-set on the old status, so repeating a
 step is harmless and two workers cannot both register the same upload.
@@ -19,6 +24,7 @@ import re
 import tempfile
 import time
 import uuid
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path, PurePosixPath, PureWindowsPath
 
@@ -30,11 +36,20 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard.states import IllegalTransition, StateMachine
-from registry.choices import UploadStatus
-from registry.formats import check_filename
-from registry.models import ModelVersion, Upload
+from registry import part_digests
+from registry.choices import UploadStatus, UploadVerification
+from registry.formats import RANGED, STREAMED, check_filename, prepare_stored_archive, stored_archive_reading
+from registry.models import ModelVersion, Upload, UploadPart
 from registry.services import _check_lineage, _validate_tags, get_model, register_version
-from registry.storage import MAX_PART_BYTES, MAX_PARTS, MIN_PART_BYTES, ArtifactStore, StorageError, UploadedPart
+from registry.storage import (
+    MAX_PART_BYTES,
+    MAX_PARTS,
+    MD5_HEX,
+    MIN_PART_BYTES,
+    ArtifactStore,
+    StorageError,
+    UploadedPart,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -153,14 +168,16 @@ def start_upload(
     staging_key = f"uploads/{upload_id}"
     store = store or ArtifactStore()
     try:
-        s3_upload_id = store.start_multipart(staging_key)
+        started = store.start_multipart(staging_key, checksum_sha256=settings.S3_PART_CHECKSUMS)
     except StorageError as exc:
         raise ServiceUnavailable(f"the upload could not be started: {exc.message}") from exc
+    s3_upload_id = started.upload_id
     try:
         with transaction.atomic():
             upload = Upload.objects.create(
                 id=upload_id, model=model, filename=name, size=size, sha256=digest, part_size=part_size,
                 staging_key=staging_key, s3_upload_id=s3_upload_id, version_fields=fields,
+                etags_are_md5=started.etags_are_md5 and settings.S3_ETAGS_ARE_MD5,
                 created_by=actor if getattr(actor, "is_authenticated", False) else None,
                 expires_at=timezone.now() + timedelta(seconds=settings.UPLOAD_EXPIRY_SECONDS),
             )
@@ -191,23 +208,71 @@ def _require_open(upload: Upload) -> None:
         raise Conflict(f"upload {upload.pk} is {upload.status}; parts can only be sent to an open upload")
 
 
-def presign_parts(upload: Upload, numbers: list[int], *, store: ArtifactStore | None = None) -> dict[int, str]:
-    """Presigned ``PUT`` URLs for parts ``numbers`` (1-based), valid ``settings.UPLOAD_PART_URL_SECONDS``.
+def _clean_part_digests(parts: list[dict], count: int) -> dict[int, tuple[str, str]]:
+    numbers = [p.get("part_number") for p in parts]
+    bad = sorted({n for n in numbers if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= count},
+                 key=str)
+    if bad:
+        raise InvalidInput(f"part numbers must be between 1 and {count}; got {bad[:10]}")
+    if len(set(numbers)) != len(numbers):
+        raise InvalidInput("each part may be declared once per request")
+    clean = {}
+    for part in parts:
+        md5, sha256 = str(part.get("md5") or "").strip().lower(), str(part.get("sha256") or "").strip().lower()
+        if not MD5_HEX.fullmatch(md5) or not SHA256_HEX.fullmatch(sha256):
+            raise InvalidInput(f"part {part['part_number']}: md5 must be 32 and sha256 64 hexadecimal digits")
+        clean[part["part_number"]] = (md5, sha256)
+    return clean
+
+
+def presign_parts(upload: Upload, numbers: list[int] | None = None, *, declared: list[dict] | None = None,
+                  store: ArtifactStore | None = None) -> dict[int, tuple[str, dict[str, str]]]:
+    """Presigned ``PUT`` URLs for parts (1-based), valid ``settings.UPLOAD_PART_URL_SECONDS``.
+
+    Args:
+        upload: an OPEN upload.
+        numbers: part numbers to sign without digests (older clients); the upload is then
+            verified by reading it back.
+        declared: instead, ``{"part_number", "md5", "sha256"}`` per part, digests as hex. They
+            are stored (replacing an earlier declaration of the same part) and signed into the
+            URL as ``Content-MD5`` and, with ``settings.S3_PART_CHECKSUMS``,
+            ``x-amz-checksum-sha256``, headers the PUT must then carry.
+
+    Returns:
+        ``{part number: (url, headers the PUT must carry)}``.
 
     Raises:
-        InvalidInput: a number outside 1..part count, or more than 1,000 numbers.
+        InvalidInput: a number outside 1..part count, a repeated number, a malformed digest,
+            none or more than 1,000 parts, or both or neither of ``numbers`` and ``declared``.
         Conflict: the upload is not OPEN.
     """
     _require_open(upload)
     count = part_count(upload)
-    if not numbers or len(numbers) > MAX_PRESIGN_PER_CALL:
-        raise InvalidInput(f"ask for 1 to {MAX_PRESIGN_PER_CALL} part numbers at a time")
-    bad = sorted({n for n in numbers if not 1 <= n <= count})
-    if bad:
-        raise InvalidInput(f"part numbers must be between 1 and {count}; got {bad[:10]}")
+    if (numbers is None) == (declared is None):
+        raise InvalidInput("give either part_numbers or parts (with their md5 and sha256)")
+    wanted = numbers if numbers is not None else declared
+    if not wanted or len(wanted) > MAX_PRESIGN_PER_CALL:
+        raise InvalidInput(f"ask for 1 to {MAX_PRESIGN_PER_CALL} parts at a time")
+    if declared is not None:
+        digests = _clean_part_digests(declared, count)
+    else:
+        bad = sorted({n for n in numbers if not 1 <= n <= count})
+        if bad:
+            raise InvalidInput(f"part numbers must be between 1 and {count}; got {bad[:10]}")
+        digests = {n: ("", "") for n in numbers}
+    with transaction.atomic():
+        for number, (md5, sha256) in digests.items():
+            if md5:
+                UploadPart.objects.update_or_create(upload=upload, number=number,
+                                                    defaults={"md5": md5, "sha256": sha256})
     store = store or ArtifactStore()
     seconds = settings.UPLOAD_PART_URL_SECONDS
-    return {n: store.presign_part(upload.staging_key, upload.s3_upload_id, n, seconds) for n in sorted(set(numbers))}
+    checksums = settings.S3_PART_CHECKSUMS
+    return {
+        n: store.presign_part(upload.staging_key, upload.s3_upload_id, n, seconds, md5=md5,
+                              sha256=sha256 if checksums else "")
+        for n, (md5, sha256) in sorted(digests.items())
+    }
 
 
 def uploaded_parts(upload: Upload, *, store: ArtifactStore | None = None) -> list[UploadedPart]:
@@ -230,8 +295,10 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     """Close the upload for verification; the version is registered by :func:`verify_upload` in a worker.
 
     Idempotent: completing an upload that is already VERIFYING or COMPLETED returns it unchanged.
-    Every part 1..N must be in S3; otherwise nothing changes and the client may upload the missing
-    parts and complete again. Parts that add up to another size than declared fail the upload.
+    Every part 1..N must be in S3, hold its expected size, and (where the store's ETags are MD5s)
+    have the ETag its declared MD5 predicts; otherwise nothing changes and the client may upload
+    those parts again and complete again. Parts that add up to another size than declared fail the
+    upload.
 
     Args:
         upload: the upload (from :func:`get_upload`).
@@ -243,7 +310,8 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
         The upload, now VERIFYING (or FAILED when the parts' sizes disagree with the declared size).
 
     Raises:
-        InvalidInput: parts are missing, or ``sha256`` is malformed or contradicts the declared one.
+        InvalidInput: parts are missing, of the wrong size, or differ from their declared MD5 (by
+            ETag), or ``sha256`` is malformed or contradicts the declared one.
         Conflict: the upload was aborted or has failed.
         ServiceUnavailable: S3 could not be asked.
     """
@@ -265,6 +333,12 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
         fail_upload(upload, f"the parts hold {received} bytes in {len(parts)} parts, "
                             f"but {upload.size} bytes in {count} parts were declared", store=store)
         return upload
+    declared = part_digests.declared_md5s(upload)
+    # ETags that are not MD5s (a store that encrypts without saying so) are left to the worker's read-back.
+    by_etag = upload.etags_are_md5 and all(MD5_HEX.fullmatch(p.etag_hex) for p in parts)
+    problems = part_digests.part_problems(upload, parts, declared, by_etag=by_etag)
+    if problems:
+        raise InvalidInput("; ".join(problems[:20]) + "; send those parts again and complete again")
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
             from registry.tasks import verify_upload_task
@@ -333,13 +407,24 @@ def expire_uploads(*, now=None, store: ArtifactStore | None = None) -> int:
 
 
 def _join_parts(upload: Upload, store: ArtifactStore) -> str | None:
-    """Complete the S3 multipart upload (unless an earlier run did); return why it cannot be, or None."""
+    """Check the parts against their declared digests, record how the upload will be verified, and
+    complete the S3 multipart upload (unless an earlier run did); return why it cannot be, or None."""
     try:
         parts = store.list_parts(upload.staging_key, upload.s3_upload_id)
     except StorageError as exc:
         if exc.code != "NoSuchUpload":
             raise
         return None if store.head(upload.staging_key) is not None else "the upload's parts are gone from S3"
+    declared = part_digests.declared_md5s(upload)
+    method, note = part_digests.plan_verification(upload, parts, declared)
+    problems = part_digests.part_problems(upload, parts, declared, by_etag=method == UploadVerification.PART_ETAGS)
+    if problems:
+        return "; ".join(problems[:20])
+    Upload.objects.filter(pk=upload.pk).update(verification=method, verification_note=note)
+    upload.verification, upload.verification_note = method, note
+    if method == UploadVerification.READ_BACK:
+        logger.warning("upload %s: the parts cannot be checked by their ETags (%s); reading the object back",
+                       upload.pk, note)
     try:
         store.complete_multipart(upload.staging_key, upload.s3_upload_id, parts)
     except StorageError as exc:
@@ -352,11 +437,22 @@ def _join_parts(upload: Upload, store: ArtifactStore) -> str | None:
 def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
     """Verify a VERIFYING upload and register its version; run by the ``registry.verify_upload`` task.
 
-    Joins the parts in S3, streams the object into a temporary file (8 MiB at a time) while
-    hashing it, checks its size and sha256 against the declared ones, then registers the version
-    from that file with the staging object as the source of the stored copy. A refusal (size,
-    sha256, or ``register_version``'s checks) makes the upload FAILED with the reason and no version
-    row. The staging object is deleted afterwards in both cases.
+    1. ListParts: every part must hold its expected size and, where the store's ETags are MD5s and
+       the client declared the parts' digests, an ETag equal to the declared MD5 (so the store
+       received the bytes the client hashed); then S3 joins the parts.
+    2. HEAD: the joined object's size must be the declared size and its ETag the composite of the
+       declared MD5s (``registry.storage.composite_etag``).
+    3. A Triton model directory as ``.zip`` or plain ``.tar`` is inspected by ranged GETs (its
+       central directory or headers, and its config.pbtxt) and registered with the client's
+       sha256, unverified by the server until ``registry.integrity.verify_version_bytes`` (queued
+       on commit) has re-hashed it. A compressed tar or a BentoML export is inspected while it
+       streams from S3 once, hashed on the way, no scratch file. A single model file, or an upload
+       whose parts could not be checked by ETag (``Upload.verification`` READ_BACK), is streamed
+       into a temporary file (8 MiB at a time) while it is hashed, its sha256 checked against the
+       declared one, and registered from that file.
+
+    A refusal at any step makes the upload FAILED with the reason and no version row, and its
+    staging object is deleted; once registered, the staging object is the version's artifact.
 
     Idempotent: an upload that is not VERIFYING is returned as it is; the version row and the
     COMPLETED status are written in one transaction under the upload's row lock, so a repeated
@@ -376,33 +472,101 @@ def verify_upload(upload_id, *, store: ArtifactStore | None = None) -> Upload:
         return fail_upload(upload, problem, store=store)
     joined = time.monotonic()
     logger.info("upload %s: S3 joined the parts in %.2f s", upload.pk, joined - began)
+    if upload.verification == UploadVerification.PART_ETAGS:
+        head = store.head_details(upload.staging_key)
+        if head is None:
+            return fail_upload(upload, "the joined object is gone from S3", store=store)
+        problem = part_digests.composite_problem(upload, part_digests.declared_md5s(upload), head.etag, head.size)
+        if problem:
+            return fail_upload(upload, problem, store=store)
+        # A name that says .zip or .tar: its head and tail are what will be read, fetch both at once.
+        both_ends = upload.filename.lower().endswith((".zip", ".tar"))
+        with store.open_ranged(upload.staging_key, head.size, prefetch_ends=both_ends) as source:
+            reading = stored_archive_reading(source, upload.filename)
+            if reading == RANGED:
+                try:
+                    prepared = _prepare_stored(upload, source, decode_members=False)
+                except InvalidInput as exc:
+                    return fail_upload(upload, exc.message, store=store)
+                logger.info("upload %s: parts checked by ETag; archive read by %d ranged GETs (%d bytes)",
+                            upload.pk, source.requests, source.bytes_read)
+        if reading == RANGED:
+            return _register(upload, store, prepared=prepared, size=head.size, sha256=upload.sha256,
+                             sha256_verified=False)
+        if reading == STREAMED:
+            return _stream_and_register(upload, store, head.size)
+    return _read_back_and_register(upload, store)
+
+
+def _prepare_stored(upload: Upload, source, *, decode_members: bool):
+    """``prepare_stored_archive`` of the upload's object, with the version fields that bear on it."""
+    fields = upload.version_fields or {}
+    return prepare_stored_archive(source, filename=upload.filename, model_name=upload.model.name,
+                                  decode_members=decode_members, signature=fields.get("signature"),
+                                  max_batch_size=fields.get("max_batch_size"))
+
+
+def _stream_and_register(upload: Upload, store: ArtifactStore, size: int) -> Upload:
+    """Inspect a compressed tar or BentoML export while it streams from S3 once, hashing it on the way;
+    check, register."""
+    began = time.monotonic()
+    with closing(store.open_stream(upload.staging_key, size)) as stream:
+        try:
+            prepared = _prepare_stored(upload, stream, decode_members=True)
+        except InvalidInput as exc:
+            return fail_upload(upload, exc.message, store=store)
+        stream.drain()
+        digest, seen = stream.digest.hexdigest(), stream.bytes_read
+    logger.info("upload %s: inspected and hashed %s bytes in one stream in %.2f s", upload.pk, seen,
+                time.monotonic() - began)
+    if seen != upload.size:
+        return fail_upload(upload, f"S3 holds {seen} bytes but {upload.size} bytes were declared", store=store)
+    if digest != upload.sha256:
+        return fail_upload(upload, f"the uploaded bytes have sha256 {digest}, not the declared {upload.sha256}",
+                           store=store)
+    return _register(upload, store, prepared=prepared, size=seen, sha256=digest)
+
+
+def _read_back_and_register(upload: Upload, store: ArtifactStore) -> Upload:
+    """Stream the joined object into a temporary file while hashing it, check it, register from it."""
+    began = time.monotonic()
     with tempfile.NamedTemporaryFile(prefix="modelyard-upload-", suffix=Path(upload.filename).suffix) as tmp:
         digest, size = store.stream_to(upload.staging_key, tmp)
         tmp.flush()
-        logger.info("upload %s: read back %s bytes in %.2f s", upload.pk, size, time.monotonic() - joined)
+        logger.info("upload %s: read back %s bytes in %.2f s", upload.pk, size, time.monotonic() - began)
         if size != upload.size:
             return fail_upload(upload, f"S3 holds {size} bytes but {upload.size} bytes were declared", store=store)
         if upload.sha256 and digest != upload.sha256:
             return fail_upload(upload, f"the uploaded bytes have sha256 {digest}, not the declared {upload.sha256}",
                                store=store)
-        fields = upload.version_fields or {}
-        with transaction.atomic():
-            upload = (Upload.objects.select_for_update(of=("self",)).select_related("model", "created_by")
-                      .get(pk=upload.pk))
-            if upload.status != UploadStatus.VERIFYING:
-                return upload
-            try:
-                with transaction.atomic():
-                    version = register_version(
-                        model=upload.model, artifact_path=Path(tmp.name), filename=upload.filename,
-                        actor=upload.created_by, store=store, staged_key=upload.staging_key, sha256=digest,
-                        **fields,
-                    )
-            except InvalidInput as exc:
-                error = exc.message
-            else:
-                transition(upload, UploadStatus.COMPLETED, version=version, sha256=digest)
-                error = ""
+        return _register(upload, store, artifact_path=Path(tmp.name), sha256=digest)
+
+
+def _register(upload: Upload, store: ArtifactStore, **artifact) -> Upload:
+    """Register the upload's version under the upload's row lock and mark it COMPLETED, or FAILED
+    with ``register_version``'s refusal; ``artifact`` is what ``register_version`` takes of it.
+    A version whose sha256 the server has not checked yet gets its background re-hash on commit."""
+    from registry.tasks import verify_version_bytes_task
+
+    fields = upload.version_fields or {}
+    with transaction.atomic():
+        upload = (Upload.objects.select_for_update(of=("self",)).select_related("model", "created_by")
+                  .get(pk=upload.pk))
+        if upload.status != UploadStatus.VERIFYING:
+            return upload
+        try:
+            with transaction.atomic():
+                version = register_version(
+                    model=upload.model, filename=upload.filename, actor=upload.created_by, store=store,
+                    staged_key=upload.staging_key, **artifact, **fields,
+                )
+        except InvalidInput as exc:
+            error = exc.message
+        else:
+            transition(upload, UploadStatus.COMPLETED, version=version, sha256=artifact["sha256"])
+            error = ""
+            if version.sha256_verified_at is None:
+                transaction.on_commit(lambda: verify_version_bytes_task.apply_async(args=[version.pk], queue="default"))
     if error:
         return fail_upload(upload, error, store=store)
     _discard_staging(upload, store)

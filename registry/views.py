@@ -200,11 +200,14 @@ def model_edit(request, name: str):
 
 @login_required
 def version_upload(request, name: str):
-    """The upload page: a form whose file static/registry/upload.js sends straight to S3 in parts
-    (presigned URLs from the uploads API) with a progress bar, then completes the upload and opens
-    the new version's page. The page may connect to the S3 endpoint (CSP ``connect-src``)."""
+    """The upload page: a form whose file static/registry/upload.js hashes (whole and per part) and
+    sends straight to S3 in parts (presigned URLs from the uploads API) with a progress bar, then
+    completes the upload and opens the new version's page. The page may connect to the S3 endpoint
+    (CSP ``connect-src``) and compile WebAssembly (``'wasm-unsafe-eval'``, which allows
+    ``WebAssembly`` and nothing like ``eval``) for the vendored hash-wasm digests."""
     model = model_or_404(request, name, Action.CHANGE)
     response = render(request, "registry/version_upload.html", {"model": model, "form": VersionUploadForm()})
     endpoint = urlsplit(settings.S3_ENDPOINT_URL or "https://s3.amazonaws.com")
-    response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"]}
+    response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"],
+                            "script-src": ["'wasm-unsafe-eval'"]}
     return response

@@ -35,6 +35,20 @@ def test_pages_carry_a_content_security_policy_without_inline_scripts(client, us
     assert "frame-ancestors 'none'" in policy
     assert answer["X-Content-Type-Options"] == "nosniff"
     assert "<script>" not in answer.content.decode()
+    assert "wasm-unsafe-eval" not in policy
+
+
+@pytest.mark.django_db
+def test_only_the_upload_page_may_compile_webassembly_and_never_eval(client, user):
+    from registry.models import RegisteredModel
+    from tests.factories import team_member
+
+    RegisteredModel.objects.create(name="iris")
+    client.force_login(team_member(user, "maintainer"))
+    policy = client.get("/models/iris/upload/")["Content-Security-Policy"]
+    script_src = next(d for d in policy.split(";") if d.strip().startswith("script-src")).split()
+    assert script_src == ["script-src", "'self'", "'wasm-unsafe-eval'"]
+    assert "'unsafe-eval'" not in policy
 
 
 @pytest.mark.django_db

@@ -70,7 +70,8 @@ class ModelVersionSerializer(serializers.ModelSerializer):
         model = ModelVersion
         fields = [
             "model", "version", "status", "format", "artifact_sha256", "artifact_size", "artifact_filename",
-            "signature", "ensemble_members", "aliases", "metadata", "tags", "source_commit", "ci_run_url",
+            "sha256_verified_at", "integrity_error", "signature", "ensemble_members", "aliases", "metadata", "tags",
+            "source_commit", "ci_run_url",
             "training_data_uri", "metrics", "created_by", "created_at",
         ]
         read_only_fields = fields

@@ -45,10 +45,12 @@ class UploadCreateSerializer(RefuseUnknownFields, serializers.Serializer):
 
 
 class UploadedPartSerializer(RefuseUnknownFields, serializers.Serializer):
-    """A part S3 already holds: its number and size in bytes."""
+    """A part S3 already holds: its number, size in bytes and ETag (unquoted; where the store's ETags
+    are MD5s, the MD5 of the bytes it received, which a resuming client compares with its own)."""
 
     part_number = serializers.IntegerField(source="number")
     size = serializers.IntegerField()
+    etag = serializers.CharField(source="etag_hex")
 
 
 class UploadSerializer(serializers.ModelSerializer):
@@ -59,11 +61,17 @@ class UploadSerializer(serializers.ModelSerializer):
     part_count = serializers.SerializerMethodField()
     parts = serializers.SerializerMethodField()
     version = serializers.IntegerField(source="version.version", read_only=True, allow_null=True, default=None)
+    verification = serializers.CharField(
+        read_only=True, help_text='How the bytes were checked: "part_etags" (by the store\'s part ETags and the '
+                                  'composite ETag, nothing read back), "read_back" (streamed back and hashed), '
+                                  'or "" while not checked yet')
+    verification_note = serializers.CharField(read_only=True, help_text="Why the bytes were read back, if they were")
 
     class Meta:
         model = Upload
         fields = ["id", "model", "filename", "size", "sha256", "part_size", "part_count", "status", "parts",
-                  "version", "error", "created_by", "created_at", "updated_at", "expires_at"]
+                  "verification", "verification_note", "version", "error", "created_by", "created_at", "updated_at",
+                  "expires_at"]
         read_only_fields = fields
 
     def get_part_count(self, upload: Upload) -> int:
@@ -75,18 +83,37 @@ class UploadSerializer(serializers.ModelSerializer):
         return UploadedPartSerializer(parts, many=True).data
 
 
-class PartUrlsRequestSerializer(RefuseUnknownFields, serializers.Serializer):
-    """Input of ``POST /api/v1/uploads/<id>/parts/``."""
+class DeclaredPartSerializer(RefuseUnknownFields, serializers.Serializer):
+    """One part the client is about to send, with the digests of its bytes (hex)."""
 
-    part_numbers = serializers.ListField(child=serializers.IntegerField(), min_length=1,
+    part_number = serializers.IntegerField(min_value=1)
+    md5 = serializers.RegexField(r"^[0-9a-fA-F]{32}$", help_text="The part's MD5, 32 hex digits")
+    sha256 = serializers.RegexField(r"^[0-9a-fA-F]{64}$", help_text="The part's SHA-256, 64 hex digits")
+
+
+class PartUrlsRequestSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``POST /api/v1/uploads/<id>/parts/``: ``parts`` with their digests (the store then
+    checks each part on arrival and the server checks it by its ETag), or bare ``part_numbers``
+    (older clients; the upload is then verified by reading it back)."""
+
+    parts = DeclaredPartSerializer(many=True, required=False, min_length=1,
+                                   max_length=uploads.MAX_PRESIGN_PER_CALL)
+    part_numbers = serializers.ListField(child=serializers.IntegerField(), min_length=1, required=False,
                                          max_length=uploads.MAX_PRESIGN_PER_CALL)
+
+    def validate(self, attrs):
+        if ("parts" in attrs) == ("part_numbers" in attrs):
+            raise serializers.ValidationError("give either parts (with their md5 and sha256) or part_numbers")
+        return attrs
 
 
 class PartUrlSerializer(serializers.Serializer):
-    """Where to ``PUT`` one part (the body is the part's bytes, nothing else)."""
+    """Where to ``PUT`` one part (the body is the part's bytes, nothing else) and the headers the PUT
+    must carry (``Content-MD5``, ``x-amz-checksum-sha256``: the URL is signed for them)."""
 
     part_number = serializers.IntegerField()
     url = serializers.URLField()
+    headers = serializers.DictField(child=serializers.CharField())
 
 
 class PartUrlsSerializer(serializers.Serializer):
@@ -155,7 +182,8 @@ class UploadDetailView(APIView):
 
 
 class UploadPartUrlsView(APIView):
-    """``POST {"part_numbers": [1, 2, …]}``: presigned ``PUT`` URLs for those parts."""
+    """``POST {"parts": [{"part_number", "md5", "sha256"}, …]}`` (or ``{"part_numbers": [1, 2, …]}``):
+    presigned ``PUT`` URLs for those parts."""
 
     @extend_schema(request=PartUrlsRequestSerializer,
                    responses={200: PartUrlsSerializer, **error_responses(403, 404, 409)})
@@ -163,9 +191,12 @@ class UploadPartUrlsView(APIView):
         data = PartUrlsRequestSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         upload = _upload_for(request, upload_id)
-        urls = uploads.presign_parts(upload, data.validated_data["part_numbers"])
+        declared = data.validated_data.get("parts")
+        urls = uploads.presign_parts(upload, data.validated_data.get("part_numbers"),
+                                     declared=[dict(p) for p in declared] if declared is not None else None)
         return Response({"expires_in": settings.UPLOAD_PART_URL_SECONDS,
-                         "parts": [{"part_number": n, "url": url} for n, url in urls.items()]})
+                         "parts": [{"part_number": n, "url": url, "headers": headers}
+                                   for n, (url, headers) in urls.items()]})
 
 
 class UploadCompleteView(APIView):

@@ -17,12 +17,14 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from modelyard.errors import InvalidInput
-from modelyard_agent.formats.archives import ArchiveLimits
+from modelyard_agent.formats.archives import ArchiveLimits, detect_kind
 from registry.choices import ArtifactFormat
 
-__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "check_filename", "detect_format", "prepare_artifact"]
+__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "check_filename", "detect_format", "prepare_artifact",
+           "prepare_stored_archive", "stored_archive_reading"]
 
 # File name suffixes, longest first so ".tar.gz" wins over ".gz".
 _SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -57,7 +59,8 @@ class PreparedArtifact:
     Attributes:
         format: an ``ArtifactFormat`` value.
         path: the file to store: the upload itself, or a generated ``.tar.gz`` Triton model directory
-            (``<model>/config.pbtxt`` and ``<model>/1/model.onnx|model.pt|model.plan``).
+            (``<model>/config.pbtxt`` and ``<model>/1/model.onnx|model.pt|model.plan``); None when
+            the upload was checked where it is stored (:func:`prepare_stored_archive`).
         is_original: True when ``path`` is the uploaded file, unchanged.
         config_text: the Triton ``config.pbtxt`` (uploaded or generated), or BentoML's
             ``model.yaml``/``bento.yaml``.
@@ -72,7 +75,7 @@ class PreparedArtifact:
     """
 
     format: str
-    path: Path
+    path: Path | None
     is_original: bool
     config_text: str
     files: tuple[str, ...]
@@ -203,3 +206,73 @@ def _refuse_single_file_options(signature, max_batch_size, declared_by: str) -> 
             f"signature and max_batch_size apply to single-file uploads (.onnx, .pt, .plan); {declared_by} "
             "declares them already"
         )
+
+
+RANGED, STREAMED = "ranged", "streamed"
+
+
+def stored_archive_reading(source: IO[bytes], filename: str) -> str | None:
+    """How a stored upload's structure can be read without a local copy, from its name and first bytes.
+
+    Returns:
+        ``RANGED`` for a Triton model directory as a ``.zip`` (its central directory sits at the
+        end) or a plain ``.tar`` (its headers are read from one to the next, skipping the data);
+        ``STREAMED`` for one as a gzip- or xz-compressed tar, and for a BentoML model or Bento (an
+        xz-compressed tar), each decompressed once, front to back; None for single model files
+        (.onnx, .pt, .plan: their libraries read a file, and they are stored re-packed) and for
+        content that does not match its name, which are read from a file.
+
+    Raises:
+        InvalidInput: the file name's kind is unknown.
+        StorageError: (from ``source``) the store could not be read; retrying may help.
+    """
+    kind, content = check_filename(filename), detect_kind(source)
+    if kind == ArtifactFormat.TRITON_MODEL_DIR and content in (("zip", None), ("tar", None)):
+        return RANGED
+    if kind == ArtifactFormat.TRITON_MODEL_DIR and content in (("tar", "gzip"), ("tar", "xz")):
+        return STREAMED
+    if kind in ArtifactFormat.bentoml_formats() and content == ("tar", "xz"):
+        return STREAMED
+    return None
+
+
+def prepare_stored_archive(
+    source: IO[bytes], *, filename: str, model_name: str, decode_members: bool, signature=None,
+    max_batch_size: int | None = None, limits: ArchiveLimits | None = None,
+) -> PreparedArtifact:
+    """Check a stored archive (see :func:`stored_archive_reading`) through a file over the stored object.
+
+    With a seekable file that fetches only what is read (``ArtifactStore.open_ranged``) and
+    ``decode_members`` False, a zip's central directory or a plain tar's headers and its
+    config.pbtxt are all that is read: a few ranged requests, whatever the object's size. Member
+    sizes and CRCs are then the archive's claims; the host agent checks what they really unpack
+    to when it extracts the version (and the object's sha256 before that). With a forward-only
+    stream (``ArtifactStore.open_stream``) a compressed tar or a BentoML export is decompressed
+    once, with no scratch file. The same rules as :func:`prepare_artifact` apply otherwise.
+
+    Args:
+        source: an open binary file over the stored object.
+        filename: the name the client gave the file; its suffix picks the kind.
+        model_name: the registered model's name.
+        decode_members: whether to decode a zip's members to check their sizes and CRCs.
+        signature, max_batch_size: as for :func:`prepare_artifact` (a BentoML model's tensor
+            types; refused for a Triton model directory, whose config declares them).
+        limits: archive bounds; defaults to the settings.
+
+    Returns:
+        The prepared artifact (``path`` None, ``is_original`` True).
+
+    Raises:
+        InvalidInput: the archive is not a valid, safe artifact of its kind.
+        StorageError: (from ``source``) the store could not be read; retrying may help.
+    """
+    from registry.formats import bento, triton
+
+    limits = limits or archive_limits()
+    kind = check_filename(filename)
+    if kind in ArtifactFormat.bentoml_formats():
+        if max_batch_size is not None:
+            raise InvalidInput("max_batch_size applies to single-file uploads (.onnx, .pt, .plan) only")
+        return bento.prepare_bentoml_archive(source, kind, model_name=model_name, limits=limits, signature=signature)
+    _refuse_single_file_options(signature, max_batch_size, "a Triton model directory's config.pbtxt")
+    return triton.prepare_triton_archive(source, model_name=model_name, limits=limits, decode_members=decode_members)

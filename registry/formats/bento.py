@@ -31,12 +31,13 @@ _PARSE_ERRORS = (yaml.YAMLError, KeyError, TypeError, ValueError, AttributeError
 
 
 def prepare_bentoml_archive(
-    path: Path, kind: str, *, model_name: str, limits: ArchiveLimits, signature=None
+    path, kind: str, *, model_name: str, limits: ArchiveLimits, signature=None
 ) -> PreparedArtifact:
     """Check a BentoML export and describe what it serves.
 
     Args:
-        path: the uploaded archive on local disk.
+        path: the uploaded archive on local disk, or an open binary file over the stored object
+            (read once, front to back; the returned artifact's ``path`` is then None).
         kind: ``ArtifactFormat.BENTOML_MODEL`` or ``ArtifactFormat.BENTO``.
         model_name: the registered model's name; the tag's name must equal it.
         limits: archive bounds.
@@ -85,7 +86,7 @@ def prepare_bentoml_archive(
         described = _describe_bento(info, listing.files)
     return PreparedArtifact(
         format=kind,
-        path=Path(path),
+        path=None if hasattr(path, "read") else Path(path),
         is_original=True,
         config_text=text,
         files=listing.files,

@@ -21,13 +21,17 @@ from registry.models import ModelVersion
 __all__ = ["prepare_triton_archive", "resolve_ensemble_members"]
 
 
-def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits) -> PreparedArtifact:
+def prepare_triton_archive(path, *, model_name: str, limits: ArchiveLimits,
+                           decode_members: bool = True) -> PreparedArtifact:
     """Check an archive of one Triton model directory; the upload itself is what gets stored.
 
     Args:
-        path: the archive on local disk.
+        path: the archive on local disk, or an open seekable binary file over the stored object
+            (the returned artifact's ``path`` is then None).
         model_name: the registered model's name; the config's ``name``, when set, must equal it.
         limits: archive bounds.
+        decode_members: as for ``inspect_triton_archive``: False reads only a zip's central
+            directory and a tar's headers.
 
     Returns:
         A PreparedArtifact of format TRITON_MODEL_DIR, or TRITON_ENSEMBLE with the composing models
@@ -42,7 +46,7 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
             itself as a step.
     """
     try:
-        layout = inspect_triton_archive(path, limits)
+        layout = inspect_triton_archive(path, limits, decode_members=decode_members)
     except ArchiveError as exc:
         raise InvalidInput(f"artifact refused: {exc}") from exc
     try:
@@ -61,7 +65,7 @@ def prepare_triton_archive(path: Path, *, model_name: str, limits: ArchiveLimits
         format=(
             ArtifactFormat.TRITON_ENSEMBLE if config.platform == ENSEMBLE_PLATFORM else ArtifactFormat.TRITON_MODEL_DIR
         ),
-        path=Path(path),
+        path=None if hasattr(path, "read") else Path(path),
         is_original=True,
         config_text=layout.config_text,
         files=layout.files,

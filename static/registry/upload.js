@@ -1,14 +1,16 @@
-// The upload page: sends the chosen file straight to S3 as a multipart upload.
+// The upload page: sends the chosen file straight to S3 as a multipart upload, as the CLI does.
 // 1. POST the file's name and size and the version's fields to the uploads API (data-start-url);
-// 2. PUT each slice of the file to a presigned part URL, a few at a time, retrying a failed part,
-//    with the progress bar counting bytes sent;
-// 3. POST .../complete/ and poll the upload until the server has verified it, then open the new
-//    version's page (data-version-url). Any refusal is shown in #upload-error.
+// 2. read the file once, part by part, hashing it whole (SHA-256, the version's content address)
+//    and each part (MD5 and SHA-256, with the vendored hash-wasm); declare each part's digests
+//    (POST .../parts/) and PUT it to the URL the server signed for them, with the Content-MD5 and
+//    x-amz-checksum-sha256 headers that URL requires, a few parts at a time, retrying a failed
+//    part; the progress bar counts bytes hashed and bytes sent;
+// 3. POST .../complete/ with the file's sha256 and poll the upload until the server has verified
+//    it, then open the new version's page (data-version-url). Any refusal is shown in #upload-error.
 (function () {
   "use strict";
   var PARALLEL = 3;
   var ATTEMPTS = 3;
-  var URL_BATCH = 100;
   var POLL_MS = 1000;
   var NIL_ID = "00000000-0000-0000-0000-000000000000";
 
@@ -46,10 +48,11 @@
 
   function megabytes(n) { return (n / 1048576).toFixed(1) + " MiB"; }
 
-  function putPart(url, blob, onProgress) {
+  function putPart(url, headers, blob, onProgress) {
     return new Promise(function (resolve, reject) {
       var xhr = new XMLHttpRequest();
       xhr.open("PUT", url);
+      Object.keys(headers || {}).forEach(function (name) { xhr.setRequestHeader(name, headers[name]); });
       xhr.upload.onprogress = function (e) { onProgress(e.loaded); };
       xhr.onload = function () {
         if (xhr.status === 200) { onProgress(blob.size); resolve(); } else { reject(new Error("S3 answered HTTP " + xhr.status)); }
@@ -59,17 +62,25 @@
     });
   }
 
-  function upload(form, file) {
+  function readSlice(blob) {
+    if (blob.arrayBuffer) { return blob.arrayBuffer(); }
+    return new Response(blob).arrayBuffer();
+  }
+
+  async function upload(form, file) {
     var bar = $("upload-bar"), status = $("upload-status");
-    var uploadUrl;
     var sentByPart = {};
+    var hashed = 0;
     var total = file.size;
+    if (!window.hashwasm) { throw new Error("the hashing library did not load; reload the page"); }
 
     function showProgress() {
       var sent = Object.keys(sentByPart).reduce(function (s, k) { return s + sentByPart[k]; }, 0);
-      var percent = total ? Math.min(100, (sent / total) * 100) : 100;
+      // Hashing and sending are both work the user waits for: the bar counts each byte twice.
+      var percent = total ? Math.min(100, ((hashed + sent) / (2 * total)) * 100) : 100;
       bar.value = percent;
-      status.textContent = "Uploading: " + megabytes(sent) + " of " + megabytes(total) + " (" + percent.toFixed(1) + "%)";
+      status.textContent = "Uploading: " + megabytes(hashed) + " hashed, " + megabytes(sent) + " of " +
+        megabytes(total) + " sent (" + percent.toFixed(1) + "%)";
     }
 
     var body = {
@@ -78,58 +89,56 @@
       source_commit: form.elements.source_commit.value.trim(), ci_run_url: form.elements.ci_run_url.value.trim(),
       training_data_uri: form.elements.training_data_uri.value.trim(),
     };
-    return api(form, "POST", form.dataset.startUrl, body).then(function (started) {
-      uploadUrl = form.dataset.uploadsUrl.replace(NIL_ID, started.id);
-      var next = 1, urls = {};
+    var started = await api(form, "POST", form.dataset.startUrl, body);
+    var uploadUrl = form.dataset.uploadsUrl.replace(NIL_ID, started.id);
+    var whole = await window.hashwasm.createSHA256();
+    var running = new Set();
+    var failure = null;
 
-      function urlFor(number) {
-        if (urls[number]) { return Promise.resolve(urls[number]); }
-        var wanted = [];
-        for (var n = number; n <= Math.min(started.part_count, number + URL_BATCH - 1); n++) { wanted.push(n); }
-        return api(form, "POST", uploadUrl + "parts/", { part_numbers: wanted }).then(function (answer) {
-          answer.parts.forEach(function (p) { urls[p.part_number] = p.url; });
-          return urls[number];
-        });
-      }
-
-      function sendPart(number, attempt) {
-        var start = (number - 1) * started.part_size;
-        var blob = file.slice(start, Math.min(start + started.part_size, total));
-        return urlFor(number).then(function (url) {
-          return putPart(url, blob, function (loaded) { sentByPart[number] = loaded; showProgress(); });
-        }).catch(function (error) {
+    // Declares the part's digests, then PUTs it with the headers its URL is signed for.
+    async function sendPart(number, blob, digests) {
+      for (var attempt = 0; ; attempt++) {
+        try {
+          var answer = await api(form, "POST", uploadUrl + "parts/", { parts: [Object.assign({ part_number: number }, digests)] });
+          var part = answer.parts[0];
+          await putPart(part.url, part.headers, blob, function (loaded) { sentByPart[number] = loaded; showProgress(); });
+          return;
+        } catch (error) {
           sentByPart[number] = 0;
           if (attempt + 1 >= ATTEMPTS) { throw new Error("part " + number + " could not be sent: " + error.message); }
-          delete urls[number];
-          return sendPart(number, attempt + 1);
-        });
+        }
       }
+    }
 
-      function worker() {
-        if (next > started.part_count) { return Promise.resolve(); }
-        var number = next++;
-        return sendPart(number, 0).then(worker);
-      }
-
-      var workers = [];
-      for (var i = 0; i < PARALLEL; i++) { workers.push(worker()); }
+    showProgress();
+    for (var number = 1; number <= started.part_count; number++) {
+      while (running.size >= PARALLEL) { await Promise.race(running); }
+      if (failure) { throw failure; }
+      var offset = (number - 1) * started.part_size;
+      var blob = file.slice(offset, Math.min(offset + started.part_size, total));
+      var bytes = new Uint8Array(await readSlice(blob));
+      whole.update(bytes);
+      var digests = { md5: await window.hashwasm.md5(bytes), sha256: await window.hashwasm.sha256(bytes) };
+      hashed += bytes.length;
       showProgress();
-      return Promise.all(workers);
-    }).then(function () {
-      status.textContent = "Verifying the upload (size and sha256)…";
-      return api(form, "POST", uploadUrl + "complete/", {});
-    }).then(function poll(state) {
-      if (state.status === "completed") { return state; }
+      var sending = sendPart(number, blob, digests).catch(function (error) { failure = failure || error; });
+      running.add(sending);
+      sending.then(function () { running.delete(this); }.bind(sending));
+    }
+    await Promise.all(running);
+    if (failure) { throw failure; }
+
+    status.textContent = "Verifying the upload…";
+    var state = await api(form, "POST", uploadUrl + "complete/", { sha256: whole.digest("hex") });
+    while (state.status !== "completed") {
       if (state.status === "failed" || state.status === "aborted") {
         throw new Error("the upload was refused: " + (state.error || state.status));
       }
-      return new Promise(function (resolve) { setTimeout(resolve, POLL_MS); }).then(function () {
-        return api(form, "GET", uploadUrl);
-      }).then(poll);
-    }).then(function (done) {
-      status.textContent = "Registered as v" + done.version + ".";
-      window.location.assign(form.dataset.versionUrl.replace(/\/0\/$/, "/" + done.version + "/"));
-    });
+      await new Promise(function (resolve) { setTimeout(resolve, POLL_MS); });
+      state = await api(form, "GET", uploadUrl);
+    }
+    status.textContent = "Registered as v" + state.version + ".";
+    window.location.assign(form.dataset.versionUrl.replace(/\/0\/$/, "/" + state.version + "/"));
   }
 
   document.addEventListener("DOMContentLoaded", function () {

@@ -54,7 +54,7 @@ def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_versio
     page.fill("textarea[name=tags]", '{"team": "vision"}')
     page.fill("input[name=source_commit]", "abc123")
     page.get_by_role("button", name="Upload").click()
-    page.wait_for_selector("#upload-status:has-text('Uploading')")
+    page.wait_for_selector("#upload-status:has-text('hashed')")
     page.screenshot(path=screenshots / "upload_progress.png")
     page.wait_for_url("**/models/iris/versions/1/")
 
@@ -63,6 +63,9 @@ def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_versio
     assert (version.metadata, version.tags, version.source_commit) == ({"dataset": "2024-06"}, {"team": "vision"},
                                                                        "abc123")
     assert version.created_by.username == USERNAME
+    upload = Upload.objects.get()
+    # The page declared each part's digests and sent them as the URL required: checked by ETag.
+    assert (upload.verification, upload.declared_parts.count()) == ("part_etags", 3)
     part_puts = [url for url in watch.requests if url.startswith(s3_endpoint) and "partNumber=" in url]
     assert len(part_puts) == 3  # the preflights are not Playwright requests; three PUTs, one per part
     # The model page's charts may be cut short by the click (no Prometheus here); the upload's own

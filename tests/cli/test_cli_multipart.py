@@ -71,9 +71,9 @@ def test_a_part_that_keeps_failing_exits_non_zero_and_resume_finishes_the_upload
 
     real_presign = ArtifactStore.presign_part
 
-    def broken_second_part(self, key, upload_id, number, expires_in):  # a fault S3 cannot be asked for
-        url = real_presign(self, key, upload_id, number, expires_in)
-        return url.replace("uploadId=", "uploadId=gone") if number == 2 else url  # S3: NoSuchUpload
+    def broken_second_part(self, key, upload_id, number, expires_in, **digests):  # a fault S3 cannot be asked for
+        url, headers = real_presign(self, key, upload_id, number, expires_in, **digests)
+        return (url.replace("uploadId=", "uploadId=gone") if number == 2 else url), headers  # S3: NoSuchUpload
 
     monkeypatch.setattr(uploads.ArtifactStore, "presign_part", broken_second_part)
     failed = cli("register", "iris", str(archive), "--quiet", *MULTIPART)
@@ -100,6 +100,21 @@ def test_resume_skips_the_parts_s3_already_holds(cli, archive, api_client, live_
     resumed = cli("register", "iris", str(archive), "--resume", body["id"], *MULTIPART)
     assert resumed.returncode == 0, resumed.stderr
     assert json.loads(resumed.stdout)["sha256"] == sha256_of(archive)
+    upload = Upload.objects.get(pk=body["id"])
+    assert upload.verification == "part_etags"  # part 1 was declared on resume, its ETag matching
+    assert upload.declared_parts.count() == 3
+
+
+def test_resume_sends_again_a_part_s3_holds_other_bytes_of(cli, archive, api_client):
+    body = api_client.post("/api/v1/models/iris/uploads/", {"filename": archive.name, "size": archive.stat().st_size,
+                                                             "part_size": PART}, format="json").json()
+    url = api_client.post(f"/api/v1/uploads/{body['id']}/parts/", {"part_numbers": [1]}, format="json").json()
+    assert requests.put(url["parts"][0]["url"], data=os.urandom(PART), timeout=30).status_code == 200
+    Upload.objects.filter(pk=body["id"]).update(created_by=get_user_model().objects.get(username="ci"))
+
+    resumed = cli("register", "iris", str(archive), "--quiet", "--resume", body["id"], *MULTIPART)
+    assert resumed.returncode == 0, resumed.stderr
+    assert Upload.objects.get(pk=body["id"]).version.artifact_sha256 == sha256_of(archive)
 
 
 def test_a_file_the_server_refuses_exits_non_zero_with_the_reason(cli, tmp_path):

@@ -129,7 +129,7 @@ def test_webhooks_are_for_administrators_and_internal_addresses_are_refused(admi
     created = admin_api.post("/api/v1/webhooks/", {"url": hook["url"]}, format="json")
     assert created.status_code == 201
     assert len(created.json()["secret"]) >= 32 and created.json()["events"] == ["promotion", "rollout.failed",
-                                                                                 "rollout.succeeded"]
+                                                                                 "rollout.succeeded", "version.corrupt"]
     hook_id = created.json()["id"]
     assert "secret" not in admin_api.get(f"/api/v1/webhooks/{hook_id}/").json()
     moved = admin_api.patch(f"/api/v1/webhooks/{hook_id}/", {"url": "http://192.168.0.2/"}, format="json")

@@ -145,17 +145,19 @@ def test_parts_that_add_up_to_another_size_than_declared_fail_the_upload(api_cli
     assert Upload.objects.get(pk=upload_id).s3_upload_id not in open_multipart_ids()
 
 
-def test_a_sha256_that_differs_from_the_declared_one_fails_the_upload_and_leaves_nothing(
+def test_a_client_that_declares_no_part_digests_is_read_back_and_a_wrong_sha256_fails_the_upload(
     api_client, s3_endpoint, iris, large_archive
 ):
     before = bucket_keys()
     upload_id = start(api_client, large_archive, sha256="0" * 64).json()["id"]
-    put_parts(api_client, upload_id, large_archive, [1, 2, 3])
+    put_parts(api_client, upload_id, large_archive, [1, 2, 3], digests=False)
     api_client.post(f"/api/v1/uploads/{upload_id}/complete/", {}, format="json")
     uploads.verify_upload(upload_id)
 
     failed = api_client.get(f"/api/v1/uploads/{upload_id}/").json()
     assert failed["status"] == "failed" and f"sha256 {sha256_of(large_archive)}, not the declared" in failed["error"]
+    assert (failed["verification"], failed["verification_note"]) == (
+        "read_back", "the client declared no digests for parts 1, 2, 3")
     assert not ModelVersion.objects.exists()
     assert bucket_keys() == before
 
@@ -253,7 +255,7 @@ def test_expired_open_uploads_are_aborted_by_the_sweep_and_fresh_ones_are_kept(a
 def test_the_store_lists_more_parts_than_one_page_of_s3s_answer(s3_endpoint):
     store = ArtifactStore()
     key = "uploads/many-parts"
-    upload_id = store.start_multipart(key)
+    upload_id = store.start_multipart(key).upload_id
     for number in range(1, 1003):
         store.client.upload_part(Bucket=store.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=b"p")
     parts = store.list_parts(key, upload_id)

@@ -23,12 +23,30 @@ def part_bytes(path: Path, number: int, part_size: int = PART) -> bytes:
         return fh.read(part_size)
 
 
-def put_parts(api_client, upload_id: str, path: Path, numbers: list[int], part_size: int = PART) -> None:
-    """Ask for presigned URLs for ``numbers`` and PUT each part of ``path`` to S3 with requests."""
-    answer = api_client.post(f"/api/v1/uploads/{upload_id}/parts/", {"part_numbers": numbers}, format="json")
+def declare(number: int, data: bytes) -> dict:
+    """A part declaration as a client sends it: its number and the MD5 and SHA-256 of ``data``."""
+    return {"part_number": number, "md5": hashlib.md5(data).hexdigest(), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+def put_parts(api_client, upload_id: str, path: Path, numbers: list[int], part_size: int = PART, *,
+              digests: bool = True, sent_instead: dict[int, bytes] | None = None) -> None:
+    """Ask for presigned URLs for ``numbers`` and PUT each part of ``path`` to S3 with requests.
+
+    With ``digests`` (as the CLI and the upload page do) each part is declared with its MD5 and
+    SHA-256 and sent with the headers the URL is signed for; without, only the numbers are sent,
+    as older clients did. ``sent_instead`` maps part numbers to other bytes to send than the ones
+    declared (what a transfer that changed the bytes looks like; moto checks no header).
+    """
+    if digests:
+        body = {"parts": [declare(n, part_bytes(path, n, part_size)) for n in numbers]}
+    else:
+        body = {"part_numbers": numbers}
+    answer = api_client.post(f"/api/v1/uploads/{upload_id}/parts/", body, format="json")
     assert answer.status_code == 200, answer.content
     for item in answer.json()["parts"]:
-        sent = requests.put(item["url"], data=part_bytes(path, item["part_number"], part_size), timeout=30)
+        number = item["part_number"]
+        data = (sent_instead or {}).get(number, part_bytes(path, number, part_size))
+        sent = requests.put(item["url"], data=data, headers=item["headers"], timeout=30)
         assert sent.status_code == 200, sent.text
 
 

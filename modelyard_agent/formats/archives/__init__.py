@@ -26,6 +26,7 @@ from modelyard_agent.formats.archives.extract import extract_version_dir
 from modelyard_agent.formats.archives.layout import TritonModelLayout, inspect_triton_archive
 from modelyard_agent.formats.archives.limits import DEFAULT_LIMITS, ArchiveError, ArchiveLimits
 from modelyard_agent.formats.archives.listing import ArchiveListing, scan_archive
+from modelyard_agent.formats.archives.readers import detect_kind
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -33,6 +34,7 @@ __all__ = [
     "ArchiveLimits",
     "ArchiveListing",
     "TritonModelLayout",
+    "detect_kind",
     "extract_version_dir",
     "inspect_triton_archive",
     "scan_archive",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading
 from modelyard_agent.formats.archives.members import _check_collisions, _copy_member, _Entry, _kept_prefix, _scan
-from modelyard_agent.formats.archives.readers import _open_reader
+from modelyard_agent.formats.archives.readers import Source, _open_reader, source_size
 from modelyard_agent.formats.triton_config import ENSEMBLE_PLATFORM, config_platform
 
 CONFIG_NAME = "config.pbtxt"
@@ -39,16 +39,21 @@ class TritonModelLayout:
     unpacked_bytes: int
 
 
-def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayout:
+def inspect_triton_archive(path: Source, limits: ArchiveLimits, *, decode_members: bool = True) -> TritonModelLayout:
     """Check an uploaded archive and describe the Triton model inside it, without extracting.
 
     The format is detected from the content, not the file name. The archive is read once, front
     to back; only ``config.pbtxt`` is decompressed into memory (at most 1 MiB). A zip's members are
-    decoded (and discarded) to check their sizes and CRCs against what they really unpack to.
+    decoded (and discarded) to check their sizes and CRCs against what they really unpack to,
+    unless ``decode_members`` is False.
 
     Args:
-        path: the archive file on local disk.
+        path: the archive file on local disk, or an open seekable binary file.
         limits: member count, unpacked size (bytes) and compression-ratio bounds.
+        decode_members: False reads a zip's central directory and a plain tar's headers only
+            (with a file that fetches what is read, a few ranged requests): sizes and CRCs are
+            then the archive's claims, checked again by :func:`extract_version_dir`, which
+            counts what each member really unpacks to.
 
     Returns:
         The layout of the model: its root inside the archive, the config text, the version
@@ -62,15 +67,15 @@ def inspect_triton_archive(path: Path, limits: ArchiveLimits) -> TritonModelLayo
 
     Reads only; calling it again on the same file gives the same answer.
     """
-    path = Path(path)
-    archive_bytes = path.stat().st_size
+    path = path if hasattr(path, "read") else Path(path)
+    archive_bytes = source_size(path)
     entries: list[_Entry] = []
     junk_parents: set[tuple[str, ...]] = set()
     configs: dict[tuple[str, ...], bytes | None] = {}
     produced = 0
     with _open_reader(path) as reader:
         for entry in _scan(reader, limits, archive_bytes):
-            if reader.kind == "zip" and not entry.is_dir:
+            if decode_members and reader.kind == "zip" and not entry.is_dir:
                 # A zip's sizes and CRCs are claims of its central directory: decode each member to
                 # count what it really unpacks to (a tar's data is exactly its header's size, and a
                 # compressed tar's stream is decoded and checked as it is read anyway).

@@ -8,7 +8,7 @@ from pathlib import Path
 from modelyard_agent.formats.archives.layout import MAX_CONFIG_BYTES
 from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading
 from modelyard_agent.formats.archives.members import _check_collisions, _Entry, _scan
-from modelyard_agent.formats.archives.readers import _open_reader
+from modelyard_agent.formats.archives.readers import Source, _open_reader, source_size
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class ArchiveListing:
 
 
 def scan_archive(
-    path: Path, limits: ArchiveLimits, *, wanted=lambda parts: False, max_read_bytes: int = MAX_CONFIG_BYTES
+    path: Source, limits: ArchiveLimits, *, wanted=lambda parts: False, max_read_bytes: int = MAX_CONFIG_BYTES
 ) -> ArchiveListing:
     """Check every member of an archive and read a few small files from it, without extracting.
 
@@ -44,7 +44,8 @@ def scan_archive(
     layout is assumed.
 
     Args:
-        path: the archive file on local disk (tar, tar.gz, tar.xz or zip, detected from the content).
+        path: the archive file on local disk (tar, tar.gz, tar.xz or zip, detected from the content),
+            or an open binary file over it (seekable, or a stream that can rewind its first block).
         limits: member count, unpacked size (bytes) and compression-ratio bounds.
         wanted: called with a regular file's path components; True keeps that file's bytes.
         max_read_bytes: the most bytes one kept file may hold; at most four such files' worth
@@ -60,12 +61,13 @@ def scan_archive(
 
     Reads only.
     """
-    path = Path(path)
+    path = path if hasattr(path, "read") else Path(path)
     entries: list[_Entry] = []
     contents: dict[str, bytes] = {}
     kept = 0
+    archive_bytes = source_size(path)  # before the reader moves a file source
     with _open_reader(path) as reader:
-        for entry in _scan(reader, limits, path.stat().st_size):
+        for entry in _scan(reader, limits, archive_bytes):
             if entry.ignored:
                 continue
             entries.append(entry)

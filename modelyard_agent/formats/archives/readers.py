@@ -1,4 +1,8 @@
-"""Reading the members of a plain, gzip- or xz-compressed tar or of a zip, in one forward pass."""
+"""Reading the members of a plain, gzip- or xz-compressed tar or of a zip, in one forward pass.
+
+A source is a path on disk or an open, seekable binary file (for instance one that fetches only the
+ranges read from an object store); a file is read but neither closed nor rewound afterwards.
+"""
 
 from __future__ import annotations
 
@@ -59,9 +63,14 @@ class _TarReader:
 
     kind = "tar"
 
-    def __init__(self, path: Path, compression: str | None) -> None:
+    def __init__(self, source: Source, compression: str | None) -> None:
         self.compression = compression
-        self._raw = open(path, "rb")
+        self._owns_raw = not hasattr(source, "read")
+        if self._owns_raw:
+            self._raw = open(source, "rb")
+        else:
+            self._raw = source
+            source.seek(0)
         self._stream: gzip.GzipFile | lzma.LZMAFile | None = None
         try:
             if compression == "gzip":
@@ -129,7 +138,8 @@ class _TarReader:
             tar.close()
         if self._stream is not None:
             self._stream.close()
-        self._raw.close()
+        if self._owns_raw:
+            self._raw.close()
 
 
 class _ZipReader:
@@ -138,8 +148,10 @@ class _ZipReader:
     kind = "zip"
     compression = None
 
-    def __init__(self, path: Path) -> None:
-        self._zip = zipfile.ZipFile(path)
+    def __init__(self, source: Source) -> None:
+        if hasattr(source, "read"):
+            source.seek(0)
+        self._zip = zipfile.ZipFile(source)
 
     def members(self) -> Iterator[tuple[str, zipfile.ZipInfo]]:
         for info in self._zip.infolist():
@@ -182,12 +194,51 @@ class _ZipReader:
         self._zip.close()
 
 _Reader = _TarReader | _ZipReader
+Source = Path | IO[bytes]
 
 
-def _open_reader(path: Path) -> closing[_Reader]:
+def _head(source: Source) -> bytes:
+    """The first tar block of ``source`` (a path or a seekable file, left at its start)."""
+    if hasattr(source, "read"):
+        source.seek(0)
+        head = source.read(tarfile.BLOCKSIZE)
+        source.seek(0)
+        return head
+    with open(source, "rb") as handle:
+        return handle.read(tarfile.BLOCKSIZE)
+
+
+def source_size(source: Source) -> int:
+    """The size in bytes of ``source``: a path's on disk, or a seekable file's (left at its start)."""
+    if hasattr(source, "read"):
+        size = source.seek(0, os.SEEK_END)
+        source.seek(0)
+        return size
+    return Path(source).stat().st_size
+
+
+def detect_kind(source: Source) -> tuple[str, str | None] | None:
+    """Tell an archive's format from its first 512 bytes alone.
+
+    Returns:
+        ``("tar", "gzip" | "xz" | None)`` or ``("zip", None)``; None when the magic bytes say
+        nothing (a prefixed zip, a pre-POSIX tar, or no archive).
+    """
+    head = _head(source)
+    if head.startswith(_GZIP_MAGIC):
+        return "tar", "gzip"
+    if head.startswith(_XZ_MAGIC):
+        return "tar", "xz"
+    if head.startswith(_ZIP_MAGICS):
+        return "zip", None
+    if head[_USTAR_MAGIC_OFFSET : _USTAR_MAGIC_OFFSET + len(_USTAR_MAGIC)] == _USTAR_MAGIC:
+        return "tar", None
+    return None
+
+
+def _open_reader(path: Source) -> closing[_Reader]:
     """Detect the format from the content and open a reader for it."""
-    with open(path, "rb") as handle:
-        head = handle.read(tarfile.BLOCKSIZE)
+    head = _head(path)
     if head.startswith(_GZIP_MAGIC):
         return closing(_open_compressed_tar(path, "gzip"))
     if head.startswith(_XZ_MAGIC):
@@ -210,7 +261,7 @@ def _open_reader(path: Path) -> closing[_Reader]:
         raise ArchiveError(_NOT_AN_ARCHIVE) from None
 
 
-def _open_compressed_tar(path: Path, compression: str) -> _TarReader:
+def _open_compressed_tar(path: Source, compression: str) -> _TarReader:
     try:
         return _TarReader(path, compression=compression)
     except tarfile.ReadError as exc:
@@ -223,8 +274,10 @@ def _open_compressed_tar(path: Path, compression: str) -> _TarReader:
         raise ArchiveError(f"archive is truncated or corrupt: {str(exc) or type(exc).__name__}") from exc
 
 
-def _first_decompressed_block(path: Path, compression: str) -> bytes | None:
+def _first_decompressed_block(path: Source, compression: str) -> bytes | None:
     opener = gzip.open if compression == "gzip" else lzma.open
+    if hasattr(path, "read"):
+        path.seek(0)
     try:
         with opener(path, "rb") as stream:
             return stream.read(tarfile.BLOCKSIZE)
