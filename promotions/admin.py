@@ -1,11 +1,13 @@
 from django.contrib import admin
 
+from modelyard.forms import FullLengthModelForm
 from promotions.forms import WebhookAdminForm
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
 
 
 @admin.register(PromotionPolicy)
 class PromotionPolicyAdmin(admin.ModelAdmin):
+    form = FullLengthModelForm
     list_display = ["id", "model", "candidate_alias", "target_alias", "schedule", "enabled", "dry_run"]
     readonly_fields = ["periodic_task"]  # written by promotions.services with the schedule
 

@@ -3,6 +3,7 @@
 from django import forms
 
 from modelyard.errors import InvalidInput
+from modelyard.forms import FullLengthModelForm
 from promotions.models import PromotionPolicy, Webhook
 from promotions.webhooks import check_webhook_url
 
@@ -10,7 +11,7 @@ POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "wi
                       "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
 
 
-class PromotionPolicyForm(forms.ModelForm):
+class PromotionPolicyForm(FullLengthModelForm):
     """Create or edit a policy from the browser; ``promotions.services`` checks and saves it."""
 
     class Meta:
@@ -23,7 +24,7 @@ class PromotionPolicyForm(forms.ModelForm):
         """Uniqueness is the service's to answer (as a message), not the form's."""
 
 
-class WebhookAdminForm(forms.ModelForm):
+class WebhookAdminForm(FullLengthModelForm):
     """The admin's webhook form: the URL is checked like the API's (no internal addresses)."""
 
     url = forms.URLField(max_length=500, assume_scheme="https")

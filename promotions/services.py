@@ -33,6 +33,7 @@ from registry.services import get_model, set_alias
 EVALUATE_TASK = "promotions.evaluate_policy"
 MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
+POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
             "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled")
 
@@ -93,7 +94,9 @@ def _check(fields: dict) -> dict:
     for flag in ("requires_approval", "dry_run", "enabled"):
         if not isinstance(fields[flag], bool):
             raise InvalidInput(f"{flag} must be true or false")
-    clean["name"] = str(fields.get("name") or "")[:100]
+    clean["name"] = str(fields.get("name") or "")
+    if len(clean["name"]) > POLICY_NAME_MAX_LENGTH:
+        raise InvalidInput(f"name must be at most {POLICY_NAME_MAX_LENGTH} characters; it has {len(clean['name'])}")
     return clean
 
 

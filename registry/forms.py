@@ -2,8 +2,10 @@
 
 from django import forms
 
+from modelyard.forms import KeepEveryCharacter
 
-class AliasForm(forms.Form):
+
+class AliasForm(KeepEveryCharacter, forms.Form):
     """Set or move an alias of a model to one of its versions."""
 
     alias = forms.CharField(max_length=63, help_text="e.g. production, staging")
@@ -14,7 +16,7 @@ class AliasForm(forms.Form):
         self.fields["version"].choices = [(v, f"v{v}") for v in versions]
 
 
-class VersionUploadForm(forms.Form):
+class VersionUploadForm(KeepEveryCharacter, forms.Form):
     """The upload page's fields: the file (sent straight to S3 by static/registry/upload.js, in
     parts) and the version's metadata, tags and lineage (sent as JSON to the uploads API, which
     checks them)."""

@@ -29,6 +29,7 @@ from registry.services import (
 )
 
 MODEL_PAGE_SIZE = 50
+DESCRIPTION_MAX_LENGTH = 10_000  # as the API's
 
 
 def keyset_page(queryset, *, after: str = "", before: str = "", size: int) -> tuple[list, bool, bool]:
@@ -192,8 +193,13 @@ def model_edit(request, name: str):
     """Edit a model's description from its page (POST)."""
     model = model_or_404(request, name, Action.CHANGE)
     if request.method == "POST":
-        update_model(name=model.name, description=request.POST.get("description", "")[:10_000], actor=request.user)
-        messages.success(request, "Description saved.")
+        description = request.POST.get("description", "")
+        if len(description) > DESCRIPTION_MAX_LENGTH:
+            messages.error(request, f"The description is {len(description)} characters long; the limit is "
+                                    f"{DESCRIPTION_MAX_LENGTH}. Nothing was saved.")
+        else:
+            update_model(name=model.name, description=description, actor=request.user)
+            messages.success(request, "Description saved.")
     return redirect("registry:model-detail", name=model.name)
 
 
