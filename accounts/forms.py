@@ -6,10 +6,9 @@ from django import forms
 
 from accounts.choices import Scope
 from accounts.models import Team
-from accounts.tokens import NAME_MAX_LENGTH, default_scopes
+from accounts.tokens import DEFAULT_EXPIRY_DAYS, NAME_MAX_LENGTH, default_scopes
 from modelyard.forms import KeepEveryCharacter
 
-DEFAULT_EXPIRY_DAYS = 90
 MAX_EXPIRY_DAYS = 3650
 
 

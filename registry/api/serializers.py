@@ -145,8 +145,10 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     actor = serializers.CharField(source="actor_label", read_only=True)
     model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    object = serializers.CharField(source="object_label", read_only=True,
+                                   help_text='the object as people name it, e.g. "model iris", "alias production"')
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "data"]
+        fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "object", "data"]
         read_only_fields = fields
