@@ -1,11 +1,11 @@
-"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema, admin, health and /metrics."""
+"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema and its docs, admin, health and /metrics."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpResponse
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from accounts.api.teams import TeamViewSet
@@ -71,6 +71,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # Swagger UI, its page and its start script apart: the CSP allows no inline script or style.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
+         name="api-docs"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("account/", include("accounts.urls")),
     path("models/", include("registry.urls")),
