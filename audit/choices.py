@@ -15,6 +15,7 @@ class AuditAction(models.TextChoices):
     ARTIFACTS_COLLECTED = "artifacts.collected", "Unreferenced artifacts removed"
     ALIAS_SET = "alias.set", "Alias set or moved"
     ALIAS_DELETED = "alias.deleted", "Alias deleted"
+    ALIAS_PROTECTED = "alias.protected", "Alias locked or unlocked"
     HOST_REGISTERED = "host.registered", "Serving host registered"
     HOST_DELETED = "host.deleted", "Serving host deleted"
     HOST_UPDATED = "host.updated", "Serving host changed"

@@ -10,6 +10,7 @@ class AliasForm(KeepEveryCharacter, forms.Form):
 
     alias = forms.CharField(max_length=63, help_text="e.g. production, staging")
     version = forms.TypedChoiceField(coerce=int, choices=())
+    reason = forms.CharField(required=False, max_length=1000, help_text="why it moves; needed for a protected alias")
 
     def __init__(self, *args, versions=(), **kwargs):
         super().__init__(*args, **kwargs)

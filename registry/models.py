@@ -107,12 +107,15 @@ class Alias(models.Model):
     """A movable name (``production``, ``staging``, …) pointing at one version of a model.
 
     Every move is an ``AuditEvent`` with the version it pointed at before and after.
-    ``latest`` is reserved: it is computed, never stored.
+    ``latest`` is reserved: it is computed, never stored. A ``protected`` alias moves only by an owner
+    of the model's team who gives a reason; it is not deleted (neither is the version it names) until
+    an owner unlocks it.
     """
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
     name = models.CharField(max_length=63)
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="aliases")
+    protected = models.BooleanField(default=False, help_text="locked: moving it needs a team owner and a reason")
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

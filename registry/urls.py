@@ -10,6 +10,7 @@ urlpatterns = [
     path("<str:name>/upload/", views.version_upload, name="version-upload"),
     path("<str:name>/aliases/", views.alias_set, name="alias-set"),
     path("<str:name>/aliases/<str:alias>/delete/", views.alias_delete, name="alias-delete"),
+    path("<str:name>/aliases/<str:alias>/protect/", views.alias_protect, name="alias-protect"),
     path("<str:name>/versions/<int:version>/", views.version_detail, name="version-detail"),
     path("<str:name>/versions/<int:version>/delete/", views.version_delete, name="version-delete"),
     path("<str:name>/versions/<int:version>/download", views.version_download, name="version-download"),

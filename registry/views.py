@@ -9,12 +9,12 @@ from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, require, scope_team_filter
+from accounts.access import Action, Principal, scope_team_filter
 from audit.choices import AuditAction
 from audit.models import AuditEvent
 from modelyard.errors import DomainError
 from monitoring.promql import PAGE_RANGES, page_range
-from registry.access import visible_models
+from registry.access import model_for, visible_models
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, VersionUploadForm
@@ -24,6 +24,7 @@ from registry.services import (
     delete_alias,
     delete_version,
     may_delete_version,
+    protect_alias,
     set_alias,
     update_model,
 )
@@ -164,9 +165,10 @@ def alias_set(request, name: str):
         messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     else:
         try:
-            require(Principal.of(request), Action.MOVE_ALIAS, model=model, alias=form.cleaned_data["alias"])
+            model_for(Principal.of(request), model.name, Action.MOVE_ALIAS, alias=form.cleaned_data["alias"])
             alias = set_alias(model_name=model.name, alias=form.cleaned_data["alias"],
-                              version=form.cleaned_data["version"], actor=request.user)
+                              version=form.cleaned_data["version"], actor=request.user,
+                              reason=form.cleaned_data["reason"])
         except DomainError as exc:
             messages.error(request, exc.message)
         else:
@@ -182,10 +184,32 @@ def alias_delete(request, name: str, alias: str):
     if row is None:
         raise Http404(f"model {name!r} has no alias {alias!r}")
     if request.method == "POST":
-        delete_alias(model_name=model.name, alias=alias, actor=request.user)
-        messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
+        try:
+            delete_alias(model_name=model.name, alias=alias, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
         return redirect("registry:model-detail", name=model.name)
     return render(request, "registry/alias_confirm_delete.html", {"model": model, "alias": row})
+
+
+@login_required
+def alias_protect(request, name: str, alias: str):
+    """Lock (``protected=1``) or unlock (``protected=0``) an alias from the model page (POST, owners);
+    refusals go back to the page as messages."""
+    model = model_or_404(request, name, Action.PROTECT_ALIAS, alias=alias)
+    if request.method == "POST":
+        locking = request.POST.get("protected") == "1"
+        try:
+            protect_alias(model_name=model.name, alias=alias, protected=locking, actor=Principal.of(request),
+                          reason=request.POST.get("reason", ""))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"@{alias} locked: moving it needs a team owner and a reason." if locking
+                             else f"@{alias} unlocked.")
+    return redirect("registry:model-detail", name=model.name)
 
 
 @login_required

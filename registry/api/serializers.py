@@ -130,7 +130,7 @@ class AliasSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Alias
-        fields = ["model", "alias", "version", "updated_by", "updated_at"]
+        fields = ["model", "alias", "version", "protected", "updated_by", "updated_at"]
         read_only_fields = fields
 
 
@@ -138,6 +138,16 @@ class AliasSetSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PUT /api/v1/models/<name>/aliases/<alias>/``."""
 
     version = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000,
+                                   help_text="why it moves; required to move a protected alias (kept in the audit log)")
+
+
+class AliasProtectSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/aliases/<alias>/``: lock or unlock the alias."""
+
+    protected = serializers.BooleanField(help_text="locked: moving it needs a team owner and a reason")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000,
+                                   help_text="why (kept in the audit log)")
 
 
 class AuditEventSerializer(serializers.ModelSerializer):

@@ -14,6 +14,7 @@ from modelyard.errors import NotFound
 from registry import services
 from registry.access import model_for
 from registry.api.serializers import (
+    AliasProtectSerializer,
     AliasSerializer,
     AliasSetSerializer,
     AuditEventSerializer,
@@ -146,7 +147,8 @@ class AliasListView(APIView):
 
 class AliasDetailView(APIView):
     """One alias: ``GET`` resolves it (``latest`` too), ``PUT {"version": n}`` sets or moves it,
-    ``DELETE`` removes it. Every move and removal is an audit event."""
+    ``PATCH {"protected": true}`` locks or unlocks it, ``DELETE`` removes it. Every change is an audit
+    event."""
 
     @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)})
     def get(self, request, model_name: str, alias: str):
@@ -154,18 +156,35 @@ class AliasDetailView(APIView):
         return Response(ModelVersionSerializer(services.resolve_alias(model_name, alias)).data)
 
     @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
-                   description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner.")
+                   description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner; moving "
+                   "a protected alias needs a team owner and a `reason` (400 without one). Both are in the audit "
+                   "log.")
     def put(self, request, model_name: str, alias: str):
         data = AliasSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         row = services.set_alias(
-            model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user
+            model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user,
+            reason=data.validated_data["reason"],
         )
-        row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
-        return Response(AliasSerializer(row).data)
+        return Response(AliasSerializer(self._loaded(row)).data)
 
-    @extend_schema(responses={204: None, **error_responses(403, 404)})
+    @extend_schema(request=AliasProtectSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
+                   description="Lock (`protected: true`) or unlock an alias: team owners only; audited.")
+    def patch(self, request, model_name: str, alias: str):
+        data = AliasProtectSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.PROTECT_ALIAS, alias=alias)
+        row = services.protect_alias(model_name=model_name, alias=alias, actor=Principal.of(request),
+                                     **data.validated_data)
+        return Response(AliasSerializer(self._loaded(row)).data)
+
+    @staticmethod
+    def _loaded(row: Alias) -> Alias:
+        return Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
+
+    @extend_schema(responses={204: None, **error_responses(403, 404, 409)},
+                   description="409 while the alias is protected: an owner unlocks it first.")
     def delete(self, request, model_name: str, alias: str):
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         services.delete_alias(model_name=model_name, alias=alias, actor=request.user)

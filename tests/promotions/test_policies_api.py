@@ -7,7 +7,7 @@ from django_celery_beat.models import PeriodicTask
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook
 from registry.models import Alias
-from tests.promotions.conftest import client_for
+from tests.factories import api_client_for as client_for
 from tests.promotions.support import iris_with_aliases
 
 pytestmark = pytest.mark.django_db
