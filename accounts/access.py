@@ -19,7 +19,10 @@ action                    role                                            scope
 ``RUN_POLICY``            maintainer                                      write
 ``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
 ``CREATE_MODEL``          maintainer of the team it goes to               write
-``ADMIN``                 administrator (hosts, teams, users, webhooks)   admin
+``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
+                          ``write`` to change one)
+``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
+                          of every team)
 ========================  ==============================================  ========
 
 A model of a team the principal cannot see answers exactly like a model that does not exist
@@ -50,6 +53,7 @@ class Action(Enum):
     RUN_POLICY = ("run_policy", Role.MAINTAINER, Scope.WRITE)
     MANAGE_POLICY = ("manage_policy", Role.OWNER, Scope.WRITE)
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
+    MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
     ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
@@ -192,7 +196,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         action: what it wants to do.
         model: the RegisteredModel acted on (its team decides the role), for every action but
             ``ADMIN`` and ``CREATE_MODEL``.
-        team: the Team a new model goes to, for ``CREATE_MODEL``.
+        team: the Team a new model goes to, for ``CREATE_MODEL``; the webhook's team, for ``MANAGE_WEBHOOKS``.
         alias: the alias name, for ``MOVE_ALIAS`` and ``PROTECT_ALIAS`` (production aliases need an owner).
         protected: for ``MOVE_ALIAS``: the alias is protected (locked), so moving it needs an owner.
         hosts: the ServingHosts a rollout or host operation touches, for ``DEPLOY`` (production
@@ -227,6 +231,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
     what = doing or {
         Action.MOVE_ALIAS: f"moving the {'protected ' if protected else ''}alias '{alias}'",
         Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
+        Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",
     }.get(action, "this")

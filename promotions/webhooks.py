@@ -1,4 +1,5 @@
-"""Webhooks: signed notifications of promotions and rollout outcomes, delivered by Celery with backoff.
+"""Webhooks: signed notifications of registry events (``version.registered``, ``version.deleted``,
+``alias.moved``, ``model.tags_changed``), promotions and rollout outcomes, delivered by Celery with backoff.
 
 A delivery is a POST of a JSON body, ``{"event", "delivery", "sent_at", "data"}``, with headers
 ``X-Modelyard-Event``, ``X-Modelyard-Timestamp`` (unix seconds) and ``X-Modelyard-Signature:
@@ -126,27 +127,37 @@ def _check_events(events) -> list[str]:
     return sorted(set(events))
 
 
-def create_webhook(*, url: str, events=None, secret: str = "", model=None, enabled: bool = True) -> Webhook:
-    """Add a webhook (callers check that the user is an administrator).
+def _check_scope(model, team) -> None:
+    if model is not None and team is not None and model.team_id != team.pk:
+        raise InvalidInput(f"model {model.name!r} is not a model of team {team.name!r}")
+
+
+def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=None,
+                   enabled: bool = True) -> Webhook:
+    """Add a webhook (callers check that the user is an administrator, or an owner of ``team``).
 
     Args:
         url: where to POST; checked by ``check_webhook_url``.
         events: ``WebhookEvent`` values; None for all.
         secret: the HMAC key; a random one (43 characters) when empty.
         model: a RegisteredModel to limit it to, or None for every model.
+        team: an ``accounts.Team`` to limit it to (its owners manage it), or None for every team.
         enabled: whether it receives deliveries.
 
     Raises:
-        InvalidInput: a bad URL, events or a secret shorter than 16 characters.
+        InvalidInput: a bad URL, events, a secret shorter than 16 characters, or a model of another team.
     """
     if secret and len(secret) < 16:
         raise InvalidInput("a webhook secret must be at least 16 characters")
+    _check_scope(model, team)
     return Webhook.objects.create(url=check_webhook_url(url), events=_check_events(events),
-                                  secret=secret or secrets.token_urlsafe(32), model=model, enabled=enabled)
+                                  secret=secret or secrets.token_urlsafe(32), model=model, team=team,
+                                  enabled=enabled)
 
 
 def update_webhook(webhook_id: int, **changes) -> Webhook:
-    """Change a webhook's ``url``, ``events``, ``secret``, ``model`` or ``enabled``; the URL is checked again.
+    """Change a webhook's ``url``, ``events``, ``secret``, ``model``, ``team`` or ``enabled``; the URL is
+    checked again (callers check the user may manage the webhook before and after).
 
     Raises:
         NotFound: no such webhook.
@@ -164,9 +175,10 @@ def update_webhook(webhook_id: int, **changes) -> Webhook:
         if len(changes["secret"]) < 16:
             raise InvalidInput("a webhook secret must be at least 16 characters")
         hook.secret = changes["secret"]
-    for field in ("model", "enabled"):
+    for field in ("model", "team", "enabled"):
         if field in changes:
             setattr(hook, field, changes[field])
+    _check_scope(hook.model, hook.team)
     hook.save()
     return hook
 
@@ -177,7 +189,8 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
 
     Args:
         event: a ``WebhookEvent`` value.
-        model: the RegisteredModel concerned (webhooks limited to another model are skipped).
+        model: the RegisteredModel concerned (webhooks limited to another model, or to another team,
+            are skipped).
         data: JSON details, sent as the body's ``data``.
 
     Returns:
@@ -185,7 +198,8 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
     """
     from promotions.tasks import deliver_webhook
 
-    hooks = Webhook.objects.filter(enabled=True).filter(Q(model__isnull=True) | Q(model=model))
+    hooks = (Webhook.objects.filter(enabled=True).filter(Q(model__isnull=True) | Q(model=model))
+             .filter(Q(team__isnull=True) | Q(team_id=model.team_id)))
     deliveries = []
     for hook in hooks:
         if event in hook.events:
@@ -193,6 +207,44 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
             transaction.on_commit(lambda pk=delivery.pk: deliver_webhook.delay(pk))
             deliveries.append(delivery)
     return deliveries
+
+
+def _actor_name(actor) -> str:
+    return getattr(actor, "username", "") or "system"
+
+
+def on_version_registered(sender, *, model, version, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.version_registered``: the ``version.registered`` event."""
+    emit(WebhookEvent.VERSION_REGISTERED, model=model, data={
+        "model": model.name, "version": version.version, "format": version.format,
+        "sha256": version.artifact_sha256, "size": version.artifact_size, "source_commit": version.source_commit,
+        "actor": _actor_name(actor),
+    })
+
+
+def on_version_deleted(sender, *, model, version, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.version_deleted``: the ``version.deleted`` event."""
+    emit(WebhookEvent.VERSION_DELETED, model=model, data={
+        "model": model.name, "version": version.version, "sha256": version.artifact_sha256,
+        "actor": _actor_name(actor),
+    })
+
+
+def on_alias_moved(sender, *, model, alias: str, version, previous=None, reason: str = "", actor=None,
+                   **kwargs) -> None:
+    """Receiver of ``registry.signals.alias_moved``: the ``alias.moved`` event (``from_version`` is None for
+    a new alias)."""
+    emit(WebhookEvent.ALIAS_MOVED, model=model, data={
+        "model": model.name, "alias": alias, "from_version": previous, "to_version": version.version,
+        "reason": reason, "actor": _actor_name(actor),
+    })
+
+
+def on_model_tags_changed(sender, *, model, before: dict, after: dict, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.model_tags_changed``: the ``model.tags_changed`` event."""
+    emit(WebhookEvent.MODEL_TAGS_CHANGED, model=model, data={
+        "model": model.name, "from": before, "to": after, "actor": _actor_name(actor),
+    })
 
 
 def on_rollout_finished(sender, *, deployment, from_status: str, to_status: str, **kwargs) -> None:

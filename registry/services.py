@@ -25,7 +25,7 @@ from registry.formats import prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
-from registry.signals import alias_moved
+from registry.signals import alias_moved, model_tags_changed, version_deleted, version_registered
 from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,9 @@ def update_model(*, name: str, description: str | None = None, tags=None, actor=
             model.save(update_fields=["description", "tags", "updated_at"])
             record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
                                model=model, data=changes)
+            if "tags" in changes:
+                model_tags_changed.send(sender=RegisteredModel, model=model, before=changes["tags"]["from"],
+                                        after=changes["tags"]["to"], actor=actor)
     return model
 
 
@@ -271,6 +274,7 @@ def register_version(
                 action=AuditAction.VERSION_REGISTERED, actor=actor, obj_type="version", obj_id=version.pk,
                 model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format},
             )
+            version_registered.send(sender=ModelVersion, model=locked, version=version, actor=actor)
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 
@@ -383,7 +387,8 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
             action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
             data={**details, "alias": name, "from": previous, "to": target.version},
         )
-        alias_moved.send(sender=Alias, model=model, alias=name, version=target, actor=actor)
+        alias_moved.send(sender=Alias, model=model, alias=name, version=target, previous=previous, reason=reason,
+                         actor=actor)
     return current
 
 
@@ -529,6 +534,7 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
             action=AuditAction.VERSION_DELETED, actor=actor, obj_type="version", obj_id=row.pk, model=model,
             data={"version": version, "sha256": row.artifact_sha256},
         )
+        version_deleted.send(sender=ModelVersion, model=model, version=row, actor=actor)
     logger.info("deleted %s v%s", model_name, version)
     return row
 

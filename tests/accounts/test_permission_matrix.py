@@ -52,6 +52,8 @@ ADMINS = {**dict.fromkeys(USERS, 403), "admin": "ok"}
 # An upload, like an API token, is its creator's (the maintainer's) or an administrator's; others do not
 # learn it exists.
 UPLOADER = {**dict.fromkeys(USERS, 404), "maintainer": "ok", "admin": "ok"}
+# What only administrators may see at all (a webhook of every team).
+ADMINS_ONLY_SEE = {**dict.fromkeys(USERS, 404), "admin": "ok"}
 
 # (method, path template as in the schema, path values, JSON body, expected per user)
 API = [
@@ -116,12 +118,20 @@ API = [
     ("GET", "/api/v1/promotion-evaluations/{id}/", {"id": "evaluation"}, None, needs("viewer")),
     ("POST", "/api/v1/promotion-evaluations/{id}/approve/", {"id": "evaluation"}, None, needs("owner")),
     ("POST", "/api/v1/promotion-evaluations/{id}/reject/", {"id": "evaluation"}, {"reason": "no"}, needs("owner")),
-    ("GET", "/api/v1/webhooks/", {}, None, ADMINS),
+    # Webhooks of every team are the administrators'; one of team vision is also its owners'. The list
+    # shows everyone the webhooks they manage.
+    ("GET", "/api/v1/webhooks/", {}, None, EVERYONE),
     ("POST", "/api/v1/webhooks/", {}, {"url": "https://example.com/hook"}, ADMINS),
-    ("GET", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
-    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "webhook"}, {"enabled": False}, ADMINS),
-    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
-    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS),
+    ("POST", "/api/v1/webhooks/", {}, {"url": "https://example.com/hook", "team": "vision"},
+     needs("owner", scoped=False)),
+    ("GET", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("GET", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, None, needs("owner")),
+    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "webhook"}, {"enabled": False}, ADMINS_ONLY_SEE),
+    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, {"enabled": False}, needs("owner")),
+    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, None, needs("owner")),
+    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "team_webhook"}, None, needs("owner")),
     ("GET", "/api/v1/teams/", {}, None, EVERYONE),
     ("POST", "/api/v1/teams/", {}, {"name": "audio"}, ADMINS),
     ("GET", "/api/v1/teams/{name}/", {"name": "vision"}, None, needs("viewer")),
@@ -172,6 +182,7 @@ def world(db) -> dict:
     ids["evaluation"] = PromotionEvaluation.objects.create(
         policy=policy, decision=Decision.AWAITING_APPROVAL, candidate_version=versions[0]).pk
     ids["webhook"] = Webhook.objects.create(url="https://example.com/hook", secret="s" * 32, model=model).pk
+    ids["team_webhook"] = Webhook.objects.create(url="https://example.com/team", secret="s" * 32, team=vision).pk
     upload = Upload.objects.create(
         model=model, filename="big.tar.gz", size=10, part_size=5 * 1024 * 1024, staging_key="uploads/x",
         s3_upload_id="not-a-real-upload", created_by=people["maintainer"],
