@@ -10,6 +10,7 @@ class AuditAction(models.TextChoices):
     MODEL_UPDATED = "model.updated", "Model description or tags changed"
     VERSION_REGISTERED = "version.registered", "Version registered"
     VERSION_DELETED = "version.deleted", "Version deleted"
+    CARD_UPDATED = "version.card_updated", "Model card edited"
     UPLOAD_STARTED = "upload.started", "Multipart upload started"
     UPLOAD_ABORTED = "upload.aborted", "Multipart upload aborted"
     ARTIFACTS_COLLECTED = "artifacts.collected", "Unreferenced artifacts removed"

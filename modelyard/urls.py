@@ -22,6 +22,8 @@ from registry.api.views import (
     AliasDetailView,
     AliasListView,
     AuditEventViewSet,
+    ModelCardReadmeView,
+    ModelCardView,
     ModelVersionViewSet,
     RegisteredModelViewSet,
 )
@@ -43,6 +45,9 @@ version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "dest
 api_v1 = [
     path("models/<str:model_name>/versions/", version_list, name="model-version-list"),
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
+    path("models/<str:model_name>/versions/<int:version>/card/", ModelCardView.as_view(), name="model-card"),
+    path("models/<str:model_name>/versions/<int:version>/card/readme/", ModelCardReadmeView.as_view(),
+         name="model-card-readme"),
     path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
     path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
     path("models/<str:model_name>/uploads/", UploadStartView.as_view(), name="model-upload-start"),

@@ -181,3 +181,29 @@ class Upload(models.Model):
 
     def __str__(self) -> str:
         return f"upload {self.id} of {self.model.name} ({self.status})"
+
+
+class ModelCard(models.Model):
+    """What a model version is and what it may be used for, in the spirit of Hugging Face's model card
+    front matter; one per version, editable after the version is immutable.
+
+    ``license`` is an SPDX license expression (normalised, e.g. ``Apache-2.0``) or ``other``;
+    ``datasets`` a list of dataset names or URIs; ``base_model`` what it was fine-tuned from;
+    ``evaluation_results`` a list of ``{"task", "dataset", "metric", "value"}`` (value a number).
+    ``registry.cards`` validates, saves (audited) and exports it as a README.md.
+    """
+
+    version = models.OneToOneField(ModelVersion, on_delete=models.CASCADE, related_name="card")
+    license = models.CharField(max_length=200, blank=True)
+    datasets = models.JSONField(default=list, blank=True)
+    base_model = models.CharField(max_length=200, blank=True)
+    intended_use = models.TextField(blank=True)
+    limitations = models.TextField(blank=True)
+    evaluation_results = models.JSONField(default=list, blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"card of {self.version}"

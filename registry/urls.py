@@ -13,5 +13,7 @@ urlpatterns = [
     path("<str:name>/aliases/<str:alias>/protect/", views.alias_protect, name="alias-protect"),
     path("<str:name>/versions/<int:version>/", views.version_detail, name="version-detail"),
     path("<str:name>/versions/<int:version>/delete/", views.version_delete, name="version-delete"),
+    path("<str:name>/versions/<int:version>/card/", views.card_edit, name="card-edit"),
+    path("<str:name>/versions/<int:version>/README.md", views.card_readme, name="card-readme"),
     path("<str:name>/versions/<int:version>/download", views.version_download, name="version-download"),
 ]

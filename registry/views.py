@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
 from accounts.access import Action, Principal, scope_team_filter
@@ -15,9 +15,10 @@ from audit.models import AuditEvent
 from modelyard.errors import DomainError
 from monitoring.promql import PAGE_RANGES, page_range
 from registry.access import model_for, visible_models
+from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.filters import RegisteredModelFilter
-from registry.forms import AliasForm, VersionUploadForm
+from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
@@ -114,15 +115,45 @@ def audit_log(request):
 
 @login_required
 def version_detail(request, name: str, version: int):
-    """One version: format, inputs and outputs, ensemble members, config, files, metadata, aliases and
-    its deployments."""
+    """One version: format, model card, inputs and outputs, ensemble members, config, files, metadata,
+    aliases and its deployments."""
     model_version = version_or_404(request, name, version)
     return render(request, "registry/version_detail.html", {
         "model": model_version.model, "version": model_version,
         "aliases": model_version.aliases.order_by("name"),
         "members": model_version.members.select_related("member__model"),
         "may_delete": may_delete_version(model_version, Principal.of(request)),
+        "card": card_of(model_version),
     })
+
+
+@login_required
+def card_edit(request, name: str, version: int):
+    """Edit a version's model card (maintainers): GET shows the form, a valid POST saves it (audited) and
+    goes back to the version page; refusals stay on the form with the reason, nothing saved."""
+    model_version = version_or_404(request, name, version)
+    forbidden_unless(request, Action.CHANGE, model=model_version.model)
+    card = card_of(model_version)
+    form = ModelCardForm(request.POST or None, initial=ModelCardForm.initial_of(card))
+    if request.method == "POST" and form.is_valid():
+        try:
+            update_card(model_version, actor=request.user, **form.cleaned_data)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"The model card of v{version} is saved.")
+            return redirect("registry:version-detail", name=name, version=version)
+    return render(request, "registry/card_form.html", {"model": model_version.model, "version": model_version,
+                                                       "form": form})
+
+
+@login_required
+def card_readme(request, name: str, version: int):
+    """The version's model card as a README.md with YAML front matter, downloaded."""
+    model_version = version_or_404(request, name, version)
+    response = HttpResponse(readme(card_of(model_version)), content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="README.md"'
+    return response
 
 
 @login_required

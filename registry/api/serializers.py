@@ -5,7 +5,7 @@ from rest_framework import serializers
 from audit.models import AuditEvent
 from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
-from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
+from registry.models import Alias, EnsembleMember, ModelCard, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -162,3 +162,44 @@ class AuditEventSerializer(serializers.ModelSerializer):
         model = AuditEvent
         fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "object", "data"]
         read_only_fields = fields
+
+
+class EvaluationResultSerializer(serializers.Serializer):
+    """One evaluation result of a model card."""
+
+    task = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    dataset = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    metric = serializers.CharField(max_length=200)
+    value = serializers.FloatField()
+
+
+class ModelCardSerializer(serializers.ModelSerializer):
+    """A version's model card (empty fields when it has none yet)."""
+
+    model = serializers.CharField(source="version.model.name", read_only=True)
+    version = serializers.IntegerField(source="version.version", read_only=True)
+    license = serializers.CharField(read_only=True, help_text="an SPDX license expression, 'other', or empty")
+    datasets = serializers.ListField(child=serializers.CharField(), read_only=True)
+    evaluation_results = EvaluationResultSerializer(many=True, read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ModelCard
+        fields = ["model", "version", "license", "datasets", "base_model", "intended_use", "limitations",
+                  "evaluation_results", "updated_by", "updated_at"]
+        read_only_fields = fields
+
+
+class ModelCardUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/versions/<n>/card/``: any of the fields; the service checks
+    them further (an SPDX license, at most 100 datasets and results, finite values)."""
+
+    license = serializers.CharField(max_length=200, required=False, allow_blank=True,
+                                    help_text="an SPDX license expression (e.g. Apache-2.0), 'other', or empty")
+    datasets = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=100)
+    base_model = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    intended_use = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    limitations = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    evaluation_results = serializers.ListField(child=serializers.DictField(), required=False, max_length=100,
+                                               help_text='[{"task", "dataset", "metric", "value"}], value a number')
