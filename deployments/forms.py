@@ -60,6 +60,10 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
     config_overrides = _json_object_field(
         "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
         '"dynamic_batching": {"max_queue_delay_microseconds": 100}}')
+    confirm_breaking = forms.BooleanField(
+        required=False, label="Roll out although it breaks the signature",
+        help_text="needed when the version's inputs, outputs or batching break the clients of the version it "
+                  "replaces on a host (the page says what breaks)")
 
     def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str],
                  production_hosts: frozenset[str] = frozenset(), **kwargs):

@@ -15,6 +15,7 @@ from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.services import (
+    BreakingSignature,
     delete_host,
     get_deployment,
     get_host,
@@ -233,7 +234,10 @@ def rollout_create(request, model_name: str):
                 selector=data["selector"], replicas=data["replicas"], batch_size=data["batch_size"],
                 failure_policy=data["failure_policy"], config_overrides=data["config_overrides"], actor=request.user,
                 authorize=lambda version, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts),
+                confirm_breaking=data["confirm_breaking"],
             )
+        except BreakingSignature as exc:
+            form.add_error("confirm_breaking", exc.message.replace(" (confirm_breaking)", " below"))
         except DomainError as exc:
             form.add_error(None, exc.message)
         else:

@@ -13,7 +13,7 @@ from accounts.api.views import ApiTokenViewSet
 from deployments.api.views import DeploymentViewSet, ModelInferenceView, ServingHostViewSet
 from modelyard.api import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
-from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
+from monitoring.api.views import ModelCompareView, ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
 from promotions.api.views import PromotionEvaluationViewSet, PromotionPolicyViewSet, WebhookViewSet
 from registry import views as registry_views
@@ -55,6 +55,7 @@ api_v1 = [
     path("uploads/<uuid:upload_id>/parts/", UploadPartUrlsView.as_view(), name="upload-parts"),
     path("uploads/<uuid:upload_id>/complete/", UploadCompleteView.as_view(), name="upload-complete"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
+    path("models/<str:model_name>/compare/", ModelCompareView.as_view(), name="model-compare"),
     path("models/<str:model_name>/infer/", ModelInferenceView.as_view(), name="model-infer"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),

@@ -8,6 +8,7 @@ urlpatterns = [
     path("<str:name>/", views.model_detail, name="model-detail"),
     path("<str:name>/edit/", views.model_edit, name="model-edit"),
     path("<str:name>/upload/", views.version_upload, name="version-upload"),
+    path("<str:name>/compare/", views.version_compare, name="version-compare"),
     path("<str:name>/aliases/", views.alias_set, name="alias-set"),
     path("<str:name>/aliases/<str:alias>/delete/", views.alias_delete, name="alias-delete"),
     path("<str:name>/aliases/<str:alias>/protect/", views.alias_protect, name="alias-protect"),

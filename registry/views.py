@@ -17,8 +17,10 @@ from monitoring.promql import PAGE_RANGES, page_range
 from registry.access import model_for, visible_models
 from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
+from registry.compare import compare_versions
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
+from registry.models import ModelVersion
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
@@ -125,6 +127,44 @@ def version_detail(request, name: str, version: int):
         "may_delete": may_delete_version(model_version, Principal.of(request)),
         "card": card_of(model_version),
     })
+
+
+def compare_choice(model, query) -> tuple[ModelVersion | None, ModelVersion | None, str]:
+    """The two live versions ``?a=&b=`` of ``query`` name for comparing (by default the two newest, older
+    first), and an error sentence when they do not name two versions of ``model``."""
+    live = {v.version: v for v in model.versions.exclude(status=VersionStatus.DELETED)
+            .select_related("model", "created_by")}
+    newest = sorted(live, reverse=True)
+    raw = {key: (query.get(key) or "").strip() for key in ("a", "b")}
+    if not raw["a"] and not raw["b"]:
+        if len(newest) < 2:
+            return None, None, f"{model.name} has fewer than two versions to compare"
+        return live[newest[1]], live[newest[0]], ""
+    numbers = {}
+    for key, text in raw.items():
+        if not text.isdigit():
+            return None, None, f"{key} must be a version number, not {text!r}"
+        numbers[key] = int(text)
+        if numbers[key] not in live:
+            return None, None, f"{model.name} has no version {numbers[key]}"
+    return live[numbers["a"]], live[numbers["b"]], ""
+
+
+@login_required
+def version_compare(request, name: str):
+    """Compare two versions of a model (``?a=3&b=4``, by default the two newest): signature changes marked
+    compatible or breaking for the clients of ``a``, serving config, files, lineage and offline metrics;
+    the serving metrics of both over one window load from the monitoring app's panel. Bad numbers answer
+    400 with the chooser and the reason."""
+    model = model_or_404(request, name)
+    older, newer, error = compare_choice(model, request.GET)
+    context = {"model": model, "error": error, "versions": list(model.versions.exclude(status=VersionStatus.DELETED)
+                                                                  .order_by("-version").values_list("version",
+                                                                                                    flat=True)),
+               "range": page_range(request.GET.get("range")), "ranges": PAGE_RANGES}
+    if older is not None:
+        context.update(a=older, b=newer, diff=compare_versions(older, newer))
+    return render(request, "registry/version_compare.html", context, status=400 if error and request.GET else 200)
 
 
 @login_required

@@ -145,6 +145,9 @@ class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     autoscale = serializers.JSONField(required=False, help_text=(
         'instances per host by queue time: {"min_instances": 1, "max_instances": 4, "queue_ms_high": 20, '
         '"queue_ms_low": 2}'))
+    confirm_breaking = serializers.BooleanField(default=False, help_text=(
+        "roll out even though the version breaks the signature (inputs, outputs, batching) of a version it "
+        "replaces; without it such a rollout is refused with 409 naming what breaks"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -82,6 +82,7 @@ API = [
     ("POST", "/api/v1/models/{model_name}/infer/", {}, {"host": "gpu-dev", "inputs": {"x": [[1.0]]}},
      needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/metrics/", {}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/compare/", {}, None, needs("viewer")),  # no a, b: 400 once allowed
     ("GET", "/api/v1/models/{model_name}/metrics/series/", {}, None, needs("viewer")),
     ("POST", "/api/v1/models/{model_name}/uploads/", {}, {"filename": "big.tar.gz", "size": 10},
      needs("maintainer")),
@@ -278,6 +279,7 @@ PAGES = [
     ("GET", "registry:alias-delete", {"name": "resnet", "alias": "production"}, None, needs("owner")),
     ("POST", "registry:alias-protect", {"name": "resnet", "alias": "staging"}, {"protected": "1"}, needs("owner")),
     ("GET", "registry:card-edit", {"name": "resnet", "version": 2}, None, needs("maintainer")),
+    ("GET", "registry:version-compare", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "registry:card-readme", {"name": "resnet", "version": 2}, None, needs("viewer")),
     ("GET", "registry:version-detail", {"name": "resnet", "version": 2}, None, needs("viewer")),
     ("GET", "registry:version-delete", {"name": "resnet", "version": 2}, None, needs("owner")),
