@@ -21,7 +21,7 @@ class PromotionEvaluationAdmin(admin.ModelAdmin):
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
     form = WebhookAdminForm
-    list_display = ["id", "url", "events", "enabled"]
+    list_display = ["id", "url", "events", "team", "enabled"]
 
 
 @admin.register(WebhookDelivery)

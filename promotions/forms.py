@@ -5,7 +5,7 @@ from django import forms
 from modelyard.errors import InvalidInput
 from modelyard.forms import FullLengthModelForm
 from promotions.models import PromotionPolicy, Webhook
-from promotions.webhooks import check_webhook_url
+from promotions.webhooks import check_webhook_scope, check_webhook_url
 
 POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
                       "max_p95_ms", "max_error_rate", "max_regression", "requires_approval", "dry_run", "enabled"]
@@ -31,10 +31,18 @@ class WebhookAdminForm(FullLengthModelForm):
 
     class Meta:
         model = Webhook
-        fields = ["url", "secret", "events", "model", "enabled"]
+        fields = ["url", "secret", "events", "model", "team", "enabled"]
 
     def clean_url(self) -> str:
         try:
             return check_webhook_url(self.cleaned_data["url"])
         except InvalidInput as exc:
             raise forms.ValidationError(exc.message) from exc
+
+    def clean(self) -> dict:
+        data = super().clean()
+        try:
+            check_webhook_scope(data.get("model"), data.get("team"))
+        except InvalidInput as exc:
+            self.add_error("model", exc.message)
+        return data

@@ -127,7 +127,12 @@ def _check_events(events) -> list[str]:
     return sorted(set(events))
 
 
-def _check_scope(model, team) -> None:
+def check_webhook_scope(model, team) -> None:
+    """Refuse a webhook limited to a model of another team than the one it is limited to.
+
+    Raises:
+        InvalidInput: ``model`` (a RegisteredModel) is not of ``team`` (an ``accounts.Team``); either may be None.
+    """
     if model is not None and team is not None and model.team_id != team.pk:
         raise InvalidInput(f"model {model.name!r} is not a model of team {team.name!r}")
 
@@ -149,7 +154,7 @@ def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=
     """
     if secret and len(secret) < 16:
         raise InvalidInput("a webhook secret must be at least 16 characters")
-    _check_scope(model, team)
+    check_webhook_scope(model, team)
     return Webhook.objects.create(url=check_webhook_url(url), events=_check_events(events),
                                   secret=secret or secrets.token_urlsafe(32), model=model, team=team,
                                   enabled=enabled)
@@ -178,7 +183,7 @@ def update_webhook(webhook_id: int, **changes) -> Webhook:
     for field in ("model", "team", "enabled"):
         if field in changes:
             setattr(hook, field, changes[field])
-    _check_scope(hook.model, hook.team)
+    check_webhook_scope(hook.model, hook.team)
     hook.save()
     return hook
 
