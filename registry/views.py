@@ -129,17 +129,15 @@ def version_detail(request, name: str, version: int):
     })
 
 
-def compare_choice(model, query) -> tuple[ModelVersion | None, ModelVersion | None, str]:
-    """The two live versions ``?a=&b=`` of ``query`` name for comparing (by default the two newest, older
-    first), and an error sentence when they do not name two versions of ``model``."""
-    live = {v.version: v for v in model.versions.exclude(status=VersionStatus.DELETED)
-            .select_related("model", "created_by")}
-    newest = sorted(live, reverse=True)
+def compare_choice(model, query, live: list[int]) -> tuple[ModelVersion | None, ModelVersion | None, str]:
+    """The two versions ``?a=&b=`` of ``query`` name for comparing (by default the two newest of ``live``,
+    the live version numbers newest first; older first), and an error sentence when they do not name
+    two live versions of ``model``."""
     raw = {key: (query.get(key) or "").strip() for key in ("a", "b")}
     if not raw["a"] and not raw["b"]:
-        if len(newest) < 2:
+        if len(live) < 2:
             return None, None, f"{model.name} has fewer than two versions to compare"
-        return live[newest[1]], live[newest[0]], ""
+        raw = {"a": str(live[1]), "b": str(live[0])}
     numbers = {}
     for key, text in raw.items():
         if not text.isdigit():
@@ -147,7 +145,9 @@ def compare_choice(model, query) -> tuple[ModelVersion | None, ModelVersion | No
         numbers[key] = int(text)
         if numbers[key] not in live:
             return None, None, f"{model.name} has no version {numbers[key]}"
-    return live[numbers["a"]], live[numbers["b"]], ""
+    rows = {v.version: v for v in model.versions.filter(version__in=numbers.values()).select_related(
+        "model", "created_by")}
+    return rows[numbers["a"]], rows[numbers["b"]], ""
 
 
 @login_required
@@ -157,11 +157,11 @@ def version_compare(request, name: str):
     the serving metrics of both over one window load from the monitoring app's panel. Bad numbers answer
     400 with the chooser and the reason."""
     model = model_or_404(request, name)
-    older, newer, error = compare_choice(model, request.GET)
-    context = {"model": model, "error": error, "versions": list(model.versions.exclude(status=VersionStatus.DELETED)
-                                                                  .order_by("-version").values_list("version",
-                                                                                                    flat=True)),
-               "range": page_range(request.GET.get("range")), "ranges": PAGE_RANGES}
+    live = list(model.versions.exclude(status=VersionStatus.DELETED).order_by("-version")
+                .values_list("version", flat=True))
+    older, newer, error = compare_choice(model, request.GET, live)
+    context = {"model": model, "error": error, "versions": live, "range": page_range(request.GET.get("range")),
+               "ranges": PAGE_RANGES}
     if older is not None:
         context.update(a=older, b=newer, diff=compare_versions(older, newer))
     return render(request, "registry/version_compare.html", context, status=400 if error and request.GET else 200)

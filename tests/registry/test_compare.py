@@ -164,3 +164,22 @@ def test_the_rollout_form_warns_and_starts_only_once_confirmed(serving_v1, iris)
     assert Deployment.objects.count() == 1
     started = page.post("/deployments/new/iris/", {**form, "confirm_breaking": "on"})
     assert started.status_code == 302 and Deployment.objects.count() == 2
+
+
+def test_the_compare_page_costs_the_same_queries_for_two_versions_or_twelve(iris):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    page = Client()
+    page.force_login(team_member(get_user_model().objects.create_user(username="v"), Role.VIEWER))
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert page.get("/models/iris/compare/?a=1&b=2").status_code == 200
+        return len(queries)
+
+    few = count()
+    for number in range(3, 13):
+        ModelVersion.objects.create(model=iris[1].model, version=number, format="triton", artifact_key=f"k{number}",
+                                    artifact_sha256=f"{number:064d}", artifact_size=1, config_text=CONFIG)
+    assert count() == few
