@@ -108,6 +108,8 @@ def config_facts(version: ModelVersion) -> dict:
         bento = signature.get("bentoml") or {}
         methods = ", ".join(m.get("name", "") for m in bento.get("methods") or []) or "—"
         return {"runtime": "BentoML", "tag": bento.get("tag") or "—", "methods": methods}
+    if not (version.config_text or "").strip():
+        return {"config": "none recorded"}
     try:
         cfg = parse_model_config(version.config_text)
     except ModelConfigError:
