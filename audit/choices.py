@@ -30,3 +30,6 @@ class AuditAction(models.TextChoices):
     TEAM_DELETED = "team.deleted", "Team deleted"
     MEMBERSHIP_SET = "membership.set", "Team role given"
     MEMBERSHIP_REMOVED = "membership.removed", "Team role taken away"
+    WEBHOOK_CREATED = "webhook.created", "Webhook created"
+    WEBHOOK_CHANGED = "webhook.changed", "Webhook changed"
+    WEBHOOK_DELETED = "webhook.deleted", "Webhook deleted"

@@ -28,6 +28,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, DeploymentStatus
 from modelyard.errors import InvalidInput, NotFound
 from promotions.choices import DeliveryStatus, WebhookEvent
@@ -137,9 +139,21 @@ def check_webhook_scope(model, team) -> None:
         raise InvalidInput(f"model {model.name!r} is not a model of team {team.name!r}")
 
 
+def _described(hook: Webhook) -> dict:
+    """What the audit log keeps of a webhook (never its secret)."""
+    return {"url": hook.url, "events": list(hook.events), "team": hook.team.name if hook.team_id else None,
+            "model": hook.model.name if hook.model_id else None, "enabled": hook.enabled}
+
+
+def _audit(action: str, hook: Webhook, actor, data: dict) -> None:
+    record_audit_event(action=action, actor=actor, obj_type="webhook", obj_id=hook.pk, model=hook.model,
+                       data={"url": hook.url, **data})
+
+
 def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=None,
-                   enabled: bool = True) -> Webhook:
-    """Add a webhook (callers check that the user is an administrator, or an owner of ``team``).
+                   enabled: bool = True, actor=None) -> Webhook:
+    """Add a webhook (callers check that the user is an administrator, or an owner of ``team``); audited
+    as ``webhook.created``.
 
     Args:
         url: where to POST; checked by ``check_webhook_url``.
@@ -148,6 +162,7 @@ def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=
         model: a RegisteredModel to limit it to, or None for every model.
         team: an ``accounts.Team`` to limit it to (its owners manage it), or None for every team.
         enabled: whether it receives deliveries.
+        actor: the requesting user, for the audit log.
 
     Raises:
         InvalidInput: a bad URL, events, a secret shorter than 16 characters, or a model of another team.
@@ -155,23 +170,32 @@ def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=
     if secret and len(secret) < 16:
         raise InvalidInput("a webhook secret must be at least 16 characters")
     check_webhook_scope(model, team)
-    return Webhook.objects.create(url=check_webhook_url(url), events=_check_events(events),
-                                  secret=secret or secrets.token_urlsafe(32), model=model, team=team,
-                                  enabled=enabled)
+    url, events = check_webhook_url(url), _check_events(events)
+    with transaction.atomic():
+        hook = Webhook.objects.create(url=url, events=events, secret=secret or secrets.token_urlsafe(32),
+                                      model=model, team=team, enabled=enabled)
+        _audit(AuditAction.WEBHOOK_CREATED, hook, actor, _described(hook))
+    return hook
 
 
-def update_webhook(webhook_id: int, **changes) -> Webhook:
+def _get_webhook(webhook_id: int) -> Webhook:
+    hook = Webhook.objects.select_related("model", "team").filter(pk=webhook_id).first()
+    if hook is None:
+        raise NotFound(f"no webhook {webhook_id}")
+    return hook
+
+
+def update_webhook(webhook_id: int, *, actor=None, **changes) -> Webhook:
     """Change a webhook's ``url``, ``events``, ``secret``, ``model``, ``team`` or ``enabled``; the URL is
-    checked again (callers check the user may manage the webhook before and after).
+    checked again (callers check the user may manage the webhook before and after). Audited as
+    ``webhook.changed`` with what changed before and after (a new secret only as changed, never its value).
 
     Raises:
         NotFound: no such webhook.
         InvalidInput: as ``create_webhook``.
     """
-    try:
-        hook = Webhook.objects.get(pk=webhook_id)
-    except Webhook.DoesNotExist as exc:
-        raise NotFound(f"no webhook {webhook_id}") from exc
+    hook = _get_webhook(webhook_id)
+    before = _described(hook)
     if "url" in changes:
         hook.url = check_webhook_url(changes["url"])
     if "events" in changes:
@@ -184,8 +208,26 @@ def update_webhook(webhook_id: int, **changes) -> Webhook:
         if field in changes:
             setattr(hook, field, changes[field])
     check_webhook_scope(hook.model, hook.team)
-    hook.save()
+    after = _described(hook)
+    with transaction.atomic():
+        hook.save()
+        if after != before or changes.get("secret"):
+            _audit(AuditAction.WEBHOOK_CHANGED, hook, actor, {
+                "before": before, "after": after, **({"secret": "replaced"} if changes.get("secret") else {})})
     return hook
+
+
+def delete_webhook(webhook_id: int, *, actor=None) -> None:
+    """Delete a webhook and its deliveries (callers check the user may manage it); audited as
+    ``webhook.deleted``.
+
+    Raises:
+        NotFound: no such webhook.
+    """
+    hook = _get_webhook(webhook_id)
+    with transaction.atomic():
+        _audit(AuditAction.WEBHOOK_DELETED, hook, actor, _described(hook))
+        hook.delete()
 
 
 def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:

@@ -7,6 +7,7 @@ from rest_framework.response import Response
 
 from accounts.access import Action, Principal, can_see, require, scope_team_filter
 from accounts.choices import Role
+from modelyard.api import error_responses
 from modelyard.errors import Forbidden, InvalidInput
 from promotions import services, webhooks
 from promotions.api.serializers import (
@@ -209,7 +210,7 @@ class WebhookViewSet(
         data.is_valid(raise_exception=True)
         self._require_manager(data.validated_data.get("team"))
         self._check_model(data.validated_data.get("model"))
-        hook = webhooks.create_webhook(**data.validated_data)
+        hook = webhooks.create_webhook(actor=request.user, **data.validated_data)
         return Response(WebhookCreatedSerializer(hook).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=WebhookSerializer, responses={200: WebhookSerializer})
@@ -220,8 +221,13 @@ class WebhookViewSet(
         if "team" in data.validated_data:  # moving it to another team (or to every team) needs rights there too
             self._require_manager(data.validated_data["team"])
         self._check_model(data.validated_data.get("model"))
-        hook = webhooks.update_webhook(int(kwargs["pk"]), **data.validated_data)
+        hook = webhooks.update_webhook(int(kwargs["pk"]), actor=request.user, **data.validated_data)
         return Response(WebhookSerializer(hook).data)
+
+    @extend_schema(responses={204: None, **error_responses(403, 404)})
+    def destroy(self, request, *args, **kwargs):
+        webhooks.delete_webhook(self.get_object().pk, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _check_model(self, model) -> None:
         """A model the principal cannot read is answered as a missing one (400), so names do not leak."""

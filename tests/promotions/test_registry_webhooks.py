@@ -14,6 +14,7 @@ from django.test import override_settings
 from accounts.choices import Role
 from accounts.models import Team
 from accounts.services import set_membership
+from audit.models import AuditEvent
 from demo.iris import build_iris_archive
 from promotions.choices import DeliveryStatus
 from promotions.models import Webhook, WebhookDelivery
@@ -129,6 +130,12 @@ def test_team_webhooks_are_managed_by_that_teams_owners_and_global_ones_by_admin
     assert teams["owner"].get(f"/api/v1/webhooks/{hook}/deliveries/").status_code == 200
     assert teams["owner"].delete(f"/api/v1/webhooks/{hook}/").status_code == 204
     assert list(Webhook.objects.values_list("pk", flat=True)) == [global_hook]
+    events = AuditEvent.objects.filter(object_type="webhook", object_id=str(hook)).order_by("id")
+    assert [(e.action, e.actor_label) for e in events] == [
+        ("webhook.created", "owner"), ("webhook.changed", "owner"), ("webhook.deleted", "owner")]
+    assert events[1].data["before"]["enabled"] is True and events[1].data["after"]["enabled"] is False
+    assert events[0].object_label == "webhook http://127.0.0.1:9/hook"
+    assert not any("secret" in str(e.data).lower() for e in events)
 
 
 def test_a_team_owner_cannot_point_a_webhook_at_an_internal_address(teams):
