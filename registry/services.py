@@ -16,7 +16,7 @@ from accounts.access import Action, Principal, can_see, check, require
 from accounts.services import default_team
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.formats.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
@@ -370,6 +370,8 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         details = dict(audit_data or {})
         if current is not None and current.protected:
             decider = owner if owner is not None else actor
+            if not getattr(decider, "is_authenticated", False):  # an automated actor: a policy, the system
+                raise Forbidden(f"@{name} is protected: only an owner of team '{model.team.name}' moves it")
             require(Principal.of(decider), Action.MOVE_ALIAS, model=model, alias=name, protected=True)
             if not reason:
                 raise InvalidInput(f"@{name} is protected: moving it needs a reason")

@@ -120,3 +120,14 @@ def test_the_model_page_locks_and_moves_a_protected_alias_with_a_reason(iris, ow
                      follow=True).content.decode()
     assert "needs the owner role" in html and staging().version.version == 2
     assert "delete…" not in html.split('data-alias="staging"')[1].split("</tr>")[0]
+
+
+def test_an_automated_actor_cannot_move_a_protected_alias(iris):
+    from modelyard.errors import Forbidden
+    from promotions.services import PolicyActor
+    from registry.services import set_alias
+
+    Alias.objects.filter(name="staging").update(protected=True)
+    with pytest.raises(Forbidden, match="only an owner of team 'default' moves it"):
+        set_alias(model_name="iris", alias="staging", version=2, actor=PolicyActor("policy:1"), reason="gates passed")
+    assert staging().version.version == 1
