@@ -7,6 +7,7 @@ from rest_framework.response import Response
 
 from accounts.access import Action, Principal, can_see, require, scope_team_filter
 from accounts.choices import Role
+from accounts.models import Team
 from modelyard.api import error_responses
 from modelyard.errors import Forbidden, InvalidInput
 from promotions import services, webhooks
@@ -204,8 +205,20 @@ class WebhookViewSet(
         page = self.paginate_queryset(self.filter_queryset(hooks))
         return self.get_paginated_response(WebhookSerializer(page, many=True).data)
 
+    def _refuse_unseen_team(self) -> None:
+        """A team the principal is not a member of is refused alike whether it exists or not (403), so
+        team names do not leak through the serializer's "does not exist"."""
+        principal = Principal.of(self.request)
+        name = self.request.data.get("team") if hasattr(self.request.data, "get") else None
+        if isinstance(name, str) and name and not principal.is_admin:
+            team = Team.objects.filter(name=name).first()
+            if team is None or principal.role_in(team.pk) is None:
+                raise Forbidden(f"managing the webhooks of team {name!r} needs the owner role there "
+                                "(you are not a member)")
+
     @extend_schema(request=WebhookSerializer, responses={201: WebhookCreatedSerializer})
     def create(self, request, *args, **kwargs):
+        self._refuse_unseen_team()
         data = WebhookSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         self._require_manager(data.validated_data.get("team"))
@@ -216,6 +229,7 @@ class WebhookViewSet(
     @extend_schema(request=WebhookSerializer, responses={200: WebhookSerializer})
     def partial_update(self, request, *args, **kwargs):
         self.get_object()
+        self._refuse_unseen_team()
         data = WebhookSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         if "team" in data.validated_data:  # moving it to another team (or to every team) needs rights there too

@@ -108,6 +108,8 @@ def test_team_webhooks_are_managed_by_that_teams_owners_and_global_ones_by_admin
         body = {"url": "http://127.0.0.1:9/hook", "team": "vision"}
         assert teams["maintainer"].post("/api/v1/webhooks/", body, format="json").status_code == 403
         assert teams["nlp-owner"].post("/api/v1/webhooks/", body, format="json").status_code == 403
+        unknown = teams["nlp-owner"].post("/api/v1/webhooks/", {**body, "team": "no-such-team"}, format="json")
+        assert unknown.status_code == 403 and "not a member" in unknown.json()["detail"]  # as for vision
         everyone = teams["owner"].post("/api/v1/webhooks/", {"url": "http://127.0.0.1:9/hook"}, format="json")
         assert everyone.status_code == 403 and "administrators only" in everyone.json()["detail"]
         other_team = teams["owner"].post("/api/v1/webhooks/", {**body, "model": "bert"}, format="json")
