@@ -8,6 +8,7 @@
 #   make test      install, then lint and the test suite (scripts/test.sh)
 #   make lint      ruff, the import layers (lint-imports) and the migrations check
 #   make bench     benchmarks (bench/run.sh), when present
+#   make screenshots  the fleet, model, compare and version pages at 1440 and 390 px into var/screenshots/
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -18,7 +19,7 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser run stop status test lint bench
+.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser run stop status test lint bench screenshots
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -95,3 +96,7 @@ bench:
 	else \
 		echo "bench: no bench/run.sh yet, nothing to run"; \
 	fi
+
+# The browser test that draws the pages with data (a real Prometheus, see tests/browser/) writes them here.
+screenshots: install
+	MODELYARD_SCREENSHOTS_DIR=$(CURDIR)/var/screenshots scripts/test.sh tests/browser/test_screenshots.py -p no:cacheprovider

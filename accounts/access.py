@@ -11,13 +11,18 @@ action                    role                                            scope
 ========================  ==============================================  ========
 ``VIEW``                  viewer                                          read
 ``CHANGE``                maintainer (register, edit, upload)             write
-``MOVE_ALIAS``            maintainer; owner for a production alias        write
+``MOVE_ALIAS``            maintainer; owner for a production or protected write
+                          alias (which also needs a reason)
+``PROTECT_ALIAS``         owner (lock or unlock an alias)                 write
 ``DELETE_VERSION``        owner, or the maintainer who registered it      write
 ``DEPLOY``                maintainer; owner when any host is production   deploy
 ``RUN_POLICY``            maintainer                                      write
 ``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
 ``CREATE_MODEL``          maintainer of the team it goes to               write
-``ADMIN``                 administrator (hosts, teams, users, webhooks)   admin
+``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
+                          ``write`` to change one)
+``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
+                          of every team)
 ========================  ==============================================  ========
 
 A model of a team the principal cannot see answers exactly like a model that does not exist
@@ -42,11 +47,13 @@ class Action(Enum):
     VIEW = ("view", Role.VIEWER, Scope.READ)
     CHANGE = ("change", Role.MAINTAINER, Scope.WRITE)
     MOVE_ALIAS = ("move_alias", Role.MAINTAINER, Scope.WRITE)
+    PROTECT_ALIAS = ("protect_alias", Role.OWNER, Scope.WRITE)
     DELETE_VERSION = ("delete_version", Role.MAINTAINER, Scope.WRITE)
     DEPLOY = ("deploy", Role.MAINTAINER, Scope.DEPLOY)
     RUN_POLICY = ("run_policy", Role.MAINTAINER, Scope.WRITE)
     MANAGE_POLICY = ("manage_policy", Role.OWNER, Scope.WRITE)
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
+    MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
     ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
@@ -181,7 +188,7 @@ def can_see(principal: Principal, model) -> bool:
 
 
 def check(principal: Principal, action: Action, *, model=None, team=None, alias: str | None = None,
-          hosts: Iterable = (), version=None, doing: str | None = None) -> str | None:
+          protected: bool = False, hosts: Iterable = (), version=None, doing: str | None = None) -> str | None:
     """Why ``principal`` may not do ``action``, or None when it may.
 
     Args:
@@ -189,8 +196,9 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         action: what it wants to do.
         model: the RegisteredModel acted on (its team decides the role), for every action but
             ``ADMIN`` and ``CREATE_MODEL``.
-        team: the Team a new model goes to, for ``CREATE_MODEL``.
-        alias: the alias name, for ``MOVE_ALIAS`` (production aliases need an owner).
+        team: the Team a new model goes to, for ``CREATE_MODEL``; the webhook's team, for ``MANAGE_WEBHOOKS``.
+        alias: the alias name, for ``MOVE_ALIAS`` and ``PROTECT_ALIAS`` (production aliases need an owner).
+        protected: for ``MOVE_ALIAS``: the alias is protected (locked), so moving it needs an owner.
         hosts: the ServingHosts a rollout or host operation touches, for ``DEPLOY`` (production
             hosts need an owner).
         version: the ModelVersion, for ``DELETE_VERSION`` (its creator may delete it as a maintainer).
@@ -209,7 +217,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
     team_id = team.pk if team is not None else model.team_id
     role = principal.role_in(team_id)
     needed = action.role
-    if action is Action.MOVE_ALIAS and alias in production_aliases():
+    if action is Action.MOVE_ALIAS and (protected or alias in production_aliases()):
         needed = Role.OWNER
     if action is Action.DEPLOY and any(getattr(host, "production", False) for host in hosts):
         needed = Role.OWNER
@@ -221,7 +229,9 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         return None
     team_name = team.name if team is not None else model.team.name
     what = doing or {
-        Action.MOVE_ALIAS: f"moving the alias '{alias}'",
+        Action.MOVE_ALIAS: f"moving the {'protected ' if protected else ''}alias '{alias}'",
+        Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
+        Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",
     }.get(action, "this")

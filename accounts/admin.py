@@ -4,10 +4,11 @@ from django import forms
 from django.contrib import admin
 
 from accounts.models import ApiToken, Membership, Team
+from modelyard.forms import FullLengthModelForm
 from modelyard_agent.formats.names import InvalidName, validate_name
 
 
-class TeamAdminForm(forms.ModelForm):
+class TeamAdminForm(FullLengthModelForm):
     """The team form, holding names to the same grammar as the API (lower case, digits, ``-``, ``_``)."""
 
     class Meta:

@@ -6,13 +6,13 @@ from django import forms
 
 from accounts.choices import Scope
 from accounts.models import Team
-from accounts.tokens import NAME_MAX_LENGTH, default_scopes
+from accounts.tokens import DEFAULT_EXPIRY_DAYS, NAME_MAX_LENGTH, default_scopes
+from modelyard.forms import KeepEveryCharacter
 
-DEFAULT_EXPIRY_DAYS = 90
 MAX_EXPIRY_DAYS = 3650
 
 
-class ApiTokenForm(forms.Form):
+class ApiTokenForm(KeepEveryCharacter, forms.Form):
     """Make an API token from the browser; ``accounts.tokens.issue_token`` checks and stores it.
 
     The scopes offered are those the user may hold (``admin`` for administrators only); the teams

@@ -35,6 +35,7 @@ SECRET_BYTES = 32
 TOKEN_RE = re.compile(r"my_(?P<prefix>[a-z0-9]{8,16})_(?P<secret>[A-Za-z0-9_-]{43,256})")
 LAST_USED_RESOLUTION = timedelta(seconds=60)
 NAME_MAX_LENGTH = ApiToken._meta.get_field("name").max_length
+DEFAULT_EXPIRY_DAYS = 90  # a new token's life when its maker names none (the form and the API)
 SCOPE_ORDER = {scope: index for index, scope in enumerate(Scope.values)}
 
 
@@ -121,6 +122,15 @@ def _check_grant(*, user, name: str, scopes, team: Team | None, expires_at: date
         if expires_at <= timezone.now():
             raise InvalidInput("expires_at must be in the future")
     return name, scopes, expires_at
+
+
+def default_expiry(via: ApiToken | None = None) -> datetime:
+    """When a new token expires if its maker names no time: ``DEFAULT_EXPIRY_DAYS`` from now, or
+    ``via``'s expiry when that comes sooner (a token cannot outlive the token that made it)."""
+    expires_at = timezone.now() + timedelta(days=DEFAULT_EXPIRY_DAYS)
+    if via is not None and via.expires_at is not None:
+        return min(expires_at, via.expires_at)
+    return expires_at
 
 
 def _audit(action: str, token: ApiToken, actor) -> None:

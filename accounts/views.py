@@ -4,6 +4,7 @@ from datetime import timedelta
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404
 from django.shortcuts import redirect, render
@@ -24,14 +25,19 @@ def _own_token(request, token_id: int) -> ApiToken:
     return token
 
 
+TOKEN_PAGE_SIZE = 25
+
+
 @login_required
 def token_list(request):
-    """Your API tokens, newest first, revoked and expired ones included (two queries)."""
-    tokens = list(ApiToken.objects.filter(user=request.user).select_related("team"))
+    """Your API tokens, newest first, revoked and expired ones included, ``TOKEN_PAGE_SIZE`` a page
+    (``?page=``; a count and one page's rows, whatever the number of tokens)."""
+    tokens = ApiToken.objects.filter(user=request.user).select_related("team").order_by("-created_at", "-id")
+    page = Paginator(tokens, TOKEN_PAGE_SIZE).get_page(request.GET.get("page"))
     now = timezone.now()
-    for token in tokens:
+    for token in page.object_list:
         token.state = token_state(token, now)
-    return render(request, "accounts/token_list.html", {"tokens": tokens})
+    return render(request, "accounts/token_list.html", {"tokens": page.object_list, "page": page})
 
 
 SENT_TOKEN_FORMS = "sent_token_forms"  # session key: ids of the last 20 token forms that made a token

@@ -33,16 +33,30 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.action} {self.object_type}:{self.object_id}"
 
-    # The field of ``data`` that names the object as users know it, per object type.
-    LABEL_FIELDS = {"version": "version", "alias": "alias", "host": "name", "team": "team", "model": "name",
-                    "token": "name", "deployment": "deployment"}
+    # The fields of ``data`` that name the object as users know it, per object type (first one found).
+    LABEL_FIELDS = {"version": ("version",), "alias": ("alias",), "host": ("name", "host"), "team": ("team",),
+                    "model": ("name",), "token": ("name",), "upload": ("filename",), "webhook": ("url",)}
+    # Object types whose id is the name users know (the rollout page's number, the bucket's name).
+    NAMED_BY_ID = frozenset({"deployment", "bucket"})
 
     @property
     def object_label(self) -> str:
-        """The object as users name it: ``version 3``, ``alias production``, ``host gpu-0``; else
-        ``<type> #<row id>``."""
-        field = self.LABEL_FIELDS.get(self.object_type)
-        value = (self.data or {}).get(field) if field else None
-        if value is None or isinstance(value, dict | list):
-            return f"{self.object_type} #{self.object_id}"
-        return f"{self.object_type} {'v' if self.object_type == 'version' else ''}{value}"
+        """The object as users name it: ``model iris``, ``version v3``, ``alias production``, ``host gpu-0``,
+        ``deployment 12``; ``<type> #<row id>`` only when the event recorded no name."""
+        if self.object_type == "model" and self.model_id is not None:
+            return f"model {self.model.name}"
+        if self.object_type in self.NAMED_BY_ID:
+            return f"{self.object_type} {self.object_id}"
+        data = self.data if isinstance(self.data, dict) else {}
+        for field in self.LABEL_FIELDS.get(self.object_type, ()):
+            value = data.get(field)
+            if value is not None and not isinstance(value, dict | list):
+                return f"{self.object_type} {'v' if self.object_type == 'version' else ''}{value}"
+        return f"{self.object_type} #{self.object_id}"
+
+    @property
+    def detail_items(self) -> list[tuple[str, str]]:
+        """``data`` as (label, text) pairs for people; see :func:`audit.display.detail_items`."""
+        from audit.display import detail_items
+
+        return detail_items(self.data)

@@ -6,10 +6,11 @@ from django.contrib import admin
 from deployments.endpoints import normalise_url
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import InvalidInput
+from modelyard.forms import FullLengthModelForm
 from modelyard_agent.formats.names import InvalidName, validate_name
 
 
-class ServingHostAdminForm(forms.ModelForm):
+class ServingHostAdminForm(FullLengthModelForm):
     """The host form, with the checks of the API: the name grammar (it names a Celery queue and a
     directory), normalised URLs without credentials, and only ``parameters`` in config overrides."""
 

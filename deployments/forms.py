@@ -4,10 +4,11 @@ from django import forms
 
 from deployments.choices import FailurePolicy, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS
+from modelyard.forms import KeepEveryCharacter
 from modelyard.jsonobject import parse_json_object
 
 
-class ServingHostForm(forms.Form):
+class ServingHostForm(KeepEveryCharacter, forms.Form):
     """Register a serving host from the browser; the service does the validation."""
 
     name = forms.CharField(max_length=63, help_text="lower-case letters, digits, '-' and '_'")
@@ -44,7 +45,7 @@ def _clean_json_object(raw: str) -> dict:
         raise forms.ValidationError(str(exc)) from exc
 
 
-class RolloutForm(forms.Form):
+class RolloutForm(KeepEveryCharacter, forms.Form):
     """Start a rollout from the browser: a version or an alias, hosts or a selector, batches."""
 
     version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
@@ -59,6 +60,10 @@ class RolloutForm(forms.Form):
     config_overrides = _json_object_field(
         "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
         '"dynamic_batching": {"max_queue_delay_microseconds": 100}}')
+    confirm_breaking = forms.BooleanField(
+        required=False, label="Roll out although it breaks the signature",
+        help_text="needed when the version's inputs, outputs or batching break the clients of the version it "
+                  "replaces on a host (the page says what breaks)")
 
     def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str],
                  production_hosts: frozenset[str] = frozenset(), **kwargs):
@@ -82,7 +87,7 @@ class RolloutForm(forms.Form):
         return _clean_json_object(self.cleaned_data["config_overrides"])
 
 
-class TryItForm(forms.Form):
+class TryItForm(KeepEveryCharacter, forms.Form):
     """Send one inference request to a deployed version on a chosen host."""
 
     host = forms.ChoiceField()

@@ -28,6 +28,7 @@ from modelyard.states import IllegalTransition
 from modelyard_agent.formats.names import InvalidName, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
 from registry.choices import ArtifactFormat, VersionStatus
+from registry.compare import breaking_changes
 from registry.models import ModelVersion, RegisteredModel
 from registry.services import get_version, resolve_alias
 
@@ -131,11 +132,36 @@ def register_host(
     return host
 
 
+class BreakingSignature(Conflict):
+    """A rollout would replace, on some host, a version whose clients the new version's signature breaks;
+    it starts only when confirmed (HTTP 409 until then)."""
+
+
+def signature_breaks(model_version: ModelVersion, hosts: list[ServingHost]) -> list[str]:
+    """What breaks for the clients of each version ``model_version`` would replace on ``hosts``.
+
+    Returns:
+        One sentence per replaced version with breaking changes ("v3 on gpu-0, gpu-1: input x: removed…"),
+        empty when every replaced version's clients keep working (or nothing is replaced).
+    """
+    replaced: dict[int, tuple[ModelVersion, list[str]]] = {}
+    for target in serving_now(host__in=hosts, deployment__model=model_version.model):
+        old = target.deployment.version
+        if old.pk != model_version.pk:
+            replaced.setdefault(old.pk, (old, []))[1].append(target.host.name)
+    sentences = []
+    for old, names in sorted(replaced.values(), key=lambda item: item[0].version):
+        changes = breaking_changes(old, model_version)
+        if changes:
+            sentences.append(f"v{old.version} on {', '.join(sorted(names))}: {'; '.join(changes)}")
+    return sentences
+
+
 def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
-    actor=None, authorize=None, config: str = "",
+    actor=None, authorize=None, config: str = "", confirm_breaking: bool = False,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -159,6 +185,8 @@ def start_deployment(
         authorize: ``authorize(model_version, hosts)``, called once the hosts are chosen and before
             anything is written; it raises (e.g. ``Forbidden``) to refuse the rollout. The API and
             pages pass the access check of ``accounts.access`` (production hosts need an owner).
+        confirm_breaking: start even though the version breaks the signature of a version it replaces
+            on a chosen host (see :func:`signature_breaks`).
 
     Returns:
         The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
@@ -166,6 +194,7 @@ def start_deployment(
     Raises:
         NotFound: the model, version or alias does not exist.
         InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
+        BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
         Conflict: the version's format cannot be served by a chosen host's runtime.
     """
     from deployments.placement import choose_hosts
@@ -199,6 +228,10 @@ def start_deployment(
         raise InvalidInput("hosts must name at least one serving host, or give a selector")
     if authorize is not None:
         authorize(model_version, hosts)
+    breaks = [] if confirm_breaking else signature_breaks(model_version, hosts)
+    if breaks:
+        raise BreakingSignature(f"v{model_version.version} breaks the signature of the version it replaces: "
+                                f"{' · '.join(breaks)}. Confirm to roll it out anyway (confirm_breaking).")
     return create_rollout(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,

@@ -7,6 +7,7 @@ urlpatterns = [
     path("hosts/", views.host_list, name="host-list"),
     path("hosts/new/", views.host_create, name="host-create"),
     path("hosts/<str:name>/", views.host_detail, name="host-detail"),
+    path("hosts/<str:name>/delete/", views.host_delete, name="host-delete"),
     path("hosts/<str:name>/models/<str:model_name>/unload/", views.host_model_unload, name="host-model-unload"),
     path("hosts/<str:name>/models/<str:model_name>/reload/", views.host_model_reload, name="host-model-reload"),
     path("deployments/new/<str:model_name>/", views.rollout_create, name="rollout-create"),

@@ -15,6 +15,8 @@ from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import Deployment, DeploymentTarget, Profile, ServingHost
 from deployments.services import (
+    BreakingSignature,
+    delete_host,
     get_deployment,
     get_host,
     register_host,
@@ -104,7 +106,7 @@ def host_detail(request, name: str):
                                                  owners),
                "stuck": visible_report_rows(principal, host.pk, host.stuck_versions(), owners),
                "gpus": [], "cpu": None, "prometheus_error": "",
-               "headroom": None}
+               "headroom": None, "may_delete": check(principal, Action.ADMIN) is None}
     try:
         found = monitoring.host_metrics([host.name])[host.name]
         context["gpus"], context["cpu"] = found["gpus"], found["cpu"]
@@ -115,6 +117,27 @@ def host_detail(request, name: str):
     if free:
         context["headroom"] = {"total_free": sum(free), "largest_free": max(free)}
     return render(request, "deployments/host_detail.html", context)
+
+
+@login_required
+def host_delete(request, name: str):
+    """Delete a serving host (administrators only): GET asks for confirmation, POST deletes.
+
+    A refusal (a deployment in progress there, a model it still serves) goes back to the host's page
+    as a message, and the host stays.
+    """
+    forbidden_unless(request, Action.ADMIN)
+    host = found_or_404(get_host, name)
+    if request.method == "POST":
+        try:
+            delete_host(name=host.name, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return redirect("deployments:host-detail", name=host.name)
+        messages.success(request, f"Serving host {host.name} deleted; its agent's queue {host.queue} is no longer "
+                                  "served and Prometheus stops scraping it.")
+        return redirect("deployments:host-list")
+    return render(request, "deployments/host_confirm_delete.html", {"host": host})
 
 
 ROLLOUT_ACTIONS = {
@@ -212,7 +235,10 @@ def rollout_create(request, model_name: str):
                 selector=data["selector"], replicas=data["replicas"], batch_size=data["batch_size"],
                 failure_policy=data["failure_policy"], config_overrides=data["config_overrides"], actor=request.user,
                 authorize=lambda version, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts),
+                confirm_breaking=data["confirm_breaking"],
             )
+        except BreakingSignature as exc:
+            form.add_error("confirm_breaking", exc.message.replace(" (confirm_breaking)", " below"))
         except DomainError as exc:
             form.add_error(None, exc.message)
         else:

@@ -1,11 +1,11 @@
-"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema, admin, health and /metrics."""
+"""Project URLs: pages, the REST API under /api/v1/, the OpenAPI schema and its docs, admin, health and /metrics."""
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.http import HttpResponse
 from django.urls import include, path, re_path
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
 from accounts.api.teams import TeamViewSet
@@ -19,7 +19,7 @@ from deployments.api.views import (
 )
 from modelyard.api import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
-from monitoring.api.views import ModelMetricSeriesView, ModelMetricsView
+from monitoring.api.views import ModelCompareView, ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
 from promotions.api.views import PromotionEvaluationViewSet, PromotionPolicyViewSet, WebhookViewSet
 from registry import views as registry_views
@@ -28,6 +28,8 @@ from registry.api.views import (
     AliasDetailView,
     AliasListView,
     AuditEventViewSet,
+    ModelCardReadmeView,
+    ModelCardView,
     ModelVersionViewSet,
     RegisteredModelViewSet,
 )
@@ -52,6 +54,9 @@ api_v1 = [
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
     path("models/<str:model_name>/versions/<int:version>/profiles/", VersionProfilesView.as_view(),
          name="model-version-profiles"),
+    path("models/<str:model_name>/versions/<int:version>/card/", ModelCardView.as_view(), name="model-card"),
+    path("models/<str:model_name>/versions/<int:version>/card/readme/", ModelCardReadmeView.as_view(),
+         name="model-card-readme"),
     path("models/<str:model_name>/aliases/", AliasListView.as_view(), name="model-alias-list"),
     path("models/<str:model_name>/aliases/<str:alias>/", AliasDetailView.as_view(), name="model-alias-detail"),
     path("models/<str:model_name>/uploads/", UploadStartView.as_view(), name="model-upload-start"),
@@ -59,6 +64,7 @@ api_v1 = [
     path("uploads/<uuid:upload_id>/parts/", UploadPartUrlsView.as_view(), name="upload-parts"),
     path("uploads/<uuid:upload_id>/complete/", UploadCompleteView.as_view(), name="upload-complete"),
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
+    path("models/<str:model_name>/compare/", ModelCompareView.as_view(), name="model-compare"),
     path("models/<str:model_name>/infer/", ModelInferenceView.as_view(), name="model-infer"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
@@ -80,6 +86,9 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # Swagger UI, its page and its start script apart: the CSP allows no inline script or style.
+    path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
+         name="api-docs"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
     path("account/", include("accounts.urls")),
     path("models/", include("registry.urls")),

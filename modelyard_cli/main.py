@@ -16,7 +16,7 @@ Examples::
     modelyard register iris ./iris.onnx --max-batch-size 8
     modelyard register detector ./detector.pt --signature signature.json
     modelyard register resnet ./resnet.tar --resume 4f6c0d9e-…
-    modelyard alias set iris production 3
+    modelyard alias set iris production 3 [--reason "…"]   # lock, unlock: protect an alias
     modelyard deploy iris 3 --host gpu-0 --host gpu-1 --wait
     modelyard wait 42 --timeout 900
     modelyard promote run 7 --wait     # exit 1 unless the policy promoted
@@ -165,7 +165,11 @@ def cmd_alias(client: Client, args) -> int:
     if args.action == "set":
         if args.version is None:
             raise CLIError("alias set needs a version number")
-        body = client.request("PUT", f"models/{args.model}/aliases/{args.alias}/", json={"version": args.version})
+        sent = {"version": args.version, **({"reason": args.reason} if args.reason else {})}
+        body = client.request("PUT", f"models/{args.model}/aliases/{args.alias}/", json=sent)
+    elif args.action in ("lock", "unlock"):
+        sent = {"protected": args.action == "lock", **({"reason": args.reason} if args.reason else {})}
+        body = client.request("PATCH", f"models/{args.model}/aliases/{args.alias}/", json=sent)
     elif args.action == "delete":
         client.request("DELETE", f"models/{args.model}/aliases/{args.alias}/")
         body = {"model": args.model, "alias": args.alias, "deleted": True}
@@ -378,11 +382,12 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument("--team", help="the owning team (may be left out when you maintain exactly one)")
     model.add_argument("--description")
     model.set_defaults(func=cmd_model)
-    alias = sub.add_parser("alias", help="get, set or delete an alias")
-    alias.add_argument("action", choices=["get", "set", "delete"])
+    alias = sub.add_parser("alias", help="get, set, lock, unlock or delete an alias")
+    alias.add_argument("action", choices=["get", "set", "lock", "unlock", "delete"])
     alias.add_argument("model")
     alias.add_argument("alias")
     alias.add_argument("version", nargs="?", type=int)
+    alias.add_argument("--reason", help="why: needed to set a locked (protected) alias; kept in the audit log")
     alias.set_defaults(func=cmd_alias)
     deploy = sub.add_parser("deploy", help="roll a version (or the version an alias names) out to hosts")
     deploy.add_argument("model")

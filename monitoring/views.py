@@ -41,9 +41,16 @@ def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE)
 
 @login_required
 def model_metrics_panel(request, name: str):
-    """The htmx-refreshed metrics fragment of the model page (``?range=`` one of the page ranges)."""
+    """The htmx-refreshed metrics fragment of the model page (``?range=`` one of the page ranges;
+    ``?versions=3,4`` keeps those versions' rows, in that order, as the comparison page shows them)."""
     model = model_or_404(request, name)
-    return render(request, "monitoring/partials/model_metrics.html", metrics_panel_context(model, page_range(request)))
+    context = metrics_panel_context(model, page_range(request))
+    wanted = [v for v in request.GET.get("versions", "").split(",") if v.strip().isdigit()]
+    if wanted and context["summary"] is not None:
+        rows = {str(row["version"]): row for row in context["summary"]["versions"]}
+        context["summary"]["versions"] = [rows.get(v.strip()) or {"version": v.strip()} for v in wanted]
+        context["hosts"] = []
+    return render(request, "monitoring/partials/model_metrics.html", context)
 
 
 def page_range(request) -> str:

@@ -1,11 +1,13 @@
 from django.contrib import admin
 
+from modelyard.forms import FullLengthModelForm
 from promotions.forms import WebhookAdminForm
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
 
 
 @admin.register(PromotionPolicy)
 class PromotionPolicyAdmin(admin.ModelAdmin):
+    form = FullLengthModelForm
     list_display = ["id", "model", "candidate_alias", "target_alias", "schedule", "enabled", "dry_run"]
     readonly_fields = ["periodic_task"]  # written by promotions.services with the schedule
 
@@ -19,7 +21,7 @@ class PromotionEvaluationAdmin(admin.ModelAdmin):
 @admin.register(Webhook)
 class WebhookAdmin(admin.ModelAdmin):
     form = WebhookAdminForm
-    list_display = ["id", "url", "events", "enabled"]
+    list_display = ["id", "url", "events", "team", "enabled"]
 
 
 @admin.register(WebhookDelivery)

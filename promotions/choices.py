@@ -47,6 +47,10 @@ class WebhookEvent(models.TextChoices):
     PROMOTION = "promotion", "A promotion moved an alias"
     ROLLOUT_SUCCEEDED = "rollout.succeeded", "A rollout succeeded"
     ROLLOUT_FAILED = "rollout.failed", "A rollout failed or was rolled back before finishing"
+    VERSION_REGISTERED = "version.registered", "A version was registered"
+    VERSION_DELETED = "version.deleted", "A version was deleted"
+    ALIAS_MOVED = "alias.moved", "An alias was set or moved"
+    MODEL_TAGS_CHANGED = "model.tags_changed", "A model's tags changed"
     VERSION_CORRUPT = "version.corrupt", "A version's stored bytes do not match its sha256"
 
 

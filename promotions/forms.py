@@ -3,15 +3,16 @@
 from django import forms
 
 from modelyard.errors import InvalidInput
+from modelyard.forms import FullLengthModelForm
 from promotions.models import PromotionPolicy, Webhook
-from promotions.webhooks import check_webhook_url
+from promotions.webhooks import check_webhook_scope, check_webhook_url
 
 POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
                       "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "requires_approval",
                       "dry_run", "enabled"]
 
 
-class PromotionPolicyForm(forms.ModelForm):
+class PromotionPolicyForm(FullLengthModelForm):
     """Create or edit a policy from the browser; ``promotions.services`` checks and saves it."""
 
     class Meta:
@@ -26,17 +27,25 @@ class PromotionPolicyForm(forms.ModelForm):
         """Uniqueness is the service's to answer (as a message), not the form's."""
 
 
-class WebhookAdminForm(forms.ModelForm):
+class WebhookAdminForm(FullLengthModelForm):
     """The admin's webhook form: the URL is checked like the API's (no internal addresses)."""
 
     url = forms.URLField(max_length=500, assume_scheme="https")
 
     class Meta:
         model = Webhook
-        fields = ["url", "secret", "events", "model", "enabled"]
+        fields = ["url", "secret", "events", "model", "team", "enabled"]
 
     def clean_url(self) -> str:
         try:
             return check_webhook_url(self.cleaned_data["url"])
         except InvalidInput as exc:
             raise forms.ValidationError(exc.message) from exc
+
+    def clean(self) -> dict:
+        data = super().clean()
+        try:
+            check_webhook_scope(data.get("model"), data.get("team"))
+        except InvalidInput as exc:
+            self.add_error("model", exc.message)
+        return data

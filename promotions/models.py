@@ -108,17 +108,21 @@ class PromotionEvaluation(models.Model):
 
 
 class Webhook(models.Model):
-    """An HTTP endpoint told about promotions and rollout outcomes; administrators only.
+    """An HTTP endpoint told about registry events, promotions and rollout outcomes.
 
     Each delivery is a POST of a JSON body with ``X-Modelyard-Timestamp`` (unix seconds) and
     ``X-Modelyard-Signature: sha256=<hex HMAC-SHA256 of "<timestamp>.<body>" keyed with secret>``.
-    ``events`` lists ``WebhookEvent`` values; ``model`` limits it to one model's events (empty: all).
+    ``events`` lists ``WebhookEvent`` values; ``model`` limits it to one model's events (empty: all);
+    ``team`` to the events of that team's models, and lets that team's owners manage it (empty: every
+    team's events, managed by administrators only).
     """
 
     url = models.URLField(max_length=500)
     secret = models.CharField(max_length=128)
     events = models.JSONField(default=list)
     model = models.ForeignKey(RegisteredModel, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    team = models.ForeignKey("accounts.Team", null=True, blank=True, on_delete=models.CASCADE,
+                             related_name="webhooks")
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

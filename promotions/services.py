@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from audit.services import acting_user
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, DomainError, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
 from promotions import gates
@@ -28,11 +28,12 @@ from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, Web
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
 from registry.models import Alias
-from registry.services import get_model, set_alias
+from registry.services import alias_is_protected, get_model, set_alias
 
 EVALUATE_TASK = "promotions.evaluate_policy"
 MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
+POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
             "max_error_rate", "max_regression", "max_profile_regression", "requires_approval", "dry_run", "enabled")
 
@@ -94,7 +95,9 @@ def _check(fields: dict) -> dict:
     for flag in ("requires_approval", "dry_run", "enabled"):
         if not isinstance(fields[flag], bool):
             raise InvalidInput(f"{flag} must be true or false")
-    clean["name"] = str(fields.get("name") or "")[:100]
+    clean["name"] = str(fields.get("name") or "")
+    if len(clean["name"]) > POLICY_NAME_MAX_LENGTH:
+        raise InvalidInput(f"name must be at most {POLICY_NAME_MAX_LENGTH} characters; it has {len(clean['name'])}")
     return clean
 
 
@@ -285,7 +288,8 @@ def _promote(evaluation: PromotionEvaluation, *, approved_by=None) -> None:
     if approved_by is not None:
         data["approved_by"] = approved_by.username
     set_alias(model_name=policy.model.name, alias=policy.target_alias, version=evaluation.candidate_version.version,
-              actor=PolicyActor(policy.actor_label), audit_data=data)
+              actor=PolicyActor(policy.actor_label), audit_data=data, owner=approved_by,
+              reason=f"promotion policy {policy.pk}, evaluation {evaluation.pk}: {evaluation.reason}"[:1000])
     emit(WebhookEvent.PROMOTION, model=policy.model, data={
         "model": policy.model.name, "policy": policy.pk, "evaluation": evaluation.pk,
         "alias": policy.target_alias, "from_version": getattr(evaluation.target_version, "version", None),
@@ -367,9 +371,17 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             _finish(evaluation, Decision.DRY_RUN_PASS, f"{summary}; dry run: would promote {move}", **fields)
         elif policy.requires_approval:
             _finish(evaluation, Decision.AWAITING_APPROVAL, f"{summary}; promoting {move} awaits approval", **fields)
+        elif alias_is_protected(policy.model, policy.target_alias):
+            _finish(evaluation, Decision.AWAITING_APPROVAL,
+                    f"{summary}; @{policy.target_alias} is protected: promoting {move} awaits an owner's approval",
+                    **fields)
         else:
-            _finish(evaluation, Decision.PROMOTED, f"{summary}; promoted {move}", **fields)
-            _promote(evaluation)
+            try:
+                with transaction.atomic():
+                    _finish(evaluation, Decision.PROMOTED, f"{summary}; promoted {move}", **fields)
+                    _promote(evaluation)
+            except DomainError as exc:  # the alias was locked a moment ago
+                _finish(evaluation, Decision.ERROR, f"{summary}; {move} not promoted: {exc.message}", **fields)
     return evaluation
 
 

@@ -1,4 +1,5 @@
-"""Webhooks: signed notifications of promotions and rollout outcomes, delivered by Celery with backoff.
+"""Webhooks: signed notifications of registry events (``version.registered``, ``version.deleted``,
+``alias.moved``, ``model.tags_changed``), promotions and rollout outcomes, delivered by Celery with backoff.
 
 A delivery is a POST of a JSON body, ``{"event", "delivery", "sent_at", "data"}``, with headers
 ``X-Modelyard-Event``, ``X-Modelyard-Timestamp`` (unix seconds) and ``X-Modelyard-Signature:
@@ -27,6 +28,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, DeploymentStatus
 from modelyard.errors import InvalidInput, NotFound
 from promotions.choices import DeliveryStatus, WebhookEvent
@@ -126,36 +129,73 @@ def _check_events(events) -> list[str]:
     return sorted(set(events))
 
 
-def create_webhook(*, url: str, events=None, secret: str = "", model=None, enabled: bool = True) -> Webhook:
-    """Add a webhook (callers check that the user is an administrator).
+def check_webhook_scope(model, team) -> None:
+    """Refuse a webhook limited to a model of another team than the one it is limited to.
+
+    Raises:
+        InvalidInput: ``model`` (a RegisteredModel) is not of ``team`` (an ``accounts.Team``); either may be None.
+    """
+    if model is not None and team is not None and model.team_id != team.pk:
+        raise InvalidInput(f"model {model.name!r} is not a model of team {team.name!r}")
+
+
+def _described(hook: Webhook) -> dict:
+    """What the audit log keeps of a webhook (never its secret)."""
+    return {"url": hook.url, "events": list(hook.events), "team": hook.team.name if hook.team_id else None,
+            "model": hook.model.name if hook.model_id else None, "enabled": hook.enabled}
+
+
+def _audit(action: str, hook: Webhook, actor, data: dict) -> None:
+    record_audit_event(action=action, actor=actor, obj_type="webhook", obj_id=hook.pk, model=hook.model,
+                       data={"url": hook.url, **data})
+
+
+def create_webhook(*, url: str, events=None, secret: str = "", model=None, team=None,
+                   enabled: bool = True, actor=None) -> Webhook:
+    """Add a webhook (callers check that the user is an administrator, or an owner of ``team``); audited
+    as ``webhook.created``.
 
     Args:
         url: where to POST; checked by ``check_webhook_url``.
         events: ``WebhookEvent`` values; None for all.
         secret: the HMAC key; a random one (43 characters) when empty.
         model: a RegisteredModel to limit it to, or None for every model.
+        team: an ``accounts.Team`` to limit it to (its owners manage it), or None for every team.
         enabled: whether it receives deliveries.
+        actor: the requesting user, for the audit log.
 
     Raises:
-        InvalidInput: a bad URL, events or a secret shorter than 16 characters.
+        InvalidInput: a bad URL, events, a secret shorter than 16 characters, or a model of another team.
     """
     if secret and len(secret) < 16:
         raise InvalidInput("a webhook secret must be at least 16 characters")
-    return Webhook.objects.create(url=check_webhook_url(url), events=_check_events(events),
-                                  secret=secret or secrets.token_urlsafe(32), model=model, enabled=enabled)
+    check_webhook_scope(model, team)
+    url, events = check_webhook_url(url), _check_events(events)
+    with transaction.atomic():
+        hook = Webhook.objects.create(url=url, events=events, secret=secret or secrets.token_urlsafe(32),
+                                      model=model, team=team, enabled=enabled)
+        _audit(AuditAction.WEBHOOK_CREATED, hook, actor, _described(hook))
+    return hook
 
 
-def update_webhook(webhook_id: int, **changes) -> Webhook:
-    """Change a webhook's ``url``, ``events``, ``secret``, ``model`` or ``enabled``; the URL is checked again.
+def _get_webhook(webhook_id: int) -> Webhook:
+    hook = Webhook.objects.select_related("model", "team").filter(pk=webhook_id).first()
+    if hook is None:
+        raise NotFound(f"no webhook {webhook_id}")
+    return hook
+
+
+def update_webhook(webhook_id: int, *, actor=None, **changes) -> Webhook:
+    """Change a webhook's ``url``, ``events``, ``secret``, ``model``, ``team`` or ``enabled``; the URL is
+    checked again (callers check the user may manage the webhook before and after). Audited as
+    ``webhook.changed`` with what changed before and after (a new secret only as changed, never its value).
 
     Raises:
         NotFound: no such webhook.
         InvalidInput: as ``create_webhook``.
     """
-    try:
-        hook = Webhook.objects.get(pk=webhook_id)
-    except Webhook.DoesNotExist as exc:
-        raise NotFound(f"no webhook {webhook_id}") from exc
+    hook = _get_webhook(webhook_id)
+    before = _described(hook)
     if "url" in changes:
         hook.url = check_webhook_url(changes["url"])
     if "events" in changes:
@@ -164,11 +204,30 @@ def update_webhook(webhook_id: int, **changes) -> Webhook:
         if len(changes["secret"]) < 16:
             raise InvalidInput("a webhook secret must be at least 16 characters")
         hook.secret = changes["secret"]
-    for field in ("model", "enabled"):
+    for field in ("model", "team", "enabled"):
         if field in changes:
             setattr(hook, field, changes[field])
-    hook.save()
+    check_webhook_scope(hook.model, hook.team)
+    after = _described(hook)
+    with transaction.atomic():
+        hook.save()
+        if after != before or changes.get("secret"):
+            _audit(AuditAction.WEBHOOK_CHANGED, hook, actor, {
+                "before": before, "after": after, **({"secret": "replaced"} if changes.get("secret") else {})})
     return hook
+
+
+def delete_webhook(webhook_id: int, *, actor=None) -> None:
+    """Delete a webhook and its deliveries (callers check the user may manage it); audited as
+    ``webhook.deleted``.
+
+    Raises:
+        NotFound: no such webhook.
+    """
+    hook = _get_webhook(webhook_id)
+    with transaction.atomic():
+        _audit(AuditAction.WEBHOOK_DELETED, hook, actor, _described(hook))
+        hook.delete()
 
 
 def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
@@ -177,7 +236,8 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
 
     Args:
         event: a ``WebhookEvent`` value.
-        model: the RegisteredModel concerned (webhooks limited to another model are skipped).
+        model: the RegisteredModel concerned (webhooks limited to another model, or to another team,
+            are skipped).
         data: JSON details, sent as the body's ``data``.
 
     Returns:
@@ -185,7 +245,8 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
     """
     from promotions.tasks import deliver_webhook
 
-    hooks = Webhook.objects.filter(enabled=True).filter(Q(model__isnull=True) | Q(model=model))
+    hooks = (Webhook.objects.filter(enabled=True).filter(Q(model__isnull=True) | Q(model=model))
+             .filter(Q(team__isnull=True) | Q(team_id=model.team_id)))
     deliveries = []
     for hook in hooks:
         if event in hook.events:
@@ -193,6 +254,44 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
             transaction.on_commit(lambda pk=delivery.pk: deliver_webhook.delay(pk))
             deliveries.append(delivery)
     return deliveries
+
+
+def _actor_name(actor) -> str:
+    return getattr(actor, "username", "") or "system"
+
+
+def on_version_registered(sender, *, model, version, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.version_registered``: the ``version.registered`` event."""
+    emit(WebhookEvent.VERSION_REGISTERED, model=model, data={
+        "model": model.name, "version": version.version, "format": version.format,
+        "sha256": version.artifact_sha256, "size": version.artifact_size, "source_commit": version.source_commit,
+        "actor": _actor_name(actor),
+    })
+
+
+def on_version_deleted(sender, *, model, version, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.version_deleted``: the ``version.deleted`` event."""
+    emit(WebhookEvent.VERSION_DELETED, model=model, data={
+        "model": model.name, "version": version.version, "sha256": version.artifact_sha256,
+        "actor": _actor_name(actor),
+    })
+
+
+def on_alias_moved(sender, *, model, alias: str, version, previous=None, reason: str = "", actor=None,
+                   **kwargs) -> None:
+    """Receiver of ``registry.signals.alias_moved``: the ``alias.moved`` event (``from_version`` is None for
+    a new alias)."""
+    emit(WebhookEvent.ALIAS_MOVED, model=model, data={
+        "model": model.name, "alias": alias, "from_version": previous, "to_version": version.version,
+        "reason": reason, "actor": _actor_name(actor),
+    })
+
+
+def on_model_tags_changed(sender, *, model, before: dict, after: dict, actor=None, **kwargs) -> None:
+    """Receiver of ``registry.signals.model_tags_changed``: the ``model.tags_changed`` event."""
+    emit(WebhookEvent.MODEL_TAGS_CHANGED, model=model, data={
+        "model": model.name, "from": before, "to": after, "actor": _actor_name(actor),
+    })
 
 
 def on_rollout_finished(sender, *, deployment, from_status: str, to_status: str, **kwargs) -> None:

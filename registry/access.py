@@ -6,7 +6,7 @@ from django.db.models import QuerySet
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from registry.models import RegisteredModel
-from registry.services import get_model
+from registry.services import alias_is_protected, get_model
 
 
 def visible_models(principal: Principal) -> QuerySet:
@@ -34,7 +34,8 @@ def model_for(principal: Principal, name: str, action: Action = Action.VIEW, **c
     Args:
         principal: who acts.
         name: the model's name.
-        action: what it wants to do; ``context`` as for :func:`check` (``alias``, ``hosts``, ``version``).
+        action: what it wants to do; ``context`` as for :func:`check` (``alias``, ``hosts``, ``version``);
+            for ``MOVE_ALIAS`` whether the alias is protected is looked up here.
 
     Returns:
         The RegisteredModel.
@@ -44,5 +45,7 @@ def model_for(principal: Principal, name: str, action: Action = Action.VIEW, **c
         Forbidden: the principal may read it but not do ``action`` (HTTP 403).
     """
     model = get_model(name, visible_to=principal)
+    if action is Action.MOVE_ALIAS and "protected" not in context:
+        context["protected"] = alias_is_protected(model, context.get("alias"))
     require(principal, action, model=model, **context)
     return model

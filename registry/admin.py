@@ -4,11 +4,12 @@ from django import forms
 from django.contrib import admin
 
 from audit.models import AuditEvent
+from modelyard.forms import FullLengthModelForm
 from modelyard_agent.formats.names import InvalidName, validate_name
 from registry.models import ModelVersion, RegisteredModel
 
 
-class RegisteredModelAdminForm(forms.ModelForm):
+class RegisteredModelAdminForm(FullLengthModelForm):
     """The model form, holding names to the grammar the API and pages use (``modelyard_agent.formats.names``)."""
 
     class Meta:

@@ -112,12 +112,15 @@ class Alias(models.Model):
     """A movable name (``production``, ``staging``, …) pointing at one version of a model.
 
     Every move is an ``AuditEvent`` with the version it pointed at before and after.
-    ``latest`` is reserved: it is computed, never stored.
+    ``latest`` is reserved: it is computed, never stored. A ``protected`` alias moves only by an owner
+    of the model's team who gives a reason; it is not deleted (neither is the version it names) until
+    an owner unlocks it.
     """
 
     model = models.ForeignKey(RegisteredModel, on_delete=models.CASCADE, related_name="aliases")
     name = models.CharField(max_length=63)
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="aliases")
+    protected = models.BooleanField(default=False, help_text="locked: moving it needs a team owner and a reason")
     updated_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -210,3 +213,29 @@ class UploadPart(models.Model):
 
     def __str__(self) -> str:
         return f"part {self.number} of upload {self.upload_id}"
+
+
+class ModelCard(models.Model):
+    """What a model version is and what it may be used for, in the spirit of Hugging Face's model card
+    front matter; one per version, editable after the version is immutable.
+
+    ``license`` is an SPDX license expression (normalised, e.g. ``Apache-2.0``) or ``other``;
+    ``datasets`` a list of dataset names or URIs; ``base_model`` what it was fine-tuned from;
+    ``evaluation_results`` a list of ``{"task", "dataset", "metric", "value"}`` (value a number).
+    ``registry.cards`` validates, saves (audited) and exports it as a README.md.
+    """
+
+    version = models.OneToOneField(ModelVersion, on_delete=models.CASCADE, related_name="card")
+    license = models.CharField(max_length=200, blank=True)
+    datasets = models.JSONField(default=list, blank=True)
+    base_model = models.CharField(max_length=200, blank=True)
+    intended_use = models.TextField(blank=True)
+    limitations = models.TextField(blank=True)
+    evaluation_results = models.JSONField(default=list, blank=True)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"card of {self.version}"

@@ -16,7 +16,7 @@ from accounts.access import Action, Principal, can_see, check, require
 from accounts.services import default_team
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.formats.names import RESERVED_ALIASES, InvalidName, validate_alias, validate_name
 from modelyard_agent.formats.triton_config import ModelConfigError, sample_arrays
@@ -25,7 +25,7 @@ from registry.formats import PreparedArtifact, prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
-from registry.signals import alias_moved
+from registry.signals import alias_moved, model_tags_changed, version_deleted, version_registered
 from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
@@ -106,6 +106,9 @@ def update_model(*, name: str, description: str | None = None, tags=None, actor=
             model.save(update_fields=["description", "tags", "updated_at"])
             record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
                                model=model, data=changes)
+            if "tags" in changes:
+                model_tags_changed.send(sender=RegisteredModel, model=model, before=changes["tags"]["from"],
+                                        after=changes["tags"]["to"], actor=actor)
     return model
 
 
@@ -283,6 +286,7 @@ def register_version(
                 model=locked, data={"version": number, "sha256": sha256, "size": size, "format": prepared.format,
                                     "sha256_verified": sha256_verified},
             )
+            version_registered.send(sender=ModelVersion, model=locked, version=version, actor=actor)
     logger.info("registered %s v%s (%s bytes, sha256 %s)", model.name, number, size, sha256)
     return version
 
@@ -317,12 +321,30 @@ def resolve_alias(model_name: str, alias: str) -> ModelVersion:
         raise NotFound(f"model {model_name!r} has no alias {alias!r}") from exc
 
 
-def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_data: dict | None = None) -> Alias:
+REASON_MAX_LENGTH = 1000
+
+
+def _clean_reason(reason) -> str:
+    reason = (reason or "").strip()
+    if len(reason) > REASON_MAX_LENGTH:
+        raise InvalidInput(f"the reason must be at most {REASON_MAX_LENGTH} characters; it has {len(reason)}")
+    return reason
+
+
+def alias_is_protected(model: RegisteredModel, alias: str | None) -> bool:
+    """True when ``model`` has an alias called ``alias`` and it is protected (locked)."""
+    return bool(alias) and Alias.objects.filter(model=model, name=alias, protected=True).exists()
+
+
+def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_data: dict | None = None,
+              reason: str = "", owner=None) -> Alias:
     """Point ``alias`` of a model at one of its versions, creating or moving it.
 
     Idempotent: setting an alias to the version it already names writes nothing.
     The model row is locked, so two concurrent moves are serialised and each
-    audit event's ``from`` is the version the alias really left.
+    audit event's ``from`` is the version the alias really left. A protected alias moves only
+    when an owner of the model's team decides it and gives a reason; both are in the audit event
+    (``owner``, ``reason``, ``protected``).
 
     Args:
         model_name: the registered model.
@@ -331,12 +353,16 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         actor: the requesting user, or an object with ``username`` (and ``is_authenticated``
             False) naming an automated actor such as a promotion policy.
         audit_data: extra JSON details for the audit event (e.g. the promotion policy that moved it).
+        reason: why the alias moves (at most 1000 characters); required for a protected alias.
+        owner: the user who decided the move of a protected alias when ``actor`` is an automated
+            actor (the owner approving a promotion); default ``actor``.
 
     Returns:
         The Alias row.
 
     Raises:
-        InvalidInput: bad or reserved alias name.
+        InvalidInput: bad or reserved alias name; a protected alias without a reason.
+        Forbidden: the alias is protected and the deciding user is not an owner of the model's team.
         NotFound: no such model or version.
         Conflict: the version is CORRUPT (an alias followed by deployments must not name it).
     """
@@ -344,6 +370,7 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         name = validate_alias(alias)
     except InvalidName as exc:
         raise InvalidInput(str(exc)) from exc
+    reason = _clean_reason(reason)
     target = get_version(model_name, version)
     with transaction.atomic():
         model = RegisteredModel.objects.select_for_update().get(pk=target.model_id)
@@ -357,6 +384,17 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         current = Alias.objects.filter(model=model, name=name).select_related("version").first()
         if current is not None and current.version_id == target.pk:
             return current
+        details = dict(audit_data or {})
+        if current is not None and current.protected:
+            decider = owner if owner is not None else actor
+            if not getattr(decider, "is_authenticated", False):  # an automated actor: a policy, the system
+                raise Forbidden(f"@{name} is protected: only an owner of team '{model.team.name}' moves it")
+            require(Principal.of(decider), Action.MOVE_ALIAS, model=model, alias=name, protected=True)
+            if not reason:
+                raise InvalidInput(f"@{name} is protected: moving it needs a reason")
+            details.update(protected=True, owner=getattr(decider, "username", None))
+        if reason:
+            details["reason"] = reason
         previous = current.version.version if current is not None else None
         if current is None:
             current = Alias.objects.create(model=model, name=name, version=target, updated_by=acting_user(actor))
@@ -366,9 +404,10 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
             current.save(update_fields=["version", "updated_by", "updated_at"])
         record_audit_event(
             action=AuditAction.ALIAS_SET, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
-            data={**(audit_data or {}), "alias": name, "from": previous, "to": target.version},
+            data={**details, "alias": name, "from": previous, "to": target.version},
         )
-        alias_moved.send(sender=Alias, model=model, alias=name, version=target, actor=actor)
+        alias_moved.send(sender=Alias, model=model, alias=name, version=target, previous=previous, reason=reason,
+                         actor=actor)
     return current
 
 
@@ -377,6 +416,7 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
 
     Raises:
         NotFound: no such model or alias.
+        Conflict: the alias is protected (an owner unlocks it first).
     """
     model = get_model(model_name)
     with transaction.atomic():
@@ -384,11 +424,55 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
         current = Alias.objects.filter(model=model, name=alias).select_related("version").first()
         if current is None:
             raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        if current.protected:
+            raise Conflict(f"@{alias} is protected: an owner of team '{model.team.name}' unlocks it before it "
+                           "can be deleted")
         record_audit_event(
             action=AuditAction.ALIAS_DELETED, actor=actor, obj_type="alias", obj_id=current.pk, model=model,
             data={"alias": alias, "from": current.version.version, "to": None},
         )
         current.delete()
+
+
+def protect_alias(*, model_name: str, alias: str, protected: bool, actor, reason: str = "") -> Alias:
+    """Lock (``protected=True``) or unlock an alias; audited as ``alias.protected`` with the reason.
+
+    Idempotent: locking a locked alias (or unlocking an unlocked one) writes nothing.
+
+    Args:
+        model_name: the registered model.
+        alias: an existing alias of it.
+        protected: the new state.
+        actor: the requesting user or ``accounts.access.Principal``; an owner of the model's team.
+        reason: why (optional, at most 1000 characters).
+
+    Returns:
+        The Alias row.
+
+    Raises:
+        NotFound: no such model or alias.
+        Forbidden: the actor is not an owner of the model's team.
+        InvalidInput: the reason is too long.
+    """
+    model = get_model(model_name)
+    reason = _clean_reason(reason)
+    principal = Principal.of(actor)
+    require(principal, Action.PROTECT_ALIAS, model=model, alias=alias)
+    with transaction.atomic():
+        RegisteredModel.objects.select_for_update().get(pk=model.pk)
+        current = Alias.objects.filter(model=model, name=alias).select_related("version").first()
+        if current is None:
+            raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        if current.protected == bool(protected):
+            return current
+        current.protected = bool(protected)
+        current.save(update_fields=["protected", "updated_at"])
+        record_audit_event(
+            action=AuditAction.ALIAS_PROTECTED, actor=principal.user, obj_type="alias", obj_id=current.pk,
+            model=model, data={"alias": alias, "protected": current.protected, "version": current.version.version,
+                               **({"reason": reason} if reason else {})},
+        )
+    return current
 
 
 def may_delete_version(version: ModelVersion, actor) -> bool:
@@ -450,6 +534,9 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
             raise NotFound(f"model {model_name!r} has no version {version}")
         require(Principal.of(actor), Action.DELETE_VERSION, model=model, version=row)
         reasons = _version_in_use(row)
+        locked = [f"@{a}" for a in row.aliases.filter(protected=True).order_by("name").values_list("name", flat=True)]
+        if locked:
+            reasons.append(f"the protected alias {', '.join(locked)} names it (an owner moves or unlocks it first)")
         if reasons:
             raise Conflict(f"{model_name} v{version} cannot be deleted: {'; '.join(reasons)}")
         for alias in row.aliases.order_by("name"):
@@ -466,6 +553,7 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
             action=AuditAction.VERSION_DELETED, actor=actor, obj_type="version", obj_id=row.pk, model=model,
             data={"version": version, "sha256": row.artifact_sha256},
         )
+        version_deleted.send(sender=ModelVersion, model=model, version=row, actor=actor)
     logger.info("deleted %s v%s", model_name, version)
     return row
 

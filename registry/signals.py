@@ -4,8 +4,22 @@ from django.dispatch import Signal
 
 # Sent inside the transaction that created or moved an alias, after its audit event.
 # Keyword arguments: ``model`` (RegisteredModel), ``alias`` (str), ``version`` (ModelVersion),
-# ``actor`` (the user or None). Receivers that start work should do so on commit.
+# ``previous`` (the version number it named before, or None), ``reason`` (str, may be empty),
+# ``actor`` (the user, an automated actor with ``username``, or None). Receivers that start work
+# should do so on commit.
 alias_moved = Signal()
+
+# Sent inside the transaction that registered a version, after its audit event.
+# Keyword arguments: ``model`` (RegisteredModel), ``version`` (ModelVersion, READY), ``actor``.
+version_registered = Signal()
+
+# Sent inside the transaction that deleted a version, after its audit event.
+# Keyword arguments: ``model`` (RegisteredModel), ``version`` (ModelVersion, now DELETED), ``actor``.
+version_deleted = Signal()
+
+# Sent inside the transaction that changed a model's tags, after its audit event.
+# Keyword arguments: ``model`` (RegisteredModel), ``before`` and ``after`` (dicts of str to str), ``actor``.
+model_tags_changed = Signal()
 
 # Sent while deciding whether a version may be deleted (``registry.services.delete_version``).
 # Keyword arguments: ``version`` (ModelVersion). Each receiver returns a list of phrases, one per

@@ -6,29 +6,34 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
-from accounts.access import Action, Principal, require, scope_team_filter
+from accounts.access import Action, Principal, scope_team_filter
 from audit.choices import AuditAction
 from audit.models import AuditEvent
 from modelyard.errors import DomainError
 from monitoring.promql import PAGE_RANGES, page_range
-from registry.access import visible_models
+from registry.access import model_for, visible_models
+from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
+from registry.compare import compare_versions
 from registry.filters import RegisteredModelFilter
-from registry.forms import AliasForm, VersionUploadForm
+from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
+from registry.models import ModelVersion
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
     delete_alias,
     delete_version,
     may_delete_version,
+    protect_alias,
     set_alias,
     update_model,
 )
 
 MODEL_PAGE_SIZE = 50
+DESCRIPTION_MAX_LENGTH = 10_000  # as the API's
 
 
 def keyset_page(queryset, *, after: str = "", before: str = "", size: int) -> tuple[list, bool, bool]:
@@ -112,15 +117,83 @@ def audit_log(request):
 
 @login_required
 def version_detail(request, name: str, version: int):
-    """One version: format, inputs and outputs, ensemble members, config, files, metadata, aliases and
-    its deployments."""
+    """One version: format, model card, inputs and outputs, ensemble members, config, files, metadata,
+    aliases and its deployments."""
     model_version = version_or_404(request, name, version)
     return render(request, "registry/version_detail.html", {
         "model": model_version.model, "version": model_version,
         "aliases": model_version.aliases.order_by("name"),
         "members": model_version.members.select_related("member__model"),
         "may_delete": may_delete_version(model_version, Principal.of(request)),
+        "card": card_of(model_version),
     })
+
+
+def compare_choice(model, query, live: list[int]) -> tuple[ModelVersion | None, ModelVersion | None, str]:
+    """The two versions ``?a=&b=`` of ``query`` name for comparing (by default the two newest of ``live``,
+    the live version numbers newest first; older first), and an error sentence when they do not name
+    two live versions of ``model``."""
+    raw = {key: (query.get(key) or "").strip() for key in ("a", "b")}
+    if not raw["a"] and not raw["b"]:
+        if len(live) < 2:
+            return None, None, f"{model.name} has fewer than two versions to compare"
+        raw = {"a": str(live[1]), "b": str(live[0])}
+    numbers = {}
+    for key, text in raw.items():
+        if not text.isdigit():
+            return None, None, f"{key} must be a version number, not {text!r}"
+        numbers[key] = int(text)
+        if numbers[key] not in live:
+            return None, None, f"{model.name} has no version {numbers[key]}"
+    rows = {v.version: v for v in model.versions.filter(version__in=numbers.values()).select_related(
+        "model", "created_by")}
+    return rows[numbers["a"]], rows[numbers["b"]], ""
+
+
+@login_required
+def version_compare(request, name: str):
+    """Compare two versions of a model (``?a=3&b=4``, by default the two newest): signature changes marked
+    compatible or breaking for the clients of ``a``, serving config, files, lineage and offline metrics;
+    the serving metrics of both over one window load from the monitoring app's panel. Bad numbers answer
+    400 with the chooser and the reason."""
+    model = model_or_404(request, name)
+    live = list(model.versions.exclude(status=VersionStatus.DELETED).order_by("-version")
+                .values_list("version", flat=True))
+    older, newer, error = compare_choice(model, request.GET, live)
+    context = {"model": model, "error": error, "versions": live, "range": page_range(request.GET.get("range")),
+               "ranges": PAGE_RANGES}
+    if older is not None:
+        context.update(a=older, b=newer, diff=compare_versions(older, newer))
+    return render(request, "registry/version_compare.html", context, status=400 if error and request.GET else 200)
+
+
+@login_required
+def card_edit(request, name: str, version: int):
+    """Edit a version's model card (maintainers): GET shows the form, a valid POST saves it (audited) and
+    goes back to the version page; refusals stay on the form with the reason, nothing saved."""
+    model_version = version_or_404(request, name, version)
+    forbidden_unless(request, Action.CHANGE, model=model_version.model)
+    card = card_of(model_version)
+    form = ModelCardForm(request.POST or None, initial=ModelCardForm.initial_of(card))
+    if request.method == "POST" and form.is_valid():
+        try:
+            update_card(model_version, actor=request.user, **form.cleaned_data)
+        except DomainError as exc:
+            form.add_error(None, exc.message)
+        else:
+            messages.success(request, f"The model card of v{version} is saved.")
+            return redirect("registry:version-detail", name=name, version=version)
+    return render(request, "registry/card_form.html", {"model": model_version.model, "version": model_version,
+                                                       "form": form})
+
+
+@login_required
+def card_readme(request, name: str, version: int):
+    """The version's model card as a README.md with YAML front matter, downloaded."""
+    model_version = version_or_404(request, name, version)
+    response = HttpResponse(readme(card_of(model_version)), content_type="text/markdown; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="README.md"'
+    return response
 
 
 @login_required
@@ -163,9 +236,10 @@ def alias_set(request, name: str):
         messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items()))
     else:
         try:
-            require(Principal.of(request), Action.MOVE_ALIAS, model=model, alias=form.cleaned_data["alias"])
+            model_for(Principal.of(request), model.name, Action.MOVE_ALIAS, alias=form.cleaned_data["alias"])
             alias = set_alias(model_name=model.name, alias=form.cleaned_data["alias"],
-                              version=form.cleaned_data["version"], actor=request.user)
+                              version=form.cleaned_data["version"], actor=request.user,
+                              reason=form.cleaned_data["reason"])
         except DomainError as exc:
             messages.error(request, exc.message)
         else:
@@ -181,10 +255,32 @@ def alias_delete(request, name: str, alias: str):
     if row is None:
         raise Http404(f"model {name!r} has no alias {alias!r}")
     if request.method == "POST":
-        delete_alias(model_name=model.name, alias=alias, actor=request.user)
-        messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
+        try:
+            delete_alias(model_name=model.name, alias=alias, actor=request.user)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"@{alias} deleted; v{row.version.version} is unchanged.")
         return redirect("registry:model-detail", name=model.name)
     return render(request, "registry/alias_confirm_delete.html", {"model": model, "alias": row})
+
+
+@login_required
+def alias_protect(request, name: str, alias: str):
+    """Lock (``protected=1``) or unlock (``protected=0``) an alias from the model page (POST, owners);
+    refusals go back to the page as messages."""
+    model = model_or_404(request, name, Action.PROTECT_ALIAS, alias=alias)
+    if request.method == "POST":
+        locking = request.POST.get("protected") == "1"
+        try:
+            protect_alias(model_name=model.name, alias=alias, protected=locking, actor=Principal.of(request),
+                          reason=request.POST.get("reason", ""))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"@{alias} locked: moving it needs a team owner and a reason." if locking
+                             else f"@{alias} unlocked.")
+    return redirect("registry:model-detail", name=model.name)
 
 
 @login_required
@@ -192,8 +288,13 @@ def model_edit(request, name: str):
     """Edit a model's description from its page (POST)."""
     model = model_or_404(request, name, Action.CHANGE)
     if request.method == "POST":
-        update_model(name=model.name, description=request.POST.get("description", "")[:10_000], actor=request.user)
-        messages.success(request, "Description saved.")
+        description = request.POST.get("description", "")
+        if len(description) > DESCRIPTION_MAX_LENGTH:
+            messages.error(request, f"The description is {len(description)} characters long; the limit is "
+                                    f"{DESCRIPTION_MAX_LENGTH}. Nothing was saved.")
+        else:
+            update_model(name=model.name, description=description, actor=request.user)
+            messages.success(request, "Description saved.")
     return redirect("registry:model-detail", name=model.name)
 
 

@@ -19,6 +19,17 @@ def token_for(user, scopes=None, *, team=None, expires_at=None, name: str = "tes
     return plaintext
 
 
+def api_client_for(user):
+    """A DRF ``APIClient`` sending a new API token of ``user`` (every scope it may hold) as a bearer
+    token, as CI would; an anonymous client for None."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    if user is not None:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
+    return client
+
+
 def team_member(user, role: str = "owner", team=None):
     """Give ``user`` ``role`` (an ``accounts.choices.Role`` value) in ``team`` (default: the default team,
     where models created without a team go); returns the user."""

@@ -69,3 +69,27 @@ def test_the_admin_stores_a_host_url_normalised(admin_client):
     answer = admin_client.post("/admin/deployments/servinghost/add/", {**HOST, "inference_url": "HTTP://GPU-0:8000/"})
     assert answer.status_code == 302
     assert ServingHost.objects.get().inference_url == "http://gpu-0:8000"
+
+
+def test_the_admin_forms_carry_no_maxlength_and_refuse_a_124_character_host_name(admin_client):
+    for page in ("/admin/deployments/servinghost/add/", "/admin/registry/registeredmodel/add/",
+                 "/admin/accounts/team/add/", "/admin/promotions/webhook/add/",
+                 "/admin/promotions/promotionpolicy/add/"):
+        assert b"maxlength" not in admin_client.get(page).content, page  # a browser would cut the text short
+    answer = admin_client.post("/admin/deployments/servinghost/add/", {**HOST, "name": "gpu-" + "a" * 120})
+    assert answer.status_code == 200 and b"at most 63 characters (it has 124)" in answer.content
+    assert not ServingHost.objects.exists()
+
+
+def test_the_admin_refuses_a_webhook_of_one_team_limited_to_another_teams_model(admin_client, settings):
+    from accounts.models import Team
+    from promotions.models import Webhook
+
+    settings.WEBHOOK_ALLOW_PRIVATE = True
+    vision = Team.objects.create(name="vision")
+    model = RegisteredModel.objects.create(name="iris")  # of the default team
+    answer = admin_client.post("/admin/promotions/webhook/add/", {
+        "url": "http://127.0.0.1:9/hook", "secret": "s" * 32, "events": '["alias.moved"]', "model": model.pk,
+        "team": vision.pk, "enabled": "on"})
+    assert answer.status_code == 200 and b"is not a model of team" in answer.content
+    assert not Webhook.objects.exists()

@@ -5,7 +5,7 @@ from rest_framework import serializers
 
 from accounts.choices import Scope
 from accounts.models import ApiToken
-from accounts.tokens import NAME_MAX_LENGTH, token_state
+from accounts.tokens import DEFAULT_EXPIRY_DAYS, NAME_MAX_LENGTH, token_state
 from modelyard.api import RefuseUnknownFields
 
 TOKEN_STATES = ["active", "expired", "revoked"]
@@ -53,6 +53,7 @@ class ApiTokenCreateSerializer(RefuseUnknownFields, serializers.Serializer):
                                    help_text="what the token may do: read, write, deploy, admin")
     team = serializers.CharField(max_length=63, required=False, allow_null=True, default=None,
                                  help_text="limit the token to this team's models (a team you are a member of)")
-    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None,
-                                           help_text="ISO 8601, in the future; none for no expiry (a token "
-                                                     "created with an expiring token expires with it at the latest)")
+    expires_at = serializers.DateTimeField(
+        required=False, allow_null=True,
+        help_text=f"ISO 8601, in the future; null for no expiry; left out: {DEFAULT_EXPIRY_DAYS} days from now "
+                  "(a token created with an expiring token expires with it at the latest)")

@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from accounts.access import Principal
 from accounts.api.serializers import ApiTokenCreatedSerializer, ApiTokenCreateSerializer, ApiTokenSerializer
 from accounts.models import ApiToken
-from accounts.tokens import find_team, issue_token, revoke_token
+from accounts.tokens import default_expiry, find_team, issue_token, revoke_token
 from modelyard.api import error_responses
 from modelyard.errors import Forbidden, NotFound
 
@@ -76,7 +76,8 @@ class ApiTokenViewSet(
         token, plaintext = issue_token(
             user=request.user, name=fields["name"], scopes=fields["scopes"],
             team=find_team(request.user, fields["team"]) if fields["team"] else None,
-            expires_at=fields["expires_at"], actor=request.user, via=via)
+            expires_at=fields["expires_at"] if "expires_at" in fields else default_expiry(via), actor=request.user,
+            via=via)
         token.token = plaintext
         answer = Response(ApiTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
         answer["Cache-Control"] = "no-store"  # the answer carries a secret

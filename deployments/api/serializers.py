@@ -149,6 +149,9 @@ class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     config = serializers.ChoiceField(choices=["recommended"], required=False, help_text=(
         '"recommended": serve with the config the version\'s performance card recommends (instead of '
         'config_overrides)'))
+    confirm_breaking = serializers.BooleanField(default=False, help_text=(
+        "roll out even though the version breaks the signature (inputs, outputs, batching) of a version it "
+        "replaces; without it such a rollout is refused with 409 naming what breaks"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

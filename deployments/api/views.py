@@ -156,7 +156,7 @@ class DeploymentViewSet(
             host_names=fields.get("hosts"), selector=fields.get("selector"), replicas=fields.get("replicas"),
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
-            authorize=authorize, config=fields.get("config", ""),
+            authorize=authorize, config=fields.get("config", ""), confirm_breaking=fields["confirm_breaking"],
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 

@@ -52,7 +52,7 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
     if not name:
         raise InvalidName(f"{kind} must not be empty")
     if len(name) > NAME_MAX_LENGTH:
-        raise InvalidName(f"{kind} {name!r} is longer than {NAME_MAX_LENGTH} characters")
+        raise InvalidName(f"{kind} {name[:20]!r}… is longer than {NAME_MAX_LENGTH} characters ({len(name)})")
     if name.lower() != name:
         hint = f"; use {name.lower()!r}" if NAME_PATTERN.match(name.lower()) else ""
         raise InvalidName(f"{kind} {name!r} has upper-case letters{hint}: {NAME_RULE}")
@@ -78,6 +78,8 @@ def validate_alias(raw: str) -> str:
     name = normalize_name(raw)
     if name in RESERVED_ALIASES:
         raise InvalidName(f"alias {name!r} is reserved: it always means the newest version")
+    if len(name) > NAME_MAX_LENGTH:
+        raise InvalidName(f"alias {name[:20]!r}… is {len(name)} characters long; the limit is {NAME_MAX_LENGTH}")
     if not name or len(name) > NAME_MAX_LENGTH or name.lower() != name or not ALIAS_PATTERN.match(name):
         raise InvalidName(
             f"alias {name!r} is not valid: 1-63 characters of lower-case letters, digits, '-' and '_', "

@@ -7,8 +7,11 @@ from rest_framework.views import APIView
 
 from accounts.access import Principal
 from modelyard.api import error_responses
+from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import services
 from registry.access import model_for
+from registry.compare import compare_versions
+from registry.services import get_version
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, description="Window such as 15m, 1h, 6h, 24h, 7d (default 15m)"
@@ -32,3 +35,45 @@ class ModelMetricSeriesView(APIView):
     def get(self, request, model_name: str):
         model_for(Principal.of(request), model_name)
         return Response(services.model_series(model_name, request.query_params.get("range", "15m")))
+
+
+VERSION_PARAMETERS = [
+    OpenApiParameter("a", OpenApiTypes.INT, required=True, description="the version in use (the one replaced)"),
+    OpenApiParameter("b", OpenApiTypes.INT, required=True, description="the version that replaces it"),
+]
+
+
+class ModelCompareView(APIView):
+    """``GET /api/v1/models/<name>/compare/?a=3&b=4&range=15m``: what changed from version ``a`` to ``b``.
+
+    The signature's inputs, outputs and batching, each ``same``, ``compatible`` or ``breaking`` for the
+    clients of ``a`` (``signature.verdict`` the worst); the serving config (backend, instance groups,
+    batching); files, sizes and sha256; lineage; offline metrics with their change; and ``serving``:
+    both versions' serving metrics over the same window (as ``/metrics/``), or ``serving_error`` when
+    Prometheus cannot answer (the rest is still given).
+    """
+
+    @extend_schema(parameters=[*VERSION_PARAMETERS, RANGE_PARAMETER],
+                   responses={200: OpenApiTypes.OBJECT, **error_responses(404)})
+    def get(self, request, model_name: str):
+        principal = Principal.of(request)
+        model_for(principal, model_name)
+        numbers = {}
+        for key in ("a", "b"):
+            text = request.query_params.get(key, "")
+            if not text.isdigit():
+                raise InvalidInput(f"{key} must be a version number, e.g. ?a=3&b=4; got {text!r}")
+            numbers[key] = int(text)
+        older, newer = (get_version(model_name, numbers[key], visible_to=principal) for key in ("a", "b"))
+        answer = compare_versions(older, newer)
+        range_text = request.query_params.get("range", "15m")
+        answer.update(serving=None, serving_error="")
+        try:
+            summary = services.model_metrics(model_name, range_text)
+        except ServiceUnavailable as exc:
+            answer["serving_error"] = exc.message
+        else:
+            rows = {str(row["version"]): row for row in summary["versions"]}
+            answer["serving"] = {"range": summary["range"], "range_seconds": summary["range_seconds"],
+                                 "a": rows.get(str(older.version)), "b": rows.get(str(newer.version))}
+        return Response(answer)

@@ -2,6 +2,7 @@
 
 from rest_framework import serializers
 
+from accounts.models import Team
 from modelyard.api import RefuseUnknownFields
 from promotions.choices import Decision, DeliveryStatus, WebhookEvent
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
@@ -107,10 +108,14 @@ class WebhookSerializer(RefuseUnknownFields, serializers.ModelSerializer):
     model = serializers.SlugRelatedField(slug_field="name", queryset=RegisteredModel.objects.all(), required=False,
                                          allow_null=True, default=None,
                                          help_text="only this model's events; empty: all models")
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all(), required=False,
+                                        allow_null=True, default=None,
+                                        help_text="only this team's events, managed by its owners; empty: every "
+                                                  "team's (administrators only)")
 
     class Meta:
         model = Webhook
-        fields = ["id", "url", "secret", "events", "model", "enabled", "created_at"]
+        fields = ["id", "url", "secret", "events", "model", "team", "enabled", "created_at"]
         read_only_fields = ["id", "created_at"]
 
 

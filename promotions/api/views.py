@@ -5,10 +5,11 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from accounts.access import Action, Principal, require, scope_team_filter
-from accounts.choices import Scope
-from accounts.permissions import AdminOnly, TokenScopePermission
-from modelyard.errors import InvalidInput
+from accounts.access import Action, Principal, can_see, require, scope_team_filter
+from accounts.choices import Role
+from accounts.models import Team
+from modelyard.api import error_responses
+from modelyard.errors import Forbidden, InvalidInput
 from promotions import services, webhooks
 from promotions.api.serializers import (
     PromotionEvaluationSerializer,
@@ -158,34 +159,94 @@ class WebhookViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, mixins.UpdateModelMixin,
     mixins.DestroyModelMixin, viewsets.GenericViewSet,
 ):
-    """Webhooks told about promotions and rollout outcomes; administrators only.
+    """Webhooks told about registry events, promotions and rollout outcomes.
 
-    URLs resolving to loopback, private or link-local addresses are refused (400).
-    ``GET .../<id>/deliveries/`` lists the latest 100 deliveries with their attempts and errors.
+    A webhook of one ``team`` is managed (read, changed, deleted) by that team's owners, one of every
+    team by administrators only; the list shows the webhooks the principal manages. Others' webhooks
+    of a team the principal sees answer 403, of any other 404. Changes need the ``write`` scope
+    (``admin`` for a webhook of every team). URLs resolving to loopback, private or link-local
+    addresses are refused (400). ``GET .../<id>/deliveries/`` lists the latest 100 deliveries with
+    their attempts and errors.
     """
 
     lookup_value_regex = "[0-9]+"  # ASCII digits: int() of anything else would be a 500
 
     serializer_class = WebhookSerializer
-    permission_classes = [AdminOnly, TokenScopePermission]
-    required_scope = Scope.ADMIN
-    queryset = Webhook.objects.select_related("model").order_by("id")
+    queryset = Webhook.objects.select_related("model", "team").order_by("id")
     ordering = "id"
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
+    def get_queryset(self):
+        """Webhooks of the teams the principal sees (every webhook for an administrator)."""
+        principal = Principal.of(self.request)
+        if principal.is_admin:
+            return self.queryset
+        return self.queryset.filter(team__in=principal.team_ids())
+
+    def get_object(self):
+        hook = super().get_object()
+        self._require_manager(hook.team)
+        return hook
+
+    def _require_manager(self, team) -> None:
+        """Refuse (403) unless the principal may manage webhooks of ``team`` (None: of every team)."""
+        principal = Principal.of(self.request)
+        if team is None:
+            if not principal.is_admin:
+                raise Forbidden("a webhook of every team is managed by administrators only; name your team")
+            return
+        require(principal, Action.MANAGE_WEBHOOKS, team=team)
+
+    def list(self, request, *args, **kwargs):
+        principal = Principal.of(request)
+        hooks = self.get_queryset()
+        if not principal.is_admin:
+            hooks = hooks.filter(team__in=principal.team_ids(Role.OWNER))
+        page = self.paginate_queryset(self.filter_queryset(hooks))
+        return self.get_paginated_response(WebhookSerializer(page, many=True).data)
+
+    def _refuse_unseen_team(self) -> None:
+        """A team the principal is not a member of is refused alike whether it exists or not (403), so
+        team names do not leak through the serializer's "does not exist"."""
+        principal = Principal.of(self.request)
+        name = self.request.data.get("team") if hasattr(self.request.data, "get") else None
+        if isinstance(name, str) and name and not principal.is_admin:
+            team = Team.objects.filter(name=name).first()
+            if team is None or principal.role_in(team.pk) is None:
+                raise Forbidden(f"managing the webhooks of team {name!r} needs the owner role there "
+                                "(you are not a member)")
+
     @extend_schema(request=WebhookSerializer, responses={201: WebhookCreatedSerializer})
     def create(self, request, *args, **kwargs):
+        self._refuse_unseen_team()
         data = WebhookSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        hook = webhooks.create_webhook(**data.validated_data)
+        self._require_manager(data.validated_data.get("team"))
+        self._check_model(data.validated_data.get("model"))
+        hook = webhooks.create_webhook(actor=request.user, **data.validated_data)
         return Response(WebhookCreatedSerializer(hook).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=WebhookSerializer, responses={200: WebhookSerializer})
     def partial_update(self, request, *args, **kwargs):
+        self.get_object()
+        self._refuse_unseen_team()
         data = WebhookSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
-        hook = webhooks.update_webhook(int(kwargs["pk"]), **data.validated_data)
+        if "team" in data.validated_data:  # moving it to another team (or to every team) needs rights there too
+            self._require_manager(data.validated_data["team"])
+        self._check_model(data.validated_data.get("model"))
+        hook = webhooks.update_webhook(int(kwargs["pk"]), actor=request.user, **data.validated_data)
         return Response(WebhookSerializer(hook).data)
+
+    @extend_schema(responses={204: None, **error_responses(403, 404)})
+    def destroy(self, request, *args, **kwargs):
+        webhooks.delete_webhook(self.get_object().pk, actor=request.user)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    def _check_model(self, model) -> None:
+        """A model the principal cannot read is answered as a missing one (400), so names do not leak."""
+        if model is not None and not can_see(Principal.of(self.request), model):
+            raise InvalidInput(f"no model named {model.name!r}")
 
     @extend_schema(responses={200: WebhookDeliverySerializer(many=True)})
     @action(detail=True, methods=["get"])

@@ -5,7 +5,7 @@ from rest_framework import serializers
 from audit.models import AuditEvent
 from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
-from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
+from registry.models import Alias, EnsembleMember, ModelCard, ModelVersion, RegisteredModel
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -131,7 +131,7 @@ class AliasSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Alias
-        fields = ["model", "alias", "version", "updated_by", "updated_at"]
+        fields = ["model", "alias", "version", "protected", "updated_by", "updated_at"]
         read_only_fields = fields
 
 
@@ -139,6 +139,16 @@ class AliasSetSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``PUT /api/v1/models/<name>/aliases/<alias>/``."""
 
     version = serializers.IntegerField(min_value=1)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000,
+                                   help_text="why it moves; required to move a protected alias (kept in the audit log)")
+
+
+class AliasProtectSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/aliases/<alias>/``: lock or unlock the alias."""
+
+    protected = serializers.BooleanField(help_text="locked: moving it needs a team owner and a reason")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=1000,
+                                   help_text="why (kept in the audit log)")
 
 
 class AuditEventSerializer(serializers.ModelSerializer):
@@ -146,8 +156,51 @@ class AuditEventSerializer(serializers.ModelSerializer):
 
     actor = serializers.CharField(source="actor_label", read_only=True)
     model = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    object = serializers.CharField(source="object_label", read_only=True,
+                                   help_text='the object as people name it, e.g. "model iris", "alias production"')
 
     class Meta:
         model = AuditEvent
-        fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "data"]
+        fields = ["id", "created_at", "action", "actor", "model", "object_type", "object_id", "object", "data"]
         read_only_fields = fields
+
+
+class EvaluationResultSerializer(serializers.Serializer):
+    """One evaluation result of a model card."""
+
+    task = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    dataset = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    metric = serializers.CharField(max_length=200)
+    value = serializers.FloatField()
+
+
+class ModelCardSerializer(serializers.ModelSerializer):
+    """A version's model card (empty fields when it has none yet)."""
+
+    model = serializers.CharField(source="version.model.name", read_only=True)
+    version = serializers.IntegerField(source="version.version", read_only=True)
+    license = serializers.CharField(read_only=True, help_text="an SPDX license expression, 'other', or empty")
+    datasets = serializers.ListField(child=serializers.CharField(), read_only=True)
+    evaluation_results = EvaluationResultSerializer(many=True, read_only=True)
+    updated_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ModelCard
+        fields = ["model", "version", "license", "datasets", "base_model", "intended_use", "limitations",
+                  "evaluation_results", "updated_by", "updated_at"]
+        read_only_fields = fields
+
+
+class ModelCardUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/versions/<n>/card/``: any of the fields; the service checks
+    them further (an SPDX license, at most 100 datasets and results, finite values)."""
+
+    license = serializers.CharField(max_length=200, required=False, allow_blank=True,
+                                    help_text="an SPDX license expression (e.g. Apache-2.0), 'other', or empty")
+    datasets = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=100)
+    base_model = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    intended_use = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    limitations = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
+    evaluation_results = serializers.ListField(child=serializers.DictField(), required=False, max_length=100,
+                                               help_text='[{"task", "dataset", "metric", "value"}], value a number')

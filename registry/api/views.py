@@ -1,7 +1,9 @@
 """Registry API: models and their versions."""
 
 import django_filters
-from drf_spectacular.utils import extend_schema
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
@@ -11,12 +13,15 @@ from accounts.access import Action, Principal, require, scope_team_filter, team_
 from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
 from modelyard.errors import NotFound
-from registry import services
+from registry import cards, services
 from registry.access import model_for
 from registry.api.serializers import (
+    AliasProtectSerializer,
     AliasSerializer,
     AliasSetSerializer,
     AuditEventSerializer,
+    ModelCardSerializer,
+    ModelCardUpdateSerializer,
     ModelVersionSerializer,
     ModelVersionUploadSerializer,
     RegisteredModelCreateSerializer,
@@ -146,7 +151,8 @@ class AliasListView(APIView):
 
 class AliasDetailView(APIView):
     """One alias: ``GET`` resolves it (``latest`` too), ``PUT {"version": n}`` sets or moves it,
-    ``DELETE`` removes it. Every move and removal is an audit event."""
+    ``PATCH {"protected": true}`` locks or unlocks it, ``DELETE`` removes it. Every change is an audit
+    event."""
 
     @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)})
     def get(self, request, model_name: str, alias: str):
@@ -154,18 +160,35 @@ class AliasDetailView(APIView):
         return Response(ModelVersionSerializer(services.resolve_alias(model_name, alias)).data)
 
     @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
-                   description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner.")
+                   description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner; moving "
+                   "a protected alias needs a team owner and a `reason` (400 without one). Both are in the audit "
+                   "log.")
     def put(self, request, model_name: str, alias: str):
         data = AliasSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         row = services.set_alias(
-            model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user
+            model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user,
+            reason=data.validated_data["reason"],
         )
-        row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
-        return Response(AliasSerializer(row).data)
+        return Response(AliasSerializer(self._loaded(row)).data)
 
-    @extend_schema(responses={204: None, **error_responses(403, 404)})
+    @extend_schema(request=AliasProtectSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
+                   description="Lock (`protected: true`) or unlock an alias: team owners only; audited.")
+    def patch(self, request, model_name: str, alias: str):
+        data = AliasProtectSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.PROTECT_ALIAS, alias=alias)
+        row = services.protect_alias(model_name=model_name, alias=alias, actor=Principal.of(request),
+                                     **data.validated_data)
+        return Response(AliasSerializer(self._loaded(row)).data)
+
+    @staticmethod
+    def _loaded(row: Alias) -> Alias:
+        return Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
+
+    @extend_schema(responses={204: None, **error_responses(403, 404, 409)},
+                   description="409 while the alias is protected: an owner unlocks it first.")
     def delete(self, request, model_name: str, alias: str):
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         services.delete_alias(model_name=model_name, alias=alias, actor=request.user)
@@ -202,3 +225,35 @@ class AuditEventViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):
         if principal.is_admin:
             return events
         return scope_team_filter(principal, events.filter(model__isnull=False), "model__team")
+
+
+class ModelCardView(APIView):
+    """``GET`` a version's model card, ``PATCH`` some of its fields (maintainers; audited)."""
+
+    @extend_schema(responses={200: ModelCardSerializer, **error_responses(404)})
+    def get(self, request, model_name: str, version: int):
+        found = services.get_version(model_name, version, visible_to=Principal.of(request))
+        return Response(ModelCardSerializer(cards.card_of(found)).data)
+
+    @extend_schema(request=ModelCardUpdateSerializer,
+                   responses={200: ModelCardSerializer, **error_responses(403, 404)},
+                   description="Set the given fields (the others stay); 400 naming a field that breaks its rule. "
+                   "Every change is an audit event (version.card_updated) with the fields before and after.")
+    def patch(self, request, model_name: str, version: int):
+        data = ModelCardUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.CHANGE)
+        found = services.get_version(model_name, version)
+        # The raw values, so a value the serializer would coerce (a "0.9" string) is refused by the service.
+        fields = {key: request.data[key] for key in data.validated_data}
+        return Response(ModelCardSerializer(cards.update_card(found, actor=request.user, **fields)).data)
+
+
+class ModelCardReadmeView(APIView):
+    """``GET`` a version's model card as a README.md with YAML front matter (``text/markdown``)."""
+
+    @extend_schema(responses={(200, "text/markdown"): OpenApiResponse(OpenApiTypes.STR, description="README.md"),
+                              **error_responses(404)})
+    def get(self, request, model_name: str, version: int):
+        found = services.get_version(model_name, version, visible_to=Principal.of(request))
+        return HttpResponse(cards.readme(cards.card_of(found)), content_type="text/markdown; charset=utf-8")

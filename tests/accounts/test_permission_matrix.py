@@ -52,6 +52,8 @@ ADMINS = {**dict.fromkeys(USERS, 403), "admin": "ok"}
 # An upload, like an API token, is its creator's (the maintainer's) or an administrator's; others do not
 # learn it exists.
 UPLOADER = {**dict.fromkeys(USERS, 404), "maintainer": "ok", "admin": "ok"}
+# What only administrators may see at all (a webhook of every team).
+ADMINS_ONLY_SEE = {**dict.fromkeys(USERS, 404), "admin": "ok"}
 
 # (method, path template as in the schema, path values, JSON body, expected per user)
 API = [
@@ -63,17 +65,24 @@ API = [
     ("POST", "/api/v1/models/{model_name}/versions/", {}, {}, needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/versions/{version}/", {"version": 2}, None, needs("viewer")),
     ("DELETE", "/api/v1/models/{model_name}/versions/{version}/", {"version": 2}, None, needs("owner")),
+    ("GET", "/api/v1/models/{model_name}/versions/{version}/card/", {"version": 2}, None, needs("viewer")),
+    ("PATCH", "/api/v1/models/{model_name}/versions/{version}/card/", {"version": 2}, {"license": "MIT"},
+     needs("maintainer")),
+    ("GET", "/api/v1/models/{model_name}/versions/{version}/card/readme/", {"version": 2}, None, needs("viewer")),
     ("GET", "/api/v1/models/{model_name}/aliases/", {}, None, needs("viewer")),
     ("GET", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("viewer")),
     ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, {"version": 2},
      needs("maintainer")),
     ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, {"version": 2},
      needs("owner")),
+    ("PATCH", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, {"protected": True},
+     needs("owner")),
     ("DELETE", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, None, needs("maintainer")),
     ("DELETE", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("owner")),
     ("POST", "/api/v1/models/{model_name}/infer/", {}, {"host": "gpu-dev", "inputs": {"x": [[1.0]]}},
      needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/metrics/", {}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/compare/", {}, None, needs("viewer")),  # no a, b: 400 once allowed
     ("GET", "/api/v1/models/{model_name}/metrics/series/", {}, None, needs("viewer")),
     ("POST", "/api/v1/models/{model_name}/uploads/", {}, {"filename": "big.tar.gz", "size": 10},
      needs("maintainer")),
@@ -114,12 +123,20 @@ API = [
     ("GET", "/api/v1/promotion-evaluations/{id}/", {"id": "evaluation"}, None, needs("viewer")),
     ("POST", "/api/v1/promotion-evaluations/{id}/approve/", {"id": "evaluation"}, None, needs("owner")),
     ("POST", "/api/v1/promotion-evaluations/{id}/reject/", {"id": "evaluation"}, {"reason": "no"}, needs("owner")),
-    ("GET", "/api/v1/webhooks/", {}, None, ADMINS),
+    # Webhooks of every team are the administrators'; one of team vision is also its owners'. The list
+    # shows everyone the webhooks they manage.
+    ("GET", "/api/v1/webhooks/", {}, None, EVERYONE),
     ("POST", "/api/v1/webhooks/", {}, {"url": "https://example.com/hook"}, ADMINS),
-    ("GET", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
-    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "webhook"}, {"enabled": False}, ADMINS),
-    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS),
-    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS),
+    ("POST", "/api/v1/webhooks/", {}, {"url": "https://example.com/hook", "team": "vision"},
+     needs("owner", scoped=False)),
+    ("GET", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("GET", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, None, needs("owner")),
+    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "webhook"}, {"enabled": False}, ADMINS_ONLY_SEE),
+    ("PATCH", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, {"enabled": False}, needs("owner")),
+    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("DELETE", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, None, needs("owner")),
+    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
+    ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "team_webhook"}, None, needs("owner")),
     ("GET", "/api/v1/teams/", {}, None, EVERYONE),
     ("POST", "/api/v1/teams/", {}, {"name": "audio"}, ADMINS),
     ("GET", "/api/v1/teams/{name}/", {"name": "vision"}, None, needs("viewer")),
@@ -170,6 +187,7 @@ def world(db) -> dict:
     ids["evaluation"] = PromotionEvaluation.objects.create(
         policy=policy, decision=Decision.AWAITING_APPROVAL, candidate_version=versions[0]).pk
     ids["webhook"] = Webhook.objects.create(url="https://example.com/hook", secret="s" * 32, model=model).pk
+    ids["team_webhook"] = Webhook.objects.create(url="https://example.com/team", secret="s" * 32, team=vision).pk
     upload = Upload.objects.create(
         model=model, filename="big.tar.gz", size=10, part_size=5 * 1024 * 1024, staging_key="uploads/x",
         s3_upload_id="not-a-real-upload", created_by=people["maintainer"],
@@ -259,6 +277,10 @@ PAGES = [
     ("POST", "registry:alias-set", {"name": "resnet"}, {"alias": "staging", "version": 2}, needs("viewer")),
     ("GET", "registry:alias-delete", {"name": "resnet", "alias": "staging"}, None, needs("maintainer")),
     ("GET", "registry:alias-delete", {"name": "resnet", "alias": "production"}, None, needs("owner")),
+    ("POST", "registry:alias-protect", {"name": "resnet", "alias": "staging"}, {"protected": "1"}, needs("owner")),
+    ("GET", "registry:card-edit", {"name": "resnet", "version": 2}, None, needs("maintainer")),
+    ("GET", "registry:version-compare", {"name": "resnet"}, None, needs("viewer")),
+    ("GET", "registry:card-readme", {"name": "resnet", "version": 2}, None, needs("viewer")),
     ("GET", "registry:version-detail", {"name": "resnet", "version": 2}, None, needs("viewer")),
     ("GET", "registry:version-delete", {"name": "resnet", "version": 2}, None, needs("owner")),
     ("GET", "registry:version-download", {"name": "resnet", "version": 2}, None, needs("viewer")),
@@ -266,6 +288,7 @@ PAGES = [
     ("GET", "deployments:host-list", {}, None, EVERYONE),
     ("GET", "deployments:host-create", {}, None, ADMINS),
     ("GET", "deployments:host-detail", {"name": "gpu-dev"}, None, EVERYONE),
+    ("GET", "deployments:host-delete", {"name": "gpu-dev"}, None, ADMINS),
     ("GET", "deployments:host-model-unload", {"name": "gpu-dev", "model_name": "resnet"}, None,
      needs("maintainer")),
     ("GET", "deployments:host-model-unload", {"name": "gpu-prod", "model_name": "resnet"}, None, needs("owner")),

@@ -376,3 +376,42 @@ def test_the_cli_with_a_revoked_token_exits_non_zero_with_the_servers_message(li
     result = run()
     assert result.returncode == 1
     assert "HTTP 401" in result.stderr and "was revoked at" in result.stderr and plaintext not in result.stderr
+
+
+def test_a_token_made_through_the_api_without_an_expiry_expires_in_90_days_and_null_means_never(member):
+    client = bearer(token_for(member))
+    default = client.post(TOKENS, {"name": "ci", "scopes": ["read"]}, format="json")
+    assert default.status_code == 201
+    left = ApiToken.objects.get(pk=default.json()["id"]).expires_at - timezone.now()
+    assert timedelta(days=89, hours=23) < left <= timedelta(days=90)
+    forever = client.post(TOKENS, {"name": "forever", "scopes": ["read"], "expires_at": None}, format="json")
+    assert forever.status_code == 201 and ApiToken.objects.get(pk=forever.json()["id"]).expires_at is None
+
+
+def test_the_token_form_offers_90_days_and_the_token_list_is_paged(member):
+    browser = Client()
+    browser.force_login(member)
+    assert 'name="expires_in_days" value="90"' in browser.get("/account/tokens/new/").content.decode()
+    for i in range(30):
+        issue_token(user=member, name=f"ci-{i:02d}", scopes=["read"])
+    first = browser.get("/account/tokens/").content.decode()
+    second = browser.get("/account/tokens/?page=2").content.decode()
+    assert first.count("<tr><td>") == 25 and "ci-29" in first and "ci-04" not in first
+    assert second.count("<tr><td>") == 5 and "ci-04" in second and "ci-05" not in second
+    assert "page 1 of 2 · 30 tokens" in first and 'href="?page=2"' in first
+
+
+def test_the_token_list_costs_the_same_queries_for_one_page_of_tokens_or_two(member):
+    browser = Client()
+    browser.force_login(member)
+    issue_token(user=member, name="first", scopes=["read"])
+
+    def count() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert browser.get("/account/tokens/").status_code == 200
+        return len(queries)
+
+    few = count()
+    for i in range(60):
+        issue_token(user=member, name=f"ci-{i}", scopes=["read"], team=None)
+    assert count() == few

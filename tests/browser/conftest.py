@@ -126,18 +126,32 @@ def watch(live_server) -> PageWatch:
 
 
 @pytest.fixture
-def page(browser, live_server, deployed, watch, settings) -> Page:
-    """A page on the live server (1280x900), logged in through the login form as a new user."""
+def logged_in(browser, live_server, watch, settings):
+    """Factory: ``logged_in(username, password, timeout_ms=15_000)`` opens a page on the live server
+    (1280x900) whose events ``watch`` collects, and logs in through the login form; the pages'
+    browser contexts close when the test ends."""
     # The default hasher spends ~0.6 s per hash here, twice per test; the form and backend stay real.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    contexts = []
+
+    def open_page(username: str, password: str, timeout_ms: int = 15_000) -> Page:
+        context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
+        contexts.append(context)
+        context.set_default_timeout(timeout_ms)
+        opened = context.new_page()
+        for event, handler in (("console", watch.on_console), ("request", watch.on_request),
+                               ("requestfailed", watch.on_request_failed), ("response", watch.on_response)):
+            opened.on(event, handler)
+        log_in(opened, username, password)
+        return opened
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture
+def page(logged_in, deployed) -> Page:
+    """A page on the live server (1280x900), logged in through the login form as a new user."""
     team_member(get_user_model().objects.create_user(username=USERNAME, password=PASSWORD))
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(15_000)
-    opened = context.new_page()
-    opened.on("console", watch.on_console)
-    opened.on("request", watch.on_request)
-    opened.on("requestfailed", watch.on_request_failed)
-    opened.on("response", watch.on_response)
-    log_in(opened, USERNAME, PASSWORD)
-    yield opened
-    context.close()
+    return logged_in(USERNAME, PASSWORD)

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
-from tests.browser.conftest import PASSWORD, USERNAME, log_in
+from tests.browser.conftest import PASSWORD, USERNAME
 from tests.factories import team_member
 from tests.registry.conftest import MiB, make_large_archive
 from tests.registry.uploading import PART, sha256_of
@@ -22,24 +22,15 @@ def large_archive(tmp_path):
 
 
 @pytest.fixture
-def upload_page(browser, live_server, s3_endpoint, start_celery_worker, watch, settings):
+def upload_page(logged_in, live_server, s3_endpoint, start_celery_worker, settings):
     """A logged-in page on the live server, with 5 MiB parts, the bucket open to the live server's
     origin, and a worker verifying uploads."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.UPLOAD_PART_BYTES = PART
     ArtifactStore().allow_browser_uploads([live_server.url])
     start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
     team_member(get_user_model().objects.create_user(username=USERNAME, password=PASSWORD))
     RegisteredModel.objects.create(name="iris")
-    context = browser.new_context(base_url=live_server.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(30_000)
-    page = context.new_page()
-    for event, handler in (("console", watch.on_console), ("request", watch.on_request),
-                           ("requestfailed", watch.on_request_failed), ("response", watch.on_response)):
-        page.on(event, handler)
-    log_in(page, USERNAME, PASSWORD)
-    yield page
-    context.close()
+    return logged_in(USERNAME, PASSWORD, timeout_ms=30_000)
 
 
 def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_version(

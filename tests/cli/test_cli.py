@@ -123,3 +123,20 @@ def test_a_ci_maintainer_creates_a_model_in_its_team_but_may_not_move_production
     assert not model.aliases.filter(name="production").exists()
     elsewhere = cli("model", "create", "bert", "--team", "default", token=token)
     assert elsewhere.returncode == 1 and not RegisteredModel.objects.filter(name="bert").exists()
+
+
+def test_an_owner_locks_an_alias_and_then_sets_it_only_with_a_reason(cli):
+    from audit.models import AuditEvent
+
+    model = RegisteredModel.objects.create(name="iris")
+    for number in (1, 2):
+        ModelVersion.objects.create(model=model, version=number, format="triton", artifact_key=f"sha256/{number}",
+                                    artifact_sha256=f"{number:064d}", artifact_size=1)
+    assert cli("alias", "set", "iris", "production", "1").returncode == 0
+    locked = cli("alias", "lock", "iris", "production", "--reason", "release freeze")
+    assert locked.returncode == 0 and json.loads(locked.stdout)["protected"] is True
+    refused = cli("alias", "set", "iris", "production", "2")
+    assert refused.returncode == 1 and "@production is protected: moving it needs a reason" in refused.stderr
+    moved = cli("alias", "set", "iris", "production", "2", "--reason", "v2 passed the canary")
+    assert moved.returncode == 0 and json.loads(moved.stdout)["version"] == 2
+    assert AuditEvent.objects.filter(action="alias.set", data__reason="v2 passed the canary", data__owner="ci").exists()

@@ -109,3 +109,48 @@ def test_an_administrator_sets_a_hosts_deadlines_and_the_change_is_audited(admin
     assert event.data["after"]["load_deadline"] == 120 and event.data["before"]["load_deadline"] is None
     assert api.patch("/api/v1/hosts/gpu-7/", {"load_deadline": 0}, format="json").status_code == 400
     assert api.patch("/api/v1/hosts/gpu-7/", {"load_deadline": None}, format="json").json()["load_deadline"] is None
+
+
+def test_a_host_that_serves_a_model_is_not_deleted_and_its_page_says_why(client, admin):
+    from tests.monitoring.synthetic import deploy_version
+
+    host = ServingHost.objects.create(name="gpu-7", inference_url="http://gpu-7:8000")
+    deploy_version("iris", 1, host)
+    client.force_login(admin)
+    answer = client.post("/hosts/gpu-7/delete/", follow=True)
+    assert answer.redirect_chain == [("/hosts/gpu-7/", 302)]
+    assert b"serves iris; unload them from it first" in answer.content
+    assert ServingHost.objects.filter(name="gpu-7").exists()
+    assert not AuditEvent.objects.filter(action="host.deleted").exists()
+
+
+def test_only_administrators_see_and_may_use_the_delete_action(client, user):
+    ServingHost.objects.create(name="gpu-7", inference_url="http://gpu-7:8000")
+    client.force_login(user)
+    assert b"Delete host" not in client.get("/hosts/gpu-7/").content
+    assert client.get("/hosts/gpu-7/delete/").status_code == 403
+    assert client.post("/hosts/gpu-7/delete/").status_code == 403
+    assert ServingHost.objects.filter(name="gpu-7").exists()
+
+
+@pytest.mark.parametrize("field", ["name", "inference_url"])
+def test_an_over_long_field_reaches_the_form_whole_and_is_refused(client, admin, field):
+    client.force_login(admin)
+    assert b'maxlength' not in client.get("/hosts/new/").content  # a browser would cut the text short
+    answer = client.post("/hosts/new/", {**FORM, field: FORM[field] + "x" * 300})
+    assert answer.status_code == 200 and b"at most" in answer.content
+    assert not ServingHost.objects.exists()
+
+
+def test_the_api_refuses_a_host_name_of_124_characters_naming_the_limit(admin):
+    from rest_framework.test import APIClient
+
+    from tests.factories import token_for
+
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(admin)}")
+    answer = api.post("/api/v1/hosts/", {"name": "gpu-" + "a" * 120, "runtime": "triton",
+                                         "inference_url": "http://gpu-7:8000"}, format="json")
+    assert answer.status_code == 400
+    assert "longer than 63 characters" in str(answer.json())
+    assert not ServingHost.objects.exists()

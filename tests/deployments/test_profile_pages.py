@@ -105,7 +105,8 @@ def test_the_form_starts_a_profile_or_says_why_not(client, maintainer, version, 
     assert (profile.status, profile.slo_p99_ms, profile.sweep["request"]["preset"]) == ("queued", 20.0, "quick")
     assert f"Profile {profile.pk} queued on staging." in answer.content.decode()
     again = client.post("/profiles/of/iris/1/start/", {"host": "staging", "preset": "quick"}, follow=True)
-    assert "The profile was not started:" in again.content.decode() and "one profile at a time" in again.content.decode()
+    refused = again.content.decode()
+    assert "The profile was not started:" in refused and "one profile at a time" in refused
     assert Profile.objects.count() == 1
 
 

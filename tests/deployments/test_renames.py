@@ -11,7 +11,6 @@ import pytest
 import redis
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from rest_framework.test import APIClient
 
 from accounts.models import Team
 from deployments.choices import TargetState
@@ -19,16 +18,10 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.reconcile import reconcile_host
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
-from tests.factories import team_member, token_for
+from tests.factories import api_client_for, team_member
 from tests.fixtures.services import TEST_BROKER_URL
 
 pytestmark = pytest.mark.django_db
-
-
-def client_for(user) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
-    return client
 
 
 @pytest.fixture
@@ -55,11 +48,11 @@ def renamed(db):
 
 
 def test_the_new_iris_team_does_not_see_the_renamed_models_copies(renamed, client):
-    body = client_for(renamed["nlp"]).get("/api/v1/hosts/gpu-0/").json()
+    body = api_client_for(renamed["nlp"]).get("/api/v1/hosts/gpu-0/").json()
     assert body["heartbeat"]["models"] == []
     client.force_login(renamed["nlp"])
     assert "In Triton" not in client.get("/hosts/gpu-0/").content.decode()
-    owner_view = client_for(renamed["vision"]).get("/api/v1/hosts/gpu-0/").json()
+    owner_view = api_client_for(renamed["vision"]).get("/api/v1/hosts/gpu-0/").json()
     assert owner_view["heartbeat"]["models"] == [{"name": "iris", "version": 1, "state": "READY"}]
 
 

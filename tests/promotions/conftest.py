@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from tests.factories import token_for
+from tests.factories import api_client_for
 
 
 @pytest.fixture(scope="module")
@@ -17,12 +17,6 @@ def prometheus(tmp_path_factory):
     fed.stop()
 
 
-def client_for(user) -> APIClient:
-    """An API client authenticated with ``user``'s token (or anonymous for None)."""
-    client = APIClient()
-    if user is not None:
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
-    return client
 
 
 @pytest.fixture
@@ -41,9 +35,9 @@ def member(db):
 
 @pytest.fixture
 def admin_api(admin) -> APIClient:
-    return client_for(admin)
+    return api_client_for(admin)
 
 
 @pytest.fixture
 def member_api(member) -> APIClient:
-    return client_for(member)
+    return api_client_for(member)

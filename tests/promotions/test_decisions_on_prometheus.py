@@ -56,7 +56,8 @@ def test_a_good_candidate_is_promoted_and_the_deployments_following_the_target_r
     assert all(check["passed"] for check in evaluation.checks)
     audit = AuditEvent.objects.get(action=AuditAction.ALIAS_SET, data__alias="production")
     assert (audit.actor, audit.actor_label) == (None, f"policy:{policy.pk}")
-    assert audit.data == {"policy": policy.pk, "evaluation": evaluation.pk, "alias": "production", "from": 1, "to": 2}
+    assert audit.data == {"policy": policy.pk, "evaluation": evaluation.pk, "alias": "production", "from": 1, "to": 2,
+                          "reason": f"promotion policy {policy.pk}, evaluation {evaluation.pk}: {evaluation.reason}"}
     # On commit the worker's task (test_promotion_workers) starts the rollout of what follows production:
     assert len(callbacks) == 2  # the queued evaluation's task, then follow_alias's
     follow_alias(policy.model_id, "production")
@@ -109,6 +110,31 @@ def test_a_passing_candidate_waits_for_approval_then_an_approver_promotes_it(pro
     assert audit.data["approved_by"] == "lead" and audit.actor_label == f"policy:{policy.pk}"
     with pytest.raises(Conflict):
         services.reject_evaluation(evaluation.pk, actor=approver)
+
+
+def test_a_protected_target_waits_for_an_owners_approval_who_is_recorded_with_the_reason(prometheus):
+    from accounts.choices import Role
+    from modelyard.errors import Forbidden
+    from tests.factories import team_member
+
+    policy = policy_for(staging=2)
+    Alias.objects.filter(name="production").update(protected=True)
+    evaluation = evaluate(policy, prometheus.client)
+    assert evaluation.decision == Decision.AWAITING_APPROVAL
+    assert "@production is protected: promoting v2 to @production awaits an owner's approval" in evaluation.reason
+    assert production() == 1
+
+    maintainer = team_member(get_user_model().objects.create_user(username="dev"), Role.MAINTAINER)
+    with pytest.raises(Forbidden, match="moving the protected alias 'production' needs the owner role"):
+        services.approve_evaluation(evaluation.pk, actor=maintainer)
+    assert production() == 1
+    owner = team_member(get_user_model().objects.create_user(username="lead"), Role.OWNER)
+    services.approve_evaluation(evaluation.pk, actor=owner)
+    assert production() == 2
+    audit = AuditEvent.objects.get(action=AuditAction.ALIAS_SET, data__alias="production")
+    assert (audit.data["protected"], audit.data["owner"], audit.data["approved_by"]) == (True, "lead", "lead")
+    assert audit.data["reason"].startswith(f"promotion policy {policy.pk}, evaluation {evaluation.pk}: ")
+    assert "approved by lead" in audit.data["reason"]
 
 
 def test_approval_is_refused_once_the_target_moved_since_the_evaluation(prometheus):

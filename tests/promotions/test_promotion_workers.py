@@ -52,7 +52,7 @@ def test_ci_runs_a_policy_a_worker_promotes_the_good_candidate_and_webhooks_repo
     following(model, "production", ["gpu-prod"])
     policy = services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production", **GATES)
     with override_settings(WEBHOOK_ALLOW_PRIVATE=True):
-        create_webhook(url=receiver.url, secret=SECRET)
+        create_webhook(url=receiver.url, secret=SECRET, events=["promotion", "rollout.succeeded", "rollout.failed"])
     start_celery_worker("default", env={"MODELYARD_PROMETHEUS_URL": prometheus.url,
                                         "MODELYARD_S3_ENDPOINT_URL": s3_endpoint,
                                         "MODELYARD_WEBHOOK_ALLOW_PRIVATE": "true"})

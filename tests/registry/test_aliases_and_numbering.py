@@ -62,6 +62,14 @@ def test_it_refuses_an_alias_outside_the_grammar(api_client, iris, alias):
 
 
 @pytest.mark.django_db
+def test_an_alias_of_308_characters_is_refused_naming_its_length_not_cut_short(api_client, iris):
+    answer = api_client.put(f"/api/v1/models/iris/aliases/{'p' * 308}/", {"version": 1}, format="json")
+    assert answer.status_code == 400
+    assert "is 308 characters long; the limit is 63" in answer.json()["detail"]
+    assert not iris.aliases.exists()
+
+
+@pytest.mark.django_db
 def test_an_alias_cannot_point_at_a_missing_version_and_deletion_is_audited(api_client, iris):
     assert api_client.put("/api/v1/models/iris/aliases/production/", {"version": 9}, format="json").status_code == 404
     api_client.put("/api/v1/models/iris/aliases/production/", {"version": 1}, format="json")

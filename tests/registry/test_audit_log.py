@@ -1,6 +1,7 @@
 """The audit log through the API and the page."""
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from registry.models import ModelVersion, RegisteredModel
 
@@ -38,7 +39,7 @@ def test_the_page_shows_and_filters_the_log(history, client, user):
     page = client.get("/audit/").content.decode()
     assert page.count('class="audit-row"') == 3
     filtered = client.get("/audit/?model=iris&action=alias.set").content.decode()
-    assert filtered.count('class="audit-row"') == 1 and "to=1" in filtered
+    assert filtered.count('class="audit-row"') == 1 and "<dt>change</dt><dd>— → 1</dd>" in filtered
 
 
 def test_the_audit_log_requires_authentication(client):
@@ -57,3 +58,24 @@ def test_events_of_no_model_are_shown_to_administrators_only(history, client, us
     assert "version v1" not in page and "alias production" in page
     client.force_login(user)
     assert client.get("/audit/").content.decode().count('class="audit-row"') == 3
+
+
+def test_details_read_as_labelled_values_and_objects_by_their_names(history, client, user):
+    from deployments.models import ServingHost
+    from deployments.services import update_host
+    from registry.services import update_model
+
+    update_model(name="iris", description="iris species", tags={"team": "vision"}, actor=user)
+    ServingHost.objects.create(name="gpu-7", inference_url="http://gpu-7:8000")
+    update_host(name="gpu-7", production=True, actor=user)
+    client.force_login(get_user_model().objects.create_user(username="root", is_staff=True))
+    page = client.get("/audit/").content.decode()
+
+    assert "<td>model iris</td>" in page and "model #" not in page
+    assert "<td>host gpu-7</td>" in page and "host #" not in page
+    assert "<dt>description</dt><dd>— → iris species</dd>" in page
+    assert '<dt>tags</dt><dd>{} → {&quot;team&quot;: &quot;vision&quot;}</dd>' in page
+    assert "<dt>production</dt><dd>no → yes</dd>" in page
+    assert "{&#x27;" not in page and "&#x27;from&#x27;" not in page  # no Python reprs
+    events = history.get("/api/v1/audit/?action=model.updated").json()["results"]
+    assert [e["object"] for e in events] == ["model iris"]

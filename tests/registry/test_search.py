@@ -62,6 +62,9 @@ def test_a_model_description_and_tags_are_edited_through_the_api_and_the_page(ap
     client.force_login(user)
     client.post("/models/iris/edit/", {"description": "edited on the page"})
     assert "edited on the page" in client.get("/models/iris/").content.decode()
+    refused = client.post("/models/iris/edit/", {"description": "y" * 10_001}, follow=True).content.decode()
+    assert "10001 characters long; the limit is 10000. Nothing was saved." in refused
+    assert RegisteredModel.objects.get(name="iris").description == "edited on the page"
 
 
 def test_the_api_finds_models_by_name_substring_and_by_the_format_of_a_live_version(api_client, catalogue):

@@ -2,7 +2,6 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.test import APIClient
 
 from accounts.choices import Role
 from accounts.services import default_team, set_membership
@@ -14,7 +13,7 @@ from modelyard.errors import NotFound
 from registry import services
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
-from tests.factories import token_for
+from tests.factories import api_client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -28,12 +27,6 @@ def add_version(model: RegisteredModel, number: int, creator=None, sha: str | No
     model.next_version = max(model.next_version, number + 1)
     model.save(update_fields=["next_version"])
     return version
-
-
-def client_for(user) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
-    return client
 
 
 @pytest.fixture
@@ -91,15 +84,15 @@ def test_a_number_is_never_reused_after_deletion(api_client, s3_endpoint, iris_a
 
 def test_only_an_owner_or_the_maintainer_who_registered_a_version_may_delete_it(client, iris, user):
     users = get_user_model().objects
-    outsider = client_for(users.create_user(username="outsider", password="a-long-test-password"))
+    outsider = api_client_for(users.create_user(username="outsider", password="a-long-test-password"))
     colleague = users.create_user(username="colleague", password="a-long-test-password")
     set_membership(team=default_team(), user=colleague, role=Role.MAINTAINER)
-    admin = client_for(users.create_user(username="admin", password="a-long-test-password", is_staff=True))
-    owner = client_for(user)
+    admin = api_client_for(users.create_user(username="admin", password="a-long-test-password", is_staff=True))
+    owner = api_client_for(user)
     mine = add_version(iris, 4, creator=colleague)
 
     assert outsider.delete("/api/v1/models/iris/versions/3/").status_code == 404  # another team's model is unseen
-    maintainer = client_for(colleague)
+    maintainer = api_client_for(colleague)
     refused = maintainer.delete("/api/v1/models/iris/versions/3/")
     assert refused.status_code == 403 and "owner role in team 'default'" in refused.json()["detail"]
     assert client.delete("/api/v1/models/iris/versions/3/").status_code in (401, 403)
