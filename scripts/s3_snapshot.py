@@ -29,6 +29,15 @@ from tqdm import tqdm
 MANIFEST = "manifest.json"
 PARTIAL = ".part"
 TRANSFER = TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=64 * 1024**2, max_concurrency=4)
+RANGES_PER_OBJECT = 8
+
+
+def _download_config(size: int) -> TransferConfig:
+    """At most ``RANGES_PER_OBJECT`` ranged GETs of at least 64 MiB per object, four at a time: the
+    stand-in copies the whole object for every ranged GET, so many small ranges of a large object
+    cost far more than a few large ones (and a single GET streams slowly from it)."""
+    chunk = max(64 * 1024**2, -(-size // RANGES_PER_OBJECT))
+    return TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=chunk, max_concurrency=4)
 
 
 @dataclass
@@ -108,7 +117,8 @@ def save(root: Path, *, quiet: bool = False) -> SaveReport:
                 partial = target.with_name(target.name + PARTIAL)
                 with tqdm(total=item["Size"], unit="B", unit_scale=True, unit_divisor=1024, desc=entry[-40:],
                           file=sys.stderr, disable=quiet, ascii=True, mininterval=0.5, leave=False) as bar:
-                    client.download_file(name, item["Key"], str(partial), Config=TRANSFER, Callback=bar.update)
+                    client.download_file(name, item["Key"], str(partial), Config=_download_config(item["Size"]),
+                                         Callback=bar.update)
                 partial.replace(target)
                 manifest[entry] = wanted
                 report.saved += 1
