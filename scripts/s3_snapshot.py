@@ -29,6 +29,15 @@ from tqdm import tqdm
 MANIFEST = "manifest.json"
 PARTIAL = ".part"
 TRANSFER = TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=64 * 1024**2, max_concurrency=4)
+RANGES_PER_OBJECT = 8
+
+
+def _download_config(size: int) -> TransferConfig:
+    """At most ``RANGES_PER_OBJECT`` ranged GETs of at least 64 MiB per object, four at a time: the
+    stand-in copies the whole object for every ranged GET, so many small ranges of a large object
+    cost far more than a few large ones (and a single GET streams slowly from it)."""
+    chunk = max(64 * 1024**2, -(-size // RANGES_PER_OBJECT))
+    return TransferConfig(multipart_threshold=64 * 1024**2, multipart_chunksize=chunk, max_concurrency=4)
 
 
 @dataclass
@@ -108,7 +117,8 @@ def save(root: Path, *, quiet: bool = False) -> SaveReport:
                 partial = target.with_name(target.name + PARTIAL)
                 with tqdm(total=item["Size"], unit="B", unit_scale=True, unit_divisor=1024, desc=entry[-40:],
                           file=sys.stderr, disable=quiet, ascii=True, mininterval=0.5, leave=False) as bar:
-                    client.download_file(name, item["Key"], str(partial), Config=TRANSFER, Callback=bar.update)
+                    client.download_file(name, item["Key"], str(partial), Config=_download_config(item["Size"]),
+                                         Callback=bar.update)
                 partial.replace(target)
                 manifest[entry] = wanted
                 report.saved += 1
@@ -124,8 +134,9 @@ def save(root: Path, *, quiet: bool = False) -> SaveReport:
     return report
 
 
-def restore(root: Path) -> int:
-    """Upload every file under ``root/<bucket>/`` back; returns the number of objects restored.
+def restore(root: Path, *, quiet: bool = False) -> int:
+    """Upload every file under ``root/<bucket>/`` back, each with a progress bar on stderr unless
+    ``quiet``; returns the number of objects restored.
 
     Files a save left unfinished (``*.part``) are skipped.
     """
@@ -138,7 +149,11 @@ def restore(root: Path) -> int:
         if bucket_dir.name not in existing:
             client.create_bucket(Bucket=bucket_dir.name)
         for path in sorted(p for p in bucket_dir.rglob("*") if p.is_file() and not p.name.endswith(PARTIAL)):
-            client.upload_file(str(path), bucket_dir.name, path.relative_to(bucket_dir).as_posix(), Config=TRANSFER)
+            key = path.relative_to(bucket_dir).as_posix()
+            with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, unit_divisor=1024,
+                      desc=f"{bucket_dir.name}/{key}"[-40:], file=sys.stderr, disable=quiet, ascii=True,
+                      mininterval=0.5, leave=False) as bar:
+                client.upload_file(str(path), bucket_dir.name, key, Config=TRANSFER, Callback=bar.update)
             count += 1
     return count
 
@@ -151,4 +166,6 @@ if __name__ == "__main__":
         print(f"s3 snapshot: saving the S3 stand-in's objects to {directory} (only what changed)", file=sys.stderr)
         print(save(directory).line())
     else:
-        print(f"s3 snapshot: restored {restore(directory)} objects ({directory})")
+        began = time.monotonic()
+        restored = restore(directory)
+        print(f"s3 snapshot: restored {restored} objects ({directory}) in {time.monotonic() - began:.1f} s")

@@ -14,14 +14,13 @@ The server checks the part ETags (ListParts) and the completed object's composit
 ETag (:func:`composite_etag`) against the declared digests, and reads the archive's
 structure by ranged GETs (:class:`RangedObjectReader`) rather than the whole object.
 That object is the artifact itself (nothing else writes to its key).
+
+The package is split by topic: :mod:`.errors` (``StorageError``), :mod:`.etags` (S3's digests)
+and :mod:`.readers` (files over one object: ranged, or one forward stream).
 """
 
-import base64
 import hashlib
-import io
 import logging
-import re
-import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -33,8 +32,18 @@ from typing import BinaryIO
 import boto3
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from botocore.exceptions import BotoCoreError, ClientError
 from django.conf import settings
+
+from registry.storage.errors import CHUNK_BYTES, StorageError, _wrap
+from registry.storage.etags import MD5_HEX, composite_etag, hex_to_base64
+from registry.storage.readers import RangedObjectReader, StreamedObjectReader
+
+__all__ = [
+    "ARTIFACT_PREFIX", "CHUNK_BYTES", "MAX_PARTS", "MAX_PART_BYTES", "MD5_HEX", "MIN_PART_BYTES", "ArtifactStore",
+    "ListedObject", "ObjectHead", "PendingMultipartUpload", "RangedObjectReader", "StartedMultipart", "StorageError",
+    "StoredObject", "StreamedObjectReader", "UploadedPart", "artifact_key", "composite_etag", "hex_to_base64",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,24 +55,6 @@ TRANSFER_CONFIG = TransferConfig(
 MIN_PART_BYTES = 5 * 1024**2
 MAX_PART_BYTES = 5 * 1024**3
 MAX_PARTS = 10_000
-CHUNK_BYTES = 8 * 1024 * 1024
-
-
-class StorageError(Exception):
-    """S3 failed or disagreed with what was expected.
-
-    Attributes:
-        message: what went wrong, safe to show.
-        retryable: True when the endpoint could not be reached (retrying may
-            help); False when S3 answered and the answer was wrong.
-        code: S3's error code when S3 answered (``NoSuchUpload``, …), else "".
-    """
-
-    def __init__(self, message: str, *, retryable: bool, code: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -131,55 +122,13 @@ class PendingMultipartUpload:
 
 
 ARTIFACT_PREFIX = "sha256/"
-MD5_HEX = re.compile(r"[0-9a-f]{32}")
 # Encryption modes whose ETags S3 documents as not being the MD5 digest of the data.
 _NON_MD5_ENCRYPTION = frozenset({"aws:kms", "aws:kms:dsse"})
-
-
-def composite_etag(part_md5s: list[str]) -> str:
-    """The ETag S3 gives an object joined from parts with these MD5s: ``md5(d1 || d2 || …)-N``.
-
-    That is the MD5 of the concatenated binary part digests, then ``-`` and the part count; S3
-    documents it for multipart objects that are not SSE-KMS or SSE-C encrypted ("Checking object
-    integrity", Amazon S3 User Guide), and MinIO and moto compute it the same way.
-
-    Args:
-        part_md5s: each part's MD5 as 32 hex digits, in part-number order.
-
-    Returns:
-        The ETag without quotes, e.g. ``"433e64d0b6599f52fa660e7b8a3635ee-2"`` for two parts.
-
-    Raises:
-        ValueError: a digest is not 32 hex digits, or the list is empty.
-    """
-    if not part_md5s:
-        raise ValueError("a multipart object has at least one part")
-    joined = b"".join(bytes.fromhex(d) if MD5_HEX.fullmatch(d) else _bad_md5(d) for d in part_md5s)
-    return f"{hashlib.md5(joined, usedforsecurity=False).hexdigest()}-{len(part_md5s)}"
-
-
-def _bad_md5(digest: str) -> bytes:
-    raise ValueError(f"{digest!r} is not an MD5 hex digest")
-
-
-def hex_to_base64(hex_digest: str) -> str:
-    """A hex digest in the base64 form S3 headers carry (``Content-MD5``, ``x-amz-checksum-sha256``)."""
-    return base64.b64encode(bytes.fromhex(hex_digest)).decode("ascii")
 
 
 def artifact_key(sha256: str) -> str:
     """Return the content address of an artifact whose sha256 hex digest is ``sha256``."""
     return f"{ARTIFACT_PREFIX}{sha256[:2]}/{sha256}"
-
-
-def _wrap(exc: Exception, doing: str) -> StorageError:
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "")
-        retryable = code in {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout"}
-        return StorageError(f"S3 refused to {doing}: {code or exc}", retryable=retryable, code=code)
-    if isinstance(exc, EndpointConnectionError):
-        return StorageError(f"S3 endpoint unreachable while trying to {doing}", retryable=True)
-    return StorageError(f"S3 error while trying to {doing}: {exc}", retryable=True)
 
 
 class ArtifactStore:
@@ -254,7 +203,7 @@ class ArtifactStore:
         return ObjectHead(size=answer["ContentLength"], etag=answer.get("ETag", "").strip('"').lower(),
                           encryption=answer.get("ServerSideEncryption", ""))
 
-    def open_ranged(self, key: str, size: int, *, prefetch_ends: bool = False) -> "RangedObjectReader":
+    def open_ranged(self, key: str, size: int, *, prefetch_ends: bool = False) -> RangedObjectReader:
         """A read-only, seekable file over the object at ``key`` (``size`` bytes, from HEAD) that fetches
         only what is read, by ranged GETs of about 64 KiB (see :class:`RangedObjectReader`): reading
         a zip's central directory or a tar's headers costs a few small requests, not the object's
@@ -282,7 +231,7 @@ class ArtifactStore:
         details = self.head_details(key)
         return None if details is None else StoredObject(key=key, size=details.size)
 
-    def open_stream(self, key: str, size: int) -> "StreamedObjectReader":
+    def open_stream(self, key: str, size: int) -> StreamedObjectReader:
         """A forward-only file over one GET of the object at ``key`` (``size`` bytes) that hashes every
         byte as it arrives (``digest``, ``bytes_read``); see :class:`StreamedObjectReader`.
 
@@ -568,165 +517,3 @@ class ArtifactStore:
             raise _wrap(exc, f"list multipart uploads under {prefix}") from exc
 
 
-class _ObjectFile(io.RawIOBase):
-    """A read-only raw file over the S3 object ``key`` of ``size`` bytes: the position a subclass reads at."""
-
-    def __init__(self, key: str, size: int):
-        super().__init__()
-        self._key, self._size = key, size
-        self._position = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
-        if base + offset < 0:
-            raise OSError(f"cannot seek before the start of {self._key}")
-        self._position = base + offset
-        return self._position
-
-
-
-class RangedObjectReader(_ObjectFile):
-    """A seekable raw file over one S3 object that fetches what is read by ranged GETs (RFC 9110 ``Range``).
-
-    A read that misses the blocks already fetched makes one GET of at least ``READAHEAD`` bytes,
-    reaching back from the end of the object when the read is near it, so that a zip's end of
-    central directory, its zip64 locator and a small central directory come in one request, as do a
-    tar's last header and end-of-archive marker. The last ``BLOCKS`` blocks are kept, so that a
-    format check that reads the head, a seek to the end and a seek back cost no second request.
-    Memory stays at ``BLOCKS`` blocks of ``READAHEAD`` bytes, or of the largest single read.
-
-    A failed request raises ``StorageError``, not ``OSError``: archive readers turn ``OSError`` into
-    "corrupt archive", but an unreachable store says nothing about the archive, and a retry may help.
-
-    Attributes:
-        requests: ranged GETs made so far.
-        bytes_read: bytes received so far.
-    """
-
-    READAHEAD = 64 * 1024
-    BLOCKS = 4
-
-    def __init__(self, store: ArtifactStore, key: str, size: int, readahead: int = READAHEAD):
-        super().__init__(key, size)
-        self._store = store
-        self._readahead = readahead
-        self._blocks: dict[int, bytes] = {}  # start offset -> bytes, oldest first
-        self._lock = threading.Lock()  # prefetch() fills blocks from several threads
-        self.requests = 0
-        self.bytes_read = 0
-
-    def readinto(self, buffer) -> int:
-        view = memoryview(buffer).cast("B")
-        want = max(0, min(len(view), self._size - self._position))
-        done = 0
-        while done < want:
-            start, block = self._block_at(self._position, want - done)
-            offset = self._position - start
-            count = min(want - done, len(block) - offset)
-            view[done : done + count] = block[offset : offset + count]
-            done += count
-            self._position += count
-        return done
-
-    def prefetch(self, positions: list[int]) -> None:
-        """Fetch the blocks at ``positions`` (byte offsets) now, concurrently, one thread each.
-
-        Raises:
-            StorageError: S3 failed; retrying may help.
-        """
-        wanted = sorted({min(p, max(0, self._size - self._readahead)) for p in positions if 0 <= p < self._size})
-        with ThreadPoolExecutor(max(1, len(wanted)), thread_name_prefix="s3-range") as pool:
-            for future in [pool.submit(self._block_at, p, 1) for p in wanted]:
-                future.result()
-
-    def _block_at(self, position: int, wanted: int) -> tuple[int, bytes]:
-        for start, block in list(self._blocks.items()):
-            if start <= position < start + len(block):
-                return start, block
-        length = max(self._readahead, wanted)
-        start = min(position, max(0, self._size - length))
-        end = min(self._size, max(start + length, position + wanted))
-        try:
-            answer = self._store.client.get_object(Bucket=self._store.bucket, Key=self._key,
-                                                   Range=f"bytes={start}-{end - 1}")
-            with closing(answer["Body"]) as body:
-                block = body.read()
-        except (BotoCoreError, ClientError) as exc:
-            raise _wrap(exc, f"read {self._key} at byte {start}") from exc
-        if len(block) != end - start:
-            raise StorageError(f"S3 sent {len(block)} bytes of {self._key} for a range of {end - start}",
-                               retryable=True)
-        with self._lock:
-            self.requests += 1
-            self.bytes_read += len(block)
-            self._blocks[start] = block
-            while len(self._blocks) > self.BLOCKS:
-                del self._blocks[next(iter(self._blocks))]
-        return start, block
-
-
-class StreamedObjectReader(_ObjectFile):
-    """One GET of an S3 object as a file that can only move forward, hashing each byte once (SHA-256).
-
-    A decompressor reading a ``.tar.gz`` front to back needs nothing more. ``seek`` forward skips
-    (reads, hashes and drops) the bytes in between; ``seek`` back is possible only into the first
-    ``HEAD_BYTES``, kept so that a format check may read the head and rewind; anywhere else it
-    raises ``OSError``. Memory stays at the head plus what the caller asks for at once.
-
-    Attributes:
-        digest: ``hashlib.sha256`` of every byte received so far.
-        bytes_read: how many bytes were received so far.
-    """
-
-    HEAD_BYTES = 64 * 1024
-
-    def __init__(self, body, key: str, size: int):
-        super().__init__(key, size)
-        self._body = body
-        self._head = bytearray()
-        self.digest = hashlib.sha256()
-        self.bytes_read = 0
-
-    def _pull(self, count: int) -> bytes:
-        try:
-            data = self._body.read(count)
-        except (BotoCoreError, ClientError) as exc:
-            raise _wrap(exc, f"read {self._key}") from exc
-        if len(self._head) < self.HEAD_BYTES:
-            self._head += data[: self.HEAD_BYTES - len(self._head)]
-        self.digest.update(data)
-        self.bytes_read += len(data)
-        return data
-
-    def readinto(self, buffer) -> int:
-        if self._position < self.bytes_read:
-            if self._position >= len(self._head):
-                raise OSError(f"cannot seek back in the stream of {self._key}")
-            data = self._head[self._position : self._position + len(buffer)]
-        else:
-            while self.bytes_read < self._position:
-                if not self._pull(min(CHUNK_BYTES, self._position - self.bytes_read)):
-                    return 0
-            data = self._pull(len(buffer))
-        buffer[: len(data)] = data
-        self._position += len(data)
-        return len(data)
-
-    def drain(self) -> None:
-        """Read the rest of the object, so that ``digest`` and ``bytes_read`` cover all of it."""
-        while self._pull(CHUNK_BYTES):
-            pass
-        self._position = self.bytes_read
-
-    def close(self) -> None:
-        self._body.close()
-        super().close()
