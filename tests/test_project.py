@@ -40,7 +40,7 @@ def test_create_api_token_prints_a_working_token_and_stores_only_its_digest(user
     key = capsys.readouterr().out.strip()
     token = ApiToken.objects.get(user=user)
     assert token.digest == hashlib.sha256(key.encode()).hexdigest() and key.startswith(f"my_{token.prefix}_")
-    assert token.scopes == ["read", "write", "deploy"] and token.expires_at is None and token.team is None
+    assert token.scopes == ["read", "write", "deploy"] and token.expires_at is not None and token.team is None
     for scheme in ("Bearer", "Token"):
         answer = client.get("/api/v1/models/", HTTP_AUTHORIZATION=f"{scheme} {key}")
         assert answer.status_code == 200

@@ -324,7 +324,11 @@ def test_create_api_token_takes_scopes_a_team_and_an_expiry(member, admin, teams
     assert (token.name, token.scopes, token.team.name) == ("ci", ["read", "write"], "vision")
     assert timedelta(days=6) < token.expires_at - timezone.now() <= timedelta(days=7)
     call_command("create_api_token", "admin")
-    assert authenticate_token(capsys.readouterr().out.strip()).scopes == ["read", "write", "deploy", "admin"]
+    default = authenticate_token(capsys.readouterr().out.strip())
+    assert default.scopes == ["read", "write", "deploy", "admin"]
+    assert timedelta(days=89, hours=23) < default.expires_at - timezone.now() <= timedelta(days=90)
+    call_command("create_api_token", "admin", "--no-expiry")
+    assert authenticate_token(capsys.readouterr().out.strip()).expires_at is None
     for args, message in [(["member", "--scope", "admin"], "only administrators"),
                           (["member", "--team", "nosuch"], "does not exist"),
                           (["member", "--team", "other"], "not a member"),

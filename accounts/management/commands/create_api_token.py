@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from accounts.choices import Scope
 from accounts.services import get_team
-from accounts.tokens import default_scopes, issue_token
+from accounts.tokens import DEFAULT_EXPIRY_DAYS, default_scopes, issue_token
 from modelyard.errors import DomainError
 
 
@@ -16,7 +16,8 @@ class Command(BaseCommand):
     help = (
         "Make a new API token for USERNAME and print it (only its digest is stored, so this is the one "
         "chance to copy it). Send it as 'Authorization: Bearer <token>'. Default scopes: read, write, "
-        "deploy, plus admin for an administrator; no expiry. Existing tokens stay valid."
+        f"deploy, plus admin for an administrator; it expires in {DEFAULT_EXPIRY_DAYS} days unless told otherwise. "
+        "Existing tokens stay valid."
     )
 
     def add_arguments(self, parser):
@@ -26,16 +27,19 @@ class Command(BaseCommand):
                             help=f"repeat for each scope ({', '.join(Scope.values)}); default: every scope "
                                  "the user may hold")
         parser.add_argument("--team", help="limit the token to this team's models")
-        parser.add_argument("--expires-in-days", type=int, metavar="N", help="expire N days from now (default: never)")
+        lifetime = parser.add_mutually_exclusive_group()
+        lifetime.add_argument("--expires-in-days", type=int, metavar="N", default=DEFAULT_EXPIRY_DAYS,
+                              help=f"expire N days from now (default: {DEFAULT_EXPIRY_DAYS})")
+        lifetime.add_argument("--no-expiry", action="store_true", help="a token that never expires")
 
     def handle(self, *args, username: str, name: str, scopes: list[str] | None, team: str | None,
-               expires_in_days: int | None, **options):
+               expires_in_days: int, no_expiry: bool, **options):
         user = get_user_model().objects.filter(username=username).first()
         if user is None:
             raise CommandError(f"no user named {username!r}; create one with 'manage.py createsuperuser'")
-        if expires_in_days is not None and expires_in_days < 1:
+        if expires_in_days < 1:
             raise CommandError("--expires-in-days must be at least 1")
-        expires_at = timezone.now() + timedelta(days=expires_in_days) if expires_in_days else None
+        expires_at = None if no_expiry else timezone.now() + timedelta(days=expires_in_days)
         try:
             _token, plaintext = issue_token(
                 user=user, name=name, scopes=scopes or default_scopes(user),
