@@ -25,8 +25,9 @@ from accounts.models import Team
 from accounts.services import set_membership
 from accounts.tokens import issue_token
 from deployments.choices import TargetState
-from deployments.models import DeploymentTarget, ServingHost
+from deployments.models import DeploymentTarget, Profile, ServingHost
 from deployments.services import start_deployment
+from modelyard_agent.profiling.sweep import parse_sweep
 from promotions import services as promotions
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, Webhook
@@ -69,6 +70,15 @@ API = [
     ("PATCH", "/api/v1/models/{model_name}/versions/{version}/card/", {"version": 2}, {"license": "MIT"},
      needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/versions/{version}/card/readme/", {"version": 2}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/versions/{version}/profiles/", {"version": 2}, None, needs("viewer")),
+    ("POST", "/api/v1/models/{model_name}/versions/{version}/profiles/", {"version": 2}, {"host": "gpu-dev"},
+     needs("maintainer")),
+    ("POST", "/api/v1/models/{model_name}/versions/{version}/profiles/", {"version": 2}, {"host": "gpu-prod"},
+     needs("owner")),
+    ("GET", "/api/v1/profiles/", {}, None, EVERYONE),
+    ("GET", "/api/v1/profiles/{id}/", {"id": "profile_dev"}, None, needs("viewer")),
+    ("POST", "/api/v1/profiles/{id}/cancel/", {"id": "profile_dev"}, None, needs("maintainer")),
+    ("POST", "/api/v1/profiles/{id}/cancel/", {"id": "profile_prod"}, None, needs("owner")),
     ("GET", "/api/v1/models/{model_name}/aliases/", {}, None, needs("viewer")),
     ("GET", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("viewer")),
     ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, {"version": 2},
@@ -194,6 +204,9 @@ def world(db) -> dict:
         expires_at=timezone.now() + timezone.timedelta(hours=1),
     )
     ids["upload"] = str(upload.pk)
+    sweep = parse_sweep("quick", max_batch_size=0).as_dict()
+    for key, host in (("profile_dev", "gpu-dev"), ("profile_prod", "gpu-prod")):
+        ids[key] = Profile.objects.create(version=versions[1], host=ServingHost.objects.get(name=host), sweep=sweep).pk
     ids["token"] = issue_token(user=people["maintainer"], name="ci", scopes=["read", "write"])[0].pk
     return {"users": people, "ids": ids}
 
@@ -297,6 +310,11 @@ PAGES = [
     ("GET", "deployments:try-it", {"model_name": "resnet"}, None, needs("maintainer")),
     ("GET", "deployments:model-deployments", {"model_name": "resnet"}, None, needs("viewer")),
     ("GET", "deployments:rollout-detail", {"pk": "dev"}, None, needs("viewer")),
+    ("GET", "deployments:version-profiles", {"model_name": "resnet", "version": 2}, None, needs("viewer")),
+    ("POST", "deployments:version-profile-start", {"model_name": "resnet", "version": 2},
+     {"host": "gpu-dev", "preset": "quick"}, needs("maintainer")),
+    ("GET", "deployments:profile-cancel", {"pk": "profile_dev"}, None, needs("maintainer")),
+    ("GET", "deployments:profile-cancel", {"pk": "profile_prod"}, None, needs("owner")),
     ("GET", "deployments:rollout-progress", {"pk": "dev"}, None, needs("viewer")),
     ("POST", "deployments:rollout-action", {"pk": "dev", "action": "pause"}, None, needs("maintainer")),
     ("POST", "deployments:rollout-action", {"pk": "prod", "action": "pause"}, None, needs("owner")),

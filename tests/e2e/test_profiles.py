@@ -26,10 +26,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 HOST = "profile-host"
 # Two instance counts without and with dynamic batching, at two levels each: eight measurements. The
 # profile's own time budget bounds it on the host: past 90 s the agent stops and reports it failed. The
-# stability rule is loosened (three windows within 25 %) because the test checks the mechanics on a
+# stability rule is loosened (three windows within 50 %) because the test checks the mechanics on a
 # shared machine; bench/profile_card.py measures with perf_analyzer's default of 10 %.
 SMALL_SWEEP = {"instance_counts": [1, 2], "dynamic_batching": [False, True], "concurrency": [1, 4],
-               "measurement_interval_ms": 500, "stability_percentage": 25, "time_budget_s": 90}
+               "measurement_interval_ms": 500, "stability_percentage": 50, "time_budget_s": 90}
 SLO_P99_MS = 50
 
 
