@@ -42,14 +42,17 @@ install-prometheus:
 		apt-get update && apt-get install -y --no-install-recommends prometheus; \
 	fi
 
-# Debian's nginx: BentoML host agents run their own master in front of their bentoml serve
-# processes (never the system service; the package's start is refused where there is no init).
+# Debian's nginx with its Lua module: BentoML host agents run their own master in front of their
+# bentoml serve processes, and Triton host agents their gateway, whose routes live in Lua shared
+# memory (never the system service; the package's start is refused where there is no init).
+NGINX_PACKAGES = nginx libnginx-mod-http-lua lua-cjson
 install-nginx:
-	@if command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ]; then \
-		echo "nginx: already installed ($$(command -v nginx || echo /usr/sbin/nginx))"; \
+	@if [ -x /usr/sbin/nginx ] && [ -e /usr/lib/nginx/modules/ngx_http_lua_module.so ] \
+			&& [ -n "$$(find /usr/lib -path "*lua/5.1/cjson.so" -print -quit)" ]; then \
+		echo "nginx: already installed with its Lua module (/usr/sbin/nginx)"; \
 	else \
-		apt-get install -y --no-install-recommends nginx \
-			|| { apt-get update && apt-get install -y --no-install-recommends nginx; }; \
+		apt-get install -y --no-install-recommends $(NGINX_PACKAGES) \
+			|| { apt-get update && apt-get install -y --no-install-recommends $(NGINX_PACKAGES); }; \
 	fi
 
 # The script keeps its own marker in .stack/ and exits at once when done.

@@ -50,10 +50,11 @@ if ! command -v prometheus >/dev/null 2>&1; then
     log "installing Prometheus (Debian package)"
     apt-get update && apt-get install -y --no-install-recommends prometheus
 fi
-if ! command -v nginx >/dev/null 2>&1 && [[ ! -x /usr/sbin/nginx ]]; then
-    log "installing nginx (Debian package; BentoML host agents run their own master)"
-    apt-get install -y --no-install-recommends nginx \
-        || { apt-get update && apt-get install -y --no-install-recommends nginx; }
+if [[ ! -x /usr/sbin/nginx || ! -e /usr/lib/nginx/modules/ngx_http_lua_module.so ]] \
+        || [[ -z "$(find /usr/lib -path '*lua/5.1/cjson.so' -print -quit)" ]]; then
+    log "installing nginx with its Lua module (Debian packages; host agents run their own masters)"
+    apt-get install -y --no-install-recommends nginx libnginx-mod-http-lua lua-cjson \
+        || { apt-get update && apt-get install -y --no-install-recommends nginx libnginx-mod-http-lua lua-cjson; }
 fi
 # Exits at once when its marker says Triton is installed.
 scripts/install_triton.sh

@@ -1,4 +1,5 @@
-"""The nginx in front of a BentoML host: one master per host agent, one upstream per model.
+"""The nginx in front of a BentoML host (one master per host agent, one upstream per model), and what it
+shares with the Triton gateway (``NginxProcess``).
 
 Debian's nginx, run as a plain process with a config under the agent's state dir, listening on the
 host's inference port. Each model is served under ``/<model>/`` by the ``bentoml serve`` process its
@@ -28,6 +29,7 @@ import re
 import shutil
 import subprocess
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import requests
@@ -114,29 +116,33 @@ def _children(pid: int) -> dict[int, str]:
     return found
 
 
-class NginxFront:
-    """The nginx master of one host agent.
+class NginxProcess:
+    """One nginx master run by the host agent as a plain process, with its config under ``directory``.
+
+    The shared part of the BentoML front (``NginxFront``) and the Triton gateway
+    (``runtimes.gateway.TritonGateway``): start it, check it answers, change config files under a host-wide
+    lock with ``nginx -t`` and a graceful reload, wait for old workers to drain, stop it. Subclasses give
+    the main config (``main_config``) and the subdirectories it includes (``SUBDIRS``).
 
     Args:
-        root: the agent's BentoML directory; nginx lives in ``root/nginx``.
+        directory: where nginx.conf, nginx.pid, error.log and tmp/ live.
         listen_port: the host's inference port (from its ``inference_url``).
         listen_host: the address to listen on; ``127.0.0.1`` for a loopback inference URL.
         shutdown_timeout: seconds old workers may take to finish their requests after a reload.
-        client_keepalive: seconds nginx keeps an idle client connection open; 0 (the default)
-            answers every request with ``Connection: close``. A graceful reload closes the idle
-            connections of the old workers, and a request a client sends on one at that moment
-            fails with "connection closed without response" (measured: 1 in about 13,000 requests
-            with 4 busy keep-alive clients, 10 swaps), so keep-alive trades that for a handshake.
     """
 
-    def __init__(self, root: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0,
-                 client_keepalive: float = 0.0):
-        self.dir = Path(root).resolve() / "nginx"
+    SUBDIRS: tuple[str, ...] = ("tmp",)
+
+    def __init__(self, directory: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0):
+        self.dir = Path(directory).resolve()
         self.listen_port = int(listen_port)
         self.listen = f"{listen_host}:{self.listen_port}" if listen_host else str(self.listen_port)
         self.shutdown_timeout = shutdown_timeout
-        self.client_keepalive = client_keepalive
         self.conf = self.dir / "nginx.conf"
+
+    def main_config(self) -> str:
+        """The text of nginx.conf."""
+        raise NotImplementedError
 
     def _nginx(self, *args: str) -> None:
         done = subprocess.run([NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(self.conf),
@@ -157,20 +163,22 @@ class NginxFront:
     def ensure_running(self, timeout: float = 10.0) -> None:
         """Write the main config and start the master unless it runs; wait until it answers /healthz.
 
+        A changed main config is checked and applied with a graceful reload.
+
         Raises:
             ServingRuntimeError: nginx refused the config or does not answer within ``timeout`` s.
         """
-        for sub in ("upstreams", "locations", "tmp"):
+        for sub in self.SUBDIRS:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        text = _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
-                                 keepalive=int(self.client_keepalive))
-        if not self.conf.exists() or self.conf.read_text() != text:
-            _atomic_write(self.conf, text)
-            if self.master_pid() is not None:
-                self._nginx("-t")
-                self._nginx("-s", "reload")
-        if self.master_pid() is None:
-            self._nginx()
+        text = self.main_config()
+        with self._lock():
+            if not self.conf.exists() or self.conf.read_text() != text:
+                _atomic_write(self.conf, text)
+                if self.master_pid() is not None:
+                    self._nginx("-t")
+                    self._nginx("-s", "reload")
+            if self.master_pid() is None:
+                self._nginx()
         deadline = time.monotonic() + timeout
         while not self.is_live():
             if time.monotonic() > deadline:
@@ -184,76 +192,48 @@ class NginxFront:
         except requests.RequestException:
             return False
 
-    def upstream_port(self, model: str) -> int | None:
-        """The backend port the model's upstream file names, or None when it has none."""
-        path = self.dir / "upstreams" / f"{model}.conf"
-        found = _SERVER_PORT.search(path.read_text()) if path.exists() else None
-        return int(found.group(1)) if found else None
-
-    def switch(self, model: str, port: int, version: int, timeout: float = 10.0) -> set[int]:
-        """Point ``/<model>/`` and ``metrics_path(model, version)`` at ``127.0.0.1:port`` with a graceful reload.
-
-        Returns once the workers from before the reload no longer accept requests (they are
-        shutting down or gone), with their pids, for ``wait_drained``. On a refused config the old
-        files are put back and nginx keeps serving as before.
-
-        Raises:
-            ServingRuntimeError: a bad model name, nginx refused the config, or the reload did not
-                happen within ``timeout`` seconds.
-        """
-        key = model.replace("-", "_")
-        return self._apply(model, {
-            "upstreams": _UPSTREAM.format(key=key, port=int(port)),
-            "locations": _LOCATION.format(model=model, key=key, version=int(version),
-                                          metrics_path=metrics_path(model, version)),
-        }, timeout)
-
-    def remove(self, model: str, timeout: float = 10.0) -> set[int]:
-        """Stop routing ``/<model>/`` (a graceful reload); returns the old workers, as ``switch``.
-
-        Raises:
-            ServingRuntimeError: as ``switch``.
-        """
-        return self._apply(model, {"upstreams": None, "locations": None}, timeout)
-
-    def _apply(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
-        """Write (or, for None, delete) the model's files, check the config and reload gracefully.
-
-        One change at a time per host (an exclusive ``flock`` on ``<root>/nginx/.lock``): the agent
-        runs several processes, and two models' changes must not each see the other's half-checked
-        files or reload over each other.
-        """
-        if not _SAFE_NAME.match(model):
-            raise ServingRuntimeError(f"model name {model!r} cannot be used in an nginx location", retryable=False)
+    @contextmanager
+    def _lock(self):
+        """One change at a time per host (an exclusive ``flock`` on ``<dir>/.lock``): the agent runs several
+        processes, and two changes must not each see the other's half-checked files or reload over each other."""
         self.dir.mkdir(parents=True, exist_ok=True)
         with open(self.dir / ".lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            return self._apply_locked(model, texts, timeout)
+            yield
 
-    def _apply_locked(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
-        master = self.master_pid()
-        if master is None:
-            raise ServingRuntimeError("nginx is not running", retryable=True)
-        files = {self.dir / sub / f"{model}.conf": text for sub, text in texts.items()}
-        before = {path: path.read_text() if path.exists() else None for path in files}
-        old_workers = set(_children(master))
-        self._write(files)
-        try:
-            self._nginx("-t")
-        except ServingRuntimeError:
-            self._write(before)
-            raise
-        self._nginx("-s", "reload")
-        deadline = time.monotonic() + timeout
-        while True:
-            workers = _children(master)
-            accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
-            fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
-            if not accepting and fresh:
-                return old_workers
-            if time.monotonic() > deadline:
-                raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
-            time.sleep(0.02)
+    def _apply(self, files: dict[Path, str | None], timeout: float) -> set[int]:
+        """Write (or, for None, delete) ``files``, check the config and reload gracefully.
+
+        Returns once the workers from before the reload no longer accept requests, with their pids
+        (for ``wait_drained``). On a refused config the old files are put back.
+
+        Raises:
+            ServingRuntimeError: nginx is not running, refused the config, or did not reload within
+                ``timeout`` seconds.
+        """
+        with self._lock():
+            master = self.master_pid()
+            if master is None:
+                raise ServingRuntimeError("nginx is not running", retryable=True)
+            before = {path: path.read_text() if path.exists() else None for path in files}
+            old_workers = set(_children(master))
+            self._write(files)
+            try:
+                self._nginx("-t")
+            except ServingRuntimeError:
+                self._write(before)
+                raise
+            self._nginx("-s", "reload")
+            deadline = time.monotonic() + timeout
+            while True:
+                workers = _children(master)
+                accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
+                fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
+                if not accepting and fresh:
+                    return old_workers
+                if time.monotonic() > deadline:
+                    raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
+                time.sleep(0.02)
 
     @staticmethod
     def _write(files: dict[Path, str | None]) -> None:
@@ -285,3 +265,65 @@ class NginxFront:
         deadline = time.monotonic() + timeout
         while self.master_pid() is not None and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+class NginxFront(NginxProcess):
+    """The nginx master of one BentoML host agent.
+
+    Args:
+        root: the agent's BentoML directory; nginx lives in ``root/nginx``.
+        listen_port, listen_host, shutdown_timeout: as ``NginxProcess``.
+        client_keepalive: seconds nginx keeps an idle client connection open; 0 (the default)
+            answers every request with ``Connection: close``. A graceful reload closes the idle
+            connections of the old workers, and a request a client sends on one at that moment
+            fails with "connection closed without response" (measured: 1 in about 13,000 requests
+            with 4 busy keep-alive clients, 10 swaps), so keep-alive trades that for a handshake.
+    """
+
+    SUBDIRS = ("upstreams", "locations", "tmp")
+
+    def __init__(self, root: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0,
+                 client_keepalive: float = 0.0):
+        super().__init__(Path(root) / "nginx", listen_port, listen_host, shutdown_timeout)
+        self.client_keepalive = client_keepalive
+
+    def main_config(self) -> str:
+        return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
+                                 keepalive=int(self.client_keepalive))
+
+    def upstream_port(self, model: str) -> int | None:
+        """The backend port the model's upstream file names, or None when it has none."""
+        path = self.dir / "upstreams" / f"{model}.conf"
+        found = _SERVER_PORT.search(path.read_text()) if path.exists() else None
+        return int(found.group(1)) if found else None
+
+    def switch(self, model: str, port: int, version: int, timeout: float = 10.0) -> set[int]:
+        """Point ``/<model>/`` and ``metrics_path(model, version)`` at ``127.0.0.1:port`` with a graceful reload.
+
+        Returns once the workers from before the reload no longer accept requests (they are
+        shutting down or gone), with their pids, for ``wait_drained``. On a refused config the old
+        files are put back and nginx keeps serving as before.
+
+        Raises:
+            ServingRuntimeError: a bad model name, nginx refused the config, or the reload did not
+                happen within ``timeout`` seconds.
+        """
+        key = model.replace("-", "_")
+        return self._apply_model(model, {
+            "upstreams": _UPSTREAM.format(key=key, port=int(port)),
+            "locations": _LOCATION.format(model=model, key=key, version=int(version),
+                                          metrics_path=metrics_path(model, version)),
+        }, timeout)
+
+    def remove(self, model: str, timeout: float = 10.0) -> set[int]:
+        """Stop routing ``/<model>/`` (a graceful reload); returns the old workers, as ``switch``.
+
+        Raises:
+            ServingRuntimeError: as ``switch``.
+        """
+        return self._apply_model(model, {"upstreams": None, "locations": None}, timeout)
+
+    def _apply_model(self, model: str, texts: dict[str, str | None], timeout: float) -> set[int]:
+        if not _SAFE_NAME.match(model):
+            raise ServingRuntimeError(f"model name {model!r} cannot be used in an nginx location", retryable=False)
+        return self._apply({self.dir / sub / f"{model}.conf": text for sub, text in texts.items()}, timeout)

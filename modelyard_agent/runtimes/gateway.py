@@ -1,0 +1,205 @@
+"""The gateway in front of a Triton host: Debian's nginx at the host's ``inference_url``, Triton behind it.
+
+Clients speak Triton's own HTTP/REST protocol (KServe v2) to the gateway. It passes the client
+endpoints (``/v2``, ``/v2/health/...``, ``/v2/models/...``) to Triton over kept-alive upstream
+connections and refuses everything else: the model repository API (load, unload, index), logging,
+trace and shared-memory settings are the host agent's, which reaches Triton directly.
+
+Per model, a **route** may split the requests that name no version, ``/v2/models/<m>/infer``, between
+the version that serves (``stable``) and a ``canary`` loaded beside it: ``percent`` of them go to the
+canary, rewritten to ``/v2/models/<m>/versions/<canary>/infer``, the rest to the stable version the
+same way. A client that sends ``X-Modelyard-Routing-Key`` always reaches the same version while the
+percent stays. Requests that name a version go to it. Every routed answer carries
+``X-Modelyard-Version``. Models without a route are passed as sent (Triton answers with its newest
+ready version).
+
+Routes are held in nginx's shared memory by a small Lua module (``modelyard_gateway.lua``, Debian's
+``libnginx-mod-http-lua``, the approach ingress-nginx takes for its endpoints) and replaced through a
+Unix control socket, so changing a percent, promoting or rolling back never reloads nginx. A reload
+closes idle keep-alive connections, and a client that sends on one at that moment loses its request
+(see ``runtimes.nginx.NginxFront``); without reloads keep-alive stays on. ``routes.json`` holds the same
+routes on disk: nginx reads it when it starts, so a restarted gateway routes as before.
+
+Layout::
+
+    <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control.sock
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.nginx import NginxProcess, _atomic_write
+
+LUA_DIR = Path(__file__).resolve().parent
+MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
+ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"
+VERSION_HEADER = "X-Modelyard-Version"
+
+_MAIN_CONF = """\
+{load_modules}
+worker_processes {workers};
+worker_shutdown_timeout {shutdown_timeout}s;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_timeout 75s;
+    keepalive_requests 100000;
+    # Triton enforces its own request size limit.
+    client_max_body_size 0;
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    lua_package_path "{lua_dir}/?.lua;;";
+    lua_shared_dict modelyard_routes 4m;
+    init_by_lua_block {{ require("modelyard_gateway").load("{dir}/routes.json") }}
+    init_worker_by_lua_block {{ require("modelyard_gateway").seed() }}
+    upstream modelyard_triton {{
+        server {triton} max_fails=0;
+        keepalive 64;
+    }}
+    server {{
+        listen {listen} backlog=4096;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_read_timeout 300s;
+        proxy_request_buffering off;
+        location = /healthz {{ return 200 "ok\\n"; }}
+        location = /v2 {{ proxy_pass http://modelyard_triton; }}
+        location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
+        location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
+            set $modelyard_version "";
+            rewrite_by_lua_block {{ require("modelyard_gateway").route(ngx.var.modelyard_model) }}
+            add_header {version_header} $modelyard_version always;
+            proxy_pass http://modelyard_triton;
+        }}
+        location /v2/models/ {{ proxy_pass http://modelyard_triton; }}
+        location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models\\n"; }}
+    }}
+    server {{
+        listen unix:{dir}/control.sock;
+        location = /routes {{ content_by_lua_block {{ require("modelyard_gateway").control() }} }}
+        location / {{ return 404; }}
+    }}
+}}
+"""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection over a Unix socket (the gateway's control socket)."""
+
+    def __init__(self, path: Path, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+class TritonGateway(NginxProcess):
+    """The gateway nginx of one Triton host.
+
+    Args:
+        directory: where its files live (``<agent state dir>/gateway``).
+        listen_port, listen_host, shutdown_timeout: as ``NginxProcess``.
+        triton: ``host:port`` of Triton's own HTTP endpoint, which the gateway passes requests to.
+        workers: nginx worker processes (``auto``: one per CPU).
+    """
+
+    SUBDIRS = ("tmp",)
+
+    def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
+                 shutdown_timeout: float = 120.0, workers: str = "auto"):
+        super().__init__(directory, listen_port, listen_host, shutdown_timeout)
+        self.triton = triton
+        self.workers = workers
+        self.routes_file = self.dir / "routes.json"
+        self.control_socket = self.dir / "control.sock"
+
+    def main_config(self) -> str:
+        missing = [str(path) for path in MODULES if not path.exists()]
+        if missing:
+            raise ServingRuntimeError(f"the gateway needs nginx's Lua module ({', '.join(missing)} is missing): "
+                                      f"install Debian's libnginx-mod-http-lua and lua-cjson", retryable=False)
+        return _MAIN_CONF.format(
+            load_modules="\n".join(f"load_module {path};" for path in MODULES), workers=self.workers,
+            shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
+            listen=self.listen, version_header=VERSION_HEADER,
+        )
+
+    def routes(self) -> dict[str, dict]:
+        """The routes the running gateway holds: ``{model: {"stable", "canary", "percent"}}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET")
+
+    def set_route(self, model: str, *, stable: int, canary: int | None = None, percent: float = 0.0) -> dict:
+        """Send ``percent`` (0-100) of ``model``'s requests that name no version to ``canary``, the rest to
+        ``stable``; effective for the next request, with no reload. Idempotent.
+
+        Returns:
+            The route as the gateway now holds it.
+
+        Raises:
+            ValueError: a percent outside 0-100 or a version below 1.
+            ServingRuntimeError: the gateway refused the routes or does not answer.
+        """
+        if not 0 <= float(percent) <= 100:
+            raise ValueError(f"a canary percent is from 0 to 100; got {percent!r}")
+        if int(stable) < 1 or canary is not None and int(canary) < 1:
+            raise ValueError("versions are numbered from 1")
+        route = {"stable": int(stable), "canary": None if canary is None else int(canary), "percent": float(percent)}
+        return self._change(model, route)[model]
+
+    def remove_route(self, model: str) -> None:
+        """Pass ``model``'s requests as sent again (no split). Idempotent.
+
+        Raises:
+            ServingRuntimeError: as ``set_route``.
+        """
+        self._change(model, None)
+
+    def _change(self, model: str, route: dict | None) -> dict[str, dict]:
+        with self._lock():
+            routes = self._read_file()
+            if route is None:
+                routes.pop(model, None)
+            else:
+                routes[model] = route
+            _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
+            return self._control("POST", routes)
+
+    def _read_file(self) -> dict[str, dict]:
+        try:
+            return json.loads(self.routes_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ServingRuntimeError(f"{self.routes_file} is not JSON: {exc}", retryable=False) from exc
+
+    def _control(self, method: str, body: dict | None = None, timeout: float = 5.0) -> dict[str, dict]:
+        connection = _UnixConnection(self.control_socket, timeout)
+        try:
+            connection.request(method, "/routes", body=None if body is None else json.dumps(body),
+                               headers={"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            text = answer.read().decode()
+        except OSError as exc:
+            raise ServingRuntimeError(f"the gateway's control socket does not answer: {exc}", retryable=True) from exc
+        finally:
+            connection.close()
+        if answer.status != 200:
+            raise ServingRuntimeError(f"the gateway refused the routes: {text.strip()}", retryable=False)
+        return json.loads(text)

@@ -1,0 +1,143 @@
+"""The gateway of a Triton host: real nginx (with its Lua module) in front of a real tritonserver."""
+
+import threading
+from pathlib import Path
+
+import pytest
+import requests
+
+from demo.iris import sample_input
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
+from modelyard_agent.runtimes.triton import TritonRuntime
+from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
+from tests.fixtures.services import free_port
+
+pytestmark = pytest.mark.integration
+
+BODY = {"inputs": [{"name": "input", "shape": [len(sample_input()), 4], "datatype": "FP32",
+                    "data": [float(x) for row in sample_input() for x in row]}], "outputs": [{"name": "label"}]}
+
+
+@pytest.fixture
+def gateway(triton_server, tmp_path):
+    """iris versions 1 and 2 loaded on a real Triton, and a running gateway in front of it."""
+    put_iris(triton_server.model_repository, tmp_path, versions=[1, 2])
+    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1, 2]))
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+                          listen_host="127.0.0.1")
+    front.ensure_running()
+    front.url = f"http://127.0.0.1:{front.listen_port}"
+    yield front
+    front.stop()
+
+
+def infer(session: requests.Session, gateway, version: int | None = None, key: str | None = None):
+    path = f"/v2/models/{MODEL}/versions/{version}/infer" if version else f"/v2/models/{MODEL}/infer"
+    return session.post(gateway.url + path, json=BODY, timeout=30,
+                        headers={ROUTING_KEY_HEADER: key} if key else {})
+
+
+def test_it_passes_the_client_endpoints_and_refuses_the_repository_api(gateway):
+    with requests.Session() as session:
+        assert session.get(f"{gateway.url}/v2/health/ready", timeout=10).status_code == 200
+        assert session.get(f"{gateway.url}/v2/models/{MODEL}/versions/1", timeout=10).json()["name"] == MODEL
+        answer = infer(session, gateway)
+        assert answer.status_code == 200 and VERSION_HEADER not in answer.headers
+        assert answer.json()["model_version"] == "2"  # no route: Triton's newest ready version
+        for path in ("/v2/repository/index", f"/v2/repository/models/{MODEL}/unload", "/v2/logging"):
+            refused = session.post(gateway.url + path, json={}, timeout=10)
+            assert refused.status_code == 403 and "not a client endpoint" in refused.text, path
+    assert TritonRuntime(f"http://{gateway.triton}").ready_versions(MODEL) == [1, 2]
+
+
+def test_a_route_splits_requests_that_name_no_version_by_its_percent(gateway):
+    gateway.set_route(MODEL, stable=1, canary=2, percent=10)
+    seen = {"1": 0, "2": 0}
+    with requests.Session() as session:
+        for _ in range(2000):
+            answer = infer(session, gateway)
+            assert answer.status_code == 200
+            assert answer.headers[VERSION_HEADER] == answer.json()["model_version"]
+            seen[answer.headers[VERSION_HEADER]] += 1
+        # Requests that name a version reach it, whatever the route says.
+        named = [infer(session, gateway, version=1).json()["model_version"] for _ in range(50)]
+    # 2000 draws at p = 0.1: one standard deviation is 0.67 points, so ±2 points is three.
+    assert abs(seen["2"] / 2000 * 100 - 10) <= 2, seen
+    assert set(named) == {"1"}
+
+
+def test_a_routing_key_always_reaches_the_same_version_and_a_higher_percent_only_adds_keys(gateway):
+    gateway.set_route(MODEL, stable=1, canary=2, percent=30)
+    keys = [f"user-{n}" for n in range(60)]
+    with requests.Session() as session:
+        first = {key: {infer(session, gateway, key=key).headers[VERSION_HEADER] for _ in range(3)} for key in keys}
+        gateway.set_route(MODEL, stable=1, canary=2, percent=60)
+        later = {key: infer(session, gateway, key=key).headers[VERSION_HEADER] for key in keys}
+    assert all(len(versions) == 1 for versions in first.values()), first
+    on_canary = {key for key, versions in first.items() if versions == {"2"}}
+    assert on_canary and on_canary < {key for key, version in later.items() if version == "2"}
+
+
+def test_changing_routes_reloads_nothing_and_fails_no_keep_alive_client(gateway):
+    workers_before = set(_workers(gateway))
+    failures, counts, stop = [], [0, 0, 0, 0], threading.Event()
+
+    def client(slot: int) -> None:
+        with requests.Session() as session:  # one kept-alive connection per client
+            while not stop.is_set():
+                try:
+                    answer = infer(session, gateway)
+                    if answer.status_code != 200:
+                        failures.append(f"HTTP {answer.status_code}: {answer.text[:100]}")
+                except requests.RequestException as exc:
+                    failures.append(repr(exc))
+                counts[slot] += 1
+
+    threads = [threading.Thread(target=client, args=(slot,)) for slot in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        for percent in [0, 5, 25, 50, 75, 100, 50, 0] * 3:
+            gateway.set_route(MODEL, stable=1, canary=2, percent=percent)
+            stop.wait(0.1)
+        gateway.remove_route(MODEL)
+        stop.wait(0.2)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+    assert failures == [] and min(counts) > 0, (failures[:5], counts)
+    assert set(_workers(gateway)) == workers_before
+    assert gateway.routes() == {}
+
+
+def test_a_restarted_gateway_routes_as_it_did(gateway):
+    gateway.set_route(MODEL, stable=2, canary=1, percent=100)
+    gateway.stop()
+    assert gateway.master_pid() is None
+    gateway.ensure_running()
+    assert gateway.routes() == {MODEL: {"stable": 2, "canary": 1, "percent": 100.0}}
+    with requests.Session() as session:
+        assert infer(session, gateway).headers[VERSION_HEADER] == "1"
+
+
+def test_it_refuses_bad_routes_and_keeps_the_ones_it_holds(gateway):
+    gateway.set_route(MODEL, stable=1, canary=2, percent=20)
+    with pytest.raises(ValueError, match="from 0 to 100"):
+        gateway.set_route(MODEL, stable=1, canary=2, percent=101)
+    with pytest.raises(ServingRuntimeError, match="must be"):
+        gateway._control("POST", {MODEL: {"stable": "one", "percent": 5}})
+    assert gateway.routes() == {MODEL: {"stable": 1, "canary": 2, "percent": 20.0}}
+
+
+def _workers(gateway) -> list[int]:
+    master = gateway.master_pid()
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _parent(p) == master]
+
+
+def _parent(proc: Path) -> int | None:
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
