@@ -2,8 +2,9 @@
 
 The agent reads no database or S3 credentials and needs none; what it needs is the broker, its
 host's name and runtime, where the runtime's files live and how long work may take. The HTTP
-address of the runtime is not a setting: it comes with each task, from the host's registered
-``inference_url``.
+address clients use is not a setting: it comes with each task, from the host's registered
+``inference_url``. On a Triton host with ``--triton-url``, the agent runs the host's gateway
+(``runtimes.gateway``) at that address and reaches Triton itself at ``--triton-url``; canaries need it.
 
 | flag | environment | default |
 | --- | --- | --- |
@@ -14,6 +15,7 @@ address of the runtime is not a setting: it comes with each task, from the host'
 | ``--staging-dir`` | ``MODELYARD_AGENT_STAGING_DIR`` | ``.<repository>.modelyard`` beside the repository |
 | ``--bentoml-root`` | ``MODELYARD_AGENT_BENTOML_ROOT`` | ``var/bentoml-agent`` (BentoML) |
 | ``--triton-grpc-url`` | ``MODELYARD_AGENT_TRITON_GRPC_URL`` | empty: loads go over HTTP |
+| ``--triton-url`` | ``MODELYARD_AGENT_TRITON_URL`` | empty: ``inference_url`` is Triton itself (no gateway) |
 | ``--load-deadline`` | ``MODELYARD_AGENT_LOAD_TIMEOUT`` | 600 s, when the host sets none |
 | ``--unload-deadline`` | ``MODELYARD_AGENT_UNLOAD_TIMEOUT`` | 120 s, when the host sets none |
 | ``--heartbeat-interval`` | ``MODELYARD_HEARTBEAT_INTERVAL`` | 30 s between reports during long work |
@@ -79,6 +81,10 @@ SETTINGS = (
     Setting("triton_grpc_url", "MODELYARD_AGENT_TRITON_GRPC_URL", "",
             "host:port of Triton's gRPC endpoint, for loads and unloads (empty: over HTTP, which stalls "
             "Triton's keep-alive clients during a load)"),
+    Setting("triton_url", "MODELYARD_AGENT_TRITON_URL", "",
+            "Triton's own HTTP endpoint behind the host's gateway, such as http://127.0.0.1:8000: the agent then runs "
+            "the gateway (nginx) at the host's inference_url (empty: inference_url is Triton itself, with no gateway "
+            "and no canaries)"),
     Setting("load_deadline", "MODELYARD_AGENT_LOAD_TIMEOUT", "600", "seconds a load may take, unless the host sets it"),
     Setting("unload_deadline", "MODELYARD_AGENT_UNLOAD_TIMEOUT", "120",
             "seconds an unload may take, unless the host sets it"),
@@ -114,6 +120,7 @@ class AgentConfig:
         model_repository, bentoml_root: where the runtime's files live on this host.
         staging_dir: where Triton versions are downloaded and staged.
         triton_grpc_url: ``host:port``, or empty.
+        triton_url: Triton's own HTTP base URL behind the gateway, or empty (no gateway).
         load_deadline, unload_deadline: default deadlines in seconds (a host's own come in payloads).
         heartbeat_interval: seconds between heartbeats sent while a task works.
         lock_wait: seconds a deployment waits for its (host, model) lock.
@@ -132,6 +139,7 @@ class AgentConfig:
     staging_dir: Path = Path("var/.model-repository.modelyard")
     bentoml_root: Path = Path("var/bentoml-agent")
     triton_grpc_url: str = ""
+    triton_url: str = ""
     load_deadline: float = 600.0
     unload_deadline: float = 120.0
     heartbeat_interval: float = 30.0
@@ -173,6 +181,7 @@ class AgentConfig:
             staging_dir=Path(raw["staging_dir"]) if raw["staging_dir"] else default_staging_dir(repository),
             bentoml_root=Path(raw["bentoml_root"]),
             triton_grpc_url=_host_port("triton_grpc_url", raw["triton_grpc_url"].strip()),
+            triton_url=_http_url("triton_url", raw["triton_url"].strip()),
             load_deadline=_seconds("load_deadline", raw["load_deadline"]),
             unload_deadline=_seconds("unload_deadline", raw["unload_deadline"]),
             heartbeat_interval=_seconds("heartbeat_interval", raw["heartbeat_interval"], minimum=0.5),
@@ -196,6 +205,7 @@ class AgentConfig:
             "host": self.host, "runtime": self.runtime, "broker_url": self.broker_url,
             "model_repository": str(self.model_repository), "staging_dir": str(self.staging_dir),
             "bentoml_root": str(self.bentoml_root), "triton_grpc_url": self.triton_grpc_url,
+            "triton_url": self.triton_url,
             "load_deadline": f"{self.load_deadline:g}", "unload_deadline": f"{self.unload_deadline:g}",
             "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",
             "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
@@ -256,6 +266,20 @@ def _host_port(name: str, value: str) -> str:
     if value and not HOST_PORT.match(value):
         raise ConfigError(f"{_flag(name)} must be host:port (no scheme), such as 127.0.0.1:8001; got {value!r}")
     return value
+
+
+def _http_url(name: str, value: str) -> str:
+    if not value:
+        return value
+    parts = urlsplit(value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or not port or parts.path.strip("/"):
+        raise ConfigError(f"{_flag(name)} must be an http URL with a host and a port and no path, such as "
+                          f"http://127.0.0.1:8000; got {value!r}")
+    return value.rstrip("/")
 
 
 def _seconds(name: str, value: str, *, minimum: float = 1.0, maximum: float = MAX_SECONDS) -> float:

@@ -21,6 +21,9 @@ Protocol history:
 3. the ``PROFILE`` task and its ``PROFILE_REPORT``; ``config_overrides`` may set
    ``dynamic_batching`` to null (off). The orchestrator sends ``PROFILE`` only to agents that
    report protocol 3 or newer.
+4. ``canary_percent`` on deploy payloads (an older agent would cut over instead of keeping the
+   stable version), the ``ROUTE`` task, and the ``gateway`` block of Triton heartbeat reports. The
+   orchestrator sends canaries and routes only to agents that report protocol 4 and a live gateway.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 # The oldest agent protocol that runs ``AgentTask.PROFILE``.
 PROFILE_PROTOCOL = 3
+# The oldest agent protocol that keeps a canary beside the stable version and runs ``AgentTask.ROUTE``.
+CANARY_PROTOCOL = 4
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -55,6 +60,7 @@ class AgentTask(StrEnum):
     CHECK_ENSEMBLE = "deployments.check_ensemble_on_host"  # DeployPayload of the ensemble version
     INFER = "deployments.infer_on_host"  # InferPayload: "Try it", answered on the payload's reply list
     PROFILE = "deployments.profile_version_on_host"  # ProfilePayload: a performance card
+    ROUTE = "deployments.route_model_on_host"  # RoutePayload: a canary's percent on the host's gateway
 
 
 class OrchestratorTask(StrEnum):
@@ -139,6 +145,32 @@ class DeployPayload(TypedDict):
     load_deadline: float | None  # seconds; None: the agent's default
     unload_deadline: float | None  # seconds; None: the agent's default
     archive_limits: NotRequired[ArchiveLimitsPayload]
+    # 0-100: keep the stable version loaded and send this share of the requests that name no version to
+    # this one (a canary, through the host's gateway); absent or None: this version alone serves.
+    canary_percent: NotRequired[float | None]
+
+
+class RoutePayload(TypedDict):
+    """Split ``model``'s requests that name no version on ``host``'s gateway: ``percent`` (0-100) to
+    ``canary``, the rest to ``stable``; both must be READY there. The agent answers with a heartbeat."""
+
+    protocol: int
+    host: str
+    runtime: str
+    model: str  # the model's name on this host's runtime
+    inference_url: str
+    metrics_url: str
+    stable: int
+    canary: int | None
+    percent: float
+
+
+class GatewayReport(TypedDict):
+    """A Triton host's gateway in a heartbeat: whether it answers, and its routes
+    (``{model: {"stable", "canary", "percent"}}``)."""
+
+    live: bool
+    routes: dict[str, dict]
 
 
 class UnloadPayload(TypedDict):
@@ -281,6 +313,7 @@ class HeartbeatReport(TypedDict):
     labels: dict[str, str]
     errors: list[str]
     agent: NotRequired[AgentInfo]
+    gateway: NotRequired[GatewayReport | None]  # Triton hosts; None: the agent runs no gateway
 
 
 class UnsupportedProtocol(Exception):

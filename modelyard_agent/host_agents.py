@@ -42,6 +42,11 @@ class HostAgent(Protocol):
         """Stop serving ``payload["model"]`` and wait until it is gone; raises ServingRuntimeError."""
         ...
 
+    def route(self, payload: dict) -> dict:
+        """Set a model's traffic split on the host's gateway (``contract.RoutePayload``); returns the route.
+        Raises ServingRuntimeError where the runtime has no such split."""
+        ...
+
     def profile(self, payload: dict, *, progress: Callable[[list[dict], str], None],
                 should_stop: Callable[[], str | None]) -> dict:
         """Measure ``payload``'s version (``contract.ProfilePayload``) beside what the host serves; never
@@ -49,26 +54,123 @@ class HostAgent(Protocol):
         ...
 
 
+def triton_gateway(inference_url: str):
+    """The host's gateway (``runtimes.gateway.TritonGateway``) at the port of ``inference_url`` (its address,
+    for a loopback URL), in front of the agent's ``--triton-url``; None when the agent runs without one."""
+    from urllib.parse import urlsplit
+
+    from modelyard_agent.runtimes.gateway import TritonGateway
+    from modelyard_agent.triton_host import AgentPaths
+
+    if not settings().triton_url:
+        return None
+    parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
+    loopback = parts.hostname in ("127.0.0.1", "localhost")
+    state_dir = AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir
+    return TritonGateway(state_dir / "gateway", parts.port or 80, triton=settings().triton_url.split("://", 1)[1],
+                         listen_host="127.0.0.1" if loopback else "")
+
+
+def direct(payload: dict) -> dict:
+    """``payload`` with ``inference_url`` replaced by Triton's own URL when a gateway stands in front of it:
+    loads, unloads, indexes and profiles go to Triton, not through the gateway (which refuses them)."""
+    return {**payload, "inference_url": settings().triton_url} if settings().triton_url else payload
+
+
 class TritonHostAgent:
     """Triton: a model repository on disk, explicit load and unload over gRPC (over HTTP without a gRPC
-    address), ``modelyard_agent.triton_host``."""
+    address), ``modelyard_agent.triton_host``; with ``--triton-url``, the host's gateway in front of it."""
 
     def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
+        """As ``HostAgent.deploy``. A payload with ``canary_percent`` keeps the version that served
+        (the stable one) loaded beside the new one and routes that percent of the requests that name no
+        version to the new one; a payload without it, on a model the gateway routes, sends every request to
+        the new version before the others unload, then drops the route."""
+        from modelyard_agent.runtimes.base import ServingRuntimeError
         from modelyard_agent.triton_host import deploy_triton_version
 
-        return deploy_triton_version(payload, model_repository=Path(settings().model_repository), report=report,
-                                     load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
-                                     grpc_url=settings().triton_grpc_url, staging_dir=settings().staging_dir)
+        model, version, percent = payload["model"], int(payload["version"]), payload.get("canary_percent")
+        gateway = triton_gateway(payload["inference_url"])
+        if gateway is None and percent is not None:
+            return {"state": "failed", "retryable": False, "details": {}, "error": (
+                "a canary needs the host's gateway: run this host's agent with --triton-url "
+                "(MODELYARD_AGENT_TRITON_URL) and register the gateway's address as the host's inference_url")}
+        route = None
+        if gateway is not None:
+            try:
+                gateway.ensure_running()
+                route = gateway.routes().get(model)
+            except ServingRuntimeError as exc:
+                return {"state": "failed", "retryable": exc.retryable, "details": {},
+                        "error": f"the host's gateway: {exc.message}"}
+
+        def keep(previous: list[int]) -> list[int]:
+            if percent is None or not previous:
+                return []
+            stable = route["stable"] if route and route["stable"] in previous else max(previous)
+            return [stable]
+
+        def before_cutover(kept: list[int]) -> None:
+            if kept:
+                gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent))
+            elif route is not None:
+                gateway.set_route(model, stable=version)
+
+        result = deploy_triton_version(
+            direct(payload), model_repository=Path(settings().model_repository), report=report,
+            load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
+            grpc_url=settings().triton_grpc_url, staging_dir=settings().staging_dir,
+            keep=keep, before_cutover=before_cutover if gateway is not None else None)
+        if gateway is not None and result["state"] == "ready":
+            try:
+                if not result["details"].get("kept_versions") and route is not None:
+                    gateway.remove_route(model)
+                result["details"]["route"] = gateway.routes().get(model)
+            except ServingRuntimeError as exc:
+                result["details"]["route_error"] = exc.message
+        return result
+
+    def route(self, payload: dict) -> dict:
+        """Set ``payload["model"]``'s route on the host's gateway (``contract.RoutePayload``), once both of its
+        versions are READY on Triton; returns the route the gateway holds.
+
+        Raises:
+            ServingRuntimeError: no gateway, a version not READY, or the gateway refused or did not answer.
+        """
+        from modelyard_agent.runtimes.base import ServingRuntimeError
+        from modelyard_agent.runtimes.triton import TritonRuntime
+
+        gateway = triton_gateway(payload["inference_url"])
+        if gateway is None:
+            raise ServingRuntimeError("this host runs no gateway (start its agent with --triton-url)", retryable=False)
+        model, stable, canary = payload["model"], int(payload["stable"]), payload.get("canary")
+        ready = TritonRuntime(settings().triton_url, timeout=10.0).ready_versions(model)
+        missing = [v for v in (stable, canary) if v is not None and int(v) not in ready]
+        if missing:
+            raise ServingRuntimeError(f"{model} version(s) {missing} are not READY on this host (READY: {ready})",
+                                      retryable=False)
+        gateway.ensure_running()
+        return gateway.set_route(model, stable=stable, canary=None if canary is None else int(canary),
+                                 percent=float(payload.get("percent") or 0))
 
     def heartbeat(self, request: dict) -> dict:
-        """Remove profile copies no running profile owns (``profiling.triton.remove_stale_copies``), then
-        report."""
+        """Start the gateway unless it runs, remove profile copies no running profile owns
+        (``profiling.triton.remove_stale_copies``), then report, with the gateway's routes."""
         from modelyard_agent.profiling.triton import remove_stale_copies
         from modelyard_agent.runtimes.base import ServingRuntimeError
         from modelyard_agent.runtimes.triton import TritonRuntime
         from modelyard_agent.triton_host import AgentPaths, collect_heartbeat
 
-        errors = []
+        errors, gateway_report = [], None
+        gateway = triton_gateway(request["inference_url"]) if request.get("inference_url") else None
+        if gateway is not None:
+            try:
+                gateway.ensure_running()
+                gateway_report = {"live": True, "routes": gateway.routes()}
+            except ServingRuntimeError as exc:
+                gateway_report = {"live": False, "routes": {}}
+                errors.append(f"gateway: {exc.message}")
+        request = direct(request)
         if request.get("inference_url"):
             try:
                 remove_stale_copies(TritonRuntime(request["inference_url"], timeout=5.0,
@@ -80,11 +182,16 @@ class TritonHostAgent:
         report = collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
                                    model_repository=Path(settings().model_repository), labels=settings().labels)
         report["errors"] = report["errors"] + errors
+        report["gateway"] = gateway_report
         return report
 
     def unload(self, payload: dict) -> None:
         from modelyard_agent.runtimes.triton import TritonRuntime
 
+        gateway = triton_gateway(payload["inference_url"])
+        if gateway is not None and gateway.master_pid() is not None:
+            gateway.remove_route(payload["model"])
+        payload = direct(payload)
         runtime = TritonRuntime(payload["inference_url"], load_timeout=unload_deadline(payload),
                                 grpc_url=settings().triton_grpc_url)
         versions = runtime.ready_versions(payload["model"])
@@ -96,7 +203,7 @@ class TritonHostAgent:
         from modelyard_agent.triton_host import AgentPaths
 
         return profile_triton_version(
-            payload, paths=AgentPaths(Path(settings().model_repository), settings().staging_dir),
+            direct(payload), paths=AgentPaths(Path(settings().model_repository), settings().staging_dir),
             perf_analyzer_binary=settings().perf_analyzer, progress=progress, should_stop=should_stop,
             load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
             grpc_url=settings().triton_grpc_url)
@@ -134,6 +241,16 @@ class BentoMLHostAgent:
         report["tidied"] = tidied
         report["errors"] = errors + report["errors"]
         return report
+
+    def route(self, payload: dict) -> dict:
+        """Weighted splits on BentoML hosts are not built yet.
+
+        Raises:
+            ServingRuntimeError: always (not retryable).
+        """
+        from modelyard_agent.runtimes.base import ServingRuntimeError
+
+        raise ServingRuntimeError("canaries are not available on BentoML hosts yet", retryable=False)
 
     def unload(self, payload: dict) -> None:
         from modelyard_agent.bentoml_host import unload_bentoml_model

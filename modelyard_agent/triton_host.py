@@ -236,6 +236,8 @@ def deploy_triton_version(
     unload_timeout: float = 120.0,
     grpc_url: str = "",
     staging_dir: Path | None = None,
+    keep: Callable[[list[int]], list[int]] | None = None,
+    before_cutover: Callable[[list[int]], None] | None = None,
 ) -> dict:
     """Stage one model version on this host and make it the one Triton serves.
 
@@ -254,6 +256,11 @@ def deploy_triton_version(
         grpc_url: ``host:port`` of Triton's gRPC endpoint for loads and unloads (see
             ``TritonRuntime``); empty: over HTTP.
         staging_dir: see ``AgentPaths``.
+        keep: given the versions that were READY before (the new one aside), returns those to keep
+            loaded beside the new one (a canary's stable version); default none: the new one alone.
+        before_cutover: called with the kept versions once the new version is READY and verified,
+            before any other version unloads (the gateway routes requests away from those first).
+            An exception it raises fails the deployment and restores the versions from before.
 
     Returns:
         ``{"state": "ready", "details": {...}}`` or
@@ -311,18 +318,28 @@ def deploy_triton_version(
             return failed(f"smoke inference on {model} version {version} failed: {problem}")
         steps.done("smoke_seconds")
 
-    if previous:
+    kept = sorted(set(keep(previous)) & set(previous)) if keep else []
+    details["kept_versions"] = kept
+    if before_cutover is not None:
+        try:
+            before_cutover(kept)
+        except ServingRuntimeError as exc:
+            _restore(runtime, model, previous, config_for, failed_version=version)
+            return failed(f"could not route {model} to version {version} before the cut-over: {exc.message}",
+                          retryable=exc.retryable)
+    leaving = [v for v in previous if v not in kept]
+    if leaving:
         steps.begin(TargetState.CUTTING_OVER)
         try:
-            runtime.load(model, config_for([version], version))
-            runtime.wait_versions_gone(model, previous, timeout=unload_timeout)
+            runtime.load(model, config_for(kept + [version], version))
+            runtime.wait_versions_gone(model, leaving, timeout=unload_timeout)
         except ServingRuntimeError as exc:
             if exc.timed_out:
                 return failed(f"cut-over to {model} version {version} did not finish within the host's deadline: "
                               f"{exc.message}; Triton finishes it on its own, and the reconciler checks the result")
             return failed(f"cut-over to {model} version {version} failed: {exc.message}", retryable=exc.retryable)
         steps.done("cutover_seconds")
-    _write_model_config(paths, model, config_for([version], version))
+    _write_model_config(paths, model, config_for(kept + [version], version))
     return steps.ready()
 
 

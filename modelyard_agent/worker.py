@@ -319,9 +319,10 @@ def report_heartbeat(request: dict) -> None:
     _send_heartbeat(request)
 
 
-def _send_heartbeat(request: dict) -> None:
+def _send_heartbeat(request: dict, errors: list[str] = ()) -> None:
     report = host_agent(settings().runtime).heartbeat(request)  # this host's runtime, whatever was registered
     report["agent"] = agent_info(request["host"])
+    report["errors"] = [*errors, *report.get("errors", [])]
     if refusal := _refused(request):
         report["errors"] = [refusal, *report.get("errors", [])]
     app.send_task(OrchestratorTask.HOST_HEARTBEAT.value, args=[request["host"], report],
@@ -347,6 +348,32 @@ def unload_model_on_host(self, payload: dict) -> None:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
     finally:
         _release(lock, "before the unload ended")
+
+
+@app.task(name=AgentTask.ROUTE.value, acks_late=True, bind=True, max_retries=None)
+def route_model_on_host(self, payload: dict) -> None:
+    """Set a model's canary split on the host's gateway (``contract.RoutePayload``) under the (host, model)
+    lock, then report the host in, so the orchestrator sees the route the gateway holds. A refused
+    route is logged and shows in that heartbeat's errors; a gateway that does not answer is retried."""
+    if refusal := _refused(payload):
+        logger.error("route of %s refused: %s", payload.get("model"), refusal)
+        return
+    lock = host_model_lock(payload["host"], payload["model"])
+    if not _acquire_or_take_over(lock, self.request.id):
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    errors = []
+    try:
+        with working_on(AgentTask.ROUTE, payload, self.request.id):
+            host_agent(payload.get("runtime")).route(payload)
+    except ServingRuntimeError as exc:
+        logger.error("route of %s on %s failed: %s", payload["model"], payload["host"], exc.message)
+        if exc.retryable and self.request.retries < 5:
+            raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
+        errors.append(f"route of {payload['model']}: {exc.message}")
+    finally:
+        _release(lock, "before the route was set")
+    _send_heartbeat({key: payload.get(key, "") for key in ("host", "inference_url", "metrics_url", "runtime")},
+                    errors=errors)
 
 
 @app.task(name=AgentTask.CHECK_ENSEMBLE.value, acks_late=True, bind=True, max_retries=None)

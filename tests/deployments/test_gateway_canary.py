@@ -1,0 +1,152 @@
+"""A Triton host agent with its gateway: a canary deployed beside the stable version, its percent changed,
+promoted and rolled back, on a real Triton behind real nginx, with clients sending all along."""
+
+import threading
+
+import pytest
+import requests
+
+from demo.iris import build_iris_archive
+from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.gateway import VERSION_HEADER
+from modelyard_agent.runtimes.triton import TritonRuntime
+from tests.deployments.test_gateway import BODY
+from tests.deployments.triton_host import agent_payload, artifacts
+from tests.fixtures.services import free_port
+
+pytestmark = pytest.mark.integration
+__all__ = ["artifacts"]  # fixture
+
+
+@pytest.fixture
+def host(triton_server, artifacts, agent_settings, tmp_path):
+    """An agent set up with a gateway in front of ``triton_server``; ``host.payload(version, **fields)``."""
+    root, base_url = artifacts
+    archive = build_iris_archive(root / "iris.tar.gz", name="iris")
+    agent_settings(model_repository=triton_server.model_repository, staging_dir=tmp_path / "staging",
+                   triton_url=triton_server.http_url)
+    gateway_url = f"http://127.0.0.1:{free_port()}"
+
+    class Host:
+        agent = TritonHostAgent()
+        url = gateway_url
+        gateway = triton_gateway(gateway_url)
+        triton = TritonRuntime(triton_server.http_url)
+
+        @staticmethod
+        def payload(version: int, **fields) -> dict:
+            return {**agent_payload(archive, base_url, triton_server, model="iris", version=version),
+                    "inference_url": gateway_url, **fields}
+
+        def deploy(self, version: int, **fields) -> dict:
+            result = self.agent.deploy(self.payload(version, **fields), report=lambda state: None)
+            assert result["state"] == "ready", result
+            return result
+
+    yield Host()
+    Host.gateway.stop()
+
+
+class Clients:
+    """Threads sending requests that name no version through the gateway, each on one kept-alive connection."""
+
+    def __init__(self, url: str, count: int = 3):
+        self.url, self.failures, self.versions, self.stop = f"{url}/v2/models/iris/infer", [], [], threading.Event()
+        self.threads = [threading.Thread(target=self._run) for _ in range(count)]
+
+    def _run(self) -> None:
+        with requests.Session() as session:
+            while not self.stop.is_set():
+                try:
+                    answer = session.post(self.url, json=BODY, timeout=30)
+                    if answer.status_code == 200:
+                        self.versions.append(answer.json()["model_version"])
+                    else:
+                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:120]}")
+                except requests.RequestException as exc:
+                    self.failures.append(repr(exc))
+
+    def __enter__(self):
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(30)
+
+
+def shares(url: str, count: int = 400) -> float:
+    """The share (0-1) of ``count`` requests that name no version answered by version 2."""
+    with requests.Session() as session:
+        versions = [session.post(f"{url}/v2/models/iris/infer", json=BODY, timeout=30).headers.get(VERSION_HEADER)
+                    for _ in range(count)]
+    return versions.count("2") / count
+
+
+def test_a_canary_serves_its_percent_beside_the_stable_version_and_a_promotion_drops_nothing(host):
+    first = host.deploy(1)
+    assert first["details"]["route"] is None and host.triton.ready_versions("iris") == [1]
+
+    canary = host.deploy(2, canary_percent=20)
+    assert canary["details"]["kept_versions"] == [1]
+    assert canary["details"]["route"] == {"stable": 1, "canary": 2, "percent": 20.0}
+    assert host.triton.ready_versions("iris") == [1, 2]
+    assert 0.12 <= shares(host.url) <= 0.28  # 400 draws at p = 0.2: four standard deviations
+
+    assert host.agent.route(host.payload(2, stable=1, canary=2, percent=60))["percent"] == 60.0
+    assert 0.5 <= shares(host.url) <= 0.7
+
+    with Clients(host.url) as clients:
+        promoted = host.deploy(2)
+        after = len(clients.versions)
+        clients.stop.wait(0.5)
+    assert clients.failures == [] and len(clients.versions) > after
+    assert set(clients.versions[after:]) == {"2"}
+    assert promoted["details"]["route"] is None and host.gateway.routes() == {}
+    assert host.triton.ready_versions("iris") == [2]
+
+
+def test_a_rollback_sends_every_request_to_the_stable_version_before_the_canary_unloads(host):
+    host.deploy(1)
+    host.deploy(2, canary_percent=50)
+    with Clients(host.url) as clients:
+        clients.stop.wait(0.5)
+        rolled_back = host.deploy(1)
+        after = len(clients.versions)
+        clients.stop.wait(0.5)
+    assert clients.failures == [] and {"1", "2"} <= set(clients.versions[:after])
+    assert set(clients.versions[after:]) == {"1"}
+    assert rolled_back["details"]["route"] is None and host.triton.ready_versions("iris") == [1]
+
+
+def test_a_newer_canary_replaces_the_old_one_and_keeps_the_stable_version(host):
+    host.deploy(1)
+    host.deploy(2, canary_percent=10)
+    replaced = host.deploy(3, canary_percent=30)
+    assert replaced["details"]["route"] == {"stable": 1, "canary": 3, "percent": 30.0}
+    assert host.triton.ready_versions("iris") == [1, 3]
+
+
+def test_a_route_naming_a_version_that_is_not_ready_is_refused(host):
+    host.deploy(1)
+    with pytest.raises(ServingRuntimeError, match=r"version\(s\) \[5\] are not READY"):
+        host.agent.route(host.payload(1, stable=1, canary=5, percent=10))
+    assert host.gateway.routes() == {}
+
+
+def test_a_canary_on_an_agent_without_a_gateway_fails_with_what_to_do(host, agent_settings):
+    agent_settings(triton_url="")
+    result = host.agent.deploy(host.payload(1, canary_percent=10), report=lambda state: None)
+    assert result["state"] == "failed" and "--triton-url" in result["error"]
+
+
+def test_the_heartbeat_reports_the_gateway_and_its_routes_and_reads_triton_directly(host):
+    host.deploy(1)
+    host.deploy(2, canary_percent=5)
+    report = host.agent.heartbeat({"host": "local", "inference_url": host.url, "metrics_url": "", "runtime": "triton"})
+    assert report["runtime_live"] is True and report["errors"] == []
+    assert report["gateway"] == {"live": True, "routes": {"iris": {"stable": 1, "canary": 2, "percent": 5.0}}}
+    assert {(m["name"], m["version"]) for m in report["models"]} >= {("iris", 1), ("iris", 2)}
