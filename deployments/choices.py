@@ -143,3 +143,14 @@ class RolloutTrigger(models.TextChoices):
     RECONCILER = "reconciler", "The reconciler"
     RELOAD = "reload", "A reload after an unload"
     AUTOSCALE = "autoscale", "The autoscaler"
+
+
+class CanaryState(models.TextChoices):
+    """Where a canary deployment stands (blank for a deployment without a canary). ``active``: each
+    host keeps the version it served (stable) beside the new one, and its gateway sends the
+    deployment's ``canary_percent`` of the requests that name no version to the new one; ``promoted``
+    and ``rolled_back``: a later rollout made the new, or the stable, version the only one."""
+
+    ACTIVE = "active", "Active"
+    PROMOTED = "promoted", "Promoted"
+    ROLLED_BACK = "rolled_back", "Rolled back"

@@ -4,7 +4,15 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from deployments.choices import DeploymentStatus, FailurePolicy, ProfileStatus, RolloutTrigger, Runtime, TargetState
+from deployments.choices import (
+    CanaryState,
+    DeploymentStatus,
+    FailurePolicy,
+    ProfileStatus,
+    RolloutTrigger,
+    Runtime,
+    TargetState,
+)
 from modelyard_agent.contract import MAX_DEADLINE_SECONDS, host_queue
 from registry.models import ModelVersion, RegisteredModel
 
@@ -121,6 +129,9 @@ class Deployment(models.Model):
     which dispatches no host before its prerequisites succeed. ``trigger`` says what started the
     rollout; ``autoscale`` bounds the instance count the autoscaler may set on each host (see
     ``deployments.autoscale``).
+    ``canary_percent`` makes it a canary (``deployments.canaries``): each host keeps the version it
+    served beside this one, and that percent of the requests naming no version go to this one;
+    ``canary_state`` says where it stands.
     ``status`` changes only through ``deployments.rollouts.set_status``, each change a
     ``RolloutEvent``.
     """
@@ -144,6 +155,11 @@ class Deployment(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="prerequisites",
         help_text="the ensemble rollout that waits for this one (a composing model deployed first)",
     )
+    canary_percent = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="0-100: the share of requests naming no version sent to this version beside the stable one; "
+                  "empty: not a canary")
+    canary_state = models.CharField(max_length=16, choices=CanaryState.choices, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

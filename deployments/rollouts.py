@@ -29,6 +29,7 @@ from deployments.choices import (
     ACTIVE_TARGET_STATES,
     DEPLOYMENT_MACHINE,
     TERMINAL_DEPLOYMENT_STATUSES,
+    CanaryState,
     DeploymentStatus,
     FailurePolicy,
     RolloutTrigger,
@@ -259,6 +260,8 @@ def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment
             autoscale=deployment.autoscale, rollback_of=deployment, trigger=RolloutTrigger.ROLLBACK, actor=actor,
         ))
     set_status(deployment, DeploymentStatus.ROLLED_BACK, actor=actor, message=reason)
+    if deployment.canary_state == CanaryState.ACTIVE:
+        Deployment.objects.filter(pk=deployment.pk).update(canary_state=CanaryState.ROLLED_BACK)
     return rollbacks
 
 

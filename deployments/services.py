@@ -16,6 +16,7 @@ from deployments.choices import (
     ACTIVE_TARGET_STATES,
     RUNTIME_FORMATS,
     TARGET_MACHINE,
+    CanaryState,
     FailurePolicy,
     RolloutTrigger,
     Runtime,
@@ -161,7 +162,7 @@ def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
-    actor=None, authorize=None, config: str = "", confirm_breaking: bool = False,
+    actor=None, authorize=None, config: str = "", confirm_breaking: bool = False, canary_percent=None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -187,6 +188,8 @@ def start_deployment(
             pages pass the access check of ``accounts.access`` (production hosts need an owner).
         confirm_breaking: start even though the version breaks the signature of a version it replaces
             on a chosen host (see :func:`signature_breaks`).
+        canary_percent: 0-100: a canary (``deployments.canaries``): each host keeps the version it
+            serves and sends this share of the requests that name no version to the new one.
 
     Returns:
         The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
@@ -195,9 +198,14 @@ def start_deployment(
         NotFound: the model, version or alias does not exist.
         InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
         BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
-        Conflict: the version's format cannot be served by a chosen host's runtime.
+        Conflict: the version's format cannot be served by a chosen host's runtime, or a canary's
+            host cannot split traffic (``canaries.check_canary_hosts``).
     """
+    from deployments.canaries import check_canary_hosts, check_percent
     from deployments.placement import choose_hosts
+
+    if canary_percent is not None:
+        canary_percent = check_percent(canary_percent)
 
     if version is None and not alias:
         raise InvalidInput("give a version to pin or an alias to follow")
@@ -228,6 +236,8 @@ def start_deployment(
         raise InvalidInput("hosts must name at least one serving host, or give a selector")
     if authorize is not None:
         authorize(model_version, hosts)
+    if canary_percent is not None:
+        check_canary_hosts(model_version.model, hosts)
     breaks = [] if confirm_breaking else signature_breaks(model_version, hosts)
     if breaks:
         raise BreakingSignature(f"v{model_version.version} breaks the signature of the version it replaces: "
@@ -235,7 +245,7 @@ def start_deployment(
     return create_rollout(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,
-        actor=actor,
+        actor=actor, canary_percent=canary_percent,
     )
 
 
@@ -244,7 +254,7 @@ def create_rollout(
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, follow_alias: str = "",
     selector: dict | None = None, rollback_of: Deployment | None = None,
     prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
-    trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None,
+    trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None, canary_percent: float | None = None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -295,7 +305,8 @@ def create_rollout(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},
             config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
-            autoscale=limits, trigger=trigger,
+            autoscale=limits, trigger=trigger, canary_percent=canary_percent,
+            canary_state=CanaryState.ACTIVE if canary_percent is not None else "",
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
@@ -307,7 +318,8 @@ def create_rollout(
             model=model_version.model,
             data={"version": model_version.version, "hosts": [h.name for h in hosts], "batch_size": batch_size,
                   "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None,
-                  "trigger": trigger, **({"reason": reason} if reason else {})},
+                  "trigger": trigger, **({"reason": reason} if reason else {}),
+                  **({"canary_percent": canary_percent} if canary_percent is not None else {})},
         )
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
@@ -691,6 +703,8 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "load_deadline": target.host.load_deadline_seconds,
         "unload_deadline": target.host.unload_deadline_seconds,
         "archive_limits": archive_limits().as_payload(),
+        "canary_percent": (target.deployment.canary_percent
+                           if target.deployment.canary_state == CanaryState.ACTIVE else None),
     }
 
 

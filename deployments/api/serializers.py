@@ -5,7 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.access import Principal
-from deployments.choices import DeploymentStatus, FailurePolicy, ProfileStatus, Runtime
+from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, ProfileStatus, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, Profile, RolloutEvent, ServingHost
 from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
@@ -116,13 +116,30 @@ class DeploymentSerializer(serializers.ModelSerializer):
     created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     targets = DeploymentTargetSerializer(many=True, read_only=True)
     events = RolloutEventSerializer(many=True, read_only=True)
+    canary_state = serializers.ChoiceField(choices=CanaryState.choices, allow_blank=True, read_only=True,
+                                           help_text="where a canary stands; blank for a deployment without one")
+    canary = serializers.SerializerMethodField(help_text=(
+        "a canary's percent and state, and per host its stable version and the percent its gateway last "
+        "reported; null for a deployment that is not a canary"))
 
     class Meta:
         model = Deployment
         fields = ["id", "model", "version", "status", "trigger", "batch_size", "failure_policy", "follow_alias",
-                  "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "targets", "events",
-                  "created_by", "created_at", "finished_at"]
+                  "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "canary_percent",
+                  "canary_state", "canary", "targets", "events", "created_by", "created_at", "finished_at"]
         read_only_fields = fields
+
+    def get_canary(self, deployment: Deployment) -> dict | None:
+        from deployments.canaries import canary_summary
+
+        return canary_summary(deployment)
+
+
+class DeploymentUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/deployments/<id>/``: a canary's new percent."""
+
+    canary_percent = serializers.FloatField(min_value=0, max_value=100, help_text=(
+        "the share of requests naming no version sent to the canary, on every host it reached"))
 
 
 class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
@@ -152,6 +169,9 @@ class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     confirm_breaking = serializers.BooleanField(default=False, help_text=(
         "roll out even though the version breaks the signature (inputs, outputs, batching) of a version it "
         "replaces; without it such a rollout is refused with 409 naming what breaks"))
+    canary_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
+        "0-100: a canary: each host keeps the version it serves and its gateway sends this share of the requests "
+        "that name no version to the new one (Triton hosts with a gateway, each serving a version already)"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -9,10 +9,11 @@ from rest_framework.views import APIView
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
-from deployments import lifecycle, profiles, rollouts, services
+from deployments import canaries, lifecycle, profiles, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentSerializer,
+    DeploymentUpdateSerializer,
     InferenceRequestSerializer,
     InferenceResultSerializer,
     ModelUnloadSerializer,
@@ -108,8 +109,12 @@ class DeploymentViewSet(
     """Deployments (rollouts): one model version onto a set of hosts in batches, with per-host state.
 
     ``POST .../<id>/pause/``, ``resume/``, ``cancel/`` and ``rollback/`` control a rollout;
-    an illegal move (e.g. resuming a finished rollout) is a 409.
+    an illegal move (e.g. resuming a finished rollout) is a 409. A canary (``canary_percent``) changes
+    its percent with ``PATCH``, goes to 100 % with ``promote/`` and back to its stable version with
+    ``rollback/``.
     """
+
+    http_method_names = ["get", "post", "patch", "head", "options"]
 
     serializer_class = DeploymentSerializer
     required_scope = Scope.DEPLOY
@@ -157,8 +162,27 @@ class DeploymentViewSet(
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
             authorize=authorize, config=fields.get("config", ""), confirm_breaking=fields["confirm_breaking"],
+            canary_percent=fields.get("canary_percent"),
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=DeploymentUpdateSerializer,
+                   responses={200: DeploymentSerializer, **error_responses(400, 403, 404, 409)},
+                   description="Change a canary's percent on every host it reached (no reload there); audited.")
+    def partial_update(self, request, pk=None):
+        self._controlled(pk)
+        data = DeploymentUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        canaries.set_canary_percent(int(pk), data.validated_data["canary_percent"], actor=request.user)
+        return Response(self._show(pk))
+
+    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})
+    @action(detail=True, methods=["post"])
+    def promote(self, request, pk=None):
+        """Make a canary's version the only one on the hosts it reached; returns the promotion rollout."""
+        self._controlled(pk)
+        promotion = canaries.promote_canary(int(pk), actor=request.user)
+        return Response(self._show(promotion.pk), status=status.HTTP_201_CREATED)
 
     def _show(self, pk: int) -> dict:
         return _deployment_data(pk)

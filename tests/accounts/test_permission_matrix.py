@@ -115,9 +115,11 @@ API = [
     ("POST", "/api/v1/deployments/", {}, {"model": "resnet", "version": 2, "hosts": ["gpu-prod"]}, needs("owner")),
     ("GET", "/api/v1/deployments/{id}/", {"id": "dev"}, None, needs("viewer")),
     *[("POST", f"/api/v1/deployments/{{id}}/{action}/", {"id": "dev"}, None, needs("maintainer"))
-      for action in ("pause", "resume", "cancel", "rollback")],
+      for action in ("pause", "resume", "cancel", "rollback", "promote")],
     *[("POST", f"/api/v1/deployments/{{id}}/{action}/", {"id": "prod"}, None, needs("owner"))
-      for action in ("pause", "resume", "cancel", "rollback")],
+      for action in ("pause", "resume", "cancel", "rollback", "promote")],
+    ("PATCH", "/api/v1/deployments/{id}/", {"id": "dev"}, {"canary_percent": 20}, needs("maintainer")),
+    ("PATCH", "/api/v1/deployments/{id}/", {"id": "prod"}, {"canary_percent": 20}, needs("owner")),
     ("GET", "/api/v1/audit/", {}, None, EVERYONE),
     ("GET", "/api/v1/prometheus/targets/", {}, None, EVERYONE),
     ("GET", "/api/v1/promotion-policies/", {}, None, EVERYONE),

@@ -1,0 +1,178 @@
+"""Weighted canaries: a new version beside the one each host serves, a share of the traffic sent to it.
+
+A deployment with ``canary_percent`` P rolls out as usual, but each host's agent keeps the version it
+served (the *stable* one, the target's ``previous_version``) loaded beside the new one, and the host's
+gateway (``modelyard_agent.runtimes.gateway``) sends P % of the requests that name no version to the new
+one. Requests that name a version reach it; a client sending ``X-Modelyard-Routing-Key`` stays on one
+version while P stays.
+
+- ``set_canary_percent`` changes P on every host the canary reached (an agent ``ROUTE`` task each; no
+  reload on the host), audited.
+- ``promote_canary`` starts a plain rollout of the canary's version to those hosts: each agent first
+  sends every request to it, then unloads the stable version.
+- a rollback (``rollouts.rollback_rollout``) starts a plain rollout of each host's stable version: each
+  agent first sends every request back to it, then unloads the canary.
+
+Canaries need Triton hosts whose agent runs the gateway and speaks ``CANARY_PROTOCOL``, each already
+serving a version of the model. BentoML hosts get weighted upstreams later.
+"""
+
+from __future__ import annotations
+
+import math
+
+from django.db import transaction
+
+from audit.choices import AuditAction
+from audit.services import record_audit_event
+from deployments.choices import CanaryState, DeploymentStatus, TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from modelyard.errors import Conflict, InvalidInput
+from modelyard_agent.contract import CANARY_PROTOCOL, AgentTask, Runtime
+
+
+def check_percent(value) -> float:
+    """``value`` as a canary percent.
+
+    Raises:
+        InvalidInput: not a number from 0 to 100.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= 100:
+        raise InvalidInput(f"canary_percent must be a number from 0 to 100, got {value!r}")
+    return float(value)
+
+
+def check_canary_hosts(model, hosts: list[ServingHost]) -> None:
+    """Refuse a canary of ``model`` on hosts that cannot split its traffic.
+
+    Raises:
+        Conflict: a host is not a Triton host, its agent reports no live gateway or a protocol older
+            than ``CANARY_PROTOCOL``, or it serves no version of the model yet (there is nothing for
+            the canary to share traffic with); the message names each such host and what to do.
+    """
+    from deployments.services import serving_now
+
+    serving = {target.host_id for target in serving_now(host__in=hosts, deployment__model=model)}
+    problems = []
+    for host in hosts:
+        heartbeat = host.heartbeat or {}
+        agent = heartbeat.get("agent") or {}
+        if host.runtime != Runtime.TRITON:
+            problems.append(f"{host.name} is a {host.runtime} host (canaries need triton hosts for now)")
+        elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
+            problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
+                            f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
+        elif not (heartbeat.get("gateway") or {}).get("live"):
+            problems.append(f"{host.name} reports no live gateway (run its agent with --triton-url and register "
+                            f"the gateway's address as its inference_url)")
+        elif host.pk not in serving:
+            problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
+    if problems:
+        raise Conflict("a canary cannot run here: " + "; ".join(problems))
+
+
+def route_payload(target: DeploymentTarget, percent: float) -> dict:
+    """The ``contract.RoutePayload`` that sets ``percent`` on ``target``'s host: its stable version (the
+    target's ``previous_version``) and the deployment's version."""
+    return {
+        "host": target.host.name, "runtime": target.host.runtime, "model": target.runtime_name,
+        "inference_url": target.host.inference_url, "metrics_url": target.host.metrics_url,
+        "stable": target.previous_version.version, "canary": target.deployment.version.version,
+        "percent": float(percent),
+    }
+
+
+def _reached(deployment: Deployment) -> list[DeploymentTarget]:
+    """The targets where the canary serves beside a stable version."""
+    return list(deployment.targets.filter(state=TargetState.READY, previous_version__isnull=False)
+                .exclude(previous_version=deployment.version_id)
+                .select_related("host", "previous_version", "deployment__version", "deployment__model"))
+
+
+def _active(deployment_id: int) -> Deployment:
+    deployment = Deployment.objects.select_for_update().select_related("model", "version").get(pk=deployment_id)
+    if deployment.canary_state != CanaryState.ACTIVE:
+        state = deployment.get_canary_state_display().lower() if deployment.canary_state else "not a canary"
+        raise Conflict(f"deployment {deployment_id} has no active canary ({state})")
+    return deployment
+
+
+def set_canary_percent(deployment_id: int, percent, *, actor=None) -> Deployment:
+    """Send ``percent`` of the requests that name no version to the canary, on every host it reached.
+
+    Hosts the rollout has not reached yet get the new percent with their deploy payload. Audited
+    (``deployment.changed``, change ``canary_percent``, with the old and new percent).
+
+    Raises:
+        InvalidInput: a percent outside 0-100.
+        Conflict: the deployment has no active canary, or its rollout was cancelled or rolled back.
+    """
+    from deployments.tasks import send_to_host
+
+    percent = check_percent(percent)
+    with transaction.atomic():
+        deployment = _active(deployment_id)
+        if deployment.status in (DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK):
+            raise Conflict(f"deployment {deployment_id} was {deployment.get_status_display().lower()}")
+        before = deployment.canary_percent
+        Deployment.objects.filter(pk=deployment.pk).update(canary_percent=percent)
+        deployment.canary_percent = percent
+        targets = _reached(deployment)
+        record_audit_event(
+            action=AuditAction.DEPLOYMENT_CHANGED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
+            model=deployment.model, data={"change": "canary_percent", "version": deployment.version.version,
+                                          "from": before, "to": percent, "hosts": [t.host.name for t in targets]})
+        payloads = [(target.host.name, route_payload(target, percent)) for target in targets]
+        transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads])
+    return deployment
+
+
+def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
+    """Make the canary's version the only one on every host it reached: a plain rollout of it there
+    (each agent sends every request to it before the stable version unloads), audited.
+
+    Returns:
+        The promotion rollout.
+
+    Raises:
+        Conflict: no active canary, or its rollout has not reached any host.
+    """
+    from deployments.services import create_rollout
+
+    with transaction.atomic():
+        deployment = _active(deployment_id)
+        targets = _reached(deployment)
+        if not targets:
+            raise Conflict(f"the canary of deployment {deployment_id} serves on no host yet")
+        promotion = create_rollout(
+            model_version=deployment.version, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
+            failure_policy=deployment.failure_policy, config_overrides=deployment.config_overrides,
+            autoscale=deployment.autoscale, actor=actor,
+            reason=f"promote the canary of deployment {deployment.pk}",
+        )
+        Deployment.objects.filter(pk=deployment.pk).update(canary_state=CanaryState.PROMOTED)
+        record_audit_event(
+            action=AuditAction.DEPLOYMENT_CHANGED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
+            model=deployment.model, data={"change": "canary_promoted", "version": deployment.version.version,
+                                          "promotion": promotion.pk, "hosts": [t.host.name for t in targets]})
+    return promotion
+
+
+def canary_summary(deployment: Deployment) -> dict | None:
+    """What a page or the API shows of a canary: ``{"percent", "state", "version", "hosts": [{"host",
+    "stable", "applied_percent"}]}`` where ``applied_percent`` is what the host's gateway last reported
+    for the model (None before it reported). None for a deployment that is not a canary. Reads the
+    deployment's prefetched targets and hosts only (no query of its own)."""
+    if not deployment.canary_state:
+        return None
+    hosts = []
+    for target in deployment.targets.all():
+        routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
+        route = routes.get(target.served_name or deployment.model.name) or {}
+        applied = route.get("percent") if route.get("canary") == deployment.version.version else None
+        hosts.append({"host": target.host.name, "state": target.state,
+                      "stable": target.previous_version.version if target.previous_version else None,
+                      "applied_percent": applied})
+    return {"percent": deployment.canary_percent, "state": deployment.canary_state,
+            "version": deployment.version.version, "hosts": hosts}

@@ -1,0 +1,178 @@
+"""Canary deployments through the API: refused where a host cannot split traffic, percent changes sent to
+each host's agent and audited, promotion and rollback as plain rollouts."""
+
+import base64
+import json
+
+import pytest
+import redis
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from deployments.choices import CanaryState, TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.services import build_agent_payload
+from modelyard_agent.contract import AgentTask, host_queue
+from registry.choices import ArtifactFormat
+from registry.models import ModelVersion, RegisteredModel
+from tests.fixtures.services import TEST_BROKER_URL
+
+pytestmark = pytest.mark.django_db
+
+GATEWAY = {"agent": {"protocol": 4}, "gateway": {"live": True, "routes": {}}}
+
+
+@pytest.fixture
+def user(db):
+    return get_user_model().objects.create_user(username="ops", password="a-long-test-password", is_staff=True)
+
+
+@pytest.fixture
+def broker():
+    client = redis.Redis.from_url(TEST_BROKER_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
+def fleet(db):
+    """Model iris with versions 1 and 2; gpu-0 and gpu-1 serve version 1, their agents run gateways."""
+    model = RegisteredModel.objects.create(name="iris", next_version=3)
+    versions = [ModelVersion.objects.create(
+        model=model, version=n, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key=f"sha256/{n}",
+        artifact_sha256=f"{n}" * 64, artifact_size=10, config_text='backend: "python"') for n in (1, 2)]
+    served = Deployment.objects.create(model=model, version=versions[0], status="succeeded")
+    hosts = []
+    for name in ("gpu-0", "gpu-1"):
+        host = ServingHost.objects.create(name=name, inference_url=f"http://{name}:8080", heartbeat=GATEWAY,
+                                          last_heartbeat_at=timezone.now())
+        DeploymentTarget.objects.create(deployment=served, host=host, state=TargetState.READY)
+        hosts.append(host)
+    return versions, hosts
+
+
+def start(api_client, percent=10, hosts=("gpu-0", "gpu-1")):
+    return api_client.post("/api/v1/deployments/", {"model": "iris", "version": 2, "hosts": list(hosts),
+                                                    "canary_percent": percent}, format="json")
+
+
+def routes_sent(client, host: str) -> list[dict]:
+    """The ROUTE payloads queued for ``host``'s agent (kombu keeps each message as JSON in the queue's list)."""
+    found = []
+    for raw in client.lrange(host_queue(host), 0, -1):
+        message = json.loads(raw)
+        if message["headers"]["task"] == AgentTask.ROUTE.value:
+            found.append(json.loads(base64.b64decode(message["body"]))[0][0])
+    return found
+
+
+def test_a_canary_deployment_keeps_the_stable_version_in_each_payload(api_client, fleet):
+    answer = start(api_client, percent=10)
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert (body["canary_percent"], body["canary_state"]) == (10.0, "active")
+    assert [(h["host"], h["stable"]) for h in body["canary"]["hosts"]] == [("gpu-0", 1), ("gpu-1", 1)]
+    target = DeploymentTarget.objects.get(deployment_id=body["id"], host__name="gpu-0")
+    assert build_agent_payload(target, download_url="http://s3/x")["canary_percent"] == 10.0
+
+
+@pytest.mark.parametrize("change,says", [
+    (lambda hosts: hosts[1].__setattr__("heartbeat", {"agent": {"protocol": 4}, "gateway": None}),
+     "gpu-1 reports no live gateway (run its agent with --triton-url"),
+    (lambda hosts: hosts[1].__setattr__("heartbeat", {"agent": {"protocol": 3}, "gateway": {"live": True}}),
+     "gpu-1's agent speaks protocol 3, canaries need 4"),
+    (lambda hosts: hosts[1].__setattr__("runtime", "bentoml"), "gpu-1 is a bentoml host"),
+])
+def test_a_canary_is_refused_on_a_host_that_cannot_split_and_nothing_is_written(api_client, fleet, change, says):
+    versions, hosts = fleet
+    change(hosts)
+    hosts[1].save()
+    before = Deployment.objects.count()
+    answer = start(api_client)
+    assert answer.status_code == 409 and says in answer.json()["detail"], answer.content
+    assert Deployment.objects.count() == before
+
+
+def test_a_canary_on_a_host_that_serves_nothing_yet_is_refused(api_client, fleet):
+    ServingHost.objects.create(name="gpu-2", inference_url="http://gpu-2:8080", heartbeat=GATEWAY,
+                               last_heartbeat_at=timezone.now())
+    answer = start(api_client, hosts=["gpu-2"])
+    assert answer.status_code == 409 and "gpu-2 serves no version of iris yet" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("percent", [-1, 100.5, "ten"])
+def test_a_percent_outside_0_to_100_is_a_400(api_client, fleet, percent):
+    answer = start(api_client, percent=percent)
+    assert answer.status_code == 400 and "canary_percent" in answer.json()
+
+
+def _reach(deployment_id: int, versions) -> None:
+    """Mark the canary READY on both hosts, each with version 1 as its stable version."""
+    DeploymentTarget.objects.filter(deployment_id=deployment_id).update(state=TargetState.READY,
+                                                                        previous_version=versions[0])
+
+
+def test_changing_the_percent_sends_each_reached_host_its_route_and_is_audited(api_client, fleet, broker,
+                                                                                 django_capture_on_commit_callbacks):
+    versions, _ = fleet
+    deployment = start(api_client).json()["id"]
+    _reach(deployment, versions)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_client.patch(f"/api/v1/deployments/{deployment}/", {"canary_percent": 40}, format="json")
+    assert answer.status_code == 200 and answer.json()["canary_percent"] == 40.0
+    for host in ("gpu-0", "gpu-1"):
+        [route] = routes_sent(broker, host)
+        assert (route["model"], route["stable"], route["canary"], route["percent"]) == ("iris", 1, 2, 40.0)
+    event = AuditEvent.objects.filter(object_type="deployment", object_id=str(deployment)).latest("id")
+    assert event.data["change"] == "canary_percent" and (event.data["from"], event.data["to"]) == (10.0, 40.0)
+
+
+def test_patch_refuses_other_fields_a_bad_percent_and_a_deployment_without_a_canary(api_client, fleet):
+    versions, _ = fleet
+    deployment = start(api_client).json()["id"]
+    assert api_client.patch(f"/api/v1/deployments/{deployment}/", {"batch_size": 3}, format="json").status_code == 400
+    assert api_client.patch(f"/api/v1/deployments/{deployment}/", {"canary_percent": 101},
+                            format="json").status_code == 400
+    plain = Deployment.objects.exclude(pk=deployment).get()
+    answer = api_client.patch(f"/api/v1/deployments/{plain.pk}/", {"canary_percent": 5}, format="json")
+    assert answer.status_code == 409 and "has no active canary (not a canary)" in answer.json()["detail"]
+    assert Deployment.objects.get(pk=deployment).canary_percent == 10.0
+
+
+def test_promote_rolls_the_canary_version_out_plainly_and_only_once(api_client, fleet):
+    versions, _ = fleet
+    deployment = start(api_client).json()["id"]
+    _reach(deployment, versions)
+    answer = api_client.post(f"/api/v1/deployments/{deployment}/promote/")
+    assert answer.status_code == 201, answer.content
+    promotion = answer.json()
+    assert (promotion["version"], promotion["canary_state"], promotion["canary"]) == (2, "", None)
+    assert sorted(t["host"] for t in promotion["targets"]) == ["gpu-0", "gpu-1"]
+    assert Deployment.objects.get(pk=deployment).canary_state == CanaryState.PROMOTED
+    again = api_client.post(f"/api/v1/deployments/{deployment}/promote/")
+    assert again.status_code == 409 and "(promoted)" in again.json()["detail"]
+
+
+def test_rollback_of_a_canary_rolls_each_host_back_to_its_stable_version(api_client, fleet):
+    versions, _ = fleet
+    deployment = start(api_client).json()["id"]
+    _reach(deployment, versions)
+    Deployment.objects.filter(pk=deployment).update(status="succeeded")
+    answer = api_client.post(f"/api/v1/deployments/{deployment}/rollback/")
+    assert answer.status_code == 200, answer.content
+    [rollback] = answer.json()
+    assert rollback["version"] == 1 and rollback["canary_percent"] is None
+    assert Deployment.objects.get(pk=deployment).canary_state == CanaryState.ROLLED_BACK
+    assert api_client.post(f"/api/v1/deployments/{deployment}/promote/").status_code == 409
+
+
+def test_the_canary_block_shows_the_percent_each_host_s_gateway_reports(api_client, fleet):
+    versions, hosts = fleet
+    deployment = start(api_client, percent=25).json()["id"]
+    hosts[0].heartbeat = {**GATEWAY, "gateway": {"live": True, "routes": {
+        "iris": {"stable": 1, "canary": 2, "percent": 25.0}}}}
+    hosts[0].save()
+    canary = api_client.get(f"/api/v1/deployments/{deployment}/").json()["canary"]
+    assert [(h["host"], h["applied_percent"]) for h in canary["hosts"]] == [("gpu-0", 25.0), ("gpu-1", None)]
