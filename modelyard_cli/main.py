@@ -230,6 +230,8 @@ def cmd_deploy(client: Client, args) -> int:
         request["config_overrides"] = _json_arg("--config-overrides", args.config_overrides)
     if args.config:
         request["config"] = args.config
+    if args.canary is not None:
+        request["canary_percent"] = args.canary
     body = client.request("POST", "deployments/", json=request)
     if not args.wait:
         print(json.dumps({"id": body["id"], "status": body["status"]}))
@@ -321,6 +323,26 @@ def cmd_profiles(client: Client, args) -> int:
     return wait_for_profile(client, args.profile, args.timeout)
 
 
+def cmd_canary(client: Client, args) -> int:
+    """``modelyard canary set <id> <percent>``, ``promote <id>`` (waits with --wait) or ``rollback <id>``."""
+    if args.action == "set":
+        if args.percent is None:
+            raise CLIError("canary set needs the new percent: modelyard canary set <id> <0-100>")
+        body = client.request("PATCH", f"deployments/{args.deployment}/", json={"canary_percent": args.percent})
+        print(json.dumps({"id": body["id"], "canary_percent": body["canary_percent"], "canary": body["canary"]}))
+        return 0
+    if args.percent is not None:
+        raise CLIError(f"canary {args.action} takes no percent")
+    if args.action == "promote":
+        started = [client.request("POST", f"deployments/{args.deployment}/promote/")]
+    else:
+        started = client.request("POST", f"deployments/{args.deployment}/rollback/")
+    print(json.dumps([{"id": body["id"], "version": body["version"], "status": body["status"]} for body in started]))
+    if not args.wait:
+        return 0
+    return max([wait_for_deployment(client, body["id"], args.timeout) for body in started], default=0)
+
+
 def cmd_wait(client: Client, args) -> int:
     return wait_for_deployment(client, args.deployment, args.timeout)
 
@@ -403,6 +425,9 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--config-overrides", help="JSON: instance_group, dynamic_batching, max_batch_size")
     deploy.add_argument("--config", choices=["recommended"],
                         help="serve with the config the version's performance card recommends")
+    deploy.add_argument("--canary", type=float, metavar="PERCENT",
+                        help="a canary: keep the version each host serves and send this share (0-100) of the "
+                             "requests that name no version to the new one")
     deploy.add_argument("--wait", action="store_true", help="wait; exit 1 unless the rollout succeeds")
     deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     deploy.set_defaults(func=cmd_deploy)
@@ -434,6 +459,14 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("profile", type=int, help="the profile's id")
     profiles.add_argument("--timeout", type=float, default=3900, help="seconds to wait (default 3900)")
     profiles.set_defaults(func=cmd_profiles)
+
+    canary = sub.add_parser("canary", help="change a canary's percent, promote it, or roll it back")
+    canary.add_argument("action", choices=["set", "promote", "rollback"])
+    canary.add_argument("deployment", type=int, help="the canary deployment's id")
+    canary.add_argument("percent", type=float, nargs="?", help="with set: the new percent, 0-100")
+    canary.add_argument("--wait", action="store_true", help="promote, rollback: wait; exit 1 unless it succeeds")
+    canary.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
+    canary.set_defaults(func=cmd_canary)
     return parser
 
 

@@ -140,3 +140,32 @@ def test_an_owner_locks_an_alias_and_then_sets_it_only_with_a_reason(cli):
     moved = cli("alias", "set", "iris", "production", "2", "--reason", "v2 passed the canary")
     assert moved.returncode == 0 and json.loads(moved.stdout)["version"] == 2
     assert AuditEvent.objects.filter(action="alias.set", data__reason="v2 passed the canary", data__owner="ci").exists()
+
+
+def test_a_canary_is_started_changed_and_promoted_from_the_cli(cli):
+    from django.utils import timezone
+
+    first = _deployment(TargetState.READY)
+    ServingHost.objects.filter(name="gpu-0").update(
+        heartbeat={"agent": {"protocol": 4}, "gateway": {"live": True, "routes": {}}}, last_heartbeat_at=timezone.now())
+    ModelVersion.objects.create(model=RegisteredModel.objects.get(name="iris"), version=2, format="triton",
+                                artifact_key="k2", artifact_sha256="2" * 64, artifact_size=1)
+    started = cli("deploy", "iris", "2", "--host", "gpu-0", "--canary", "10")
+    assert started.returncode == 0, started.stderr
+    canary = json.loads(started.stdout)["id"]
+    DeploymentTarget.objects.filter(deployment_id=canary).update(
+        state=TargetState.READY, previous_version=Deployment.objects.get(pk=first).version)
+
+    changed = cli("canary", "set", str(canary), "30")
+    assert changed.returncode == 0, changed.stderr
+    assert json.loads(changed.stdout)["canary"]["hosts"] == [
+        {"host": "gpu-0", "state": "ready", "stable": 1, "applied_percent": None}]
+    missing = cli("canary", "set", str(canary))
+    assert missing.returncode == 1 and "needs the new percent" in missing.stderr
+    refused = cli("canary", "set", str(first), "5")
+    assert refused.returncode == 1 and "has no active canary" in refused.stderr
+
+    promoted = cli("canary", "promote", str(canary))
+    assert promoted.returncode == 0, promoted.stderr
+    [promotion] = json.loads(promoted.stdout)
+    assert promotion["version"] == 2 and Deployment.objects.get(pk=canary).canary_state == "promoted"
