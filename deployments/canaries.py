@@ -159,15 +159,16 @@ def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
     return promotion
 
 
-def canary_summary(deployment: Deployment) -> dict | None:
+def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | None = None) -> dict | None:
     """What a page or the API shows of a canary: ``{"percent", "state", "version", "hosts": [{"host",
     "stable", "applied_percent"}]}`` where ``applied_percent`` is what the host's gateway last reported
-    for the model (None before it reported). None for a deployment that is not a canary. Reads the
-    deployment's prefetched targets and hosts only (no query of its own)."""
+    for the model (None before it reported). None for a deployment that is not a canary. Reads
+    ``targets`` (default: the deployment's prefetched targets) with their hosts and previous versions
+    loaded (no query of its own)."""
     if not deployment.canary_state:
         return None
     hosts = []
-    for target in deployment.targets.all():
+    for target in deployment.targets.all() if targets is None else targets:
         routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
         route = routes.get(target.served_name or deployment.model.name) or {}
         applied = route.get("percent") if route.get("canary") == deployment.version.version else None

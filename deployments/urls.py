@@ -19,5 +19,6 @@ urlpatterns = [
     path("profiles/<int:pk>/cancel/", views.profile_cancel, name="profile-cancel"),
     path("deployments/<int:pk>/", views.rollout_detail, name="rollout-detail"),
     path("deployments/<int:pk>/progress/", views.rollout_progress, name="rollout-progress"),
+    path("deployments/<int:pk>/canary/", views.rollout_canary, name="rollout-canary"),
     path("deployments/<int:pk>/<str:action>/", views.rollout_action, name="rollout-action"),
 ]

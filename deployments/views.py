@@ -6,9 +6,10 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
 
 from accounts.access import Action, Principal, check, require
-from deployments import lifecycle, profiles, rollouts
+from deployments import canaries, lifecycle, profiles, rollouts
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_PROFILE_STATES, RUNTIME_FORMATS, TargetState
 from deployments.forms import ProfileForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
@@ -145,9 +146,11 @@ ROLLOUT_ACTIONS = {
     "resume": (rollouts.resume_rollout, "Rollout resumed with its next batch."),
     "cancel": (rollouts.cancel_rollout, "Rollout cancelled: hosts not yet moved keep what they serve."),
     "rollback": (rollouts.rollback_rollout, "Rolling back: moved hosts return to their previous version."),
+    "promote": (canaries.promote_canary, "Promoting the canary: each host sends every request to it, then unloads "
+                                         "its stable version."),
 }
 # Actions that cannot be undone ask for confirmation first.
-CONFIRMED_ACTIONS = {"cancel", "rollback"}
+CONFIRMED_ACTIONS = {"cancel", "rollback", "promote"}
 
 
 def _rollout_context(request, pk: int) -> dict:
@@ -164,7 +167,7 @@ def _rollout_context(request, pk: int) -> dict:
         "deployment": deployment, "targets": targets, "events": deployment.events.all(),
         "active": deployment.status in ACTIVE_DEPLOYMENT_STATUSES,
         "batches": max((t.batch for t in targets), default=0) + 1,
-        "may_control": may_control,
+        "may_control": may_control, "canary": canaries.canary_summary(deployment, targets),
     }
 
 
@@ -172,6 +175,25 @@ def _rollout_context(request, pk: int) -> dict:
 def rollout_detail(request, pk: int):
     """A rollout: per-host step progress and log, batches, status history and the controls."""
     return render(request, "deployments/rollout_detail.html", _rollout_context(request, pk))
+
+
+@login_required
+@require_POST
+def rollout_canary(request, pk: int):
+    """Change a canary's percent from its rollout page (POST ``percent``)."""
+    deployment = _deployment_or_404(request, pk)
+    forbidden_unless(request, Action.DEPLOY, model=deployment.model,
+                     hosts=[t.host for t in deployment.targets.select_related("host")])
+    try:
+        percent = float(request.POST.get("percent", ""))
+        canaries.set_canary_percent(deployment.pk, percent, actor=request.user)
+    except ValueError:
+        messages.error(request, "The canary percent must be a number from 0 to 100.")
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"The canary now takes {percent:g} % of the requests that name no version.")
+    return redirect("deployments:rollout-detail", pk=pk)
 
 
 @login_required

@@ -320,6 +320,8 @@ PAGES = [
     ("GET", "deployments:rollout-progress", {"pk": "dev"}, None, needs("viewer")),
     ("POST", "deployments:rollout-action", {"pk": "dev", "action": "pause"}, None, needs("maintainer")),
     ("POST", "deployments:rollout-action", {"pk": "prod", "action": "pause"}, None, needs("owner")),
+    ("POST", "deployments:rollout-canary", {"pk": "dev"}, {"percent": "20"}, needs("maintainer")),
+    ("POST", "deployments:rollout-canary", {"pk": "prod"}, {"percent": "20"}, needs("owner")),
     ("GET", "promotions:model-policies", {"model_name": "resnet"}, None, needs("viewer")),
     ("GET", "promotions:policy-create", {"model_name": "resnet"}, None, needs("owner")),
     ("GET", "promotions:policy-detail", {"policy_id": "policy"}, None, needs("viewer")),

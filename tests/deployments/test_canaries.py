@@ -176,3 +176,29 @@ def test_the_canary_block_shows_the_percent_each_host_s_gateway_reports(api_clie
     hosts[0].save()
     canary = api_client.get(f"/api/v1/deployments/{deployment}/").json()["canary"]
     assert [(h["host"], h["applied_percent"]) for h in canary["hosts"]] == [("gpu-0", 25.0), ("gpu-1", None)]
+
+
+def test_the_rollout_page_shows_the_canary_and_changes_its_percent(client, user, fleet, broker,
+                                                                   django_capture_on_commit_callbacks):
+    from tests.factories import team_member
+
+    versions, _ = fleet
+    team_member(user)
+    client.force_login(user)
+    deployment = Deployment.objects.create(model=versions[1].model, version=versions[1], status="succeeded",
+                                           canary_percent=10, canary_state=CanaryState.ACTIVE)
+    for host in ServingHost.objects.all():
+        DeploymentTarget.objects.create(deployment=deployment, host=host, state=TargetState.READY,
+                                        previous_version=versions[0])
+    page = client.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "<strong>10 %</strong> of the requests that name no version go to v2" in page
+    assert page.count("no route yet") == 2 and "Promote…" in page
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(f"/deployments/{deployment.pk}/canary/", {"percent": "35"}, follow=True)
+    assert "The canary now takes 35 % of the requests" in answer.content.decode()
+    assert Deployment.objects.get(pk=deployment.pk).canary_percent == 35.0
+    assert [r["percent"] for r in routes_sent(broker, "gpu-0")] == [35.0]
+    refused = client.post(f"/deployments/{deployment.pk}/canary/", {"percent": "lots"}, follow=True)
+    assert "must be a number from 0 to 100" in refused.content.decode()
+    confirm = client.get(f"/deployments/{deployment.pk}/promote/").content.decode()
+    assert "Promote the canary of rollout" in confirm
