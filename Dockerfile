@@ -20,6 +20,10 @@ RUN groupadd --system --gid 10001 modelyard \
 
 # ---- the host agent: installs its own package and nothing else
 FROM base AS agent
+# Debian's nginx and its Lua module: the gateway the agent runs in front of Triton.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends nginx libnginx-mod-http-lua lua-cjson \
+    && rm -rf /var/lib/apt/lists/*
 COPY modelyard_agent ./modelyard_agent
 RUN pip install ./modelyard_agent \
     && mkdir -p /models /app/var \

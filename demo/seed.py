@@ -18,7 +18,7 @@ Steps, each skipped when already done, so the command can run any number of time
 Usage::
 
     python -m demo.seed [--api URL] [--token-file var/admin.token] [--model iris]
-                        [--inference-url http://127.0.0.1:8000]
+                        [--inference-url http://127.0.0.1:8010]
                         [--metrics-url http://127.0.0.1:8002/metrics]
                         [--execution-env .stack/triton-env] [--requests 200]
                         [--bento-inference-url http://127.0.0.1:3000] [--bento-model iris-bento]
@@ -386,7 +386,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--api", default="http://127.0.0.1:8080", help="base URL of the web app")
     parser.add_argument("--token-file", type=Path, default=REPO_DIR / "var" / "admin.token")
     parser.add_argument("--model", default="iris")
-    parser.add_argument("--inference-url", default="http://127.0.0.1:8000", help="Triton HTTP endpoint")
+    parser.add_argument("--inference-url", default="http://127.0.0.1:8010",
+                        help="the Triton host's inference URL: its agent's gateway (make run: port 8010)")
     parser.add_argument("--metrics-url", default="http://127.0.0.1:8002/metrics", help="Triton metrics endpoint")
     parser.add_argument(
         "--execution-env",

@@ -19,7 +19,8 @@
 #   MODELYARD_WEB_PORT [8080]            Django (gunicorn)
 #   MODELYARD_S3_PORT [9000]             S3 stand-in (moto_server)
 #   MODELYARD_S3_ENDPOINT_URL            a non-local endpoint skips the stand-in
-#   MODELYARD_TRITON_HTTP_PORT [8000]    Triton HTTP/REST
+#   MODELYARD_GATEWAY_PORT [8010]        the local Triton host's gateway (its agent's nginx): clients' address
+#   MODELYARD_TRITON_HTTP_PORT [8000]    Triton HTTP/REST (the agent's; clients go through the gateway)
 #   MODELYARD_TRITON_GRPC_PORT [8001]    Triton gRPC
 #   MODELYARD_TRITON_METRICS_PORT [8002] Triton /metrics
 #   MODELYARD_PROMETHEUS_PORT [9090]     Prometheus
@@ -45,7 +46,7 @@ export PATH="$VENV_BIN:$PATH"
 # The ports and broker a running stack was started with (var/stack.ports, written by start), so that
 # `make stop` and `make status` from another shell reach that stack; the environment still wins.
 PORTS_FILE="$VAR_DIR/stack.ports"
-PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
+PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_GATEWAY_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
     MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL)
 if [[ "${1:-}" != start && -f "$PORTS_FILE" ]]; then
     while IFS='=' read -r key value; do
@@ -56,6 +57,7 @@ fi
 WEB_PORT="${MODELYARD_WEB_PORT:-8080}"
 S3_PORT="${MODELYARD_S3_PORT:-9000}"
 TRITON_HTTP_PORT="${MODELYARD_TRITON_HTTP_PORT:-8000}"
+GATEWAY_PORT="${MODELYARD_GATEWAY_PORT:-8010}"
 TRITON_GRPC_PORT="${MODELYARD_TRITON_GRPC_PORT:-8001}"
 TRITON_METRICS_PORT="${MODELYARD_TRITON_METRICS_PORT:-8002}"
 PROMETHEUS_PORT="${MODELYARD_PROMETHEUS_PORT:-9090}"
@@ -433,10 +435,32 @@ start_process() {
     log "$name: ready"
 }
 
+# The gateway the local Triton host's agent runs (its state dir is .model-repository.modelyard beside the repository).
+GATEWAY_DIR="$(dirname "$MODEL_REPOSITORY")/.$(basename "$MODEL_REPOSITORY").modelyard/gateway"
+
+gateway_pid() {
+    local pid
+    pid="$(cat "$GATEWAY_DIR/nginx.pid" 2>/dev/null)" || return 1
+    [[ "$pid" =~ ^[0-9]+$ ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q '^nginx: master' || return 1
+    printf '%s' "$pid"
+}
+
 start_agent() {
+    # The agent starts its gateway on this port at its first heartbeat or deployment: refuse a taken port now.
+    if ! service_pid agent >/dev/null && ! gateway_pid >/dev/null; then
+        require_port "$GATEWAY_PORT" MODELYARD_GATEWAY_PORT "the Triton host's gateway"
+    fi
     start_host_agent agent --host local --runtime triton --model-repository "$MODEL_REPOSITORY" \
-        --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" --concurrency 4 \
-        --perf-analyzer "$STACK_DIR/bin/perf_analyzer"
+        --triton-url "http://127.0.0.1:$TRITON_HTTP_PORT" --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" \
+        --concurrency 4 --perf-analyzer "$STACK_DIR/bin/perf_analyzer"
+}
+
+# After the agent stopped: its gateway (a daemon of its own) stops too, letting requests in flight finish.
+stop_gateway() {
+    gateway_pid >/dev/null || return 0
+    log "stopping the Triton host's gateway"
+    /usr/sbin/nginx -p "$GATEWAY_DIR" -e "$GATEWAY_DIR/error.log" -c "$GATEWAY_DIR/nginx.conf" -s quit \
+        || warn "could not stop the gateway (pid $(gateway_pid)); see \`make status\`"
 }
 
 # The nginx master of the local BentoML host, from the PID file its agent's nginx writes.
@@ -521,6 +545,7 @@ write_stack_env() {
     {
         echo "MODELYARD_WEB_PORT=$WEB_PORT"
         echo "MODELYARD_S3_PORT=$S3_PORT"
+        echo "MODELYARD_GATEWAY_PORT=$GATEWAY_PORT"
         echo "MODELYARD_TRITON_HTTP_PORT=$TRITON_HTTP_PORT"
         echo "MODELYARD_TRITON_GRPC_PORT=$TRITON_GRPC_PORT"
         echo "MODELYARD_TRITON_METRICS_PORT=$TRITON_METRICS_PORT"
@@ -546,7 +571,7 @@ run_seed() {
     "$PY" -m demo.seed \
         --api "http://127.0.0.1:$WEB_PORT" \
         --token-file "$TOKEN_FILE" \
-        --inference-url "http://127.0.0.1:$TRITON_HTTP_PORT" \
+        --inference-url "http://127.0.0.1:$GATEWAY_PORT" \
         --metrics-url "http://127.0.0.1:$TRITON_METRICS_PORT/metrics" \
         --bento-inference-url "http://127.0.0.1:$BENTO_PORT" \
         --prometheus-url "http://127.0.0.1:$PROMETHEUS_PORT" \
@@ -563,7 +588,7 @@ Modelyard is running.
   Web          http://127.0.0.1:$WEB_PORT/
   API schema   http://127.0.0.1:$WEB_PORT/api/schema/
   Prometheus   http://127.0.0.1:$PROMETHEUS_PORT/
-  Triton       http://127.0.0.1:$TRITON_HTTP_PORT/v2  (gRPC 127.0.0.1:$TRITON_GRPC_PORT, metrics http://127.0.0.1:$TRITON_METRICS_PORT/metrics)
+  Inference    http://127.0.0.1:$GATEWAY_PORT/v2  (host local: its agent's gateway, canaries; Triton itself at http://127.0.0.1:$TRITON_HTTP_PORT, gRPC 127.0.0.1:$TRITON_GRPC_PORT, metrics http://127.0.0.1:$TRITON_METRICS_PORT/metrics)
   BentoML      http://127.0.0.1:$BENTO_PORT/<model>/  (host $BENTO_HOST: its agent's nginx, e.g. POST /iris-bento/classify)
   S3           $MODELYARD_S3_ENDPOINT_URL
   Login        admin / $password
@@ -605,7 +630,7 @@ cmd_start() {
     print_summary
     if ((seed_rc != 0)); then
         warn "the demo seed failed (exit $seed_rc); the services above are up. Rerun it with:"
-        warn "  .venv/bin/python -m demo.seed --api http://127.0.0.1:$WEB_PORT --inference-url http://127.0.0.1:$TRITON_HTTP_PORT --bento-inference-url http://127.0.0.1:$BENTO_PORT"
+        warn "  .venv/bin/python -m demo.seed --api http://127.0.0.1:$WEB_PORT --inference-url http://127.0.0.1:$GATEWAY_PORT --bento-inference-url http://127.0.0.1:$BENTO_PORT"
         exit "$seed_rc"
     fi
 }
@@ -621,6 +646,7 @@ cmd_stop() {
         stop_service "${SERVICES[$i]}" 30
     done
     stop_bento_host
+    stop_gateway
     rm -f "$RUN_DIR/celerybeat.pid" "$PORTS_FILE"
     log "stopped"
 }
@@ -680,6 +706,10 @@ cmd_status() {
         ((up)) && state=up
         status_line "$name" "$state" "$detail"
     done
+    pid="$(gateway_pid || true)"
+    state=down
+    http_ok "http://127.0.0.1:$GATEWAY_PORT/healthz" && state=up
+    status_line gateway "$state" "http://127.0.0.1:$GATEWAY_PORT${pid:+ pid $pid}"
     pid="$(bento_nginx_pid || true)"
     state=down
     http_ok "http://127.0.0.1:$BENTO_PORT/healthz" && state=up
