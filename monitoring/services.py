@@ -14,13 +14,15 @@ from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
 from registry.models import ModelVersion
 from registry.services import get_model
 
-FLEET_WINDOW_SECONDS = 300
+FLEET_WINDOW_SECONDS = promql.parse_range(promql.DEFAULT_PAGE_RANGE)  # as the model page and the API
 LATENCY_KEYS = ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "queue_ms", "compute_ms")
 SPARKLINE_SECONDS = 3600
 SPARKLINE_STEP_SECONDS = 120
-# The overview's columns; mean latency and compute time are on the model page only.
-OVERVIEW_METRICS = ("throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate", "queue_ms",
-                    "pending_requests")
+# The overview's columns; compute time is on the model page only. Pending requests there are the
+# latest value ("now"); every other figure is the one the model page and the API give for the window.
+OVERVIEW_METRICS = ("throughput", "latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+                    "error_rate", "queue_ms", "pending_requests")
+OVERVIEW_LATEST = ("pending_requests",)
 
 
 def _range_seconds(range_text: str) -> int:
@@ -47,11 +49,12 @@ def _version_sort_key(version: str):
     return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
-def _metric_jobs(
-    client: PrometheusClient, selector: dict, window: int, *, over_window: bool, keys=None
-) -> dict:
+def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, keys=None, latest=()) -> dict:
+    """One instant query per metric of ``keys`` (default all); gauges and summaries read as the worst
+    value during the window, except the keys in ``latest``, read as their latest value."""
     return {
-        metric.key: (lambda q=metric.build(selector, window, over_window=over_window): client.instant(q))
+        metric.key: (lambda q=metric.build(selector, window, over_window=metric.key not in latest):
+                     client.instant(q))
         for metric in promql.MODEL_METRICS
         if keys is None or metric.key in keys
     }
@@ -98,7 +101,7 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     model = get_model(model_name)
     seconds = _range_seconds(range_text)
     client = client or PrometheusClient()
-    jobs = _metric_jobs(client, model_selector(model.name), seconds, over_window=True)
+    jobs = _metric_jobs(client, model_selector(model.name), seconds)
     try:
         rows = _by_model_version(client.gather(jobs))
     except PrometheusUnavailable as exc:
@@ -192,9 +195,12 @@ def fleet_overview(
     *, window_seconds: int = FLEET_WINDOW_SECONDS, sparkline_seconds: int = SPARKLINE_SECONDS,
     sparkline_step: int = SPARKLINE_STEP_SECONDS, client: PrometheusClient | None = None,
 ) -> dict:
-    """Every deployed model version with its current metrics and a throughput sparkline.
+    """Every deployed model version with its metrics over a window and a throughput sparkline.
 
-    Metrics cover the last ``window_seconds`` (default 5 minutes); the sparkline the last
+    Metrics cover the last ``window_seconds`` (default 15 minutes, the model page's and the API's
+    default range) and are the very queries ``model_metrics`` sends for that window, so the
+    overview, the model page and the API agree; only pending requests are the latest value. The
+    sparkline covers the last
     ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
     point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried.
     Versions Prometheus reports that the registry does not know of are
@@ -213,7 +219,7 @@ def fleet_overview(
     metrics: dict = {}
     sparklines: dict = {}
     try:
-        jobs = _metric_jobs(client, {}, window_seconds, over_window=False, keys=OVERVIEW_METRICS)
+        jobs = _metric_jobs(client, {}, window_seconds, keys=OVERVIEW_METRICS, latest=OVERVIEW_LATEST)
         spark_query = promql.throughput({}, sparkline_step)
         jobs["sparkline"] = lambda: client.range(spark_query, seconds=sparkline_seconds, step=sparkline_step)
         results = client.gather(jobs)
@@ -267,7 +273,7 @@ def version_gate_metrics(
     client = client or PrometheusClient()
     selector = model_selector(model_name)
     jobs = {"requests": lambda: client.instant(promql.requests_in_window(selector, window_seconds))}
-    jobs.update(_metric_jobs(client, selector, window_seconds, over_window=True, keys=GATE_METRICS))
+    jobs.update(_metric_jobs(client, selector, window_seconds, keys=GATE_METRICS))
     try:
         results = client.gather(jobs)
     except PrometheusUnavailable as exc:
