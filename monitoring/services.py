@@ -6,6 +6,9 @@ does not grow with the number of models, versions or hosts.
 
 import time
 
+from django.db.models import Count, Q
+
+from deployments.choices import DeploymentStatus, RolloutTrigger, TargetState
 from deployments.models import Deployment
 from deployments.services import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
@@ -113,12 +116,61 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     return {"model": model.name, "range": range_text, "range_seconds": seconds, "versions": versions}
 
 
-def deployment_markers(model, *, since_seconds: int) -> list[dict]:
-    """Start and end times (unix seconds) of the model's deployments within the last ``since_seconds``.
+# How a marker names what a rollout did, by its status.
+MARKER_WORDS = {
+    DeploymentStatus.RUNNING: "rolling out", DeploymentStatus.PAUSED: "paused",
+    DeploymentStatus.SUCCEEDED: "rolled out", DeploymentStatus.FAILED: "failed",
+    DeploymentStatus.CANCELLED: "cancelled", DeploymentStatus.ROLLED_BACK: "rolled back",
+}
+# Target states a host only reaches once an agent started on it; pending and cancelled ones left it alone.
+TOUCHED_STATES = tuple(state for state in TargetState.values if state not in (TargetState.PENDING,
+                                                                             TargetState.CANCELLED))
+
+
+def _hosts(n: int) -> str:
+    return f"{n} host" if n == 1 else f"{n} hosts"
+
+
+def marker_label(*, version: int, status: str, trigger: str, hosts: int, moved: int, failed: int,
+                 touched: int) -> str:
+    """What a deployment marker says: the version, what the rollout did and to how many hosts.
+
+    Args:
+        version: the version number rolled out.
+        status: a ``DeploymentStatus`` value.
+        trigger: a ``RolloutTrigger`` value.
+        hosts: how many targets (hosts) the rollout has.
+        moved: targets that served the version (ready, or unloaded since).
+        failed: targets that failed to load it.
+        touched: targets an agent started on (any state but pending and cancelled).
 
     Returns:
-        ``[{"id", "version", "status", "start": s, "end": s | None}]``, oldest first; ``end`` is
-        when the rollout finished, else None.
+        e.g. "v2 rolled out to 2 hosts", "v3 failed on 1 of 2 hosts", "v4 cancelled before any host",
+        "v1 rolled out to 1 host (rollback)".
+    """
+    word = MARKER_WORDS.get(status, status)
+    if status == DeploymentStatus.SUCCEEDED:
+        text = f"v{version} {word} to {_hosts(moved)}"
+    elif status == DeploymentStatus.FAILED:
+        text = f"v{version} {word} on {failed} of {_hosts(hosts)}"
+    elif status == DeploymentStatus.CANCELLED:
+        text = (f"v{version} {word} after {moved} of {_hosts(hosts)}" if touched
+                else f"v{version} {word} before any host")
+    elif status in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
+        text = f"v{version} {word}: {moved} of {_hosts(hosts)}"
+    else:
+        text = f"v{version} {word}"
+    return f"{text} (rollback)" if trigger == RolloutTrigger.ROLLBACK else text
+
+
+def deployment_markers(model, *, since_seconds: int) -> list[dict]:
+    """The model's deployments within the last ``since_seconds``, for the charts' markers; one SQL query.
+
+    Returns:
+        ``[{"id", "version", "status", "label" (``marker_label``), "hosts", "moved", "failed" (target
+        counts), "touched" (bool: an agent started on at least one host), "start": s, "end": s |
+        None}]``, oldest first, times in unix seconds; ``end`` is when the rollout finished, else
+        None. A rollout cancelled before any host has ``touched`` False: the charts draw no line for it.
     """
     from django.utils import timezone
 
@@ -126,14 +178,22 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
     deployments = (
         Deployment.objects.filter(model=model, created_at__gte=since)
         .select_related("version")
+        .annotate(
+            n_hosts=Count("targets"),
+            n_moved=Count("targets", filter=Q(targets__state__in=(TargetState.READY, TargetState.UNLOADED))),
+            n_failed=Count("targets", filter=Q(targets__state=TargetState.FAILED)),
+            n_touched=Count("targets", filter=Q(targets__state__in=TOUCHED_STATES)),
+        )
         .order_by("created_at")
     )
     markers = []
     for d in deployments:
-        status = d.status
         finished = d.finished_at is not None
         markers.append({
-            "id": d.pk, "version": d.version.version, "status": status,
+            "id": d.pk, "version": d.version.version, "status": d.status,
+            "label": marker_label(version=d.version.version, status=d.status, trigger=d.trigger, hosts=d.n_hosts,
+                                  moved=d.n_moved, failed=d.n_failed, touched=d.n_touched),
+            "hosts": d.n_hosts, "moved": d.n_moved, "failed": d.n_failed, "touched": d.n_touched > 0,
             "start": d.created_at.timestamp(), "end": d.finished_at.timestamp() if finished else None,
         })
     return markers
