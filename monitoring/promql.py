@@ -123,9 +123,17 @@ def requests_in_window(selector: dict[str, str], window: int) -> str:
 
 
 def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
-    """Mean request latency in milliseconds per version.
+    """Mean request latency in milliseconds per version over the window, from counters.
 
-    Triton: ``nv_inference_request_duration_us`` (µs, cumulative) / ``nv_inference_request_success``.
+    Triton: ``rate(nv_inference_request_duration_us) / rate(nv_inference_request_success)`` (µs).
+    Triton's metrics guide (user_guide/metrics.md, "Latencies": "Counters" and "Summaries") gives
+    ``nv_inference_request_duration_us`` as the cumulative end-to-end handling time of requests,
+    adds to it only for successful ones (and their cache hits), and says the request summary's
+    ``_count`` matches ``nv_inference_request_success``: that counter, which counts a request
+    once whatever its batch, is the denominator. ``nv_inference_count`` is not: it counts each
+    batch item and leaves out cached requests, so it would divide one request's time by its
+    batch size. A ratio of two rates holds a value whenever the window holds traffic, also
+    after the traffic paused and Triton's latency summary emptied (``latency_quantile_ms``).
     BentoML: ``bentoml_service_request_duration_seconds`` histogram ``_sum`` / ``_count`` (s).
     """
     w = _window(window)
@@ -146,9 +154,12 @@ def latency_quantile_ms(
     """Request latency quantile (0.5, 0.95, 0.99) in milliseconds per version.
 
     Triton: the summary ``nv_inference_request_summary_us{quantile=...}`` (µs; enabled with
-    ``--metrics-config summary_latencies=true``), whose quantiles cover Triton's own sliding
-    window. Summaries cannot be averaged across targets, so the worst target is taken; with
-    ``over_window`` the worst value seen during the window.
+    ``--metrics-config summary_latencies=true``). Its quantiles cover Triton's own sliding window
+    of the last 60 s and read NaN once that window holds no request, though the counters show
+    traffic earlier in the range: a quantile is only given where the summary held data. With
+    ``over_window`` it is the worst value the summary held during the window (``max_over_time``
+    passes over NaN samples), so a pause in the traffic does not blank it; without, the latest
+    (one chart point). Summaries cannot be averaged across targets, so the worst target is taken.
     BentoML: ``histogram_quantile`` over ``bentoml_service_request_duration_seconds_bucket`` (s).
     """
     w = _window(window)
@@ -180,8 +191,10 @@ def error_rate(selector: dict[str, str], window: int, *, over_window: bool = Fal
 def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Mean time a request waits in the scheduler queue, in milliseconds (Triton only).
 
-    ``nv_inference_queue_duration_us`` / ``nv_inference_request_success``; BentoML exports no
-    queue time.
+    ``rate(nv_inference_queue_duration_us) / rate(nv_inference_request_success)``: like the request
+    time, the queue time adds up per successful request, cache hits included (Triton's metrics
+    guide: the queue summary's ``_count`` matches ``nv_inference_request_success``). BentoML
+    exports no queue time.
     """
     w = _window(window)
     return (
@@ -191,17 +204,21 @@ def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False
 
 
 def compute_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
-    """Mean compute time per request in milliseconds (Triton only).
+    """Mean compute time per computed request in milliseconds (Triton only).
 
-    (``nv_inference_compute_input_duration_us`` + ``..._infer_...`` + ``..._output_...``) /
-    ``nv_inference_request_success``.
+    (``nv_inference_compute_input_duration_us`` + ``..._infer_...`` + ``..._output_...``) over the
+    requests that reached the backend: ``nv_inference_request_success`` less the response cache's
+    hits ``nv_cache_num_hits_per_model`` (absent, so taken as none, without a response cache), since
+    Triton's compute counters leave cached requests out.
     """
     w = _window(window)
     m = _matchers(selector)
     parts = " + ".join(
         f"rate(nv_inference_compute_{p}_duration_us{m}[{w}])" for p in ("input", "infer", "output")
     )
-    return f"sum by ({BY})({parts}) / {_rate_sum('nv_inference_request_success', m, w)} / 1000"
+    success = _rate_sum("nv_inference_request_success", m, w)
+    hits = _rate_sum("nv_cache_num_hits_per_model", m, w)
+    return f"sum by ({BY})({parts}) / ({success} - ({hits} or 0 * {success})) / 1000"
 
 
 def pending_requests(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:

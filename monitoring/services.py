@@ -6,6 +6,9 @@ does not grow with the number of models, versions or hosts.
 
 import time
 
+from django.db.models import Count, Q
+
+from deployments.choices import DeploymentStatus, RolloutTrigger, TargetState
 from deployments.models import Deployment
 from deployments.services import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
@@ -14,13 +17,15 @@ from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
 from registry.models import ModelVersion
 from registry.services import get_model
 
-FLEET_WINDOW_SECONDS = 300
+FLEET_WINDOW_SECONDS = promql.parse_range(promql.DEFAULT_PAGE_RANGE)  # as the model page and the API
 LATENCY_KEYS = ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "queue_ms", "compute_ms")
 SPARKLINE_SECONDS = 3600
 SPARKLINE_STEP_SECONDS = 120
-# The overview's columns; mean latency and compute time are on the model page only.
-OVERVIEW_METRICS = ("throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate", "queue_ms",
-                    "pending_requests")
+# The overview's columns; compute time is on the model page only. Pending requests there are the
+# latest value ("now"); every other figure is the one the model page and the API give for the window.
+OVERVIEW_METRICS = ("throughput", "latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
+                    "error_rate", "queue_ms", "pending_requests")
+OVERVIEW_LATEST = ("pending_requests",)
 
 
 def _range_seconds(range_text: str) -> int:
@@ -47,11 +52,12 @@ def _version_sort_key(version: str):
     return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
-def _metric_jobs(
-    client: PrometheusClient, selector: dict, window: int, *, over_window: bool, keys=None
-) -> dict:
+def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, keys=None, latest=()) -> dict:
+    """One instant query per metric of ``keys`` (default all); gauges and summaries read as the worst
+    value during the window, except the keys in ``latest``, read as their latest value."""
     return {
-        metric.key: (lambda q=metric.build(selector, window, over_window=over_window): client.instant(q))
+        metric.key: (lambda q=metric.build(selector, window, over_window=metric.key not in latest):
+                     client.instant(q))
         for metric in promql.MODEL_METRICS
         if keys is None or metric.key in keys
     }
@@ -98,7 +104,7 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     model = get_model(model_name)
     seconds = _range_seconds(range_text)
     client = client or PrometheusClient()
-    jobs = _metric_jobs(client, model_selector(model.name), seconds, over_window=True)
+    jobs = _metric_jobs(client, model_selector(model.name), seconds)
     try:
         rows = _by_model_version(client.gather(jobs))
     except PrometheusUnavailable as exc:
@@ -110,12 +116,61 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     return {"model": model.name, "range": range_text, "range_seconds": seconds, "versions": versions}
 
 
-def deployment_markers(model, *, since_seconds: int) -> list[dict]:
-    """Start and end times (unix seconds) of the model's deployments within the last ``since_seconds``.
+# How a marker names what a rollout did, by its status.
+MARKER_WORDS = {
+    DeploymentStatus.RUNNING: "rolling out", DeploymentStatus.PAUSED: "paused",
+    DeploymentStatus.SUCCEEDED: "rolled out", DeploymentStatus.FAILED: "failed",
+    DeploymentStatus.CANCELLED: "cancelled", DeploymentStatus.ROLLED_BACK: "rolled back",
+}
+# Target states a host only reaches once an agent started on it; pending and cancelled ones left it alone.
+TOUCHED_STATES = tuple(state for state in TargetState.values if state not in (TargetState.PENDING,
+                                                                             TargetState.CANCELLED))
+
+
+def _hosts(n: int) -> str:
+    return f"{n} host" if n == 1 else f"{n} hosts"
+
+
+def marker_label(*, version: int, status: str, trigger: str, hosts: int, moved: int, failed: int,
+                 touched: int) -> str:
+    """What a deployment marker says: the version, what the rollout did and to how many hosts.
+
+    Args:
+        version: the version number rolled out.
+        status: a ``DeploymentStatus`` value.
+        trigger: a ``RolloutTrigger`` value.
+        hosts: how many targets (hosts) the rollout has.
+        moved: targets that served the version (ready, or unloaded since).
+        failed: targets that failed to load it.
+        touched: targets an agent started on (any state but pending and cancelled).
 
     Returns:
-        ``[{"id", "version", "status", "start": s, "end": s | None}]``, oldest first; ``end`` is
-        when the rollout finished, else None.
+        e.g. "v2 rolled out to 2 hosts", "v3 failed on 1 of 2 hosts", "v4 cancelled before any host",
+        "v1 rolled out to 1 host (rollback)".
+    """
+    word = MARKER_WORDS.get(status, status)
+    if status == DeploymentStatus.SUCCEEDED:
+        text = f"v{version} {word} to {_hosts(moved)}"
+    elif status == DeploymentStatus.FAILED:
+        text = f"v{version} {word} on {failed} of {_hosts(hosts)}"
+    elif status == DeploymentStatus.CANCELLED:
+        text = (f"v{version} {word} after {moved} of {_hosts(hosts)}" if touched
+                else f"v{version} {word} before any host")
+    elif status in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
+        text = f"v{version} {word}: {moved} of {_hosts(hosts)}"
+    else:
+        text = f"v{version} {word}"
+    return f"{text} (rollback)" if trigger == RolloutTrigger.ROLLBACK else text
+
+
+def deployment_markers(model, *, since_seconds: int) -> list[dict]:
+    """The model's deployments within the last ``since_seconds``, for the charts' markers; one SQL query.
+
+    Returns:
+        ``[{"id", "version", "status", "label" (``marker_label``), "hosts", "moved", "failed" (target
+        counts), "touched" (bool: an agent started on at least one host), "start": s, "end": s |
+        None}]``, oldest first, times in unix seconds; ``end`` is when the rollout finished, else
+        None. A rollout cancelled before any host has ``touched`` False: the charts draw no line for it.
     """
     from django.utils import timezone
 
@@ -123,14 +178,22 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
     deployments = (
         Deployment.objects.filter(model=model, created_at__gte=since)
         .select_related("version")
+        .annotate(
+            n_hosts=Count("targets"),
+            n_moved=Count("targets", filter=Q(targets__state__in=(TargetState.READY, TargetState.UNLOADED))),
+            n_failed=Count("targets", filter=Q(targets__state=TargetState.FAILED)),
+            n_touched=Count("targets", filter=Q(targets__state__in=TOUCHED_STATES)),
+        )
         .order_by("created_at")
     )
     markers = []
     for d in deployments:
-        status = d.status
         finished = d.finished_at is not None
         markers.append({
-            "id": d.pk, "version": d.version.version, "status": status,
+            "id": d.pk, "version": d.version.version, "status": d.status,
+            "label": marker_label(version=d.version.version, status=d.status, trigger=d.trigger, hosts=d.n_hosts,
+                                  moved=d.n_moved, failed=d.n_failed, touched=d.n_touched),
+            "hosts": d.n_hosts, "moved": d.n_moved, "failed": d.n_failed, "touched": d.n_touched > 0,
             "start": d.created_at.timestamp(), "end": d.finished_at.timestamp() if finished else None,
         })
     return markers
@@ -192,9 +255,12 @@ def fleet_overview(
     *, window_seconds: int = FLEET_WINDOW_SECONDS, sparkline_seconds: int = SPARKLINE_SECONDS,
     sparkline_step: int = SPARKLINE_STEP_SECONDS, client: PrometheusClient | None = None,
 ) -> dict:
-    """Every deployed model version with its current metrics and a throughput sparkline.
+    """Every deployed model version with its metrics over a window and a throughput sparkline.
 
-    Metrics cover the last ``window_seconds`` (default 5 minutes); the sparkline the last
+    Metrics cover the last ``window_seconds`` (default 15 minutes, the model page's and the API's
+    default range) and are the very queries ``model_metrics`` sends for that window, so the
+    overview, the model page and the API agree; only pending requests are the latest value. The
+    sparkline covers the last
     ``sparkline_seconds`` at one point every ``sparkline_step`` seconds (default: an hour, a
     point every two minutes). Only the overview's columns (``OVERVIEW_METRICS``) are queried.
     Versions Prometheus reports that the registry does not know of are
@@ -213,7 +279,7 @@ def fleet_overview(
     metrics: dict = {}
     sparklines: dict = {}
     try:
-        jobs = _metric_jobs(client, {}, window_seconds, over_window=False, keys=OVERVIEW_METRICS)
+        jobs = _metric_jobs(client, {}, window_seconds, keys=OVERVIEW_METRICS, latest=OVERVIEW_LATEST)
         spark_query = promql.throughput({}, sparkline_step)
         jobs["sparkline"] = lambda: client.range(spark_query, seconds=sparkline_seconds, step=sparkline_step)
         results = client.gather(jobs)
@@ -267,7 +333,7 @@ def version_gate_metrics(
     client = client or PrometheusClient()
     selector = model_selector(model_name)
     jobs = {"requests": lambda: client.instant(promql.requests_in_window(selector, window_seconds))}
-    jobs.update(_metric_jobs(client, selector, window_seconds, over_window=True, keys=GATE_METRICS))
+    jobs.update(_metric_jobs(client, selector, window_seconds, keys=GATE_METRICS))
     try:
         results = client.gather(jobs)
     except PrometheusUnavailable as exc:

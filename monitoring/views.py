@@ -9,7 +9,7 @@ from accounts.access import Principal
 from deployments.models import ServingHost
 from modelyard.errors import ServiceUnavailable
 from monitoring import promql, readings, services
-from monitoring.templatetags.monitoring_tags import number, percent, sparkline_points
+from monitoring.templatetags.monitoring_tags import number, percent, sparkline_peak, sparkline_points
 from registry.access import visible_model_names
 from registry.models import RegisteredModel
 from registry.pages import model_or_404
@@ -17,8 +17,7 @@ from registry.pages import model_or_404
 PANEL_RANGE = promql.DEFAULT_PAGE_RANGE
 OVERVIEW_PAGE_SIZE = 50
 DISPLAY_UNITS = {"error_rate": "% of requests", "pending_requests": "now"}
-SORT_KEYS = ("model", "throughput", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "error_rate",
-             "queue_ms", "pending_requests")
+SORT_KEYS = ("model", *services.OVERVIEW_METRICS)
 
 
 def metrics_panel_context(model: RegisteredModel, range_text: str = PANEL_RANGE) -> dict:
@@ -64,7 +63,8 @@ def _overview_context(request) -> dict:
     sort = request.GET.get("sort", "model")
     sort = sort if sort in SORT_KEYS else "model"
     descending = request.GET.get("order", "desc" if sort != "model" else "asc") == "desc"
-    overview = services.fleet_overview()
+    range_text = page_range(request)
+    overview = services.fleet_overview(window_seconds=promql.parse_range(range_text))
     principal = Principal.of(request)
     # Rows of other teams' models stay hidden; so do series of models the registry does not know
     # (their names could be anyone's), except for administrators.
@@ -83,7 +83,7 @@ def _overview_context(request) -> dict:
         "rows": [_display_row(r, overview["sparkline_span"]) for r in page.object_list],
         "matching": len(rows),
         "total": len(overview["rows"]),
-        "window_minutes": overview["window_seconds"] // 60,
+        "range": range_text, "ranges": promql.PAGE_RANGES,
         "prometheus_error": overview["prometheus_error"],
         "query": query, "host": host, "sort": sort, "order": "desc" if descending else "asc",
         "hosts": ServingHost.objects.order_by("name").values_list("name", flat=True),
@@ -95,6 +95,7 @@ def _overview_context(request) -> dict:
 # (metric key, formatter, CSS class) per numeric column, in SORT_KEYS order after "model".
 COLUMN_FORMATS = (
     ("throughput", lambda v: number(v, 2), "num throughput"),
+    ("latency_mean_ms", lambda v: number(v, 2), "num latency-mean"),
     ("latency_p50_ms", lambda v: number(v, 2), "num"),
     ("latency_p95_ms", lambda v: number(v, 2), "num"),
     ("latency_p99_ms", lambda v: number(v, 2), "num"),
@@ -111,6 +112,7 @@ def _display_row(row: dict, span=None) -> dict:
         "url": reverse("registry:model-detail", args=[row["model"]]) if row.get("registered") else "",
         "cells": [(css, fmt(row[key])) for key, fmt, css in COLUMN_FORMATS],
         "spark": sparkline_points(row["sparkline"], "120x28", span),
+        "spark_peak": number(sparkline_peak(row["sparkline"]), 2),
     }
 
 
@@ -118,7 +120,8 @@ def _display_row(row: dict, span=None) -> dict:
 def overview(request):
     """The fleet overview: every deployed model version with its live metrics and a sparkline.
 
-    Query parameters: ``q`` (model name substring), ``host``, ``sort`` (a column key),
+    Query parameters: ``range`` (the metrics' window, one of ``promql.PAGE_RANGES``; default 15m,
+    as on the model page), ``q`` (model name substring), ``host``, ``sort`` (a column key),
     ``order`` (asc|desc) and ``page`` (50 rows a page, sorted across all pages). The table
     refreshes itself every 15 s through htmx.
     """

@@ -19,8 +19,10 @@ RANGE_PARAMETER = OpenApiParameter(
 
 
 class ModelMetricsView(APIView):
-    """``GET /api/v1/models/<name>/metrics/?range=15m``: throughput (inferences/s), mean and
-    p95 latency (ms) and error rate (0..1) per version. 503 when Prometheus is unreachable."""
+    """``GET /api/v1/models/<name>/metrics/?range=15m``: per version, throughput (inferences/s), mean
+    latency from counters and p50/p95/p99 (ms), queue and compute time (ms), error rate (0..1) and
+    pending requests, as ``monitoring.services.model_metrics`` gives them; the fleet overview and the
+    model page show the same figures for the same range. 503 when Prometheus is unreachable."""
 
     @extend_schema(parameters=[RANGE_PARAMETER], responses={200: OpenApiTypes.OBJECT, **error_responses(404, 503)})
     def get(self, request, model_name: str):

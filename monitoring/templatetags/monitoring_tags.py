@@ -27,6 +27,15 @@ def sparkline_points(points, size: str = "120x28", span: tuple[float, float] | N
     )
 
 
+def sparkline_peak(points) -> float | None:
+    """The top of a sparkline's vertical scale: the series' peak value (its bottom is 0), or None
+    when ``sparkline_points`` draws nothing (fewer than two points)."""
+    values = [float(v) for _, v in points or []]
+    if len(values) < 2:
+        return None
+    return max(0.0, max(values))
+
+
 @register.filter
 def percent(value, digits: int = 2) -> str:
     """Format a 0..1 fraction as a percentage, or an em dash for None."""

@@ -1,11 +1,20 @@
 // Draws the model page's charts from /api/v1/models/<name>/metrics/series/?range=...
-// (the container's data-series-url): throughput, latency quantiles, error rate, queue vs
-// compute time, one line per version, with vertical lines at deployment start (solid) and
-// end (dashed).
+// (the container's data-series-url): throughput, latency (mean and quantiles), error rate, queue
+// vs compute time, one colour per version and one dash style per measure. Each chart gets a legend
+// whose swatches draw the lines' own dash styles (its buttons hide and show a line), a text
+// alternative (the canvas's description: each line's latest, lowest and highest value and the
+// deployments), and a log-scale toggle, switched on by itself when one spike would flatten the other
+// lines. Vertical lines mark deployments that reached a host: solid at the start, labelled with
+// what the rollout did, dashed at its end; a rollout cancelled before any host gets no line.
 (function () {
   "use strict";
   var COLOURS = ["#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0550ae", "#6e7781"];
-  var QUANTILES = [["latency_p50_ms", "p50", [2, 3]], ["latency_p95_ms", "p95", []], ["latency_p99_ms", "p99", [8, 4]]];
+  var LATENCY = [["latency_mean_ms", "mean", []], ["latency_p50_ms", "p50", [2, 3]],
+                 ["latency_p95_ms", "p95", [6, 3]], ["latency_p99_ms", "p99", [12, 3, 2, 3]]];
+  var QUEUE_DASH = [4, 3];
+  // A chart starts on a log scale when its highest value is this many times its median one.
+  var SPIKE_RATIO = 20;
+  var SVG = "http://www.w3.org/2000/svg";
 
   function timeLabel(seconds, spanSeconds) {
     var d = new Date(seconds * 1000);
@@ -30,16 +39,20 @@
     };
   }
 
-  // Chart.js plugin: vertical lines for deployments.
+  function drawnMarkers(markers) {
+    return (markers || []).filter(function (m) { return m.touched; });
+  }
+
+  // Chart.js plugin: vertical lines for the deployments that reached a host.
   var markerPlugin = {
     id: "deploymentMarkers",
     afterDatasetsDraw: function (chart, args, options) {
-      var markers = options.markers || [];
+      var markers = drawnMarkers(options.markers);
       var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
       ctx.save();
       ctx.font = "11px system-ui, sans-serif";
       markers.forEach(function (m, i) {
-        [[m.start, [], "v" + m.version], [m.end, [5, 4], ""]].forEach(function (edge) {
+        [[m.start, [], m.label], [m.end, [5, 4], ""]].forEach(function (edge) {
           if (edge[0] === null || edge[0] < x.min || edge[0] > x.max) { return; }
           var px = x.getPixelForValue(edge[0]);
           ctx.strokeStyle = m.status === "failed" ? "#cf222e" : "#57606a";
@@ -66,12 +79,96 @@
     return 86400;
   }
 
+  function spiky(datasets) {
+    var values = [];
+    datasets.forEach(function (d) { d.data.forEach(function (p) { if (p.y > 0) { values.push(p.y); } }); });
+    if (values.length < 2) { return false; }
+    values.sort(function (a, b) { return a - b; });
+    return values[values.length - 1] > SPIKE_RATIO * values[Math.floor(values.length / 2)];
+  }
+
+  function yScale(log, unit) {
+    var title = { display: true, text: unit };
+    return log ? { type: "logarithmic", title: title } : { type: "linear", beginAtZero: true, grace: "10%", title: title };
+  }
+
+  function number(value) {
+    var size = Math.abs(value);
+    return size !== 0 && size < 0.01 ? value.toPrecision(2) : value.toFixed(2);
+  }
+
+  // The text alternative: what each line did and which deployments the chart marks.
+  function describe(datasets, unit, body) {
+    var parts = datasets.map(function (d) {
+      if (!d.data.length) { return d.label + ": no data."; }
+      var ys = d.data.map(function (p) { return p.y; });
+      return d.label + ": latest " + number(ys[ys.length - 1]) + ", lowest " + number(Math.min.apply(null, ys)) +
+        ", highest " + number(Math.max.apply(null, ys)) + " " + unit + ".";
+    });
+    if (!datasets.length) { parts.push("No data in the last " + body.range + "."); }
+    (body.markers || []).forEach(function (m) {
+      parts.push("Deployment at " + timeLabel(m.start, body.range_seconds) + ": " + m.label +
+        (m.touched ? "." : " (no line drawn: it reached no host)."));
+    });
+    return parts.join(" ");
+  }
+
+  function swatch(dataset) {
+    var svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "swatch");
+    svg.setAttribute("width", "28");
+    svg.setAttribute("height", "10");
+    svg.setAttribute("aria-hidden", "true");
+    var stroke = document.createElementNS(SVG, "line");
+    [["x1", "1"], ["y1", "5"], ["x2", "27"], ["y2", "5"], ["stroke", dataset.borderColor],
+     ["stroke-width", String(dataset.borderWidth)]].forEach(function (a) { stroke.setAttribute(a[0], a[1]); });
+    if (dataset.borderDash.length) { stroke.setAttribute("stroke-dasharray", dataset.borderDash.join(" ")); }
+    svg.appendChild(stroke);
+    return svg;
+  }
+
+  function legend(chart, list) {
+    list.textContent = "";
+    chart.data.datasets.forEach(function (dataset, i) {
+      var item = document.createElement("li");
+      var button = document.createElement("button");
+      button.type = "button";
+      button.dataset.index = String(i);
+      button.setAttribute("aria-pressed", "true");
+      button.title = "show or hide this line";
+      button.appendChild(swatch(dataset));
+      button.appendChild(document.createTextNode(dataset.label));
+      button.addEventListener("click", function () {
+        var visible = !chart.isDatasetVisible(i);
+        chart.setDatasetVisibility(i, visible);
+        button.setAttribute("aria-pressed", String(visible));
+        chart.update();
+      });
+      item.appendChild(button);
+      list.appendChild(item);
+    });
+  }
+
+  function scaleToggle(chart, button, unit) {
+    function show(log) {
+      chart.options.scales.y = yScale(log, unit);
+      button.setAttribute("aria-pressed", String(log));
+      chart.canvas.dataset.scale = log ? "logarithmic" : "linear";
+    }
+    show(chart.options.scales.y.type === "logarithmic");
+    button.hidden = false;
+    button.addEventListener("click", function () {
+      show(button.getAttribute("aria-pressed") !== "true");
+      chart.update();
+    });
+  }
+
   function draw(canvasId, datasets, unit, body) {
     var canvas = document.getElementById(canvasId);
     if (!canvas) { return; }
     var now = Date.now() / 1000;
     var span = body.range_seconds;
-    new window.Chart(canvas, {
+    var chart = new window.Chart(canvas, {
       type: "line",
       data: { datasets: datasets },
       plugins: [markerPlugin],
@@ -85,15 +182,21 @@
                  axis.ticks = ticks;
                },
                ticks: { callback: function (v) { return timeLabel(v, span); } } },
-          y: { beginAtZero: true, grace: "10%", title: { display: true, text: unit } },
+          y: yScale(spiky(datasets), unit),
         },
         plugins: {
-          legend: { position: "bottom", labels: { usePointStyle: true, pointStyle: "line", boxWidth: 24 } },
+          legend: { display: false },
           deploymentMarkers: { markers: body.markers },
         },
       },
     });
     canvas.dataset.points = String(datasets.reduce(function (n, d) { return n + d.data.length; }, 0));
+    var list = document.getElementById(canvasId + "-legend");
+    if (list) { legend(chart, list); }
+    var text = document.getElementById(canvasId + "-text");
+    if (text) { text.textContent = describe(datasets, unit, body); }
+    var toggle = document.querySelector('.scale-toggle[data-chart="' + canvasId + '"]');
+    if (toggle) { scaleToggle(chart, toggle, unit); }
   }
 
   function notice(text) {
@@ -112,7 +215,7 @@
       return line("v" + r.version, r, colourOf(versions, r.version));
     }), "inferences/s", body);
     var latency = [];
-    QUANTILES.forEach(function (q) {
+    LATENCY.forEach(function (q) {
       (s[q[0]] || []).forEach(function (r) {
         latency.push(line("v" + r.version + " " + q[1], r, colourOf(versions, r.version), q[2]));
       });
@@ -122,7 +225,7 @@
       return line("v" + r.version, r, colourOf(versions, r.version), [], 100);
     }), "% of requests", body);
     var queue = [];
-    s.queue_ms.forEach(function (r) { queue.push(line("v" + r.version + " queue", r, colourOf(versions, r.version), [4, 3])); });
+    s.queue_ms.forEach(function (r) { queue.push(line("v" + r.version + " queue", r, colourOf(versions, r.version), QUEUE_DASH)); });
     s.compute_ms.forEach(function (r) { queue.push(line("v" + r.version + " compute", r, colourOf(versions, r.version))); });
     draw("chart-queue", queue, "ms per request", body);
     document.getElementById("model-charts").dataset.drawn = "true";

@@ -56,6 +56,7 @@ def test_the_fleet_overview_gives_both_runtimes_the_same_meanings(fleet):
     assert v1["throughput"] == pytest.approx(10, rel=0.15)
     assert v2["throughput"] == pytest.approx(20, rel=0.15)
     assert (v1["latency_p50_ms"], v1["latency_p95_ms"], v1["latency_p99_ms"]) == (1.5, 3.0, 4.0)
+    assert v1["latency_mean_ms"] == pytest.approx(2.0, rel=0.1)  # 20 ms of requests a second / 10 requests
     assert v1["error_rate"] == pytest.approx(0.5 / 10.5, rel=0.15)
     assert v2["error_rate"] == 0
     assert v1["queue_ms"] == pytest.approx(0.1, rel=0.15)
@@ -184,11 +185,24 @@ def test_the_overview_table_draws_a_sparkline_where_the_points_fall_in_the_hour(
                         **{m.key: 1.0 for m in promql.MODEL_METRICS},
                         "sparkline": [[1800.0, 0.0], [2700.0, 5.0], [3600.0, 10.0]]}, span=(0.0, 3600.0))
     html = render_to_string("monitoring/partials/overview_table.html", {
-        "rows": [row], "total": 1, "window_minutes": 5, "columns": [], "query": "", "host": "", "sort": "model",
+        "rows": [row], "total": 1, "range": "15m", "columns": [], "query": "", "host": "", "sort": "model",
         "order": "asc",
     })
     # The points cover the second half hour only, so the line starts mid-cell.
     assert '<polyline points="60.0,27.0 90.0,14.0 120.0,1.0"/>' in html
+    # Its scale: the bottom edge is 0, the top the row's peak.
+    assert "peak 10.00</span>" in html
+    assert 'aria-label="throughput over the last hour, from 0 to a peak of 10.00 inferences/s"' in html
+
+
+def test_the_overview_reads_the_range_it_is_given_and_keeps_it_in_its_links(fleet, client, user):
+    client.force_login(user)
+    page = client.get("/monitoring/?range=1h&q=iris").content.decode()
+    assert "<small>last 1h</small>" in page and "metrics over the last 1h" in page
+    assert 'href="?range=1h&amp;q=iris&amp;host=&amp;sort=throughput' in page
+    assert '<input type="hidden" name="range" value="1h">' in page
+    assert 'class="active">1h</a>' in page
+    assert "metrics over the last 15m" in client.get("/monitoring/?range=2w").content.decode()
 
 
 def test_the_overview_pages_rows_sorted_across_all_pages(client, user):
@@ -205,3 +219,29 @@ def test_the_overview_pages_rows_sorted_across_all_pages(client, user):
     assert 'data-model="m56"' in first and 'data-model="m00"' in second
     assert "1–50 shown" in first and "page 2 of 2" in second
     assert "Metrics unavailable" in first
+
+
+PINNED_QUERIES = {  # SQL queries per page, whatever the number of models and versions
+    "/monitoring/?range=15m": 7,
+    "/monitoring/table/?range=1h&sort=latency_mean_ms": 6,
+    "/monitoring/models/iris/panel/?range=15m": 7,
+    "/api/v1/models/iris/metrics/series/?range=15m": 7,
+}
+
+
+@pytest.mark.parametrize("url", PINNED_QUERIES)
+def test_the_metrics_pages_cost_a_fixed_number_of_sql_queries(fleet, client, user, url):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client.force_login(user)
+    host = ServingHost.objects.get(name="gpu-a")
+    counts = []
+    for extra in (range(3, 5), range(5, 30)):
+        for i in extra:
+            deploy_version(f"extra-{i}", 1, host)
+            deploy_version("iris", i, host)
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get(url).status_code == 200
+        counts.append(len(queries))
+    assert counts == [PINNED_QUERIES[url]] * 2, counts
