@@ -24,6 +24,20 @@ def _test_broker():
 
 
 @pytest.fixture
+def broker():
+    """A client of the test broker's Redis database, flushed before and after the test (queued tasks, locks,
+    claims)."""
+    import redis
+
+    from tests.fixtures.services import TEST_BROKER_URL
+
+    client = redis.Redis.from_url(TEST_BROKER_URL)
+    client.flushdb()
+    yield client
+    client.flushdb()
+
+
+@pytest.fixture
 def agent_settings(monkeypatch):
     """Factory: ``agent_settings(lock_wait=10, ...)`` sets this process's host-agent settings
     (``modelyard_agent.config``, by their environment variables) for agent code the test runs in

@@ -5,7 +5,6 @@ import base64
 import json
 
 import pytest
-import redis
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
@@ -16,7 +15,6 @@ from deployments.services import build_agent_payload
 from modelyard_agent.contract import AgentTask, host_queue
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
-from tests.fixtures.services import TEST_BROKER_URL
 
 pytestmark = pytest.mark.django_db
 
@@ -26,14 +24,6 @@ GATEWAY = {"agent": {"protocol": 4}, "gateway": {"live": True, "routes": {}}}
 @pytest.fixture
 def user(db):
     return get_user_model().objects.create_user(username="ops", password="a-long-test-password", is_staff=True)
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(TEST_BROKER_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
 
 
 @pytest.fixture

@@ -3,19 +3,7 @@
 import base64
 import json
 
-import pytest
-import redis
-
 from modelyard_agent.worker import deploy_version_on_host, host_model_lock
-from tests.fixtures.services import TEST_BROKER_URL
-
-
-@pytest.fixture
-def broker():
-    client = redis.Redis.from_url(TEST_BROKER_URL)
-    client.flushdb()
-    yield client
-    client.flushdb()
 
 
 def _reports(client) -> list[list]:
