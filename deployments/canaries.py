@@ -6,7 +6,11 @@ gateway (``modelyard_agent.runtimes.gateway``) sends P % of the requests that na
 one. Requests that name a version reach it; a client sending ``X-Modelyard-Routing-Key`` stays on one
 version while P stays.
 
-- ``set_canary_percent`` changes P on every host the canary reached (an agent ``ROUTE`` task each; no
+- ``shadow_percent`` S mirrors S % of those requests to the new version as well (nginx's ``mirror``:
+  its answers are discarded, so clients only see the stable and canary versions' answers). With P = 0 it
+  is a *shadow* deployment: the new version gets mirrored traffic only, so Triton's per-version metrics
+  of it are the shadow's own.
+- ``set_traffic`` changes P and S on every host the canary reached (an agent ``ROUTE`` task each; no
   reload on the host), audited.
 - ``promote_canary`` starts a plain rollout of the canary's version to those hosts: each agent first
   sends every request to it, then unloads the stable version.
@@ -31,15 +35,15 @@ from modelyard.errors import Conflict, InvalidInput
 from modelyard_agent.contract import CANARY_PROTOCOL, AgentTask, Runtime
 
 
-def check_percent(value) -> float:
-    """``value`` as a canary percent.
+def check_percent(value, field: str = "canary_percent") -> float:
+    """``value`` as a share of requests, in percent.
 
     Raises:
-        InvalidInput: not a number from 0 to 100.
+        InvalidInput: not a number from 0 to 100 (the message names ``field``).
     """
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
             or not 0 <= value <= 100:
-        raise InvalidInput(f"canary_percent must be a number from 0 to 100, got {value!r}")
+        raise InvalidInput(f"{field} must be a number from 0 to 100, got {value!r}")
     return float(value)
 
 
@@ -72,14 +76,15 @@ def check_canary_hosts(model, hosts: list[ServingHost]) -> None:
         raise Conflict("a canary cannot run here: " + "; ".join(problems))
 
 
-def route_payload(target: DeploymentTarget, percent: float) -> dict:
-    """The ``contract.RoutePayload`` that sets ``percent`` on ``target``'s host: its stable version (the
-    target's ``previous_version``) and the deployment's version."""
+def route_payload(target: DeploymentTarget, percent: float, shadow_percent: float | None) -> dict:
+    """The ``contract.RoutePayload`` that sets ``percent`` (and mirrors ``shadow_percent``) on ``target``'s
+    host: its stable version (the target's ``previous_version``) and the deployment's version."""
+    version = target.deployment.version.version
     return {
         "host": target.host.name, "runtime": target.host.runtime, "model": target.runtime_name,
         "inference_url": target.host.inference_url, "metrics_url": target.host.metrics_url,
-        "stable": target.previous_version.version, "canary": target.deployment.version.version,
-        "percent": float(percent),
+        "stable": target.previous_version.version, "canary": version, "percent": float(percent),
+        "shadow": version if shadow_percent else None, "shadow_percent": float(shadow_percent or 0),
     }
 
 
@@ -98,32 +103,42 @@ def _active(deployment_id: int) -> Deployment:
     return deployment
 
 
-def set_canary_percent(deployment_id: int, percent, *, actor=None) -> Deployment:
-    """Send ``percent`` of the requests that name no version to the canary, on every host it reached.
+def set_traffic(deployment_id: int, *, canary_percent=None, shadow_percent=None, actor=None) -> Deployment:
+    """Send ``canary_percent`` of the requests that name no version to the canary, and mirror
+    ``shadow_percent`` of them to it, on every host it reached; None leaves a share as it is.
 
-    Hosts the rollout has not reached yet get the new percent with their deploy payload. Audited
-    (``deployment.changed``, change ``canary_percent``, with the old and new percent).
+    Hosts the rollout has not reached yet get the new shares with their deploy payload. Audited
+    (``deployment.changed``, change ``canary_traffic``, with the shares before and after).
 
     Raises:
-        InvalidInput: a percent outside 0-100.
+        InvalidInput: a share outside 0-100, or neither given.
         Conflict: the deployment has no active canary, or its rollout was cancelled or rolled back.
     """
     from deployments.tasks import send_to_host
 
-    percent = check_percent(percent)
+    if canary_percent is None and shadow_percent is None:
+        raise InvalidInput("give canary_percent, shadow_percent or both")
+    canary_percent = None if canary_percent is None else check_percent(canary_percent, "canary_percent")
+    shadow_percent = None if shadow_percent is None else check_percent(shadow_percent, "shadow_percent")
     with transaction.atomic():
         deployment = _active(deployment_id)
         if deployment.status in (DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK):
             raise Conflict(f"deployment {deployment_id} was {deployment.get_status_display().lower()}")
-        before = deployment.canary_percent
-        Deployment.objects.filter(pk=deployment.pk).update(canary_percent=percent)
-        deployment.canary_percent = percent
+        before = {"canary_percent": deployment.canary_percent, "shadow_percent": deployment.shadow_percent}
+        if canary_percent is not None:
+            deployment.canary_percent = canary_percent
+        if shadow_percent is not None:
+            deployment.shadow_percent = shadow_percent
+        Deployment.objects.filter(pk=deployment.pk).update(canary_percent=deployment.canary_percent,
+                                                           shadow_percent=deployment.shadow_percent)
+        after = {"canary_percent": deployment.canary_percent, "shadow_percent": deployment.shadow_percent}
         targets = _reached(deployment)
         record_audit_event(
             action=AuditAction.DEPLOYMENT_CHANGED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
-            model=deployment.model, data={"change": "canary_percent", "version": deployment.version.version,
-                                          "from": before, "to": percent, "hosts": [t.host.name for t in targets]})
-        payloads = [(target.host.name, route_payload(target, percent)) for target in targets]
+            model=deployment.model, data={"change": "canary_traffic", "version": deployment.version.version,
+                                          "from": before, "to": after, "hosts": [t.host.name for t in targets]})
+        payloads = [(t.host.name, route_payload(t, deployment.canary_percent or 0, deployment.shadow_percent))
+                    for t in targets]
         transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads])
     return deployment
 
@@ -160,9 +175,10 @@ def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
 
 
 def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | None = None) -> dict | None:
-    """What a page or the API shows of a canary: ``{"percent", "state", "version", "hosts": [{"host",
-    "stable", "applied_percent"}]}`` where ``applied_percent`` is what the host's gateway last reported
-    for the model (None before it reported). None for a deployment that is not a canary. Reads
+    """What a page or the API shows of a canary: ``{"percent", "shadow_percent", "state", "version",
+    "hosts": [{"host", "state", "stable", "applied_percent", "applied_shadow_percent"}]}`` where the applied
+    shares are what the host's gateway last reported for the model (None before it reported). None for a
+    deployment that is not a canary. Reads
     ``targets`` (default: the deployment's prefetched targets) with their hosts and previous versions
     loaded (no query of its own)."""
     if not deployment.canary_state:
@@ -171,9 +187,10 @@ def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | Non
     for target in deployment.targets.all() if targets is None else targets:
         routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
         route = routes.get(target.served_name or deployment.model.name) or {}
-        applied = route.get("percent") if route.get("canary") == deployment.version.version else None
+        ours = route.get("canary") == deployment.version.version
         hosts.append({"host": target.host.name, "state": target.state,
                       "stable": target.previous_version.version if target.previous_version else None,
-                      "applied_percent": applied})
-    return {"percent": deployment.canary_percent, "state": deployment.canary_state,
-            "version": deployment.version.version, "hosts": hosts}
+                      "applied_percent": route.get("percent") if ours else None,
+                      "applied_shadow_percent": route.get("shadow_percent") if ours else None})
+    return {"percent": deployment.canary_percent, "shadow_percent": deployment.shadow_percent,
+            "state": deployment.canary_state, "version": deployment.version.version, "hosts": hosts}

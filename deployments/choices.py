@@ -146,9 +146,10 @@ class RolloutTrigger(models.TextChoices):
 
 
 class CanaryState(models.TextChoices):
-    """Where a canary deployment stands (blank for a deployment without a canary). ``active``: each
+    """Where a canary (or shadow) deployment stands (blank for a deployment without one). ``active``: each
     host keeps the version it served (stable) beside the new one, and its gateway sends the
-    deployment's ``canary_percent`` of the requests that name no version to the new one; ``promoted``
+    deployment's ``canary_percent`` of the requests that name no version to the new one and mirrors
+    ``shadow_percent`` of them to it; ``promoted``
     and ``rolled_back``: a later rollout made the new, or the stable, version the only one."""
 
     ACTIVE = "active", "Active"

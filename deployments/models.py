@@ -131,7 +131,8 @@ class Deployment(models.Model):
     ``deployments.autoscale``).
     ``canary_percent`` makes it a canary (``deployments.canaries``): each host keeps the version it
     served beside this one, and that percent of the requests naming no version go to this one;
-    ``canary_state`` says where it stands.
+    ``shadow_percent`` mirrors that share of them to this one, answers discarded (with a canary
+    percent of 0, a shadow deployment); ``canary_state`` says where either stands.
     ``status`` changes only through ``deployments.rollouts.set_status``, each change a
     ``RolloutEvent``.
     """
@@ -159,6 +160,10 @@ class Deployment(models.Model):
         null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(100)],
         help_text="0-100: the share of requests naming no version sent to this version beside the stable one; "
                   "empty: not a canary")
+    shadow_percent = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="0-100: the share of requests naming no version mirrored to this version, its answers discarded; "
+                  "empty: no shadow")
     canary_state = models.CharField(max_length=16, choices=CanaryState.choices, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

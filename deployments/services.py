@@ -163,6 +163,7 @@ def start_deployment(
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
     actor=None, authorize=None, config: str = "", confirm_breaking: bool = False, canary_percent=None,
+    shadow_percent=None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -190,6 +191,8 @@ def start_deployment(
             on a chosen host (see :func:`signature_breaks`).
         canary_percent: 0-100: a canary (``deployments.canaries``): each host keeps the version it
             serves and sends this share of the requests that name no version to the new one.
+        shadow_percent: 0-100: also mirror this share of them to the new one (its answers discarded); without
+            ``canary_percent`` the canary percent is 0 (a shadow deployment).
 
     Returns:
         The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
@@ -204,6 +207,9 @@ def start_deployment(
     from deployments.canaries import check_canary_hosts, check_percent
     from deployments.placement import choose_hosts
 
+    if shadow_percent is not None:
+        shadow_percent = check_percent(shadow_percent, "shadow_percent")
+        canary_percent = 0.0 if canary_percent is None else canary_percent
     if canary_percent is not None:
         canary_percent = check_percent(canary_percent)
 
@@ -245,7 +251,7 @@ def start_deployment(
     return create_rollout(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,
-        actor=actor, canary_percent=canary_percent,
+        actor=actor, canary_percent=canary_percent, shadow_percent=shadow_percent,
     )
 
 
@@ -255,6 +261,7 @@ def create_rollout(
     selector: dict | None = None, rollback_of: Deployment | None = None,
     prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
     trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None, canary_percent: float | None = None,
+    shadow_percent: float | None = None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -305,7 +312,7 @@ def create_rollout(
             model=model_version.model, version=model_version, created_by=acting_user(actor), batch_size=batch_size,
             failure_policy=failure_policy, follow_alias=follow_alias, selector=selector or {},
             config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
-            autoscale=limits, trigger=trigger, canary_percent=canary_percent,
+            autoscale=limits, trigger=trigger, canary_percent=canary_percent, shadow_percent=shadow_percent,
             canary_state=CanaryState.ACTIVE if canary_percent is not None else "",
         )
         DeploymentTarget.objects.bulk_create(
@@ -319,7 +326,8 @@ def create_rollout(
             data={"version": model_version.version, "hosts": [h.name for h in hosts], "batch_size": batch_size,
                   "follow_alias": follow_alias, "rollback_of": rollback_of.pk if rollback_of else None,
                   "trigger": trigger, **({"reason": reason} if reason else {}),
-                  **({"canary_percent": canary_percent} if canary_percent is not None else {})},
+                  **({"canary_percent": canary_percent} if canary_percent is not None else {}),
+                  **({"shadow_percent": shadow_percent} if shadow_percent is not None else {})},
         )
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
@@ -704,6 +712,8 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "unload_deadline": target.host.unload_deadline_seconds,
         "archive_limits": archive_limits().as_payload(),
         "canary_percent": (target.deployment.canary_percent
+                           if target.deployment.canary_state == CanaryState.ACTIVE else None),
+        "shadow_percent": (target.deployment.shadow_percent
                            if target.deployment.canary_state == CanaryState.ACTIVE else None),
     }
 

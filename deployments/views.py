@@ -186,7 +186,7 @@ def rollout_canary(request, pk: int):
                      hosts=[t.host for t in deployment.targets.select_related("host")])
     try:
         percent = float(request.POST.get("percent", ""))
-        canaries.set_canary_percent(deployment.pk, percent, actor=request.user)
+        canaries.set_traffic(deployment.pk, canary_percent=percent, actor=request.user)
     except ValueError:
         messages.error(request, "The canary percent must be a number from 0 to 100.")
     except DomainError as exc:

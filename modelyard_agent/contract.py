@@ -21,7 +21,7 @@ Protocol history:
 3. the ``PROFILE`` task and its ``PROFILE_REPORT``; ``config_overrides`` may set
    ``dynamic_batching`` to null (off). The orchestrator sends ``PROFILE`` only to agents that
    report protocol 3 or newer.
-4. ``canary_percent`` on deploy payloads (an older agent would cut over instead of keeping the
+4. ``canary_percent`` and ``shadow_percent`` on deploy payloads (an older agent would cut over instead of keeping the
    stable version), the ``ROUTE`` task, and the ``gateway`` block of Triton heartbeat reports. The
    orchestrator sends canaries and routes only to agents that report protocol 4 and a live gateway.
 """
@@ -148,6 +148,8 @@ class DeployPayload(TypedDict):
     # 0-100: keep the stable version loaded and send this share of the requests that name no version to
     # this one (a canary, through the host's gateway); absent or None: this version alone serves.
     canary_percent: NotRequired[float | None]
+    # 0-100: also mirror this share of those requests to this version (its answers are discarded).
+    shadow_percent: NotRequired[float | None]
 
 
 class RoutePayload(TypedDict):
@@ -163,6 +165,8 @@ class RoutePayload(TypedDict):
     stable: int
     canary: int | None
     percent: float
+    shadow: NotRequired[int | None]  # a version mirrored ``shadow_percent`` of the requests, answers discarded
+    shadow_percent: NotRequired[float]
 
 
 class GatewayReport(TypedDict):

@@ -82,18 +82,21 @@ class TritonHostAgent:
     address), ``modelyard_agent.triton_host``; with ``--triton-url``, the host's gateway in front of it."""
 
     def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
-        """As ``HostAgent.deploy``. A payload with ``canary_percent`` keeps the version that served
-        (the stable one) loaded beside the new one and routes that percent of the requests that name no
-        version to the new one; a payload without it, on a model the gateway routes, sends every request to
-        the new version before the others unload, then drops the route."""
+        """As ``HostAgent.deploy``. A payload with ``canary_percent`` or ``shadow_percent`` keeps the version
+        that served (the stable one) loaded beside the new one, routes ``canary_percent`` of the requests that
+        name no version to the new one and mirrors ``shadow_percent`` of them to it (answers discarded); a
+        payload with neither, on a model the gateway routes, sends every request to the new version before
+        the others unload, then drops the route."""
         from modelyard_agent.runtimes.base import ServingRuntimeError
         from modelyard_agent.triton_host import deploy_triton_version
 
-        model, version, percent = payload["model"], int(payload["version"]), payload.get("canary_percent")
+        model, version = payload["model"], int(payload["version"])
+        percent, shadow_percent = payload.get("canary_percent"), payload.get("shadow_percent")
+        split = percent is not None or shadow_percent is not None
         gateway = triton_gateway(payload["inference_url"])
-        if gateway is None and percent is not None:
+        if gateway is None and split:
             return {"state": "failed", "retryable": False, "details": {}, "error": (
-                "a canary needs the host's gateway: run this host's agent with --triton-url "
+                "a canary or shadow needs the host's gateway: run this host's agent with --triton-url "
                 "(MODELYARD_AGENT_TRITON_URL) and register the gateway's address as the host's inference_url")}
         route = None
         if gateway is not None:
@@ -105,14 +108,15 @@ class TritonHostAgent:
                         "error": f"the host's gateway: {exc.message}"}
 
         def keep(previous: list[int]) -> list[int]:
-            if percent is None or not previous:
+            if not split or not previous:
                 return []
             stable = route["stable"] if route and route["stable"] in previous else max(previous)
             return [stable]
 
         def before_cutover(kept: list[int]) -> None:
             if kept:
-                gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent))
+                gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent or 0),
+                                  shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
             elif route is not None:
                 gateway.set_route(model, stable=version)
 
@@ -144,14 +148,17 @@ class TritonHostAgent:
         if gateway is None:
             raise ServingRuntimeError("this host runs no gateway (start its agent with --triton-url)", retryable=False)
         model, stable, canary = payload["model"], int(payload["stable"]), payload.get("canary")
+        shadow = payload.get("shadow")
         ready = TritonRuntime(settings().triton_url, timeout=10.0).ready_versions(model)
-        missing = [v for v in (stable, canary) if v is not None and int(v) not in ready]
+        missing = [v for v in (stable, canary, shadow) if v is not None and int(v) not in ready]
         if missing:
             raise ServingRuntimeError(f"{model} version(s) {missing} are not READY on this host (READY: {ready})",
                                       retryable=False)
         gateway.ensure_running()
         return gateway.set_route(model, stable=stable, canary=None if canary is None else int(canary),
-                                 percent=float(payload.get("percent") or 0))
+                                 percent=float(payload.get("percent") or 0),
+                                 shadow=None if shadow is None else int(shadow),
+                                 shadow_percent=float(payload.get("shadow_percent") or 0))
 
     def heartbeat(self, request: dict) -> dict:
         """Start the gateway unless it runs, remove profile copies no running profile owns

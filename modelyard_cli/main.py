@@ -232,6 +232,8 @@ def cmd_deploy(client: Client, args) -> int:
         request["config"] = args.config
     if args.canary is not None:
         request["canary_percent"] = args.canary
+    if args.shadow is not None:
+        request["shadow_percent"] = args.shadow
     body = client.request("POST", "deployments/", json=request)
     if not args.wait:
         print(json.dumps({"id": body["id"], "status": body["status"]}))
@@ -324,12 +326,15 @@ def cmd_profiles(client: Client, args) -> int:
 
 
 def cmd_canary(client: Client, args) -> int:
-    """``modelyard canary set <id> <percent>``, ``promote <id>`` (waits with --wait) or ``rollback <id>``."""
-    if args.action == "set":
+    """``modelyard canary set|shadow <id> <percent>``, ``promote <id>`` or ``rollback <id>`` (these two wait
+    with --wait)."""
+    if args.action in ("set", "shadow"):
         if args.percent is None:
-            raise CLIError("canary set needs the new percent: modelyard canary set <id> <0-100>")
-        body = client.request("PATCH", f"deployments/{args.deployment}/", json={"canary_percent": args.percent})
-        print(json.dumps({"id": body["id"], "canary_percent": body["canary_percent"], "canary": body["canary"]}))
+            raise CLIError(f"canary {args.action} needs the new percent: modelyard canary {args.action} <id> <0-100>")
+        field = "canary_percent" if args.action == "set" else "shadow_percent"
+        body = client.request("PATCH", f"deployments/{args.deployment}/", json={field: args.percent})
+        print(json.dumps({"id": body["id"], "canary_percent": body["canary_percent"],
+                          "shadow_percent": body["shadow_percent"], "canary": body["canary"]}))
         return 0
     if args.percent is not None:
         raise CLIError(f"canary {args.action} takes no percent")
@@ -428,6 +433,9 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--canary", type=float, metavar="PERCENT",
                         help="a canary: keep the version each host serves and send this share (0-100) of the "
                              "requests that name no version to the new one")
+    deploy.add_argument("--shadow", type=float, metavar="PERCENT",
+                        help="mirror this share (0-100) of the requests that name no version to the new one, its "
+                             "answers discarded (without --canary: a shadow, which serves no client)")
     deploy.add_argument("--wait", action="store_true", help="wait; exit 1 unless the rollout succeeds")
     deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     deploy.set_defaults(func=cmd_deploy)
@@ -460,10 +468,10 @@ def build_parser() -> argparse.ArgumentParser:
     profiles.add_argument("--timeout", type=float, default=3900, help="seconds to wait (default 3900)")
     profiles.set_defaults(func=cmd_profiles)
 
-    canary = sub.add_parser("canary", help="change a canary's percent, promote it, or roll it back")
-    canary.add_argument("action", choices=["set", "promote", "rollback"])
+    canary = sub.add_parser("canary", help="change a canary's percent or shadow percent, promote it, or roll it back")
+    canary.add_argument("action", choices=["set", "shadow", "promote", "rollback"])
     canary.add_argument("deployment", type=int, help="the canary deployment's id")
-    canary.add_argument("percent", type=float, nargs="?", help="with set: the new percent, 0-100")
+    canary.add_argument("percent", type=float, nargs="?", help="with set or shadow: the new percent, 0-100")
     canary.add_argument("--wait", action="store_true", help="promote, rollback: wait; exit 1 unless it succeeds")
     canary.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     canary.set_defaults(func=cmd_canary)

@@ -126,7 +126,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = ["id", "model", "version", "status", "trigger", "batch_size", "failure_policy", "follow_alias",
                   "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "canary_percent",
-                  "canary_state", "canary", "targets", "events", "created_by", "created_at", "finished_at"]
+                  "shadow_percent", "canary_state", "canary", "targets", "events", "created_by", "created_at",
+                  "finished_at"]
         read_only_fields = fields
 
     def get_canary(self, deployment: Deployment) -> dict | None:
@@ -136,10 +137,12 @@ class DeploymentSerializer(serializers.ModelSerializer):
 
 
 class DeploymentUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
-    """Input of ``PATCH /api/v1/deployments/<id>/``: a canary's new percent."""
+    """Input of ``PATCH /api/v1/deployments/<id>/``: a canary's new shares (one or both)."""
 
-    canary_percent = serializers.FloatField(min_value=0, max_value=100, help_text=(
+    canary_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
         "the share of requests naming no version sent to the canary, on every host it reached"))
+    shadow_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
+        "the share of requests naming no version mirrored to the canary, its answers discarded"))
 
 
 class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
@@ -172,6 +175,9 @@ class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     canary_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
         "0-100: a canary: each host keeps the version it serves and its gateway sends this share of the requests "
         "that name no version to the new one (Triton hosts with a gateway, each serving a version already)"))
+    shadow_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
+        "0-100: mirror this share of the requests that name no version to the new one, its answers discarded "
+        "(nginx's mirror); without canary_percent, a shadow deployment (canary_percent 0)"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -162,18 +162,19 @@ class DeploymentViewSet(
             batch_size=fields["batch_size"], failure_policy=fields["failure_policy"],
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
             authorize=authorize, config=fields.get("config", ""), confirm_breaking=fields["confirm_breaking"],
-            canary_percent=fields.get("canary_percent"),
+            canary_percent=fields.get("canary_percent"), shadow_percent=fields.get("shadow_percent"),
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=DeploymentUpdateSerializer,
                    responses={200: DeploymentSerializer, **error_responses(400, 403, 404, 409)},
-                   description="Change a canary's percent on every host it reached (no reload there); audited.")
+                   description="Change a canary's percent or shadow percent on every host it reached (no reload "
+                               "there); audited.")
     def partial_update(self, request, pk=None):
         self._controlled(pk)
         data = DeploymentUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        canaries.set_canary_percent(int(pk), data.validated_data["canary_percent"], actor=request.user)
+        canaries.set_traffic(int(pk), **data.validated_data, actor=request.user)
         return Response(self._show(pk))
 
     @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})

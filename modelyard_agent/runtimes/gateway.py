@@ -10,8 +10,11 @@ the version that serves (``stable``) and a ``canary`` loaded beside it: ``percen
 canary, rewritten to ``/v2/models/<m>/versions/<canary>/infer``, the rest to the stable version the
 same way. A client that sends ``X-Modelyard-Routing-Key`` always reaches the same version while the
 percent stays. Requests that name a version go to it. Every routed answer carries
-``X-Modelyard-Version``. Models without a route are passed as sent (Triton answers with its newest
-ready version).
+``X-Modelyard-Version``. A route may also mirror ``shadow_percent`` of those requests to a ``shadow``
+version with nginx's ``mirror``: the copy carries ``X-Modelyard-Shadow: 1`` and nginx discards its
+answer, so clients only ever see the answers of the versions that serve. (nginx finishes a request
+only when its mirror has answered, so a slow shadow delays the next request on that connection.)
+Models without a route are passed as sent (Triton answers with its newest ready version).
 
 Routes are held in nginx's shared memory by a small Lua module (``modelyard_gateway.lua``, Debian's
 ``libnginx-mod-http-lua``, the approach ingress-nginx takes for its endpoints) and replaced through a
@@ -39,6 +42,7 @@ LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
 ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"
 VERSION_HEADER = "X-Modelyard-Version"
+SHADOW_HEADER = "X-Modelyard-Shadow"
 
 _MAIN_CONF = """\
 {load_modules}
@@ -79,6 +83,14 @@ http {{
             set $modelyard_version "";
             rewrite_by_lua_block {{ require("modelyard_gateway").route(ngx.var.modelyard_model) }}
             add_header {version_header} $modelyard_version always;
+            mirror /_modelyard_shadow;
+            mirror_request_body on;
+            proxy_pass http://modelyard_triton;
+        }}
+        location = /_modelyard_shadow {{
+            internal;
+            rewrite_by_lua_block {{ require("modelyard_gateway").shadow() }}
+            proxy_set_header {shadow_header} 1;
             proxy_pass http://modelyard_triton;
         }}
         location /v2/models/ {{ proxy_pass http://modelyard_triton; }}
@@ -134,20 +146,23 @@ class TritonGateway(NginxProcess):
         return _MAIN_CONF.format(
             load_modules="\n".join(f"load_module {path};" for path in MODULES), workers=self.workers,
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
-            listen=self.listen, version_header=VERSION_HEADER,
+            listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
         )
 
     def routes(self) -> dict[str, dict]:
-        """The routes the running gateway holds: ``{model: {"stable", "canary", "percent"}}``.
+        """The routes the running gateway holds: ``{model: {"stable", "canary", "percent", "shadow",
+        "shadow_percent"}}``.
 
         Raises:
             ServingRuntimeError: the control socket does not answer (retryable).
         """
         return self._control("GET")
 
-    def set_route(self, model: str, *, stable: int, canary: int | None = None, percent: float = 0.0) -> dict:
+    def set_route(self, model: str, *, stable: int, canary: int | None = None, percent: float = 0.0,
+                  shadow: int | None = None, shadow_percent: float = 0.0) -> dict:
         """Send ``percent`` (0-100) of ``model``'s requests that name no version to ``canary``, the rest to
-        ``stable``; effective for the next request, with no reload. Idempotent.
+        ``stable``, and mirror ``shadow_percent`` (0-100) of them to ``shadow``, whose answers no client sees;
+        effective for the next request, with no reload. Idempotent.
 
         Returns:
             The route as the gateway now holds it.
@@ -156,11 +171,13 @@ class TritonGateway(NginxProcess):
             ValueError: a percent outside 0-100 or a version below 1.
             ServingRuntimeError: the gateway refused the routes or does not answer.
         """
-        if not 0 <= float(percent) <= 100:
-            raise ValueError(f"a canary percent is from 0 to 100; got {percent!r}")
-        if int(stable) < 1 or canary is not None and int(canary) < 1:
+        for name, value in (("canary", percent), ("shadow", shadow_percent)):
+            if not 0 <= float(value) <= 100:
+                raise ValueError(f"a {name} percent is from 0 to 100; got {value!r}")
+        if any(v is not None and int(v) < 1 for v in (stable, canary, shadow)):
             raise ValueError("versions are numbered from 1")
-        route = {"stable": int(stable), "canary": None if canary is None else int(canary), "percent": float(percent)}
+        route = {"stable": int(stable), "canary": None if canary is None else int(canary), "percent": float(percent),
+                 "shadow": None if shadow is None else int(shadow), "shadow_percent": float(shadow_percent)}
         return self._change(model, route)[model]
 
     def remove_route(self, model: str) -> None:

@@ -1,6 +1,7 @@
 -- Routing of a Triton host's gateway (modelyard_agent/runtimes/gateway.py writes the nginx config that
 -- loads this module). Routes live in the shared dict "modelyard_routes", one entry per model:
---   {"stable": 3, "canary": 4, "percent": 10.0}
+--   {"stable": 3, "canary": 4, "percent": 10.0, "shadow": 5, "shadow_percent": 20.0}
+-- (canary and shadow may be null).
 -- They come from <gateway dir>/routes.json when nginx starts and from POST /routes on the gateway's
 -- control socket afterwards, so a change of percent, a promotion or a rollback needs no reload.
 local cjson = require("cjson.safe")
@@ -8,10 +9,18 @@ local cjson = require("cjson.safe")
 local M = {}
 local routes = ngx.shared.modelyard_routes
 
+local function version_or_null(value)
+    return value == nil or value == cjson.null or type(value) == "number"
+end
+
+local function percent(value)
+    return type(value) == "number" and value >= 0 and value <= 100
+end
+
 local function valid(route)
-    return type(route) == "table" and type(route.stable) == "number"
-        and (route.canary == nil or route.canary == cjson.null or type(route.canary) == "number")
-        and type(route.percent) == "number" and route.percent >= 0 and route.percent <= 100
+    return type(route) == "table" and type(route.stable) == "number" and version_or_null(route.canary)
+        and percent(route.percent) and version_or_null(route.shadow)
+        and (route.shadow_percent == nil or percent(route.shadow_percent))
 end
 
 -- Replace every route with those of `table` ({model: route}); returns nil and a message when one is malformed.
@@ -21,7 +30,8 @@ function M.apply(table)
     end
     for model, route in pairs(table) do
         if type(model) ~= "string" or not valid(route) then
-            return nil, "route of " .. tostring(model) .. " must be {stable, canary, percent 0-100}"
+            return nil, "route of " .. tostring(model)
+                .. " must be {stable, canary, percent 0-100, shadow, shadow_percent 0-100}"
         end
     end
     routes:flush_all()
@@ -86,6 +96,23 @@ function M.route(model)
     end
     ngx.var.modelyard_version = version
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
+end
+
+-- rewrite_by_lua of the mirror subrequest every /v2/models/<model>/infer makes: when the model's route has a
+-- shadow and this request is drawn (shadow_percent), a copy goes to /v2/models/<model>/versions/<shadow>/infer;
+-- nginx discards the answer, so a client never sees it. Otherwise the subrequest ends here (204, no upstream).
+function M.shadow()
+    local model = ngx.var.request_uri:match("^/v2/models/([^/?]+)/infer")
+    local raw = model and routes:get(model)
+    if not raw then
+        return ngx.exit(204)
+    end
+    local route = cjson.decode(raw)
+    if type(route.shadow) ~= "number" or math.random() * 100 >= (route.shadow_percent or 0)
+            or ngx.var.modelyard_version == string.format("%d", route.shadow) then
+        return ngx.exit(204)  -- no shadow, not drawn, or the request itself went to that version
+    end
+    ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", route.shadow) .. "/infer")
 end
 
 -- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them.

@@ -159,7 +159,7 @@ def test_a_canary_is_started_changed_and_promoted_from_the_cli(cli):
     changed = cli("canary", "set", str(canary), "30")
     assert changed.returncode == 0, changed.stderr
     assert json.loads(changed.stdout)["canary"]["hosts"] == [
-        {"host": "gpu-0", "state": "ready", "stable": 1, "applied_percent": None}]
+        {"host": "gpu-0", "state": "ready", "stable": 1, "applied_percent": None, "applied_shadow_percent": None}]
     missing = cli("canary", "set", str(canary))
     assert missing.returncode == 1 and "needs the new percent" in missing.stderr
     refused = cli("canary", "set", str(first), "5")

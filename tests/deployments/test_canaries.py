@@ -116,7 +116,29 @@ def test_changing_the_percent_sends_each_reached_host_its_route_and_is_audited(a
         [route] = routes_sent(broker, host)
         assert (route["model"], route["stable"], route["canary"], route["percent"]) == ("iris", 1, 2, 40.0)
     event = AuditEvent.objects.filter(object_type="deployment", object_id=str(deployment)).latest("id")
-    assert event.data["change"] == "canary_percent" and (event.data["from"], event.data["to"]) == (10.0, 40.0)
+    assert event.data["change"] == "canary_traffic"
+    assert (event.data["from"]["canary_percent"], event.data["to"]["canary_percent"]) == (10.0, 40.0)
+
+
+def test_a_shadow_deployment_mirrors_its_share_and_serves_no_client(api_client, fleet, broker,
+                                                                    django_capture_on_commit_callbacks):
+    versions, _ = fleet
+    answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 2, "hosts": ["gpu-0"],
+                                                      "shadow_percent": 20}, format="json")
+    assert answer.status_code == 201, answer.content
+    body = answer.json()
+    assert (body["canary_percent"], body["shadow_percent"], body["canary_state"]) == (0.0, 20.0, "active")
+    target = DeploymentTarget.objects.get(deployment_id=body["id"])
+    payload = build_agent_payload(target, download_url="http://s3/x")
+    assert (payload["canary_percent"], payload["shadow_percent"]) == (0.0, 20.0)
+    _reach(body["id"], versions)
+    with django_capture_on_commit_callbacks(execute=True):
+        changed = api_client.patch(f"/api/v1/deployments/{body['id']}/", {"shadow_percent": 50}, format="json")
+    assert changed.status_code == 200 and changed.json()["shadow_percent"] == 50.0
+    [route] = routes_sent(broker, "gpu-0")
+    assert (route["stable"], route["canary"], route["percent"], route["shadow"], route["shadow_percent"]) == (
+        1, 2, 0.0, 2, 50.0)
+    assert api_client.patch(f"/api/v1/deployments/{body['id']}/", {}, format="json").status_code == 400
 
 
 def test_patch_refuses_other_fields_a_bad_percent_and_a_deployment_without_a_canary(api_client, fleet):
@@ -165,7 +187,8 @@ def test_the_canary_block_shows_the_percent_each_host_s_gateway_reports(api_clie
         "iris": {"stable": 1, "canary": 2, "percent": 25.0}}}}
     hosts[0].save()
     canary = api_client.get(f"/api/v1/deployments/{deployment}/").json()["canary"]
-    assert [(h["host"], h["applied_percent"]) for h in canary["hosts"]] == [("gpu-0", 25.0), ("gpu-1", None)]
+    assert [(h["host"], h["applied_percent"], h["applied_shadow_percent"]) for h in canary["hosts"]] == [
+        ("gpu-0", 25.0, None), ("gpu-1", None, None)]
 
 
 def test_the_rollout_page_shows_the_canary_and_changes_its_percent(client, user, fleet, broker,

@@ -19,6 +19,13 @@ BODY = {"inputs": [{"name": "input", "shape": [len(sample_input()), 4], "datatyp
                     "data": [float(x) for row in sample_input() for x in row]}], "outputs": [{"name": "label"}]}
 
 
+def route(stable: int, canary: int | None, percent: float, shadow: int | None = None,
+          shadow_percent: float = 0.0) -> dict:
+    """A route as the gateway answers it."""
+    return {"stable": stable, "canary": canary, "percent": float(percent), "shadow": shadow,
+            "shadow_percent": float(shadow_percent)}
+
+
 @pytest.fixture
 def gateway(triton_server, tmp_path):
     """iris versions 1 and 2 loaded on a real Triton, and a running gateway in front of it."""
@@ -117,7 +124,7 @@ def test_a_restarted_gateway_routes_as_it_did(gateway):
     gateway.stop()
     assert gateway.master_pid() is None
     gateway.ensure_running()
-    assert gateway.routes() == {MODEL: {"stable": 2, "canary": 1, "percent": 100.0}}
+    assert gateway.routes() == {MODEL: route(2, 1, 100)}
     with requests.Session() as session:
         assert infer(session, gateway).headers[VERSION_HEADER] == "1"
 
@@ -128,7 +135,7 @@ def test_it_refuses_bad_routes_and_keeps_the_ones_it_holds(gateway):
         gateway.set_route(MODEL, stable=1, canary=2, percent=101)
     with pytest.raises(ServingRuntimeError, match="must be"):
         gateway._control("POST", {MODEL: {"stable": "one", "percent": 5}})
-    assert gateway.routes() == {MODEL: {"stable": 1, "canary": 2, "percent": 20.0}}
+    assert gateway.routes() == {MODEL: route(1, 2, 20)}
 
 
 def _workers(gateway) -> list[int]:
@@ -141,3 +148,26 @@ def _parent(proc: Path) -> int | None:
         return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _successes(gateway, version: int) -> int:
+    stats = requests.get(f"http://{gateway.triton}/v2/models/{MODEL}/versions/{version}/stats", timeout=10).json()
+    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
+def test_a_shadow_gets_a_copy_of_its_share_and_no_client_ever_sees_its_answer(gateway):
+    gateway.set_route(MODEL, stable=1, shadow=2, shadow_percent=100)
+    before = _successes(gateway, 2)
+    with requests.Session() as session:
+        answers = [infer(session, gateway) for _ in range(200)]
+    assert {(a.status_code, a.headers[VERSION_HEADER], a.json()["model_version"]) for a in answers} == {(200, "1", "1")}
+    # Each mirrored copy ends before its client request does (nginx waits for its mirror).
+    assert _successes(gateway, 2) - before == 200
+
+    gateway.set_route(MODEL, stable=1, shadow=2, shadow_percent=25)
+    before = _successes(gateway, 2)
+    with requests.Session() as session:
+        assert all(infer(session, gateway).json()["model_version"] == "1" for _ in range(800))
+    # 800 draws at p = 0.25: one standard deviation is 12 copies.
+    assert 150 <= _successes(gateway, 2) - before <= 250
+    assert gateway.routes()[MODEL] == route(1, None, 0, shadow=2, shadow_percent=25)

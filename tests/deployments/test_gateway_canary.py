@@ -11,7 +11,7 @@ from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import VERSION_HEADER
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.deployments.test_gateway import BODY
+from tests.deployments.test_gateway import BODY, route
 from tests.deployments.triton_host import agent_payload, artifacts
 from tests.fixtures.services import free_port
 
@@ -92,7 +92,7 @@ def test_a_canary_serves_its_percent_beside_the_stable_version_and_a_promotion_d
 
     canary = host.deploy(2, canary_percent=20)
     assert canary["details"]["kept_versions"] == [1]
-    assert canary["details"]["route"] == {"stable": 1, "canary": 2, "percent": 20.0}
+    assert canary["details"]["route"] == route(1, 2, 20)
     assert host.triton.ready_versions("iris") == [1, 2]
     assert 0.12 <= shares(host.url) <= 0.28  # 400 draws at p = 0.2: four standard deviations
 
@@ -126,8 +126,19 @@ def test_a_newer_canary_replaces_the_old_one_and_keeps_the_stable_version(host):
     host.deploy(1)
     host.deploy(2, canary_percent=10)
     replaced = host.deploy(3, canary_percent=30)
-    assert replaced["details"]["route"] == {"stable": 1, "canary": 3, "percent": 30.0}
+    assert replaced["details"]["route"] == route(1, 3, 30)
     assert host.triton.ready_versions("iris") == [1, 3]
+
+
+def test_a_shadow_deployment_gets_copies_while_every_client_answer_comes_from_the_stable_version(host):
+    from tests.deployments.test_gateway import _successes
+
+    host.deploy(1)
+    shadow = host.deploy(2, canary_percent=0, shadow_percent=100)
+    assert shadow["details"]["route"] == route(1, 2, 0, shadow=2, shadow_percent=100)
+    before = _successes(host.gateway, 2)
+    assert shares(host.url, 100) == 0  # no answer from version 2 reaches a client
+    assert _successes(host.gateway, 2) - before == 100
 
 
 def test_a_route_naming_a_version_that_is_not_ready_is_refused(host):
@@ -148,5 +159,5 @@ def test_the_heartbeat_reports_the_gateway_and_its_routes_and_reads_triton_direc
     host.deploy(2, canary_percent=5)
     report = host.agent.heartbeat({"host": "local", "inference_url": host.url, "metrics_url": "", "runtime": "triton"})
     assert report["runtime_live"] is True and report["errors"] == []
-    assert report["gateway"] == {"live": True, "routes": {"iris": {"stable": 1, "canary": 2, "percent": 5.0}}}
+    assert report["gateway"] == {"live": True, "routes": {"iris": route(1, 2, 5)}}
     assert {(m["name"], m["version"]) for m in report["models"]} >= {("iris", 1), ("iris", 2)}
