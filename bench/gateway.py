@@ -1,0 +1,321 @@
+"""Benchmark: what a Triton host's gateway costs, how exactly it splits, and whether clients notice a canary's
+changes through it.
+
+All real: one tritonserver (explicit model control, as the tests start it) with the demo iris model,
+versions 1 and 2 deployed by the host agent's own code (``TritonHostAgent.deploy``), and the agent's
+gateway (``runtimes.gateway.TritonGateway``: Debian's nginx with its Lua module) in front of it.
+
+1. **Overhead.** Triton's own perf_analyzer, at the same concurrency, straight to Triton and through the
+   gateway (with no route: passed as sent; and with a 50 % route: rewritten by the Lua module),
+   ``--rounds`` alternated rounds each; medians compared. Targets: added p50 ≤ 0.2 ms, added p99 ≤ 1 ms,
+   throughput ≥ 0.9× straight to Triton.
+2. **Split accuracy.** ``--split-requests`` requests naming no version through the gateway at 10 % and at
+   50 %, counted by the ``X-Modelyard-Version`` each answer carries (checked against the answer's own
+   ``model_version``). Target: within ±2 points of the percent.
+3. **Swaps through the gateway.** Clients on kept-alive connections send requests naming no version for
+   the whole phase, while the agent deploys a canary of version 2 at 10 %, moves it through 25, 50 and 75 %,
+   promotes it, deploys a canary of version 3 at 20 % and rolls it back to version 2. Target: 0 failed
+   requests at ≥ 100 requests/s.
+
+Nothing here asserts anything; the verdict is in the results.
+
+Usage::
+
+    python bench/gateway.py --json bench/results/gateway.json --markdown bench/results/gateway.md
+"""
+
+import argparse
+import functools
+import http.server
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+from stack import REPO, add_common_arguments, finish, log, machine
+
+from tests.fixtures.services import free_port
+from tests.fixtures.triton import START_ATTEMPTS, _launch
+
+NAME = "gateway"
+
+
+def iris_body() -> dict:
+    """A KServe v2 request body for the iris model: the demo's sample input, asking for its labels."""
+    from demo.iris import SAMPLE_INPUT
+
+    return {"inputs": [{"name": "input", "shape": [len(SAMPLE_INPUT), 4], "datatype": "FP32",
+                        "data": [float(x) for row in SAMPLE_INPUT for x in row]}], "outputs": [{"name": "label"}]}
+
+TARGETS = {"added_p50_ms": 0.2, "added_p99_ms": 1.0, "throughput_ratio": 0.9, "split_points": 2.0, "rate": 100}
+
+
+def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: str, input_file: Path) -> dict:
+    """One perf_analyzer level against ``address`` (host:port) for iris, naming no version; its CSV row.
+
+    perf_analyzer's stability rule is ``--stability`` % over 3 windows, up to 20 windows; a level it cannot
+    measure stably on a busy machine is tried once more with windows twice as long.
+    """
+    from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, read_csv, run
+
+    for attempt, window in enumerate((args.window_ms, 2 * args.window_ms)):
+        csv_path = workdir / f"perf-{tag}-{attempt}.csv"
+        command = [binary, "-m", "iris", "-u", address, "-i", "http", "-b", "1",
+                   "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(window),
+                   "--stability-percentage", str(args.stability), "--max-trials", "20", "-f", str(csv_path),
+                   "--input-data", str(input_file)]
+        try:
+            run(command, deadline=time.monotonic() + 300, should_stop=lambda: None,
+                log_path=workdir / f"perf-{tag}-{attempt}.log")
+            return {**read_csv(csv_path), "window_ms": window}
+        except LoadGeneratorError:
+            if attempt:
+                raise
+            log(NAME, f"{tag}: no stable measurement in {window} ms windows; once more with {2 * window} ms")
+
+
+def split(url: str, count: int, workers: int = 4) -> dict:
+    """Send ``count`` requests naming no version over ``workers`` kept-alive connections; count versions."""
+    body = iris_body()
+
+    def send(n: int) -> list[str]:
+        seen = []
+        with requests.Session() as session:
+            for _ in range(n):
+                answer = session.post(f"{url}/v2/models/iris/infer", json=body, timeout=30)
+                header = answer.headers.get("X-Modelyard-Version")
+                seen.append(header if header == answer.json().get("model_version") else f"mismatch:{header}")
+        return seen
+
+    with ThreadPoolExecutor(workers) as pool:
+        versions = [v for chunk in pool.map(send, [count // workers] * workers) for v in chunk]
+    return {v: versions.count(v) for v in sorted(set(versions))}
+
+
+class Clients:
+    """Threads on kept-alive connections sending requests that name no version; failures and versions kept."""
+
+    def __init__(self, url: str, count: int):
+        self.url, self.body = f"{url}/v2/models/iris/infer", iris_body()
+        self.failures, self.count, self.stop = [], 0, threading.Event()
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+
+    def _run(self) -> None:
+        with requests.Session() as session:
+            while not self.stop.is_set():
+                try:
+                    answer = session.post(self.url, json=self.body, timeout=30)
+                    if answer.status_code != 200:
+                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:120]}")
+                except requests.RequestException as exc:
+                    self.failures.append(repr(exc)[:200])
+                with self.lock:
+                    self.count += 1
+
+
+def run(args: argparse.Namespace) -> dict:
+    from stack import _triton_install
+
+    from demo.iris import SAMPLE_INPUT, build_iris_archive, build_iris_model_dir
+    from modelyard_agent import config
+    from modelyard_agent.formats.archives import sha256_file
+
+    binary = str(REPO / ".stack" / "bin" / "perf_analyzer")
+    if not Path(binary).exists():
+        raise RuntimeError(f"{binary} is missing: run scripts/install_perf_analyzer.sh (make install)")
+    workdir = Path(tempfile.mkdtemp(prefix="modelyard-bench-gateway-"))
+    repository = workdir / "repository"
+    repository.mkdir()
+    install = _triton_install()
+    triton = next((t for t in (_launch(install, repository, workdir / "triton.log", [])
+                               for _ in range(START_ATTEMPTS)) if t is not None), None)
+    if triton is None:
+        raise RuntimeError("tritonserver could not get free ports")
+    served = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(
+        http.server.SimpleHTTPRequestHandler, directory=str(workdir)))
+    threading.Thread(target=served.serve_forever, daemon=True).start()
+    os.environ.update({"MODELYARD_AGENT_MODEL_REPOSITORY": str(repository),
+                       "MODELYARD_AGENT_STAGING_DIR": str(workdir / "staging"),
+                       "MODELYARD_AGENT_TRITON_URL": triton.http_url})
+    config.current.cache_clear()
+    from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+
+    gateway_url = f"http://127.0.0.1:{free_port()}"
+    gateway = triton_gateway(gateway_url)
+    agent = TritonHostAgent()
+    try:
+        archive = build_iris_archive(workdir / "iris.tar.gz", name="iris")
+        config_text = (build_iris_model_dir(workdir / "unpacked", name="iris") / "config.pbtxt").read_text()
+        sha256, size = sha256_file(archive)
+
+        def deploy(version: int, **fields) -> float:
+            payload = {"target_id": version, "host": "bench", "model": "iris", "version": version,
+                       "artifact_url": f"http://127.0.0.1:{served.server_address[1]}/iris.tar.gz", "sha256": sha256,
+                       "size": size, "config_text": config_text,
+                       "parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)},
+                       "inference_url": gateway_url, "metrics_url": "", **fields}
+            started = time.monotonic()
+            result = agent.deploy(payload, report=lambda state: None)
+            if result["state"] != "ready":
+                raise RuntimeError(f"iris v{version} did not deploy: {result.get('error')}")
+            return time.monotonic() - started
+
+        deploy(1)
+        deploy(2, canary_percent=0)
+        input_file = workdir / "input.json"
+        input_file.write_text(json.dumps({"data": [{"input": {"content": row, "shape": [4]}} for row in SAMPLE_INPUT]}))
+        direct_address = triton.http_url.removeprefix("http://")
+        gateway_address = gateway_url.removeprefix("http://")
+
+        # 1. Overhead, alternated rounds.
+        overhead = []
+        for concurrency in args.concurrency:
+            rounds = {"triton": [], "gateway": [], "gateway_routed": []}
+            for round_number in range(args.rounds):
+                log(NAME, f"overhead at concurrency {concurrency}, round {round_number + 1}")
+                gateway.remove_route("iris")
+                rounds["triton"].append(perf(binary, direct_address, concurrency, args, workdir,
+                                             f"t-{concurrency}-{round_number}", input_file))
+                rounds["gateway"].append(perf(binary, gateway_address, concurrency, args, workdir,
+                                              f"g-{concurrency}-{round_number}", input_file))
+                gateway.set_route("iris", stable=1, canary=2, percent=50)
+                rounds["gateway_routed"].append(perf(binary, gateway_address, concurrency, args, workdir,
+                                                     f"r-{concurrency}-{round_number}", input_file))
+            medians = {side: {key: statistics.median(r[key] for r in rows)
+                              for key in ("throughput", "p50_ms", "p99_ms")} for side, rows in rounds.items()}
+            row = {"concurrency": concurrency, "medians": medians, "rounds": rounds}
+            for side in ("gateway", "gateway_routed"):
+                row[side] = {"added_p50_ms": round(medians[side]["p50_ms"] - medians["triton"]["p50_ms"], 4),
+                             "added_p99_ms": round(medians[side]["p99_ms"] - medians["triton"]["p99_ms"], 4),
+                             "throughput_ratio": round(medians[side]["throughput"] / medians["triton"]["throughput"],
+                                                       3)}
+            overhead.append(row)
+
+        # 2. Split accuracy.
+        accuracy = []
+        for percent in (10, 50):
+            gateway.set_route("iris", stable=1, canary=2, percent=percent)
+            log(NAME, f"split at {percent} % over {args.split_requests} requests")
+            counts = split(gateway_url, args.split_requests)
+            total = sum(counts.values())
+            observed = 100 * counts.get("2", 0) / total
+            accuracy.append({"percent": percent, "requests": total, "counts": counts,
+                             "observed_percent": round(observed, 2), "error_points": round(observed - percent, 2)})
+        gateway.remove_route("iris")
+        deploy(1)  # back to version 1 alone
+
+        # 3. Swaps through the gateway.
+        clients = Clients(gateway_url, args.clients)
+        for thread in clients.threads:
+            thread.start()
+        time.sleep(1)
+        steps, started = [], time.monotonic()
+
+        def step(what: str, action) -> None:
+            began = time.monotonic()
+            action()
+            steps.append({"step": what, "seconds": round(time.monotonic() - began, 3)})
+            time.sleep(args.dwell)
+
+        step("canary v2 at 10 %", lambda: deploy(2, canary_percent=10))
+        for percent in (25, 50, 75):
+            step(f"canary at {percent} %", lambda p=percent: agent.route(
+                {"model": "iris", "inference_url": gateway_url, "stable": 1, "canary": 2, "percent": p}))
+        step("promote v2", lambda: deploy(2))
+        step("canary v3 at 20 %", lambda: deploy(3, canary_percent=20))
+        step("roll back to v2", lambda: deploy(2))
+        elapsed = time.monotonic() - started
+        clients.stop.set()
+        for thread in clients.threads:
+            thread.join(30)
+        swaps = {"requests": clients.count, "seconds": round(elapsed, 1), "rate": round(clients.count / elapsed, 1),
+                 "failures": len(clients.failures), "failure_samples": clients.failures[:10], "steps": steps}
+    finally:
+        gateway.stop()
+        served.shutdown()
+        triton.stop()
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    worst = {key: max(row[side][key] for row in overhead for side in ("gateway", "gateway_routed"))
+             for key in ("added_p50_ms", "added_p99_ms")}
+    worst_ratio = min(row[side]["throughput_ratio"] for row in overhead for side in ("gateway", "gateway_routed"))
+    worst_split = max(abs(a["error_points"]) for a in accuracy)
+    checks = [
+        (worst["added_p50_ms"] <= TARGETS["added_p50_ms"], f"added p50 at most {worst['added_p50_ms']:.3f} ms "
+                                                           f"(target ≤ {TARGETS['added_p50_ms']} ms)"),
+        (worst["added_p99_ms"] <= TARGETS["added_p99_ms"], f"added p99 at most {worst['added_p99_ms']:.3f} ms "
+                                                           f"(target ≤ {TARGETS['added_p99_ms']} ms)"),
+        (worst_ratio >= TARGETS["throughput_ratio"], f"throughput at least {worst_ratio}× straight to Triton "
+                                                     f"(target ≥ {TARGETS['throughput_ratio']}×)"),
+        (worst_split <= TARGETS["split_points"], f"split within {worst_split:.2f} points "
+                                                 f"(target ±{TARGETS['split_points']:g})"),
+        (swaps["failures"] == 0 and swaps["rate"] >= TARGETS["rate"],
+         f"{swaps['failures']} failed of {swaps['requests']} requests at {swaps['rate']:.0f}/s through a canary, "
+         f"its percent changes, a promotion and a rollback"),
+    ]
+    return {"benchmark": NAME, "machine": machine(), "verdict": "PASS" if all(ok for ok, _ in checks) else "FAIL",
+            "verdict_reason": "; ".join(reason for _, reason in checks), "targets": TARGETS,
+            "window_ms": args.window_ms, "stability": args.stability, "rounds": args.rounds, "overhead": overhead,
+            "split": accuracy, "swaps": swaps}
+
+
+def markdown(r: dict) -> str:
+    lines = [f"# {NAME}", "", f"**Verdict: {r['verdict']}** — {r['verdict_reason']}", "",
+             f"Machine: {r['machine']} (Triton, nginx, perf_analyzer and the clients share its CPUs). perf_analyzer "
+             f"windows of {r['window_ms']} ms (twice that where a level was not stable) with its stability "
+             f"rule ({r['stability']} % over 3 windows); medians of "
+             f"{r['rounds']} alternated rounds.", "",
+             "## Overhead: perf_analyzer straight to Triton and through the gateway", "",
+             "| concurrency | path | infer/s | p50 ms | p99 ms | added p50 ms | added p99 ms | throughput ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for row in r["overhead"]:
+        for side, label in (("triton", "straight to Triton"), ("gateway", "gateway, no route"),
+                            ("gateway_routed", "gateway, 50 % route")):
+            m = row["medians"][side]
+            extra = row.get(side) or {}
+            lines.append(f"| {row['concurrency']} | {label} | {m['throughput']:,.0f} | {m['p50_ms']:.3f} | "
+                         f"{m['p99_ms']:.3f} | {extra.get('added_p50_ms', '—')} | {extra.get('added_p99_ms', '—')} | "
+                         f"{extra.get('throughput_ratio', '—')} |")
+    lines += ["", "## Split accuracy", "", "| percent | requests | answers per version | observed % | error (points) |",
+              "|---|---|---|---|---|"]
+    for a in r["split"]:
+        lines.append(f"| {a['percent']} | {a['requests']:,} | {a['counts']} | {a['observed_percent']} | "
+                     f"{a['error_points']:+.2f} |")
+    s = r["swaps"]
+    lines += ["", "## Swaps through the gateway", "",
+              f"{s['requests']:,} requests in {s['seconds']} s ({s['rate']:.0f}/s) on kept-alive connections; "
+              f"**{s['failures']} failed**.", "", "| step | seconds |", "|---|---|"]
+    lines += [f"| {step['step']} | {step['seconds']} |" for step in s["steps"]]
+    if s["failure_samples"]:
+        lines += ["", "Failures:", ""] + [f"- `{f}`" for f in s["failure_samples"]]
+    lines += ["", "Percent changes need no nginx reload (the routes live in the gateway's shared memory), so no "
+              "kept-alive connection is closed under a client.", ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser, name=NAME, database="modelyard_bench_gateway")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4], help="perf_analyzer levels")
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per level (default 3)")
+    parser.add_argument("--window-ms", type=int, default=3000, help="perf_analyzer measurement window")
+    parser.add_argument("--stability", type=int, default=50, help=(
+        "perf_analyzer's stability percentage (the comparison rests on medians of alternated rounds, not on it)"))
+    parser.add_argument("--split-requests", type=int, default=6000, help="requests per split percent")
+    parser.add_argument("--clients", type=int, default=4, help="client threads during the swaps")
+    parser.add_argument("--dwell", type=float, default=2.0, help="seconds between two swap steps")
+    args = parser.parse_args(argv)
+    result = run(args)
+    return finish(NAME, args, result, markdown(result))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
