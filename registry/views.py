@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -20,7 +21,7 @@ from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import compare_versions
 from registry.filters import RegisteredModelFilter
 from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
-from registry.models import ModelVersion
+from registry.models import Alias, ModelVersion, RegisteredModel
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
@@ -31,6 +32,7 @@ from registry.services import (
     set_alias,
     update_model,
 )
+from registry.signals import serving_lookup
 
 MODEL_PAGE_SIZE = 50
 DESCRIPTION_MAX_LENGTH = 10_000  # as the API's
@@ -55,23 +57,39 @@ def keyset_page(queryset, *, after: str = "", before: str = "", size: int) -> tu
 
 @login_required
 def model_list(request):
-    """Registered models with their latest version number and version count, searchable (``search``,
-    ``tag``, ``alias``, ``artifact_format``, ``created_after``, ``created_before``) and paged by name
-    (``after``/``before``)."""
+    """Registered models with their latest version number and version count, the versions they serve
+    (and on how many hosts) and their aliases; searchable (``search``, ``tag``, ``alias``,
+    ``artifact_format``, ``created_after``, ``created_before``) and paged by name (``after``/``before``).
+    A page costs the same SQL queries for one model as for fifty."""
+    aliases = Prefetch("aliases", queryset=Alias.objects.select_related("version").order_by("name"))
     found = RegisteredModelFilter(
         request.GET, queryset=visible_models(Principal.of(request)).select_related("team").with_version_summary()
+        .prefetch_related(aliases)
     )
     models, has_previous, has_next = [], False, False
     if found.is_valid():
         models, has_previous, has_next = keyset_page(
             found.qs, after=request.GET.get("after", ""), before=request.GET.get("before", ""), size=MODEL_PAGE_SIZE
         )
+    attach_serving(models)
     query = urlencode({k: v for k, v in request.GET.items() if k not in ("after", "before") and v})
     return render(request, "registry/model_list.html", {
         "models": models, "has_previous": has_previous, "has_next": has_next,
         "filters": found.form.cleaned_data if found.is_valid() else request.GET, "errors": found.errors,
         "query": query, "formats": ArtifactFormat.choices,
     })
+
+
+def attach_serving(models: list) -> None:
+    """Set ``serving`` on each of ``models`` (RegisteredModel rows): ``[{"version": number, "hosts": [names]}]``,
+    newest version first, empty where it serves nowhere, as the receivers of ``serving_lookup`` report."""
+    found: dict[int, list[dict]] = {}
+    if models:
+        for _receiver, answer in serving_lookup.send(sender=RegisteredModel, models=models):
+            for pk, rows in (answer or {}).items():
+                found.setdefault(pk, []).extend(rows)
+    for model in models:
+        model.serving = found.get(model.pk, [])
 
 
 @login_required
