@@ -20,6 +20,7 @@ from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import compare_versions
 from registry.filters import RegisteredModelFilter
+from registry.formats import ACCEPTED_KINDS, ACCEPTED_SUFFIXES
 from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
 from registry.models import Alias, ModelVersion, RegisteredModel
 from registry.pages import forbidden_unless, model_or_404, version_or_404
@@ -321,11 +322,15 @@ def model_edit(request, name: str):
 def version_upload(request, name: str):
     """The upload page: a form whose file static/registry/upload.js hashes (whole and per part) and
     sends straight to S3 in parts (presigned URLs from the uploads API) with a progress bar, then
-    completes the upload and opens the new version's page. The page may connect to the S3 endpoint
+    completes the upload and opens the new version's page. The file's name is checked against the
+    accepted suffixes (``data-accepted-suffixes``) as soon as it is chosen, and again by the uploads
+    API before any part URL is signed. The page may connect to the S3 endpoint
     (CSP ``connect-src``) and compile WebAssembly (``'wasm-unsafe-eval'``, which allows
     ``WebAssembly`` and nothing like ``eval``) for the vendored hash-wasm digests."""
     model = model_or_404(request, name, Action.CHANGE)
-    response = render(request, "registry/version_upload.html", {"model": model, "form": VersionUploadForm()})
+    response = render(request, "registry/version_upload.html", {
+        "model": model, "form": VersionUploadForm(), "suffixes": " ".join(ACCEPTED_SUFFIXES),
+        "accepted": ACCEPTED_KINDS})
     endpoint = urlsplit(settings.S3_ENDPOINT_URL or "https://s3.amazonaws.com")
     response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"],
                             "script-src": ["'wasm-unsafe-eval'"]}
