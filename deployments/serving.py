@@ -12,6 +12,7 @@ from django.utils import timezone
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, TargetState
 from deployments.models import Deployment, ServingHost
 from deployments.services import serving_now
+from registry.models import ModelVersion
 
 
 def serving_by_model(models, **_) -> dict[int, list[dict]]:
@@ -45,11 +46,11 @@ class HostRow:
     """
 
     host: ServingHost
-    serving: object = None
+    serving: ModelVersion | None = None
     aliases: list[str] = field(default_factory=list)
     rollout: Deployment | None = None
     step: str = ""
-    step_label: str = ""
+    step_label: str = ""  # the step as the rollout page names it
     batch: int = 0
     canary: bool = False
 
@@ -83,8 +84,9 @@ def model_serving(model) -> dict:
         model: a RegisteredModel.
 
     Returns:
-        ``{"hosts": [HostRow] by host name, "rollouts": [RolloutSummary] oldest first}``. Five SQL
-        queries however many hosts, versions and rollouts.
+        ``{"hosts": [HostRow] by host name, "rollouts": [RolloutSummary] oldest first}``. Six SQL
+        queries however many hosts, versions and rollouts: the aliases, ``serving_now`` (two), and
+        the active rollouts with their targets and those targets' hosts.
     """
     aliases: dict[int, list[str]] = {}
     for name, version_id in model.aliases.order_by("name").values_list("name", "version_id"):
