@@ -10,7 +10,9 @@ class DeploymentsConfig(AppConfig):
     def ready(self) -> None:
         from deployments.rollouts import on_alias_moved
         from deployments.services import hosts_keeping_version
-        from registry.signals import alias_moved, version_deletion_check
+        from deployments.serving import serving_by_model
+        from registry.signals import alias_moved, serving_lookup, version_deletion_check
 
         alias_moved.connect(on_alias_moved, dispatch_uid="deployments.follow_alias")
         version_deletion_check.connect(hosts_keeping_version, dispatch_uid="deployments.hosts_keeping_version")
+        serving_lookup.connect(serving_by_model, dispatch_uid="deployments.serving_by_model")

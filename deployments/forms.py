@@ -45,13 +45,29 @@ def _clean_json_object(raw: str) -> dict:
         raise forms.ValidationError(str(exc)) from exc
 
 
+class HostTable(forms.CheckboxSelectMultiple):
+    """The rollout form's hosts as a table: a checkbox per host, with its runtime, its agent's state,
+    the version of the model it serves now and its production mark (``rows``: the form's host rows)."""
+
+    template_name = "deployments/widgets/host_table.html"
+    rows: tuple | list = ()
+
+    def get_context(self, name, value, attrs) -> dict:
+        context = super().get_context(name, value, attrs)
+        chosen = {str(v) for v in value or []}
+        base = context["widget"]["attrs"].get("id", f"id_{name}")
+        context["rows"] = [{**row, "checked": row["host"].name in chosen, "id": f"{base}_{number}"}
+                           for number, row in enumerate(self.rows)]
+        return context
+
+
 class RolloutForm(KeepEveryCharacter, forms.Form):
     """Start a rollout from the browser: a version or an alias, hosts or a selector, batches."""
 
     version = forms.TypedChoiceField(coerce=int, required=False, empty_value=None,
                                      help_text="pin this version, or leave empty and follow an alias")
     alias = forms.ChoiceField(required=False, help_text="follow this alias: moving it starts the next rollout")
-    hosts = forms.MultipleChoiceField(required=False, widget=forms.CheckboxSelectMultiple)
+    hosts = forms.MultipleChoiceField(required=False, widget=HostTable)
     selector = forms.CharField(required=False, help_text="or choose hosts by labels, e.g. pool=gpu,zone=a")
     replicas = forms.IntegerField(required=False, min_value=1, help_text="with a selector: how many hosts, "
                                   "picked by free GPU memory")
@@ -65,13 +81,26 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
         help_text="needed when the version's inputs, outputs or batching break the clients of the version it "
                   "replaces on a host (the page says what breaks)")
 
-    def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[str],
-                 production_hosts: frozenset[str] = frozenset(), **kwargs):
+    confirm_unreachable = forms.BooleanField(
+        required=False, label="Roll out to hosts that are offline or never reported",
+        help_text="each such host's part fails after a deadline unless its agent reports by then")
+
+    def __init__(self, *args, versions: list[int], aliases: list[str], hosts: list[dict], **kwargs):
+        """``hosts``: ``deployments.serving.rollout_host_rows`` of the model (each host with its agent's
+        state, the version it serves and a ``warning`` when it is offline or never reported)."""
         super().__init__(*args, **kwargs)
         self.fields["version"].choices = [("", "—")] + [(v, f"v{v}") for v in versions]
         self.fields["alias"].choices = [("", "—")] + [(a, f"@{a}") for a in aliases]
-        self.fields["hosts"].choices = [(h, f"{h} (production: team owners only)" if h in production_hosts else h)
-                                        for h in hosts]
+        self.fields["hosts"].choices = [(row["host"].name, row["host"].name) for row in hosts]
+        self.fields["hosts"].widget.rows = hosts
+        self.warnings = {row["host"].name: row["warning"] for row in hosts if row["warning"]}
+
+    def clean(self) -> dict:
+        data = super().clean()
+        unreachable = [self.warnings[name] for name in data.get("hosts") or [] if name in self.warnings]
+        if unreachable and not data.get("confirm_unreachable"):
+            self.add_error("confirm_unreachable", " ".join(unreachable) + " Tick the box to roll out anyway.")
+        return data
 
     def clean_selector(self) -> dict:
         raw = self.cleaned_data["selector"].strip()

@@ -5,8 +5,9 @@ READY there. Observed state is the host's last heartbeat (Triton's repository in
 such as a restarted Triton that came back empty or a version unloaded by hand, is repaired by
 starting a new deployment of the desired version on that host, audited with the reconciler
 as actor; so is a version the runtime holds LOADING or UNLOADING past the host's deadline
-(``_repair_stuck_versions``). Deployment targets that no agent picked up, or whose agent went silent, are failed
-with a message saying so.
+(``_repair_stuck_versions``). Deployment targets that no agent picked up (on a host whose agent never
+reported, after ``UNREPORTED_HOST_TIMEOUT``; on an offline host, after ``DISPATCH_TIMEOUT``), or whose
+agent went silent, are failed with a message saying so.
 
 Safe to run at any time and any number of times: it acts only on hosts whose report is newer
 than the target it compares against, never while a deployment of that model is in progress
@@ -168,12 +169,18 @@ def _first_repair_in_backoff(host: str, model: str) -> bool:
 
 
 def fail_stalled_targets(*, now=None) -> list[Repair]:
-    """Fail deployment targets that no agent is working on.
+    """Fail deployment targets that no agent is working on, each with a message that says why.
 
+    - pending longer than ``UNREPORTED_HOST_TIMEOUT`` seconds on a host whose agent has never
+      reported: nothing consumes its queue, and nothing says anything ever will;
     - pending longer than ``DISPATCH_TIMEOUT`` seconds on a host that is not online: nobody
-      consumes its queue;
+      consumes its queue now;
     - staging or loading with no report for ``AGENT_LOAD_TIMEOUT + DISPATCH_TIMEOUT`` seconds:
       the agent's task was lost.
+
+    A pending target is first claimed as cancelled in the broker (``modelyard_agent.claims``), so an
+    agent that comes up later and finds its task touches nothing on its host; one the agent claimed
+    first is under way and is left alone.
 
     Returns:
         One Repair per target failed.
@@ -181,25 +188,43 @@ def fail_stalled_targets(*, now=None) -> list[Repair]:
     now = now or timezone.now()
     repairs = []
     pending_cutoff = now - timedelta(seconds=settings.DISPATCH_TIMEOUT)
+    unreported_cutoff = now - timedelta(seconds=settings.UNREPORTED_HOST_TIMEOUT)
     silent_cutoff = now - timedelta(seconds=settings.AGENT_LOAD_TIMEOUT + settings.DISPATCH_TIMEOUT)
     # A pending target of a later batch waits for its turn; only a dispatched one can stall.
     stalled = DeploymentTarget.objects.filter(
         state__in=ACTIVE_TARGET_STATES, dispatched_at__isnull=False
     ).select_related("host", "deployment__model", "deployment__version")
     for target in stalled:
-        if target.state == TargetState.PENDING and target.dispatched_at < pending_cutoff:
-            if target.host.is_online(now=now):
+        host = target.host
+        if target.state == TargetState.PENDING:
+            if host.last_heartbeat_at is None and target.dispatched_at < unreported_cutoff:
+                message = (f"the agent of {host.name} has never reported, and nothing took this up within "
+                           f"{settings.UNREPORTED_HOST_TIMEOUT:g} s: start modelyard-agent --host {host.name} "
+                           f"there (it consumes Celery queue {host.queue}), then roll out again")
+            elif target.dispatched_at < pending_cutoff and not host.is_online(now=now):
+                message = (f"no host agent picked this up within {settings.DISPATCH_TIMEOUT:g} s: is the agent of "
+                           f"{host.name} running (Celery queue {host.queue})?")
+            else:
                 continue
-            message = (f"no host agent picked this up within {settings.DISPATCH_TIMEOUT:g} s: is the agent of "
-                       f"{target.host.name} running (Celery queue {target.host.queue})?")
-        elif target.state != TargetState.PENDING and target.updated_at < silent_cutoff:
-            message = f"the host agent of {target.host.name} stopped reporting while {target.state}"
+            if not _claimed_for_failing(target):
+                continue
+        elif target.updated_at < silent_cutoff:
+            message = f"the host agent of {host.name} stopped reporting while {target.state}"
         else:
             continue
         record_target_progress(target.pk, TargetState.FAILED, message=message)
-        repairs.append(Repair(host=target.host.name, model=target.deployment.model.name,
+        repairs.append(Repair(host=host.name, model=target.deployment.model.name,
                               version=target.deployment.version.version, reason=message))
     return repairs
+
+
+def _claimed_for_failing(target: DeploymentTarget) -> bool:
+    """Claim a dispatched pending target as cancelled so its agent never acts on it; False when the
+    agent claimed it first (it has started: its reports will say how it goes)."""
+    from modelyard.celery import broker
+    from modelyard_agent.claims import CANCELLED, claim_key, claim_target
+
+    return claim_target(broker(), claim_key(target.pk, target.dispatched_at), CANCELLED) == CANCELLED
 
 
 def reconcile_fleet() -> list[Repair]:

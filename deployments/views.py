@@ -26,6 +26,8 @@ from deployments.services import (
     start_deployment,
     visible_report_rows,
 )
+from deployments.serving import model_serving as serving_panel
+from deployments.serving import rollout_host_rows
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import readings as monitoring
@@ -238,16 +240,19 @@ def _hosts_serving(model) -> list[str]:
 
 @login_required
 def rollout_create(request, model_name: str):
-    """Start a rollout of one model from the browser; on success, go to its rollout page."""
+    """Start a rollout of one model from the browser; on success, go to its rollout page.
+
+    The version defaults to ``?version=N`` (the version page's "Roll out…"), else the newest. Each
+    host is shown with its runtime, agent state, the version it serves and its production mark; a
+    host that is offline or never reported is refused with the reason until the form confirms it.
+    """
     model = model_or_404(request, model_name, Action.DEPLOY)
     principal = Principal.of(request)
     versions = list(model.versions.exclude(status="deleted").order_by("-version").values_list("version", flat=True))
     form = RolloutForm(request.POST or None, versions=versions,
                        aliases=list(model.aliases.order_by("name").values_list("name", flat=True)),
-                       hosts=list(ServingHost.objects.order_by("name").values_list("name", flat=True)),
-                       production_hosts=frozenset(ServingHost.objects.filter(production=True)
-                                                  .values_list("name", flat=True)),
-                       initial={"version": request.GET.get("version") or (versions[0] if len(versions) == 1 else None),
+                       hosts=rollout_host_rows(model),
+                       initial={"version": request.GET.get("version") or (versions[0] if versions else None),
                                 "config_overrides": request.GET.get("config_overrides", "")})
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -287,6 +292,15 @@ def model_deployments(request, model_name: str):
                    .order_by("-id")[:MODEL_DEPLOYMENTS_SHOWN])
     return render(request, "deployments/partials/model_deployments.html",
                   {"model": model, "deployments": deployments, "version": version})
+
+
+@login_required
+def model_serving(request, model_name: str):
+    """The serving panel at the top of a model's page (htmx, polled): each host with the version of
+    the model it serves, that version's aliases, its agent's state and its step in an active
+    rollout; and each active rollout with its canary batch (``deployments.serving.model_serving``)."""
+    model = model_or_404(request, model_name)
+    return render(request, "deployments/partials/model_serving.html", {"model": model, **serving_panel(model)})
 
 
 @login_required

@@ -225,6 +225,10 @@ AUTOSCALE_WINDOW = env_float("MODELYARD_AUTOSCALE_WINDOW", 120.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
+# A target on a host whose agent has never reported is failed after this many seconds: a few
+# heartbeat intervals for an agent just started, and not the whole dispatch timeout for one that
+# was never set up.
+UNREPORTED_HOST_TIMEOUT = env_float("MODELYARD_UNREPORTED_HOST_TIMEOUT", 180.0)
 # A profile whose agent sent no report for its sweep's time budget plus this many seconds is failed.
 PROFILE_STALL_GRACE = env_float("MODELYARD_PROFILE_STALL_GRACE", 300.0)
 UPLOAD_SWEEP_INTERVAL = env_float("MODELYARD_UPLOAD_SWEEP_INTERVAL", 900.0)

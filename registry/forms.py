@@ -19,13 +19,19 @@ class AliasForm(KeepEveryCharacter, forms.Form):
 
 class VersionUploadForm(KeepEveryCharacter, forms.Form):
     """The upload page's fields: the file (sent straight to S3 by static/registry/upload.js, in
-    parts) and the version's metadata, tags and lineage (sent as JSON to the uploads API, which
-    checks them)."""
+    parts, once its name says a kind the registry takes) and the version's metadata, sample input,
+    tags and lineage (sent as JSON to the uploads API, which checks them)."""
 
     artifact = forms.FileField(help_text="A Triton model directory as .tar.gz, .tar or .zip (an ensemble too), "
                                          "a single .onnx, .pt or .plan file, or a BentoML .bento or .bentomodel export")
     metadata = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                                help_text='A JSON object, e.g. {"dataset": "2024-06"}')
+    sample_input = forms.CharField(
+        label="Sample input", required=False, widget=forms.Textarea(attrs={"rows": 3, "class": "mono"}),
+        help_text='One request\'s input tensors by name, with the batch dimension, as a JSON object, e.g. '
+                  '{"input": [[5.1, 3.5, 1.4, 0.2]]}. Each rollout sends it to the new version before it takes '
+                  'traffic (the smoke inference), and "Try it" starts from it; kept as metadata.sample_input '
+                  'and checked against the model\'s inputs')
     tags = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                            help_text='String key/value tags as a JSON object, e.g. {"team": "vision"}')
     source_commit = forms.CharField(required=False, max_length=64)

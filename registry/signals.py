@@ -29,3 +29,8 @@ version_deletion_check = Signal()
 # Sent inside the transaction that marked a version CORRUPT (``registry.integrity``), after its
 # audit event. Keyword arguments: ``version`` (ModelVersion), ``reason`` (str).
 version_corrupt = Signal()
+
+# Sent by the models list to learn what serves the models of its page; nothing is written. Keyword
+# arguments: ``models`` (a list of RegisteredModel). Each receiver returns ``{model pk: [{"version":
+# number, "hosts": [host names]}]}`` for the models that serve somewhere (the deployments app knows).
+serving_lookup = Signal()

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -19,8 +20,9 @@ from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import compare_versions
 from registry.filters import RegisteredModelFilter
+from registry.formats import ACCEPTED_KINDS, ACCEPTED_SUFFIXES
 from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
-from registry.models import ModelVersion
+from registry.models import Alias, ModelVersion, RegisteredModel
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.services import (
     artifact_download_url,
@@ -31,6 +33,7 @@ from registry.services import (
     set_alias,
     update_model,
 )
+from registry.signals import serving_lookup
 
 MODEL_PAGE_SIZE = 50
 DESCRIPTION_MAX_LENGTH = 10_000  # as the API's
@@ -55,23 +58,39 @@ def keyset_page(queryset, *, after: str = "", before: str = "", size: int) -> tu
 
 @login_required
 def model_list(request):
-    """Registered models with their latest version number and version count, searchable (``search``,
-    ``tag``, ``alias``, ``artifact_format``, ``created_after``, ``created_before``) and paged by name
-    (``after``/``before``)."""
+    """Registered models with their latest version number and version count, the versions they serve
+    (and on how many hosts) and their aliases; searchable (``search``, ``tag``, ``alias``,
+    ``artifact_format``, ``created_after``, ``created_before``) and paged by name (``after``/``before``).
+    A page costs the same SQL queries for one model as for fifty."""
+    aliases = Prefetch("aliases", queryset=Alias.objects.select_related("version").order_by("name"))
     found = RegisteredModelFilter(
         request.GET, queryset=visible_models(Principal.of(request)).select_related("team").with_version_summary()
+        .prefetch_related(aliases)
     )
     models, has_previous, has_next = [], False, False
     if found.is_valid():
         models, has_previous, has_next = keyset_page(
             found.qs, after=request.GET.get("after", ""), before=request.GET.get("before", ""), size=MODEL_PAGE_SIZE
         )
+    attach_serving(models)
     query = urlencode({k: v for k, v in request.GET.items() if k not in ("after", "before") and v})
     return render(request, "registry/model_list.html", {
         "models": models, "has_previous": has_previous, "has_next": has_next,
         "filters": found.form.cleaned_data if found.is_valid() else request.GET, "errors": found.errors,
         "query": query, "formats": ArtifactFormat.choices,
     })
+
+
+def attach_serving(models: list) -> None:
+    """Set ``serving`` on each of ``models`` (RegisteredModel rows): ``[{"version": number, "hosts": [names]}]``,
+    newest version first, empty where it serves nowhere, as the receivers of ``serving_lookup`` report."""
+    found: dict[int, list[dict]] = {}
+    if models:
+        for _receiver, answer in serving_lookup.send(sender=RegisteredModel, models=models):
+            for pk, rows in (answer or {}).items():
+                found.setdefault(pk, []).extend(rows)
+    for model in models:
+        model.serving = found.get(model.pk, [])
 
 
 @login_required
@@ -303,11 +322,15 @@ def model_edit(request, name: str):
 def version_upload(request, name: str):
     """The upload page: a form whose file static/registry/upload.js hashes (whole and per part) and
     sends straight to S3 in parts (presigned URLs from the uploads API) with a progress bar, then
-    completes the upload and opens the new version's page. The page may connect to the S3 endpoint
+    completes the upload and opens the new version's page. The file's name is checked against the
+    accepted suffixes (``data-accepted-suffixes``) as soon as it is chosen, and again by the uploads
+    API before any part URL is signed. The page may connect to the S3 endpoint
     (CSP ``connect-src``) and compile WebAssembly (``'wasm-unsafe-eval'``, which allows
     ``WebAssembly`` and nothing like ``eval``) for the vendored hash-wasm digests."""
     model = model_or_404(request, name, Action.CHANGE)
-    response = render(request, "registry/version_upload.html", {"model": model, "form": VersionUploadForm()})
+    response = render(request, "registry/version_upload.html", {
+        "model": model, "form": VersionUploadForm(), "suffixes": " ".join(ACCEPTED_SUFFIXES),
+        "accepted": ACCEPTED_KINDS})
     endpoint = urlsplit(settings.S3_ENDPOINT_URL or "https://s3.amazonaws.com")
     response._csp_update = {"connect-src": [f"{endpoint.scheme}://{endpoint.netloc}"],
                             "script-src": ["'wasm-unsafe-eval'"]}

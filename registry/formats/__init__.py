@@ -23,8 +23,8 @@ from modelyard.errors import InvalidInput
 from modelyard_agent.formats.archives import ArchiveLimits, detect_kind
 from registry.choices import ArtifactFormat
 
-__all__ = ["ACCEPTED_KINDS", "PreparedArtifact", "check_filename", "detect_format", "prepare_artifact",
-           "prepare_stored_archive", "stored_archive_reading"]
+__all__ = ["ACCEPTED_KINDS", "ACCEPTED_SUFFIXES", "PreparedArtifact", "check_filename", "detect_format",
+           "prepare_artifact", "prepare_stored_archive", "stored_archive_reading"]
 
 # File name suffixes, longest first so ".tar.gz" wins over ".gz".
 _SUFFIXES: tuple[tuple[str, str], ...] = (
@@ -40,6 +40,8 @@ _SUFFIXES: tuple[tuple[str, str], ...] = (
     (".bentomodel", ArtifactFormat.BENTOML_MODEL),
     (".bento", ArtifactFormat.BENTO),
 )
+# What the upload page checks a chosen file's name against before it sends anything.
+ACCEPTED_SUFFIXES: tuple[str, ...] = tuple(suffix for suffix, _kind in _SUFFIXES)
 ACCEPTED_KINDS = (
     "a Triton model directory or ensemble as .tar.gz, .tgz, .tar.xz, .tar or .zip; "
     "an ONNX model (.onnx); a TorchScript model (.pt); a TensorRT plan (.plan); "

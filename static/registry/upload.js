@@ -1,4 +1,6 @@
 // The upload page: sends the chosen file straight to S3 as a multipart upload, as the CLI does.
+// 0. check the chosen file's name against the accepted suffixes (data-accepted-suffixes) as soon as
+//    it is chosen, so a file of a kind the registry cannot take is refused before anything is sent;
 // 1. POST the file's name and size and the version's fields to the uploads API (data-start-url);
 // 2. read the file once, part by part, hashing it whole (SHA-256, the version's content address)
 //    and each part (MD5 and SHA-256, with the vendored hash-wasm); declare each part's digests
@@ -6,7 +8,8 @@
 //    x-amz-checksum-sha256 headers that URL requires, a few parts at a time, retrying a failed
 //    part; the progress bar counts bytes hashed and bytes sent;
 // 3. POST .../complete/ with the file's sha256 and poll the upload until the server has verified
-//    it, then open the new version's page (data-version-url). Any refusal is shown in #upload-error.
+//    it, then open the new version's page (data-version-url). Any refusal is shown in #upload-error,
+//    as the server's sentence alone, and the progress and its "Verifying…" line are cleared.
 (function () {
   "use strict";
   var PARALLEL = 3;
@@ -26,6 +29,29 @@
     }
   }
 
+  // The reason a file's name gives for refusing it, or "" when its suffix is one the registry takes.
+  function refusedName(form, file) {
+    var name = file.name.toLowerCase();
+    var suffixes = (form.dataset.acceptedSuffixes || "").split(" ").filter(Boolean);
+    var known = suffixes.some(function (suffix) { return name.length > suffix.length && name.endsWith(suffix); });
+    if (known || !suffixes.length) { return ""; }
+    return "cannot tell what kind of model '" + file.name + "' is from its name; the registry accepts " +
+      form.dataset.acceptedKinds;
+  }
+
+  // The version's metadata with the sample input in it (the field's JSON object, if any).
+  function metadataOf(form) {
+    var metadata = jsonField(form, "metadata");
+    var sample = jsonField(form, "sample_input");
+    if (Object.keys(sample).length) {
+      if (metadata.sample_input !== undefined) {
+        throw new Error("give the sample input in its own field or as metadata.sample_input, not both");
+      }
+      metadata.sample_input = sample;
+    }
+    return metadata;
+  }
+
   function describe(body) {
     if (!body) { return "no answer"; }
     if (body.detail) { return body.detail; }
@@ -40,7 +66,9 @@
       body: body === undefined ? undefined : JSON.stringify(body),
     }).then(function (answer) {
       return answer.json().catch(function () { return null; }).then(function (data) {
-        if (!answer.ok) { throw new Error("HTTP " + answer.status + ": " + describe(data)); }
+        if (!answer.ok) {
+          throw new Error(data ? describe(data) : "the server answered HTTP " + answer.status + " without a reason");
+        }
         return data;
       });
     });
@@ -85,7 +113,7 @@
 
     var body = {
       filename: file.name, size: file.size,
-      metadata: jsonField(form, "metadata"), tags: jsonField(form, "tags"), metrics: jsonField(form, "metrics"),
+      metadata: metadataOf(form), tags: jsonField(form, "tags"), metrics: jsonField(form, "metrics"),
       source_commit: form.elements.source_commit.value.trim(), ci_run_url: form.elements.ci_run_url.value.trim(),
       training_data_uri: form.elements.training_data_uri.value.trim(),
     };
@@ -141,20 +169,41 @@
     window.location.assign(form.dataset.versionUrl.replace(/\/0\/$/, "/" + state.version + "/"));
   }
 
+  function showError(message) {
+    var error = $("upload-error");
+    error.textContent = message;
+    error.hidden = false;
+  }
+
+  // Back to the form as it was before Upload, keeping the error in view.
+  function clearProgress() {
+    $("upload-progress").hidden = true;
+    $("upload-status").textContent = "";
+    $("upload-bar").value = 0;
+    $("upload-submit").disabled = false;
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     var form = $("upload-form");
     if (!form) { return; }
+    form.elements.artifact.addEventListener("change", function () {
+      var file = form.elements.artifact.files[0];
+      var refusal = file ? refusedName(form, file) : "";
+      $("upload-error").hidden = !refusal;
+      if (refusal) { showError(refusal); }
+    });
     form.addEventListener("submit", function (event) {
       event.preventDefault();
-      var error = $("upload-error"), file = form.elements.artifact.files[0];
-      error.hidden = true;
-      if (!file) { error.textContent = "Choose a file first."; error.hidden = false; return; }
+      var file = form.elements.artifact.files[0];
+      $("upload-error").hidden = true;
+      if (!file) { showError("Choose a file first."); return; }
+      var refusal = refusedName(form, file);
+      if (refusal) { showError(refusal); return; }
       $("upload-submit").disabled = true;
       $("upload-progress").hidden = false;
       Promise.resolve().then(function () { return upload(form, file); }).catch(function (e) {
-        error.textContent = e.message;
-        error.hidden = false;
-        $("upload-submit").disabled = false;
+        clearProgress();
+        showError(e.message);
       });
     });
   });

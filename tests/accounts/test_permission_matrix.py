@@ -311,6 +311,7 @@ PAGES = [
     ("GET", "deployments:rollout-create", {"model_name": "resnet"}, None, needs("maintainer")),
     ("GET", "deployments:try-it", {"model_name": "resnet"}, None, needs("maintainer")),
     ("GET", "deployments:model-deployments", {"model_name": "resnet"}, None, needs("viewer")),
+    ("GET", "deployments:model-serving", {"model_name": "resnet"}, None, needs("viewer")),
     ("GET", "deployments:rollout-detail", {"pk": "dev"}, None, needs("viewer")),
     ("GET", "deployments:version-profiles", {"model_name": "resnet", "version": 2}, None, needs("viewer")),
     ("POST", "deployments:version-profile-start", {"model_name": "resnet", "version": 2},

@@ -43,6 +43,7 @@ def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_versio
     page.set_input_files("input[name=artifact]", str(large_archive))
     page.fill("textarea[name=metadata]", '{"dataset": "2024-06"}')
     page.fill("textarea[name=tags]", '{"team": "vision"}')
+    page.fill("textarea[name=sample_input]", '{"input": [[5.1, 3.5, 1.4, 0.2]]}')
     page.fill("input[name=source_commit]", "abc123")
     page.get_by_role("button", name="Upload").click()
     page.wait_for_selector("#upload-status:has-text('hashed')")
@@ -51,8 +52,9 @@ def test_a_file_goes_to_s3_in_parts_with_a_progress_bar_and_opens_the_new_versio
 
     version = ModelVersion.objects.get(model__name="iris", version=1)
     assert version.artifact_sha256 == sha256_of(large_archive)
-    assert (version.metadata, version.tags, version.source_commit) == ({"dataset": "2024-06"}, {"team": "vision"},
-                                                                       "abc123")
+    # The sample input is the version's metadata.sample_input: what the smoke inference and "Try it" send.
+    assert version.metadata == {"dataset": "2024-06", "sample_input": {"input": [[5.1, 3.5, 1.4, 0.2]]}}
+    assert (version.tags, version.source_commit) == ({"team": "vision"}, "abc123")
     assert version.created_by.username == USERNAME
     upload = Upload.objects.get()
     # The page declared each part's digests and sent them as the URL required: checked by ETag.
@@ -80,6 +82,40 @@ def test_a_file_the_registry_refuses_shows_the_reason_on_the_page(upload_page, w
     assert "the upload was refused: artifact refused" in alert.inner_text()
     assert Upload.objects.get().status == "failed" and not ModelVersion.objects.exists()
     assert page.get_by_role("button", name="Upload").is_enabled()
+    # The progress and its "Verifying the upload…" line are gone: one error is left on the page.
+    assert page.locator("#upload-progress").is_hidden() and page.locator("#upload-status").inner_text() == ""
+    assert "Verifying" not in page.inner_text("main")
+
+
+def test_a_file_of_a_kind_the_registry_does_not_take_is_refused_by_its_name_before_anything_is_sent(
+    upload_page, watch, tmp_path, s3_endpoint
+):
+    page = upload_page
+    weights = tmp_path / "weights.h5"
+    weights.write_bytes(b"\0" * MiB)
+    page.goto("/models/iris/upload/")
+    page.set_input_files("input[name=artifact]", str(weights))  # said as soon as it is chosen
+    alert = page.get_by_role("alert")
+    assert alert.inner_text().startswith("cannot tell what kind of model 'weights.h5' is from its name; "
+                                         "the registry accepts a Triton model directory")
+    page.get_by_role("button", name="Upload").click()
+    assert alert.is_visible() and page.locator("#upload-progress").is_hidden()
+    assert not Upload.objects.exists()
+    sent = [url for url in watch.requests if "/uploads" in url or url.startswith(s3_endpoint)]
+    assert sent == [], sent
+
+
+def test_a_refusal_from_the_api_shows_the_reason_alone_and_clears_the_progress(upload_page, large_archive):
+    page = upload_page
+    page.goto("/models/iris/upload/")
+    page.set_input_files("input[name=artifact]", str(large_archive))
+    page.fill("textarea[name=tags]", '{"team": 7}')  # valid JSON the API refuses: tag values are strings
+    page.get_by_role("button", name="Upload").click()
+    alert = page.get_by_role("alert")
+    alert.wait_for()
+    assert alert.inner_text() == "tag 'team' must have a string value of at most 1024 characters"
+    assert page.locator("#upload-progress").is_hidden() and page.get_by_role("button", name="Upload").is_enabled()
+    assert not Upload.objects.exists()
 
 
 def test_bad_json_in_a_field_is_reported_before_anything_is_sent(upload_page, large_archive):

@@ -115,6 +115,63 @@ def test_it_fails_a_target_whose_agent_went_silent(host, settings):
     assert silent.state == TargetState.FAILED and "stopped reporting while loading" in silent.error
 
 
+def claim_of(target) -> str | None:
+    from modelyard.celery import broker
+    from modelyard_agent.claims import claim_key, target_claim
+
+    return target_claim(broker(), claim_key(target.pk, target.dispatched_at))
+
+
+def test_a_target_on_a_host_whose_agent_never_reported_fails_after_its_own_deadline(host, settings):
+    settings.UNREPORTED_HOST_TIMEOUT, settings.DISPATCH_TIMEOUT = 60, 600
+    stuck = deploy(host, 1, state=TargetState.PENDING, age_seconds=120)
+    fresh = deploy(host, 2, state=TargetState.PENDING, age_seconds=10)
+    (repair,) = fail_stalled_targets()
+    stuck.refresh_from_db()
+    fresh.refresh_from_db()
+    assert stuck.state == TargetState.FAILED and repair.version == 1
+    assert stuck.error == ("the agent of gpu-0 has never reported, and nothing took this up within 60 s: start "
+                           "modelyard-agent --host gpu-0 there (it consumes Celery queue host.gpu-0), then roll out "
+                           "again")
+    # An agent started later finds the task claimed as cancelled and touches nothing on the host.
+    assert claim_of(stuck) == "cancelled"
+    assert fresh.state == TargetState.PENDING and claim_of(fresh) is None
+
+
+def test_a_host_that_reported_once_gets_the_dispatch_timeout_not_the_never_reported_deadline(host, settings):
+    settings.UNREPORTED_HOST_TIMEOUT, settings.DISPATCH_TIMEOUT = 60, 600
+    report(host, [], age_seconds=3600)  # offline for an hour, but its agent exists
+    waiting = deploy(host, 1, state=TargetState.PENDING, age_seconds=120)
+    assert fail_stalled_targets() == []
+    waiting.refresh_from_db()
+    assert waiting.state == TargetState.PENDING
+
+
+def test_a_target_its_agent_claimed_first_is_left_to_finish(host, settings):
+    from modelyard.celery import broker
+    from modelyard_agent.claims import STARTED, claim_key, claim_target
+
+    settings.UNREPORTED_HOST_TIMEOUT = 60
+    started = deploy(host, 1, state=TargetState.PENDING, age_seconds=120)
+    claim_target(broker(), claim_key(started.pk, started.dispatched_at), STARTED)  # the agent came up just now
+    assert fail_stalled_targets() == []
+    started.refresh_from_db()
+    assert started.state == TargetState.PENDING
+
+
+@pytest.mark.parametrize(("value", "expected"), [("45", "45.0"), ("", "180.0")])
+def test_the_never_reported_deadline_comes_from_the_environment(value, expected):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MODELYARD_UNREPORTED_HOST_TIMEOUT": value, "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.UNREPORTED_HOST_TIMEOUT)"],
+        env=env, capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == expected
+
+
 def stuck_report(host, minutes: float, state: str = "LOADING", version: int = 2):
     since = (timezone.now() - timedelta(minutes=minutes)).isoformat()
     report(host, [{"name": "iris", "version": 1, "state": "READY"},

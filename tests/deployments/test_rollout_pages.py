@@ -1,7 +1,11 @@
 """The rollout page, its htmx fragment and its controls."""
 
+import re
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from deployments import rollouts
 from deployments.models import Deployment, ServingHost
@@ -13,13 +17,21 @@ from tests.factories import team_member
 pytestmark = pytest.mark.django_db
 
 
+def reported(seconds_ago: float = 1, live: bool = True) -> dict:
+    """The fields of a host whose agent last reported ``seconds_ago``."""
+    return {"last_heartbeat_at": timezone.now() - timedelta(seconds=seconds_ago), "heartbeat": {"runtime_live": live}}
+
+
+ONLINE = reported()
+
+
 @pytest.fixture
 def deployment(django_capture_on_commit_callbacks) -> Deployment:
     model = RegisteredModel.objects.create(name="iris", next_version=2)
     ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="k",
                                 artifact_sha256="0" * 64, artifact_size=1)
     for name in ("gpu-0", "gpu-1"):
-        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000")
+        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000", **ONLINE)
     with django_capture_on_commit_callbacks(execute=False):
         deployment = start_deployment(model_name="iris", version=1, host_names=["gpu-0", "gpu-1"])
         rollouts.advance_rollout(deployment.pk)
@@ -108,3 +120,65 @@ def test_the_model_and_version_pages_load_their_deployments_panel(browser, deplo
     assert "Never deployed." in browser.get("/deployments/of/iris/?version=9").content.decode()
     assert browser.get("/deployments/of/iris/?version=x").status_code == 404
     assert browser.get("/deployments/of/nope/").status_code == 404
+
+
+def host_row(page: str, host: str) -> str:
+    """The text of the rollout form's table row for ``host``, tags stripped."""
+    row = re.search(rf'<tr class="host-choice[^"]*" data-host="{re.escape(host)}">(.*?)</tr>', page, re.S)
+    assert row, f"no row for {host}"
+    return " ".join(re.sub(r"<[^>]+>", " ", row.group(1)).split())
+
+
+def test_the_rollout_form_shows_each_hosts_runtime_agent_version_and_production_mark(browser, deployment):
+    record_target_progress(deployment.targets.get(host__name="gpu-0").pk, "ready")
+    ServingHost.objects.filter(name="gpu-1").update(production=True)
+    ServingHost.objects.create(name="bento-0", runtime="bentoml", inference_url="http://bento-0:3000")
+    ServingHost.objects.create(name="gpu-2", inference_url="http://gpu-2:8000", **reported(seconds_ago=3600))
+    page = browser.get("/deployments/new/iris/").content.decode()
+    assert host_row(page, "gpu-0") == "gpu-0 triton Online v1 —"
+    assert host_row(page, "gpu-1") == "gpu-1 triton Online nothing production"
+    assert "bentoml Never reported is its agent running on host.bento-0 ? nothing —" in host_row(page, "bento-0")
+    assert "Offline no report since 1" in host_row(page, "gpu-2")
+    assert page.count('type="checkbox" name="hosts"') == 4
+
+
+@pytest.mark.parametrize(("host", "last_report", "says"), [
+    ("gpu-8", None, r"gpu-8: its agent never reported \(nothing consumes Celery queue host\.gpu-8\); its part fails "
+                    r"after 180 s unless the agent starts by then\."),
+    ("gpu-9", (900, True), r"gpu-9: offline \(no report for 90\d s, [-\d: ]+ UTC\); its part fails after 600 s "
+                           r"unless it comes back\."),
+    ("gpu-7", (1, False), r"gpu-7: offline \(its runtime was not live at its last report, "),
+])
+def test_a_host_that_is_offline_or_never_reported_is_refused_until_the_form_confirms_it(
+    browser, deployment, settings, django_capture_on_commit_callbacks, host, last_report, says
+):
+    settings.UNREPORTED_HOST_TIMEOUT, settings.DISPATCH_TIMEOUT = 180, 600
+    ServingHost.objects.create(name=host, inference_url=f"http://{host}:8000",
+                               **(reported(*last_report) if last_report else {}))
+    form = {"version": "1", "hosts": [host, "gpu-1"], "batch_size": "1", "failure_policy": "pause"}
+    warned = browser.post("/deployments/new/iris/", form)
+    page = warned.content.decode()
+    assert warned.status_code == 200 and re.search(says, page) and "Tick the box to roll out anyway." in page
+    assert "gpu-1:" not in page  # the online host gets no warning
+    assert Deployment.objects.count() == 1
+    assert re.search(rf'value="{host}" id="[^"]+" checked', page)  # the choice is kept for the second try
+    with django_capture_on_commit_callbacks(execute=False):
+        started = browser.post("/deployments/new/iris/", {**form, "confirm_unreachable": "on"})
+    assert started.status_code == 302 and Deployment.objects.count() == 2
+    newest = Deployment.objects.order_by("-id").first()
+    assert sorted(newest.targets.values_list("host__name", flat=True)) == sorted([host, "gpu-1"])
+
+
+def test_the_version_field_defaults_to_the_version_page_s_version_or_the_newest(browser, deployment):
+    ModelVersion.objects.create(model=deployment.model, version=2, format=ArtifactFormat.TRITON_MODEL_DIR,
+                                artifact_key="k2", artifact_sha256="2" * 64, artifact_size=1)
+    selected = re.compile(r'<option value="(\d+)" selected>')
+    assert selected.findall(browser.get("/deployments/new/iris/").content.decode()) == ["2"]
+    assert selected.findall(browser.get("/deployments/new/iris/?version=1").content.decode()) == ["1"]
+    version_page = browser.get("/models/iris/versions/1/").content.decode()
+    assert 'href="/deployments/new/iris/?version=1">Roll out…</a>' in version_page
+
+
+def test_a_viewer_gets_no_roll_out_action_on_the_version_page(client, deployment):
+    client.force_login(team_member(get_user_model().objects.create_user(username="reader"), "viewer"))
+    assert "Roll out…" not in client.get("/models/iris/versions/1/").content.decode()

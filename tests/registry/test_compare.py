@@ -5,6 +5,7 @@ break the clients of the version it replaces needs an explicit confirmation."""
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
+from django.utils import timezone
 
 from accounts.choices import Role
 from deployments.choices import TargetState
@@ -134,7 +135,8 @@ def test_the_page_compares_the_two_newest_by_default_and_explains_a_bad_pair(iri
 
 @pytest.fixture
 def serving_v1(iris):
-    host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000",
+                                      last_heartbeat_at=timezone.now(), heartbeat={"runtime_live": True})
     DeploymentTarget.objects.create(deployment=Deployment.objects.create(model=iris[1].model, version=iris[1]),
                                     host=host, state=TargetState.READY)
     return host

@@ -8,6 +8,7 @@ import errno
 import hashlib
 import io
 import os
+import re
 
 import pytest
 import requests
@@ -297,3 +298,18 @@ def test_reading_an_object_that_is_not_there_is_a_storage_error(s3_endpoint):
     with pytest.raises(StorageError) as raised:
         store.stream_to("tests/absent")
     assert raised.value.code == "NoSuchKey" and not raised.value.retryable
+
+
+def test_the_upload_page_explains_the_sample_input_and_names_the_suffixes_it_checks_before_sending(
+    client, user, iris
+):
+    from registry.formats import ACCEPTED_SUFFIXES, check_filename
+
+    client.force_login(user)
+    page = client.get("/models/iris/upload/").content.decode()
+    assert '<textarea name="sample_input"' in page
+    assert "the smoke inference" in page and '"Try it" starts from it' in page
+    suffixes = re.search(r'data-accepted-suffixes="([^"]+)"', page).group(1).split()
+    assert tuple(suffixes) == ACCEPTED_SUFFIXES
+    for suffix in suffixes:  # the page's list is the server's: each names a kind check_filename takes
+        assert check_filename(f"model{suffix}")
