@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, TargetState
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, CanaryState, TargetState
 from deployments.models import Deployment, ServingHost
 from deployments.services import serving_now
 from registry.models import ModelVersion
@@ -42,7 +42,9 @@ class HostRow:
     ``serving``: the version (ModelVersion) it serves of the model, or None; ``aliases``: the names of
     the model's aliases that point at that version; ``rollout``: the active rollout moving this host
     (a Deployment, or None) and ``step`` the host's state in it (a ``TargetState`` value), ``batch``
-    its batch (0-based), ``canary`` whether that batch is the rollout's canary batch.
+    its batch (0-based), ``canary`` whether that batch is the rollout's canary batch; ``traffic``: the
+    active traffic canary on this host (``canaries.canary_summary``'s host entry with ``deployment``,
+    ``version``, ``percent`` and ``shadow_percent``), or None.
     """
 
     host: ServingHost
@@ -53,6 +55,7 @@ class HostRow:
     step_label: str = ""  # the step as the rollout page names it
     batch: int = 0
     canary: bool = False
+    traffic: dict | None = None
 
 
 @dataclass
@@ -62,8 +65,8 @@ class RolloutSummary:
     ``batches``: how many batches it moves its hosts in; ``canary``: the host names of its first batch
     when there is more than one batch (the hosts that take the new version before the rest), else
     empty; ``canary_done``: whether every canary host is READY; ``moved`` / ``total``: hosts READY /
-    all its hosts. There is no traffic split between versions: a canary is a first batch of hosts,
-    and ``traffic_percent`` stays None until one exists.
+    all its hosts. ``traffic_percent``: for a traffic canary (``canary_percent``), the share of the
+    requests naming no version its gateways send to the new version; None for a rollout without one.
     """
 
     deployment: Deployment
@@ -84,10 +87,14 @@ def model_serving(model) -> dict:
         model: a RegisteredModel.
 
     Returns:
-        ``{"hosts": [HostRow] by host name, "rollouts": [RolloutSummary] oldest first}``. Six SQL
-        queries however many hosts, versions and rollouts: the aliases, ``serving_now`` (two), and
-        the active rollouts with their targets and those targets' hosts.
+        ``{"hosts": [HostRow] by host name, "rollouts": [RolloutSummary] oldest first, "canaries":
+        [canaries.canary_summary of each active traffic canary, with its ``deployment``]}``. Ten SQL
+        queries however many hosts, versions and rollouts: the aliases, ``serving_now`` (two), the
+        active rollouts with their targets and those targets' hosts, and the active traffic canaries
+        with their targets, hosts and stable versions.
     """
+    from deployments.canaries import canary_summary
+
     aliases: dict[int, list[str]] = {}
     for name, version_id in model.aliases.order_by("name").values_list("name", "version_id"):
         aliases.setdefault(version_id, []).append(name)
@@ -105,14 +112,25 @@ def model_serving(model) -> dict:
         summaries.append(RolloutSummary(
             deployment=deployment, batches=batches, canary=[t.host.name for t in canary],
             canary_done=bool(canary) and all(t.state == TargetState.READY for t in canary),
-            moved=sum(t.state == TargetState.READY for t in targets), total=len(targets)))
+            moved=sum(t.state == TargetState.READY for t in targets), total=len(targets),
+            traffic_percent=deployment.canary_percent if deployment.canary_state == CanaryState.ACTIVE else None))
         for target in targets:
             if target.state not in ACTIVE_TARGET_STATES:
                 continue  # a host already moved or given up shows what it serves
             row = rows.setdefault(target.host.name, HostRow(host=target.host))
             row.rollout, row.step, row.step_label = deployment, target.state, target.get_state_display()
             row.batch, row.canary = target.batch, bool(canary) and target.batch == 0
-    return {"hosts": [rows[name] for name in sorted(rows)], "rollouts": summaries}
+    traffic = []
+    for deployment in (Deployment.objects.filter(model=model, canary_state=CanaryState.ACTIVE)
+                       .select_related("version", "model")
+                       .prefetch_related("targets__host", "targets__previous_version").order_by("created_at", "id")):
+        summary = {**canary_summary(deployment), "deployment": deployment}
+        traffic.append(summary)
+        for host in summary["hosts"]:
+            if host["host"] in rows:
+                rows[host["host"]].traffic = {**host, "deployment": deployment, "version": summary["version"],
+                                              "percent": summary["percent"], "shadow_percent": summary["shadow_percent"]}
+    return {"hosts": [rows[name] for name in sorted(rows)], "rollouts": summaries, "canaries": traffic}
 
 
 def unreachable_warning(host: ServingHost, *, now=None) -> str:

@@ -215,3 +215,42 @@ def test_the_rollout_page_shows_the_canary_and_changes_its_percent(client, user,
     assert "must be a number from 0 to 100" in refused.content.decode()
     confirm = client.get(f"/deployments/{deployment.pk}/promote/").content.decode()
     assert "Promote the canary of rollout" in confirm
+
+
+def test_the_model_page_s_serving_panel_shows_each_host_s_canary_at_pinned_queries(client, user, fleet):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tests.factories import team_member
+    from tests.registry.test_serving_at_a_glance import SERVING_PANEL_QUERIES
+
+    versions, hosts = fleet
+    team_member(user)
+    client.force_login(user)
+    client.get("/models/iris/")
+    deployment = Deployment.objects.create(model=versions[1].model, version=versions[1], status="succeeded",
+                                           canary_percent=20, shadow_percent=5, canary_state=CanaryState.ACTIVE)
+    for host in hosts:
+        DeploymentTarget.objects.create(deployment=deployment, host=host, state=TargetState.READY,
+                                        previous_version=versions[0])
+    hosts[0].heartbeat = {**GATEWAY, "gateway": {"live": True, "routes": {
+        "iris": {"stable": 1, "canary": 2, "percent": 20.0, "shadow": 2, "shadow_percent": 5.0}}}}
+    hosts[0].save()
+    with CaptureQueriesContext(connection) as two_hosts:
+        panel = client.get("/deployments/serving/iris/").content.decode()
+    assert panel.count("v2 takes 20 %, shadow 5 % beside v1") == 2
+    assert "gateway reports 20 %" in panel and "gateway has no route yet" in panel
+    assert f"Canary v2 (<a href=\"/deployments/{deployment.pk}/\">rollout {deployment.pk}</a>): 20 %" in panel
+    served = Deployment.objects.get(version=versions[0])
+    for name in ("gpu-7", "gpu-8", "gpu-9"):
+        host = ServingHost.objects.create(name=name, inference_url=f"http://{name}:8080", heartbeat=GATEWAY,
+                                          last_heartbeat_at=timezone.now())
+        DeploymentTarget.objects.create(deployment=served, host=host, state=TargetState.READY)
+        DeploymentTarget.objects.create(deployment=deployment, host=host, state=TargetState.READY,
+                                        previous_version=versions[0])
+    with CaptureQueriesContext(connection) as five_hosts:
+        panel = client.get("/deployments/serving/iris/").content.decode()
+    assert panel.count("v2 takes 20 %, shadow 5 % beside v1") == 5
+    # No active rollout here (its query returns nothing and prefetches none); the canary's query and its
+    # targets, hosts and stable versions are four: as many as SERVING_PANEL_QUERIES pins with a rollout.
+    assert len(two_hosts) == len(five_hosts) == SERVING_PANEL_QUERIES
