@@ -129,7 +129,8 @@ def model_serving(model) -> dict:
         for host in summary["hosts"]:
             if host["host"] in rows:
                 rows[host["host"]].traffic = {**host, "deployment": deployment, "version": summary["version"],
-                                              "percent": summary["percent"], "shadow_percent": summary["shadow_percent"]}
+                                              "percent": summary["percent"],
+                                              "shadow_percent": summary["shadow_percent"]}
     return {"hosts": [rows[name] for name in sorted(rows)], "rollouts": summaries, "canaries": traffic}
 
 
