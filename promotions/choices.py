@@ -11,7 +11,9 @@ class Decision(models.TextChoices):
     a person to approve; APPROVED (the alias moved) or REJECTED follows. DRY_RUN_PASS: every gate
     passed in dry-run mode; nothing changed. SKIPPED: nothing to promote (the target alias already
     names the candidate's version). ERROR: the evaluation could not be made (Prometheus down, the
-    candidate alias missing); nothing changed.
+    candidate alias missing); nothing changed. ADVANCED: every gate passed and a progressive rollout's
+    canary moved to its next step of traffic (``promotions.ramps``). ROLLED_BACK: a gate failed and the
+    ramp's canary was rolled back.
     """
 
     PENDING = "pending", "Pending"
@@ -23,12 +25,14 @@ class Decision(models.TextChoices):
     DRY_RUN_PASS = "dry_run_pass", "Would promote (dry run)"
     SKIPPED = "skipped", "Nothing to promote"
     ERROR = "error", "Error"
+    ADVANCED = "advanced", "Canary advanced a step"
+    ROLLED_BACK = "rolled_back", "Canary rolled back"
 
 
 # Decisions after which nothing more happens to an evaluation (CI stops polling).
 FINAL_DECISIONS = frozenset({
     Decision.PROMOTED, Decision.HELD, Decision.APPROVED, Decision.REJECTED, Decision.DRY_RUN_PASS,
-    Decision.SKIPPED, Decision.ERROR,
+    Decision.SKIPPED, Decision.ERROR, Decision.ADVANCED, Decision.ROLLED_BACK,
 })
 # Decisions under which the target alias moved.
 PROMOTING_DECISIONS = frozenset({Decision.PROMOTED, Decision.APPROVED})

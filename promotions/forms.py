@@ -8,8 +8,8 @@ from promotions.models import PromotionPolicy, Webhook
 from promotions.webhooks import check_webhook_scope, check_webhook_url
 
 POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
-                      "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "requires_approval",
-                      "dry_run", "enabled"]
+                      "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "ramp_steps",
+                      "ramp_on_failure", "requires_approval", "dry_run", "enabled"]
 
 
 class PromotionPolicyForm(FullLengthModelForm):
@@ -21,7 +21,13 @@ class PromotionPolicyForm(FullLengthModelForm):
         labels = {"max_p95_ms": "Max p95 latency (ms)", "max_error_rate": "Max error rate (0..1)",
                   "max_regression": "Max regression vs target (0.1 = 10 %)",
                   "max_profile_regression": "Max throughput regression vs the target's performance card (0.1 = 10 %)",
-                  "window_seconds": "Window (seconds)"}
+                  "window_seconds": "Window (seconds)",
+                  "ramp_steps": "Ramp steps (percents, e.g. [5, 25, 50, 100]; empty: no ramp)"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["ramp_on_failure"].required = False  # the service's default: hold
+        self.fields["ramp_steps"].required = False
 
     def validate_unique(self):
         """Uniqueness is the service's to answer (as a message), not the form's."""

@@ -23,6 +23,11 @@ class PromotionPolicy(models.Model):
       concurrency the target's card recommends, on the host that card was measured on
       (``deployments.profiles.profile_comparison``).
 
+    ``ramp_steps`` (percents, e.g. ``[5, 25, 50, 100]``) makes it a progressive rollout
+    (``promotions.ramps``): each passing evaluation moves the candidate's active traffic canary to the
+    next step, and the last one promotes it and moves the alias; ``ramp_on_failure`` (``hold`` or
+    ``rollback``) says what a failed gate does to the canary.
+
     ``requires_approval`` stops a passing evaluation at AWAITING_APPROVAL; ``dry_run`` records what
     would happen and moves nothing. The schedule is ``periodic_task`` (django-celery-beat, with a
     crontab), kept in step with ``schedule`` and ``enabled`` by ``promotions.services`` so that beat
@@ -41,6 +46,10 @@ class PromotionPolicy(models.Model):
     max_error_rate = models.FloatField(null=True, blank=True)
     max_regression = models.FloatField(null=True, blank=True)
     max_profile_regression = models.FloatField(null=True, blank=True)
+    ramp_steps = models.JSONField(default=list, blank=True, help_text=(
+        "percents of traffic a canary of the candidate goes through, e.g. [5, 25, 50, 100]; empty: no ramp"))
+    ramp_on_failure = models.CharField(max_length=16, default="hold", choices=[
+        ("hold", "Hold the canary at its step"), ("rollback", "Roll the canary back")])
     requires_approval = models.BooleanField(default=False)
     dry_run = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True, help_text="False: paused, the schedule does not run it")

@@ -23,7 +23,7 @@ from audit.services import acting_user
 from modelyard.errors import Conflict, DomainError, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
-from promotions import gates
+from promotions import gates, ramps
 from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, WebhookEvent
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
@@ -35,7 +35,8 @@ MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
 POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
-            "max_error_rate", "max_regression", "max_profile_regression", "requires_approval", "dry_run", "enabled")
+            "max_error_rate", "max_regression", "max_profile_regression", "ramp_steps", "ramp_on_failure",
+            "requires_approval", "dry_run", "enabled")
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ def _check(fields: dict) -> dict:
     _number(fields["max_error_rate"], "max_error_rate", low=0, high=1)
     _number(fields["max_regression"], "max_regression", low=0)
     _number(fields["max_profile_regression"], "max_profile_regression", low=0, high=1)
+    clean["ramp_steps"] = ramps.check_ramp_steps(fields.get("ramp_steps"))
+    clean["ramp_on_failure"] = ramps.check_failure_action(fields.get("ramp_on_failure") or "hold")
     for flag in ("requires_approval", "dry_run", "enabled"):
         if not isinstance(fields[flag], bool):
             raise InvalidInput(f"{flag} must be true or false")
@@ -141,7 +144,8 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
                   window_seconds: int = 900, min_requests: int | None = 100, max_p95_ms: float | None = None,
                   max_error_rate: float | None = None, max_regression: float | None = None,
                   max_profile_regression: float | None = None, requires_approval: bool = False, dry_run: bool = False,
-                  enabled: bool = True, name: str = "", actor=None) -> PromotionPolicy:
+                  enabled: bool = True, name: str = "", ramp_steps: list | None = None, ramp_on_failure: str = "hold",
+                  actor=None) -> PromotionPolicy:
     """Create a promotion policy and its schedule.
 
     Args:
@@ -153,6 +157,7 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
         min_requests, max_p95_ms (ms), max_error_rate (0..1), max_regression (relative),
             max_profile_regression (relative, 0..1): the gates; None switches one off (see
             ``PromotionPolicy``).
+        ramp_steps, ramp_on_failure: a progressive rollout (``promotions.ramps``); empty: none.
         requires_approval, dry_run, enabled: see ``PromotionPolicy``.
         name: a label for people.
         actor: the requesting user (callers check they are staff).
@@ -171,7 +176,7 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
         "window_seconds": window_seconds, "min_requests": min_requests, "max_p95_ms": max_p95_ms,
         "max_error_rate": max_error_rate, "max_regression": max_regression,
         "max_profile_regression": max_profile_regression, "requires_approval": requires_approval,
-        "dry_run": dry_run, "enabled": enabled,
+        "dry_run": dry_run, "enabled": enabled, "ramp_steps": ramp_steps, "ramp_on_failure": ramp_on_failure,
     })
     try:
         with transaction.atomic():
@@ -365,6 +370,9 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
         fields["checks"] = [c.as_dict() for c in checks]
         summary = gates.summarise(checks)
         move = f"v{candidate.version} to @{policy.target_alias}"
+        if policy.ramp_steps:
+            _ramp(evaluation, policy, candidate, checks, summary, fields)
+            return evaluation
         if not all(c.passed for c in checks):
             _finish(evaluation, Decision.HELD, summary, **fields)
         elif policy.dry_run:
@@ -383,6 +391,60 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             except DomainError as exc:  # the alias was locked a moment ago
                 _finish(evaluation, Decision.ERROR, f"{summary}; {move} not promoted: {exc.message}", **fields)
     return evaluation
+
+
+def _ramp(evaluation: PromotionEvaluation, policy: PromotionPolicy, candidate, checks, summary: str,
+          fields: dict) -> None:
+    """Decide one evaluation of a progressive rollout (``promotions.ramps``), inside ``evaluate``'s transaction."""
+    canary = ramps.active_canary(policy.model, candidate)
+    if canary is None:
+        _finish(evaluation, Decision.ERROR, f"{summary}; v{candidate.version} has no active canary to ramp: start "
+                "one with canary_percent (the first step) on the hosts that serve the target", **fields)
+        return
+    to = ramps.next_step(policy.ramp_steps, canary.canary_percent) or 100.0
+    step = {"deployment": canary.pk, "from": canary.canary_percent, "to": to}
+    fields["metrics"] = {**fields["metrics"], "ramp": step}
+    actor = PolicyActor(policy.actor_label)
+    what = (f"promote the canary of v{candidate.version} (rollout {canary.pk}) and move @{policy.target_alias}"
+            if to >= 100 else f"move the canary of v{candidate.version} (rollout {canary.pk}) from "
+                              f"{canary.canary_percent:g} % to {to:g} %")
+    if not all(c.passed for c in checks):
+        if policy.ramp_on_failure == "rollback" and not policy.dry_run:
+            try:
+                rollbacks = ramps.roll_back(canary.pk, actor=actor)
+            except DomainError as exc:
+                _finish(evaluation, Decision.ERROR, f"{summary}; the canary could not be rolled back: {exc.message}",
+                        **fields)
+                return
+            fields["metrics"]["ramp"] = {**step, "rollbacks": rollbacks}
+            _finish(evaluation, Decision.ROLLED_BACK, f"{summary}; rolled the canary of v{candidate.version} back",
+                    **fields)
+        else:
+            _finish(evaluation, Decision.HELD, f"{summary}; the canary stays at {canary.canary_percent:g} %", **fields)
+    elif policy.dry_run:
+        _finish(evaluation, Decision.DRY_RUN_PASS, f"{summary}; dry run: would {what}", **fields)
+    elif policy.requires_approval or (to >= 100 and alias_is_protected(policy.model, policy.target_alias)):
+        _finish(evaluation, Decision.AWAITING_APPROVAL, f"{summary}; to {what} awaits approval", **fields)
+    else:
+        _ramp_step(evaluation, summary=summary, what=what, fields=fields)
+
+
+def _ramp_step(evaluation: PromotionEvaluation, *, summary: str, what: str, fields: dict, approved_by=None) -> None:
+    """Take the ramp step ``evaluation.metrics["ramp"]`` names; at 100 % also move the target alias."""
+    step = (fields.get("metrics") or evaluation.metrics)["ramp"]
+    actor = approved_by or PolicyActor(evaluation.policy.actor_label)
+    try:
+        with transaction.atomic():
+            taken = ramps.take_step(step["deployment"], step["to"], actor=actor)
+            fields["metrics"] = {**(fields.get("metrics") or evaluation.metrics), "ramp": {**step, **taken}}
+            if step["to"] >= 100:
+                decision = Decision.APPROVED if approved_by else Decision.PROMOTED
+                _finish(evaluation, decision, f"{summary}; {what}", actor=approved_by, **fields)
+                _promote(evaluation, approved_by=approved_by)
+            else:
+                _finish(evaluation, Decision.ADVANCED, f"{summary}; {what}", actor=approved_by, **fields)
+    except DomainError as exc:
+        _finish(evaluation, Decision.ERROR, f"{summary}; could not {what}: {exc.message}", **fields)
 
 
 def _awaiting(evaluation_id: int) -> PromotionEvaluation:
@@ -417,6 +479,13 @@ def approve_evaluation(evaluation_id: int, *, actor) -> PromotionEvaluation:
             raise Conflict(f"@{policy.target_alias} moved since this evaluation; run the policy again")
         if evaluation.candidate_version is None:
             raise Conflict("the candidate version was deleted since this evaluation")
+        if (evaluation.metrics or {}).get("ramp"):
+            step = evaluation.metrics["ramp"]
+            what = (f"promoted the canary (rollout {step['deployment']})" if step["to"] >= 100
+                    else f"moved the canary (rollout {step['deployment']}) to {step['to']:g} %")
+            _ramp_step(evaluation, summary=f"{evaluation.reason}; approved by {actor.username}", what=what,
+                       fields={}, approved_by=actor)
+            return evaluation
         _finish(evaluation, Decision.APPROVED,
                 f"{evaluation.reason}; approved by {actor.username}", actor=actor)
         _promote(evaluation, approved_by=actor)

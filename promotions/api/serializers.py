@@ -9,8 +9,8 @@ from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, Web
 from registry.models import RegisteredModel
 
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
-                 "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "requires_approval",
-                 "dry_run", "enabled"]
+                 "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "ramp_steps",
+                 "ramp_on_failure", "requires_approval", "dry_run", "enabled"]
 
 
 class PromotionPolicySerializer(serializers.ModelSerializer):
@@ -47,6 +47,12 @@ class PromotionPolicyWriteSerializer(RefuseUnknownFields, serializers.Serializer
         required=False, allow_null=True, default=None,
         help_text="measured throughput at most this much lower than the target version's (0.1 = 10 %), by their "
                   "performance cards on the same host, at the config and concurrency the target's card recommends")
+    ramp_steps = serializers.ListField(
+        child=serializers.FloatField(), required=False, default=list, max_length=20,
+        help_text="a progressive rollout: the percents of traffic the candidate's canary goes through, ending at "
+                  "100, e.g. [5, 25, 50, 100]; each passing evaluation takes the next step")
+    ramp_on_failure = serializers.ChoiceField(choices=["hold", "rollback"], required=False, default="hold",
+                                              help_text="what a failed gate does to a ramp's canary")
     requires_approval = serializers.BooleanField(required=False, default=False)
     dry_run = serializers.BooleanField(required=False, default=False)
     enabled = serializers.BooleanField(required=False, default=True)
