@@ -8,6 +8,24 @@ local cjson = require("cjson.safe")
 
 local M = {}
 local routes = ngx.shared.modelyard_routes
+local GENERATION = "\0generation"  -- bumped by every apply; not a model name (names have no NUL)
+
+-- Each worker keeps the routes decoded, and decodes them again only when the generation changed.
+local cached, cached_generation = {}, nil
+
+local function current(model)
+    local generation = routes:get(GENERATION)
+    if generation ~= cached_generation then
+        local fresh = {}
+        for _, key in ipairs(routes:get_keys(0)) do
+            if key ~= GENERATION then
+                fresh[key] = cjson.decode(routes:get(key))
+            end
+        end
+        cached, cached_generation = fresh, generation
+    end
+    return cached[model]
+end
 
 local function version_or_null(value)
     return value == nil or value == cjson.null or type(value) == "number"
@@ -34,6 +52,7 @@ function M.apply(table)
                 .. " must be {stable, canary, percent 0-100, shadow, shadow_percent 0-100}"
         end
     end
+    local generation = (routes:get(GENERATION) or 0) + 1
     routes:flush_all()
     local count = 0
     for model, route in pairs(table) do
@@ -43,6 +62,7 @@ function M.apply(table)
         end
         count = count + 1
     end
+    routes:set(GENERATION, generation)
     return count
 end
 
@@ -85,11 +105,10 @@ end
 -- rewrite_by_lua for /v2/models/<model>/infer: a request that names no version goes to the version its
 -- model's route picks, under /v2/models/<model>/versions/<v>/infer. Models without a route pass as sent.
 function M.route(model)
-    local raw = routes:get(model)
-    if not raw then
+    local route = current(model)
+    if not route then
         return
     end
-    local route = cjson.decode(raw)
     local version = route.stable
     if type(route.canary) == "number" and takes_canary(route.percent) then
         version = route.canary
@@ -102,12 +121,11 @@ end
 -- shadow and this request is drawn (shadow_percent), a copy goes to /v2/models/<model>/versions/<shadow>/infer;
 -- nginx discards the answer, so a client never sees it. Otherwise the subrequest ends here (204, no upstream).
 function M.shadow()
-    local model = ngx.var.request_uri:match("^/v2/models/([^/?]+)/infer")
-    local raw = model and routes:get(model)
-    if not raw then
+    local model = ngx.var.modelyard_model
+    local route = model and current(model)
+    if not route then
         return ngx.exit(204)
     end
-    local route = cjson.decode(raw)
     if type(route.shadow) ~= "number" or math.random() * 100 >= (route.shadow_percent or 0)
             or ngx.var.modelyard_version == string.format("%d", route.shadow) then
         return ngx.exit(204)  -- no shadow, not drawn, or the request itself went to that version
@@ -128,7 +146,9 @@ function M.control()
     end
     local out = {}
     for _, model in ipairs(routes:get_keys(0)) do
-        out[model] = cjson.decode(routes:get(model))
+        if model ~= GENERATION then
+            out[model] = cjson.decode(routes:get(model))
+        end
     end
     ngx.header["Content-Type"] = "application/json"
     ngx.say(next(out) and cjson.encode(out) or "{}")
