@@ -47,23 +47,31 @@ def check_percent(value, field: str = "canary_percent") -> float:
     return float(value)
 
 
-def check_canary_hosts(model, hosts: list[ServingHost]) -> None:
-    """Refuse a canary of ``model`` on hosts that cannot split its traffic.
+def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
+    """Refuse a canary of ``model_version`` on hosts that cannot split its model's traffic.
 
     Raises:
-        Conflict: a host is not a Triton host, its agent reports no live gateway or a protocol older
-            than ``CANARY_PROTOCOL``, or it serves no version of the model yet (there is nothing for
-            the canary to share traffic with); the message names each such host and what to do.
+        Conflict: a host is not a Triton host, its agent never reported, reports no live gateway or a
+            protocol older than ``CANARY_PROTOCOL``, serves no version of the model yet or already serves
+            this one (there is nothing for the canary to share traffic with), or runs another active
+            canary of the model (promote or roll that back first); the message names each such host and
+            what to do.
     """
     from deployments.services import serving_now
 
-    serving = {target.host_id for target in serving_now(host__in=hosts, deployment__model=model)}
+    model = model_version.model
+    serving = {target.host_id: target.deployment.version_id
+               for target in serving_now(host__in=hosts, deployment__model=model)}
+    running = {target.host_id: target.deployment_id for target in DeploymentTarget.objects.filter(
+        host__in=hosts, deployment__model=model, deployment__canary_state=CanaryState.ACTIVE)}
     problems = []
     for host in hosts:
         heartbeat = host.heartbeat or {}
         agent = heartbeat.get("agent") or {}
         if host.runtime != Runtime.TRITON:
             problems.append(f"{host.name} is a {host.runtime} host (canaries need triton hosts for now)")
+        elif not agent:
+            problems.append(f"{host.name}'s agent has never reported (start it with --triton-url)")
         elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
             problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
                             f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
@@ -72,6 +80,12 @@ def check_canary_hosts(model, hosts: list[ServingHost]) -> None:
                             f"the gateway's address as its inference_url)")
         elif host.pk not in serving:
             problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
+        elif host.pk in running:
+            problems.append(f"{host.name} runs the canary of rollout {running[host.pk]} (promote or roll it back "
+                            "first)")
+        elif serving[host.pk] == model_version.pk:
+            problems.append(f"{host.name} serves v{model_version.version} already (a canary needs another version "
+                            "to share traffic with)")
     if problems:
         raise Conflict("a canary cannot run here: " + "; ".join(problems))
 
@@ -166,6 +180,10 @@ def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
             autoscale=deployment.autoscale, actor=actor,
             reason=f"promote the canary of deployment {deployment.pk}",
         )
+        # Rolling the promotion back returns each host to the version that was stable under the canary.
+        for target in targets:
+            DeploymentTarget.objects.filter(deployment=promotion, host=target.host).update(
+                previous_version=target.previous_version)
         Deployment.objects.filter(pk=deployment.pk).update(canary_state=CanaryState.PROMOTED)
         record_audit_event(
             action=AuditAction.DEPLOYMENT_CHANGED, actor=actor, obj_type="deployment", obj_id=deployment.pk,
@@ -194,3 +212,62 @@ def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | Non
                       "applied_shadow_percent": route.get("shadow_percent") if ours else None})
     return {"percent": deployment.canary_percent, "shadow_percent": deployment.shadow_percent,
             "state": deployment.canary_state, "version": deployment.version.version, "hosts": hosts}
+
+
+def end_canaries_replaced(model_version, hosts: list[ServingHost], *, by: Deployment) -> list[int]:
+    """Record that a plain rollout ``by`` of ``model_version`` to ``hosts`` ends the active canaries of its
+    model that run on no other host: each agent routes every request to the version it deploys and drops
+    the route, so such a canary is promoted (the same version) or rolled back (another one). Audited.
+
+    Returns:
+        The ids of the canary deployments ended.
+    """
+    ids = {host.pk for host in hosts}
+    ended = []
+    canaries = (Deployment.objects.filter(model=model_version.model, canary_state=CanaryState.ACTIVE)
+                .exclude(pk=by.pk).prefetch_related("targets"))
+    for canary in canaries:
+        on = {t.host_id for t in canary.targets.all() if t.state == TargetState.READY}
+        if not on or not on <= ids:
+            continue
+        state = CanaryState.PROMOTED if canary.version_id == model_version.pk else CanaryState.ROLLED_BACK
+        Deployment.objects.filter(pk=canary.pk).update(canary_state=state)
+        record_audit_event(
+            action=AuditAction.DEPLOYMENT_CHANGED, actor=None, obj_type="deployment", obj_id=canary.pk,
+            model=canary.model, data={"change": f"canary_{state}", "version": canary.version.version,
+                                      "by_rollout": by.pk, "to_version": model_version.version})
+        ended.append(canary.pk)
+    return ended
+
+
+def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
+    """Send again the route of each active canary to every host it reached whose gateway last reported
+    another route for the model (a percent changed while the host was still loading, a lost task, a
+    restarted gateway). At most once per ``backoff`` seconds per (host, model), shared through the
+    broker's Redis.
+
+    Returns:
+        The (host, model) pairs a route was sent to.
+    """
+    from deployments.tasks import send_to_host
+    from modelyard.celery import broker
+
+    sent = []
+    canaries = (Deployment.objects.filter(canary_state=CanaryState.ACTIVE)
+                .exclude(status__in=[DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK])
+                .select_related("version", "model"))
+    for canary in canaries:
+        for target in _reached(canary):
+            if not target.host.is_online(now=now):
+                continue
+            want = route_payload(target, canary.canary_percent or 0, canary.shadow_percent)
+            routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
+            have = routes.get(target.runtime_name) or {}
+            if all(have.get(key) == want[key] for key in ("stable", "canary", "percent", "shadow", "shadow_percent")):
+                continue
+            key = f"modelyard:route-repair:{target.host.name}:{target.runtime_name}"
+            if not broker().set(key, "1", nx=True, ex=max(1, int(backoff))):
+                continue
+            send_to_host(target.host.name, AgentTask.ROUTE, want)
+            sent.append((target.host.name, target.runtime_name))
+    return sent

@@ -1,13 +1,14 @@
 """The reconciler: compare what each host should serve with what its agent last reported, and repair.
 
-Desired state per (host, model) is the version of the newest deployment target that reached
-READY there. Observed state is the host's last heartbeat (Triton's repository index). Drift,
-such as a restarted Triton that came back empty or a version unloaded by hand, is repaired by
-starting a new deployment of the desired version on that host, audited with the reconciler
-as actor; so is a version the runtime holds LOADING or UNLOADING past the host's deadline
-(``_repair_stuck_versions``). Deployment targets that no agent picked up (on a host whose agent never
-reported, after ``UNREPORTED_HOST_TIMEOUT``; on an offline host, after ``DISPATCH_TIMEOUT``), or whose
-agent went silent, are failed with a message saying so.
+Desired state per (host, model) is the version of the newest deployment target that reached READY
+there (with, for an active canary, its stable version beside it: a host that lost either is sent
+back to the stable version, and the canary ends rolled back). Observed state is the host's last
+heartbeat (Triton's repository index). Drift, such as a restarted Triton that came back empty or a
+version unloaded by hand, is repaired by starting a new deployment of the desired version on that
+host, audited with the reconciler as actor; so is a version the runtime holds LOADING or UNLOADING
+past the host's deadline (``_repair_stuck_versions``). Deployment targets that no agent picked up
+(on a host whose agent never reported, after ``UNREPORTED_HOST_TIMEOUT``; on an offline host, after
+``DISPATCH_TIMEOUT``), or whose agent went silent, are failed with a message saying so.
 
 Safe to run at any time and any number of times: it acts only on hosts whose report is newer
 than the target it compares against, never while a deployment of that model is in progress
@@ -57,6 +58,17 @@ def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
     return desired, active, newest
 
 
+def _canary_stable(target: DeploymentTarget):
+    """The stable version (a ModelVersion) beside which ``target``'s version runs as an active canary, or None."""
+    from deployments.choices import CanaryState
+
+    deployment = target.deployment
+    if deployment.canary_state != CanaryState.ACTIVE or not target.previous_version_id \
+            or target.previous_version_id == deployment.version_id:
+        return None
+    return target.previous_version
+
+
 def dropped_targets(host_name: str) -> list[tuple[int, datetime]]:
     """The targets of ``host_name`` its agent dropped: dispatched before the agent last started,
     still active, and not among the work its last heartbeat says it carries out.
@@ -99,7 +111,8 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
     repairs = []
     for model, target in sorted(desired.items()):
         version = target.deployment.version.version
-        if (model, version) in served or model in active:
+        stable = _canary_stable(target)
+        if (model, version) in served and (stable is None or (model, stable.version) in served) or model in active:
             continue
         if host.last_heartbeat_at <= target.updated_at:
             continue  # the report predates the deployment it would be compared with
@@ -107,11 +120,18 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         retried = latest.pk != target.pk and latest.deployment.version_id == target.deployment.version_id
         if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff:
             continue  # redeploying this very version failed recently: do not loop
-        state = reported.get((model, version))
-        reason = (f"{host.name} reported {model} version {version} {state}" if state
-                  else f"{host.name} reported {model} version {version} missing")
+        if stable is not None:
+            # A canary that lost a version (a restarted Triton) falls back to the stable version: the
+            # canary has not passed its gates, and a new one can be started.
+            lost = version if (model, version) not in served else stable.version
+            reason = (f"{host.name} reported {model} version {lost} {reported.get((model, lost)) or 'missing'} "
+                      f"under the canary of rollout {target.deployment_id}; back to the stable v{stable.version}")
+        else:
+            state = reported.get((model, version))
+            reason = (f"{host.name} reported {model} version {version} {state}" if state
+                      else f"{host.name} reported {model} version {version} missing")
         deployment = create_rollout(
-            model_version=target.deployment.version, hosts=[host],
+            model_version=stable or target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
             trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
@@ -228,15 +248,21 @@ def _claimed_for_failing(target: DeploymentTarget) -> bool:
 
 
 def reconcile_fleet() -> list[Repair]:
-    """Fail stalled targets and profiles, advance running rollouts, then reconcile every host. Returns the
-    repairs (profiles failed are logged, not counted)."""
+    """Fail stalled targets and profiles, advance running rollouts, send again canary routes a gateway does
+    not hold (``canaries.resend_routes``), then reconcile every host. Returns the repairs (profiles failed
+    and routes sent are logged, not counted)."""
     from deployments.profiles import fail_stalled_profiles
     from deployments.rollouts import advance_running_rollouts
 
     for profile_id in fail_stalled_profiles():
         logger.warning("profile %s failed: its host's agent stopped reporting", profile_id)
+    from deployments.canaries import resend_routes
+
     repairs = fail_stalled_targets()
     advance_running_rollouts()
+    for host, model in resend_routes():
+        logger.warning("reconcile: %s's gateway reported another route for %s than its canary's; sent it again",
+                       host, model)
     for host in ServingHost.objects.order_by("name"):
         repairs.extend(reconcile_host(host))
     return repairs

@@ -243,7 +243,7 @@ def start_deployment(
     if authorize is not None:
         authorize(model_version, hosts)
     if canary_percent is not None:
-        check_canary_hosts(model_version.model, hosts)
+        check_canary_hosts(model_version, hosts)
     breaks = [] if confirm_breaking else signature_breaks(model_version, hosts)
     if breaks:
         raise BreakingSignature(f"v{model_version.version} breaks the signature of the version it replaces: "
@@ -331,6 +331,10 @@ def create_rollout(
         )
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
+        if canary_percent is None:
+            from deployments.canaries import end_canaries_replaced
+
+            end_canaries_replaced(model_version, hosts, by=deployment)
         transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk))
     return deployment
 

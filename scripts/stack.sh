@@ -455,12 +455,19 @@ start_agent() {
         --concurrency 4 --perf-analyzer "$STACK_DIR/bin/perf_analyzer"
 }
 
-# After the agent stopped: its gateway (a daemon of its own) stops too, letting requests in flight finish.
+# After the agent stopped (and before Triton): its gateway, a daemon of its own, stops too, letting the
+# requests in flight finish.
 stop_gateway() {
-    gateway_pid >/dev/null || return 0
+    local pid
+    pid="$(gateway_pid)" || return 0
     log "stopping the Triton host's gateway"
     /usr/sbin/nginx -p "$GATEWAY_DIR" -e "$GATEWAY_DIR/error.log" -c "$GATEWAY_DIR/nginx.conf" -s quit \
-        || warn "could not stop the gateway (pid $(gateway_pid)); see \`make status\`"
+        || warn "could not stop the gateway (pid $pid); see \`make status\`"
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    warn "the gateway (pid $pid) still runs after 10 s"
 }
 
 # The nginx master of the local BentoML host, from the PID file its agent's nginx writes.
@@ -644,9 +651,10 @@ cmd_stop() {
     fi
     for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
         stop_service "${SERVICES[$i]}" 30
+        # The gateway holds kept-alive connections to Triton, which waits for them before it exits.
+        [[ "${SERVICES[$i]}" == agent ]] && stop_gateway
     done
     stop_bento_host
-    stop_gateway
     rm -f "$RUN_DIR/celerybeat.pid" "$PORTS_FILE"
     log "stopped"
 }

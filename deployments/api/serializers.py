@@ -136,7 +136,17 @@ class DeploymentSerializer(serializers.ModelSerializer):
         return canary_summary(deployment)
 
 
-class DeploymentUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
+class _NoBooleans:
+    """Refuse true/false where a percent is asked for (DRF's FloatField would take true as 1)."""
+
+    def validate(self, attrs):
+        for field in ("canary_percent", "shadow_percent"):
+            if isinstance(self.initial_data.get(field), bool):
+                raise serializers.ValidationError({field: ["A valid number is required."]})
+        return super().validate(attrs)
+
+
+class DeploymentUpdateSerializer(_NoBooleans, RefuseUnknownFields, serializers.Serializer):
     """Input of ``PATCH /api/v1/deployments/<id>/``: a canary's new shares (one or both)."""
 
     canary_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
@@ -145,7 +155,7 @@ class DeploymentUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
         "the share of requests naming no version mirrored to the canary, its answers discarded"))
 
 
-class DeploymentCreateSerializer(RefuseUnknownFields, serializers.Serializer):
+class DeploymentCreateSerializer(_NoBooleans, RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/deployments/``: a version or an alias to follow, hosts or a selector."""
 
     model = serializers.CharField(max_length=200)

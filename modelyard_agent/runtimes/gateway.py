@@ -1,9 +1,11 @@
 """The gateway in front of a Triton host: Debian's nginx at the host's ``inference_url``, Triton behind it.
 
 Clients speak Triton's own HTTP/REST protocol (KServe v2) to the gateway. It passes the client
-endpoints (``/v2``, ``/v2/health/...``, ``/v2/models/...``) to Triton over kept-alive upstream
-connections and refuses everything else: the model repository API (load, unload, index), logging,
-trace and shared-memory settings are the host agent's, which reaches Triton directly.
+endpoints (``/v2``, ``/v2/health/...``, and of ``/v2/models/<m>[/versions/<v>]`` the metadata,
+``ready``, ``config``, ``stats`` and ``infer``) to Triton over kept-alive upstream connections and
+refuses everything else with 403: the model repository API (load, unload, index), logging, trace
+settings (the server's and each model's) and shared memory are the host agent's, which reaches Triton
+directly.
 
 Per model, a **route** may split the requests that name no version, ``/v2/models/<m>/infer``, between
 the version that serves (``stable``) and a ``canary`` loaded beside it: ``percent`` of them go to the
@@ -93,8 +95,13 @@ http {{
             proxy_set_header {shadow_header} 1;
             proxy_pass http://modelyard_triton;
         }}
-        location /v2/models/ {{ proxy_pass http://modelyard_triton; }}
-        location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models\\n"; }}
+        # A model's metadata, config, readiness and statistics, of the model or one version; not its
+        # trace or log settings.
+        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats|infer))?$ {{
+            proxy_pass http://modelyard_triton;
+        }}
+        location = /v2/models/stats {{ proxy_pass http://modelyard_triton; }}
+        location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models/...\\n"; }}
     }}
     server {{
         listen unix:{dir}/control.sock;

@@ -18,7 +18,7 @@ from registry.models import ModelVersion, RegisteredModel
 
 pytestmark = pytest.mark.django_db
 
-GATEWAY = {"agent": {"protocol": 4}, "gateway": {"live": True, "routes": {}}}
+GATEWAY = {"runtime_live": True, "agent": {"protocol": 4}, "gateway": {"live": True, "routes": {}}}
 
 
 @pytest.fixture
@@ -254,3 +254,59 @@ def test_the_model_page_s_serving_panel_shows_each_host_s_canary_at_pinned_queri
     # No active rollout here (its query returns nothing and prefetches none); the canary's query and its
     # targets, hosts and stable versions are four: as many as SERVING_PANEL_QUERIES pins with a rollout.
     assert len(two_hosts) == len(five_hosts) == SERVING_PANEL_QUERIES
+
+
+def test_a_second_canary_a_canary_of_the_served_version_and_a_boolean_percent_are_refused(api_client, fleet):
+    versions, _ = fleet
+    served = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"],
+                                                      "canary_percent": 5}, format="json")
+    assert served.status_code == 409 and "gpu-0 serves v1 already" in served.json()["detail"]
+    first = start(api_client, percent=10).json()["id"]
+    _reach(first, versions)
+    again = start(api_client, percent=20)
+    assert again.status_code == 409 and f"runs the canary of rollout {first}" in again.json()["detail"]
+    boolean = api_client.patch(f"/api/v1/deployments/{first}/", {"canary_percent": True}, format="json")
+    assert boolean.status_code == 400 and "canary_percent" in boolean.json()
+
+
+def test_a_host_whose_agent_never_reported_is_named_as_such(api_client, fleet):
+    ServingHost.objects.filter(name="gpu-1").update(heartbeat={})
+    answer = start(api_client)
+    assert answer.status_code == 409 and "gpu-1's agent has never reported" in answer.json()["detail"]
+
+
+def test_a_promotion_can_be_rolled_back_to_the_version_that_was_stable(api_client, fleet):
+    versions, _ = fleet
+    canary = start(api_client).json()["id"]
+    _reach(canary, versions)
+    promotion = api_client.post(f"/api/v1/deployments/{canary}/promote/").json()
+    assert {t["previous_version"] for t in promotion["targets"]} == {1}
+    DeploymentTarget.objects.filter(deployment_id=promotion["id"]).update(state=TargetState.READY)
+    Deployment.objects.filter(pk=promotion["id"]).update(status="succeeded")
+    [rollback] = api_client.post(f"/api/v1/deployments/{promotion['id']}/rollback/").json()
+    assert rollback["version"] == 1
+
+
+def test_a_plain_rollout_over_every_host_of_a_canary_ends_it(api_client, fleet):
+    versions, _ = fleet
+    canary = start(api_client).json()["id"]
+    _reach(canary, versions)
+    plain = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0", "gpu-1"]},
+                            format="json")
+    assert plain.status_code == 201
+    assert Deployment.objects.get(pk=canary).canary_state == CanaryState.ROLLED_BACK
+
+
+def test_the_reconciler_sends_again_a_route_a_gateway_does_not_hold(api_client, fleet, broker):
+    from deployments.canaries import resend_routes
+
+    versions, hosts = fleet
+    canary = start(api_client, percent=10).json()["id"]
+    _reach(canary, versions)
+    Deployment.objects.filter(pk=canary).update(canary_percent=100)  # a PATCH the hosts never applied
+    hosts[0].heartbeat = {**GATEWAY, "gateway": {"live": True, "routes": {
+        "iris": {"stable": 1, "canary": 2, "percent": 100.0, "shadow": None, "shadow_percent": 0.0}}}}
+    hosts[0].save()
+    assert resend_routes() == [("gpu-1", "iris")]
+    assert [r["percent"] for r in routes_sent(broker, "gpu-1")] == [100.0] and routes_sent(broker, "gpu-0") == []
+    assert resend_routes() == []  # not again within the backoff

@@ -49,10 +49,12 @@ def test_it_passes_the_client_endpoints_and_refuses_the_repository_api(gateway):
     with requests.Session() as session:
         assert session.get(f"{gateway.url}/v2/health/ready", timeout=10).status_code == 200
         assert session.get(f"{gateway.url}/v2/models/{MODEL}/versions/1", timeout=10).json()["name"] == MODEL
+        assert session.get(f"{gateway.url}/v2/models/{MODEL}/versions/1/stats", timeout=10).status_code == 200
         answer = infer(session, gateway)
         assert answer.status_code == 200 and VERSION_HEADER not in answer.headers
         assert answer.json()["model_version"] == "2"  # no route: Triton's newest ready version
-        for path in ("/v2/repository/index", f"/v2/repository/models/{MODEL}/unload", "/v2/logging"):
+        for path in ("/v2/repository/index", f"/v2/repository/models/{MODEL}/unload", "/v2/logging",
+                     "/v2/trace/setting", f"/v2/models/{MODEL}/trace/setting", "/v2/systemsharedmemory/status"):
             refused = session.post(gateway.url + path, json={}, timeout=10)
             assert refused.status_code == 403 and "not a client endpoint" in refused.text, path
     assert TritonRuntime(f"http://{gateway.triton}").ready_versions(MODEL) == [1, 2]
