@@ -137,9 +137,11 @@ def measure(binary: str, *, inference_url: str, model: str, version: int, concur
             run(args, deadline=deadline, should_stop=should_stop, log_path=csv_path.with_suffix(".log"))
             return {**read_csv(csv_path), "measurement_interval_ms": interval}
         except LoadGeneratorError as exc:
+            if interval != measurement_interval_ms:
+                raise LoadGeneratorError(f"{exc} (measured again with {interval} ms windows, after "
+                                         f"{measurement_interval_ms} ms ones)") from exc
             longer = min(2 * measurement_interval_ms, MAX_INTERVAL_MS)
-            if (UNSTABLE not in str(exc) or interval != measurement_interval_ms or longer == interval
-                    or time.monotonic() + 3 * longer / 1000 > deadline):
+            if UNSTABLE not in str(exc) or longer == interval or time.monotonic() + 3 * longer / 1000 > deadline:
                 raise
             interval = longer
 
