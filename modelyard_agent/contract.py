@@ -269,6 +269,7 @@ class ProfileRow(TypedDict):
     compute_ms: NotRequired[float]
     memory_bytes: NotRequired[int | None]
     memory_kind: NotRequired[str | None]
+    measurement_interval_ms: NotRequired[int]  # the window that measured it (doubled for a level measured again)
     error: NotRequired[str]
 
 

@@ -252,6 +252,9 @@ class ProfileRowSerializer(serializers.Serializer):
     memory_bytes = serializers.IntegerField(required=False, allow_null=True,
                                             help_text="memory the config's load took")
     memory_kind = serializers.CharField(required=False, allow_null=True, help_text='"gpu" or "cpu"')
+    measurement_interval_ms = serializers.IntegerField(
+        required=False, help_text="the measurement window of the run that measured the row (twice the sweep's "
+                                  "for a level measured again because it did not stabilise)")
     error = serializers.CharField(required=False)
 
 

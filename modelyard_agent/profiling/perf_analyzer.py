@@ -22,6 +22,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 POLL_SECONDS = 0.25
+# What perf_analyzer prints when no three consecutive windows agree within the stability percentage.
+UNSTABLE = "Failed to obtain stable measurement"
+# The longest window perf_analyzer is given when a level is measured again (the sweep's own bound).
+MAX_INTERVAL_MS = 30_000
 # The CSV's columns (microseconds, but the throughput), as perf_analyzer 2.41 names them.
 COMPUTE_COLUMNS = ("Server Compute Input", "Server Compute Infer", "Server Compute Output")
 
@@ -98,6 +102,48 @@ def command(binary: str, *, inference_url: str, model: str, version: int, concur
             "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval",
             str(measurement_interval_ms), "--stability-percentage", str(stability_percentage),
             "--max-trials", str(max_trials), "-f", str(csv_path), *input_args]
+
+
+def measure(binary: str, *, inference_url: str, model: str, version: int, concurrency: int,
+            measurement_interval_ms: int, stability_percentage: int, max_trials: int, csv_path: Path,
+            input_args: list[str], deadline: float, should_stop: Callable[[], str | None]) -> dict:
+    """Measure one concurrency level of a loaded model: ``command``, ``run`` and ``read_csv``.
+
+    A level whose windows did not stabilise (perf_analyzer's "Failed to obtain stable measurement")
+    is measured once more with windows twice as long, as perf_analyzer itself advises: on a shared
+    host a burst of other work can keep 2 s windows from agreeing for a whole run, and a level left
+    unmeasured is a config the recommendation never sees (the best one, as often as any).
+
+    Args:
+        binary, inference_url, model, version, concurrency, measurement_interval_ms,
+        stability_percentage, max_trials, csv_path, input_args: as for ``command``.
+        deadline, should_stop: as for ``run``; the second run is made only when its least time
+            (three of its windows) fits before the deadline.
+
+    Returns:
+        ``read_csv``'s figures plus ``measurement_interval_ms``, the window (milliseconds) of the run
+        that measured them.
+
+    Raises:
+        Stopped: as ``run``.
+        LoadGeneratorError: perf_analyzer failed for another reason, or did not stabilise twice.
+    """
+    interval = measurement_interval_ms
+    while True:
+        args = command(binary, inference_url=inference_url, model=model, version=version, concurrency=concurrency,
+                       measurement_interval_ms=interval, stability_percentage=stability_percentage,
+                       max_trials=max_trials, csv_path=csv_path, input_args=input_args)
+        try:
+            run(args, deadline=deadline, should_stop=should_stop, log_path=csv_path.with_suffix(".log"))
+            return {**read_csv(csv_path), "measurement_interval_ms": interval}
+        except LoadGeneratorError as exc:
+            if interval != measurement_interval_ms:
+                raise LoadGeneratorError(f"{exc} (measured again with {interval} ms windows, after "
+                                         f"{measurement_interval_ms} ms ones)") from exc
+            longer = min(2 * measurement_interval_ms, MAX_INTERVAL_MS)
+            if UNSTABLE not in str(exc) or longer == interval or time.monotonic() + 3 * longer / 1000 > deadline:
+                raise
+            interval = longer
 
 
 def run(args: list[str], *, deadline: float, should_stop: Callable[[], str | None], log_path: Path) -> None:

@@ -129,8 +129,9 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
     """Load the copy with ``config``, measure each concurrency level (``on_row`` gets each row as it is
     measured), unload it.
 
-    A config Triton refuses to load gives one row with its ``error``; a level perf_analyzer cannot
-    measure gives a row with its ``error``, and the sweep goes on.
+    A level perf_analyzer cannot stabilise is measured once more with windows twice as long
+    (``perf_analyzer.measure``). A config Triton refuses to load gives one row with its ``error``; a
+    level perf_analyzer cannot measure gives a row with its ``error``, and the sweep goes on.
 
     Raises:
         Stopped: cancelled, or past the deadline.
@@ -149,17 +150,14 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
     base["memory_bytes"], base["memory_kind"] = _delta(before, memory_or_none(payload.get("metrics_url")))
     try:
         for concurrency in sweep.concurrency:
-            csv_path = workdir / f"{config.key}-c{concurrency}.csv"
-            args = perf_analyzer.command(
-                binary, inference_url=payload["inference_url"], model=name, version=version, concurrency=concurrency,
-                measurement_interval_ms=sweep.measurement_interval_ms,
-                stability_percentage=sweep.stability_percentage, max_trials=sweep.max_trials, csv_path=csv_path,
-                input_args=input_args)
             row = {**base, "concurrency": concurrency}
             try:
-                perf_analyzer.run(args, deadline=deadline, should_stop=should_stop,
-                                  log_path=csv_path.with_suffix(".log"))
-                row.update(perf_analyzer.read_csv(csv_path))
+                row.update(perf_analyzer.measure(
+                    binary, inference_url=payload["inference_url"], model=name, version=version,
+                    concurrency=concurrency, measurement_interval_ms=sweep.measurement_interval_ms,
+                    stability_percentage=sweep.stability_percentage, max_trials=sweep.max_trials,
+                    csv_path=workdir / f"{config.key}-c{concurrency}.csv", input_args=input_args,
+                    deadline=deadline, should_stop=should_stop))
             except LoadGeneratorError as exc:
                 row["error"] = str(exc)
             on_row(row)

@@ -2,6 +2,8 @@
 the profiles API's refusals and bookkeeping, and where the rest of the fleet uses a card's figures."""
 
 import json
+import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -163,6 +165,69 @@ def test_wrks_report_line_gives_throughput_and_percentiles(tmp_path):
                    '"p50_us": 0, "p90_us": 0, "p95_us": 0, "p99_us": 0}\n')
     with pytest.raises(perf_analyzer.LoadGeneratorError, match="10 of 10 requests failed"):
         wrk.read_report(log)
+
+
+def _perf_analyzer_that_settles_at(tmp_path: Path, interval_ms: int, *, message: str = perf_analyzer.UNSTABLE,
+                                   ) -> tuple[str, Path]:
+    """A stand-in for perf_analyzer (real perf_analyzer cannot be made to miss its stability rule on demand):
+    with windows shorter than ``interval_ms`` it fails as perf_analyzer 2.41 does, printing ``message``;
+    with longer ones it writes the recorded CSV. Each run's window goes to the returned file."""
+    calls = tmp_path / "windows.txt"
+    script = tmp_path / "perf_analyzer"
+    script.write_text(f"""#!{sys.executable}
+import shutil, sys
+args = sys.argv[1:]
+window = int(args[args.index("--measurement-interval") + 1])
+with open({str(calls)!r}, "a") as calls:
+    calls.write(f"{{window}}\\n")
+if window < {interval_ms}:
+    print("Request concurrency: 4")
+    print({message!r} + " within 10 measurement windows for concurrency 4.")
+    sys.exit(2)
+shutil.copyfile({str(DATA / "perf_analyzer_iris_c2.csv")!r}, args[args.index("-f") + 1])
+""")
+    script.chmod(0o755)
+    return str(script), calls
+
+
+def _measure(binary: str, tmp_path: Path, *, deadline_s: float = 60) -> dict:
+    return perf_analyzer.measure(binary, inference_url="http://127.0.0.1:1", model="iris--profile-1", version=1,
+                                 concurrency=4, measurement_interval_ms=1000, stability_percentage=10,
+                                 max_trials=10, csv_path=tmp_path / "c4.csv", input_args=[],
+                                 deadline=time.monotonic() + deadline_s, should_stop=lambda: None)
+
+
+def test_a_level_that_does_not_stabilise_is_measured_again_with_windows_twice_as_long(tmp_path):
+    binary, calls = _perf_analyzer_that_settles_at(tmp_path, 2000)
+    row = _measure(binary, tmp_path)
+    assert calls.read_text().split() == ["1000", "2000"]
+    assert row["measurement_interval_ms"] == 2000 and row["throughput"] == 7087.19 and row["p99_ms"] == 0.54
+
+
+def test_a_level_that_settles_at_once_is_measured_once_with_the_sweeps_window(tmp_path):
+    binary, calls = _perf_analyzer_that_settles_at(tmp_path, 1000)
+    assert _measure(binary, tmp_path)["measurement_interval_ms"] == 1000
+    assert calls.read_text().split() == ["1000"]
+
+
+def test_a_level_unstable_twice_is_an_error_after_one_second_run(tmp_path):
+    binary, calls = _perf_analyzer_that_settles_at(tmp_path, 10**9)
+    with pytest.raises(perf_analyzer.LoadGeneratorError,
+                       match=r"Failed to obtain stable measurement.*measured again with 2000 ms windows"):
+        _measure(binary, tmp_path)
+    assert calls.read_text().split() == ["1000", "2000"]
+
+
+def test_no_second_run_for_another_failure_or_past_the_profiles_deadline(tmp_path):
+    binary, calls = _perf_analyzer_that_settles_at(tmp_path, 10**9, message="Failed to retrieve results")
+    with pytest.raises(perf_analyzer.LoadGeneratorError, match="Failed to retrieve results"):
+        _measure(binary, tmp_path)
+    assert calls.read_text().split() == ["1000"]
+    calls.unlink()
+    binary, calls = _perf_analyzer_that_settles_at(tmp_path, 2000)
+    with pytest.raises(perf_analyzer.LoadGeneratorError, match="stable"):
+        _measure(binary, tmp_path, deadline_s=5)  # three 2 s windows no longer fit
+    assert calls.read_text().split() == ["1000"]
 
 
 def test_a_missing_load_generator_names_its_install_step():
