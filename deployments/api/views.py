@@ -167,7 +167,7 @@ class DeploymentViewSet(
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=DeploymentUpdateSerializer,
-                   responses={200: DeploymentSerializer, **error_responses(400, 403, 404, 409)},
+                   responses={200: DeploymentSerializer, **error_responses(403, 404, 409)},
                    description="Change a canary's percent or shadow percent on every host it reached (no reload "
                                "there); audited.")
     def partial_update(self, request, pk=None):

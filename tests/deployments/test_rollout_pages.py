@@ -22,16 +22,13 @@ def reported(seconds_ago: float = 1, live: bool = True) -> dict:
     return {"last_heartbeat_at": timezone.now() - timedelta(seconds=seconds_ago), "heartbeat": {"runtime_live": live}}
 
 
-ONLINE = reported()
-
-
 @pytest.fixture
 def deployment(django_capture_on_commit_callbacks) -> Deployment:
     model = RegisteredModel.objects.create(name="iris", next_version=2)
     ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="k",
                                 artifact_sha256="0" * 64, artifact_size=1)
     for name in ("gpu-0", "gpu-1"):
-        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000", **ONLINE)
+        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000", **reported())
     with django_capture_on_commit_callbacks(execute=False):
         deployment = start_deployment(model_name="iris", version=1, host_names=["gpu-0", "gpu-1"])
         rollouts.advance_rollout(deployment.pk)
