@@ -102,6 +102,12 @@ def route_payload(target: DeploymentTarget, percent: float, shadow_percent: floa
     }
 
 
+def reported_route(target: DeploymentTarget) -> dict:
+    """The route the gateway of ``target``'s host last reported for its model (``{}`` when none)."""
+    routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
+    return routes.get(target.runtime_name) or {}
+
+
 def _reached(deployment: Deployment) -> list[DeploymentTarget]:
     """The targets where the canary serves beside a stable version."""
     return list(deployment.targets.filter(state=TargetState.READY, previous_version__isnull=False)
@@ -196,15 +202,13 @@ def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | Non
     """What a page or the API shows of a canary: ``{"percent", "shadow_percent", "state", "version",
     "hosts": [{"host", "state", "stable", "applied_percent", "applied_shadow_percent"}]}`` where the applied
     shares are what the host's gateway last reported for the model (None before it reported). None for a
-    deployment that is not a canary. Reads
-    ``targets`` (default: the deployment's prefetched targets) with their hosts and previous versions
-    loaded (no query of its own)."""
+    deployment that is not a canary. Reads ``targets`` (default: the deployment's prefetched targets)
+    with their hosts and previous versions loaded, and makes no query of its own."""
     if not deployment.canary_state:
         return None
     hosts = []
     for target in deployment.targets.all() if targets is None else targets:
-        routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
-        route = routes.get(target.served_name or deployment.model.name) or {}
+        route = reported_route(target)
         ours = route.get("canary") == deployment.version.version
         hosts.append({"host": target.host.name, "state": target.state,
                       "stable": target.previous_version.version if target.previous_version else None,
@@ -261,8 +265,7 @@ def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
             if not target.host.is_online(now=now):
                 continue
             want = route_payload(target, canary.canary_percent or 0, canary.shadow_percent)
-            routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
-            have = routes.get(target.runtime_name) or {}
+            have = reported_route(target)
             if all(have.get(key) == want[key] for key in ("stable", "canary", "percent", "shadow", "shadow_percent")):
                 continue
             key = f"modelyard:route-repair:{target.host.name}:{target.runtime_name}"

@@ -30,13 +30,12 @@ import shutil
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from modelyard_agent.contract import BENTO, BENTO_MODEL, TargetState
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
-from modelyard_agent.runtimes.nginx import NginxFront
+from modelyard_agent.runtimes.nginx import NginxFront, listen_address
 from modelyard_agent.steps import DeploySteps
 from modelyard_agent.triton_host import StagingError, _download
 
@@ -83,9 +82,8 @@ class ServeState:
 def front_for(root: Path, inference_url: str) -> NginxFront:
     """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``;
     ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds (default 0: off)."""
-    parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
-    loopback = parts.hostname in ("127.0.0.1", "localhost")
-    return NginxFront(root, parts.port or 80, listen_host="127.0.0.1" if loopback else "",
+    port, listen_host = listen_address(inference_url)
+    return NginxFront(root, port, listen_host=listen_host,
                       client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", "0")))
 
 

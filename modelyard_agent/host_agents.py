@@ -57,18 +57,16 @@ class HostAgent(Protocol):
 def triton_gateway(inference_url: str):
     """The host's gateway (``runtimes.gateway.TritonGateway``) at the port of ``inference_url`` (its address,
     for a loopback URL), in front of the agent's ``--triton-url``; None when the agent runs without one."""
-    from urllib.parse import urlsplit
-
     from modelyard_agent.runtimes.gateway import TritonGateway
+    from modelyard_agent.runtimes.nginx import listen_address
     from modelyard_agent.triton_host import AgentPaths
 
     if not settings().triton_url:
         return None
-    parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
-    loopback = parts.hostname in ("127.0.0.1", "localhost")
+    port, listen_host = listen_address(inference_url)
     state_dir = AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir
-    return TritonGateway(state_dir / "gateway", parts.port or 80, triton=settings().triton_url.split("://", 1)[1],
-                         listen_host="127.0.0.1" if loopback else "")
+    return TritonGateway(state_dir / "gateway", port, triton=settings().triton_url.split("://", 1)[1],
+                         listen_host=listen_host)
 
 
 def direct(payload: dict) -> dict:

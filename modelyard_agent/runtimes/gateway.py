@@ -38,7 +38,7 @@ import socket
 from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import NginxProcess, _atomic_write
+from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
 
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
@@ -59,11 +59,7 @@ http {{
     keepalive_requests 100000;
     # Triton enforces its own request size limit.
     client_max_body_size 0;
-    client_body_temp_path {dir}/tmp/body;
-    proxy_temp_path {dir}/tmp/proxy;
-    fastcgi_temp_path {dir}/tmp/fastcgi;
-    uwsgi_temp_path {dir}/tmp/uwsgi;
-    scgi_temp_path {dir}/tmp/scgi;
+{temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
     init_by_lua_block {{ require("modelyard_gateway").load("{dir}/routes.json") }}
@@ -154,6 +150,7 @@ class TritonGateway(NginxProcess):
             load_modules="\n".join(f"load_module {path};" for path in MODULES), workers=self.workers,
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
+            temp_paths=TEMP_PATHS.format(dir=self.dir),
         )
 
     def routes(self) -> dict[str, dict]:

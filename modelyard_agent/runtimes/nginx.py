@@ -31,6 +31,7 @@ import subprocess
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import requests
 
@@ -50,11 +51,7 @@ events {{ worker_connections 1024; }}
 http {{
     access_log off;
     keepalive_timeout {keepalive}s;
-    client_body_temp_path {dir}/tmp/body;
-    proxy_temp_path {dir}/tmp/proxy;
-    fastcgi_temp_path {dir}/tmp/fastcgi;
-    uwsgi_temp_path {dir}/tmp/uwsgi;
-    scgi_temp_path {dir}/tmp/scgi;
+{temp_paths}
     include {dir}/upstreams/*.conf;
     server {{
         listen {listen};
@@ -64,6 +61,10 @@ http {{
     }}
 }}
 """
+
+# Every temporary file nginx writes stays under its own directory (an agent runs it unprivileged).
+TEMP_PATHS = "\n".join(f"    {kind}_temp_path {{dir}}/tmp/{name};" for kind, name in (
+    ("client_body", "body"), ("proxy", "proxy"), ("fastcgi", "fastcgi"), ("uwsgi", "uwsgi"), ("scgi", "scgi")))
 
 _UPSTREAM = """\
 upstream modelyard_{key} {{
@@ -86,6 +87,13 @@ location = {metrics_path} {{
     proxy_set_header Connection "";
 }}
 """
+
+
+def listen_address(inference_url: str) -> tuple[int, str]:
+    """Where a host's nginx listens for ``inference_url``: (its port, 80 by default; ``127.0.0.1`` for a
+    loopback URL, else empty, which is every address)."""
+    parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
+    return parts.port or 80, "127.0.0.1" if parts.hostname in ("127.0.0.1", "localhost") else ""
 
 
 def metrics_path(model: str, version: int) -> str:
@@ -289,7 +297,7 @@ class NginxFront(NginxProcess):
 
     def main_config(self) -> str:
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
-                                 keepalive=int(self.client_keepalive))
+                                 keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir))
 
     def upstream_port(self, model: str) -> int | None:
         """The backend port the model's upstream file names, or None when it has none."""
