@@ -24,6 +24,9 @@ Protocol history:
 4. ``canary_percent`` and ``shadow_percent`` on deploy payloads (an older agent would cut over instead of keeping the
    stable version), the ``ROUTE`` task, and the ``gateway`` block of Triton heartbeat reports. The
    orchestrator sends canaries and routes only to agents that report protocol 4 and a live gateway.
+5. the ``REPLAY`` task and its ``REPLAY_REPORT`` (captured requests sent again to the serving version and
+   to a candidate's copy); the gateway's request capture. The orchestrator sends ``REPLAY`` only to agents
+   that report protocol 5 or newer.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 # The oldest agent protocol that runs ``AgentTask.PROFILE``.
 PROFILE_PROTOCOL = 3
 # The oldest agent protocol that keeps a canary beside the stable version and runs ``AgentTask.ROUTE``.
 CANARY_PROTOCOL = 4
+# The oldest agent protocol that runs ``AgentTask.REPLAY``.
+REPLAY_PROTOCOL = 5
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -61,6 +66,7 @@ class AgentTask(StrEnum):
     INFER = "deployments.infer_on_host"  # InferPayload: "Try it", answered on the payload's reply list
     PROFILE = "deployments.profile_version_on_host"  # ProfilePayload: a performance card
     ROUTE = "deployments.route_model_on_host"  # RoutePayload: a canary's percent on the host's gateway
+    REPLAY = "deployments.replay_version_on_host"  # ReplayPayload: captured requests against a candidate
 
 
 class OrchestratorTask(StrEnum):
@@ -69,6 +75,7 @@ class OrchestratorTask(StrEnum):
     TARGET_REPORT = "deployments.record_target_report"  # args: target_id, state, message, details
     HOST_HEARTBEAT = "deployments.record_host_heartbeat"  # args: host name, HeartbeatReport
     PROFILE_REPORT = "deployments.record_profile_report"  # args: profile_id, ProfileReport
+    REPLAY_REPORT = "deployments.record_replay_report"  # args: replay_id, ReplayReport
 
 
 class Runtime(StrEnum):
@@ -97,6 +104,17 @@ class TargetState(StrEnum):
 class ProfileStatus(StrEnum):
     """Where a profile stands. The orchestrator sets QUEUED; the agent reports RUNNING (with
     progress), then SUCCEEDED, FAILED or CANCELLED."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ReplayStatus(StrEnum):
+    """Where a replay stands. The orchestrator sets QUEUED; the agent reports RUNNING (with progress),
+    then SUCCEEDED, FAILED or CANCELLED."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -284,6 +302,58 @@ class ProfileReport(TypedDict):
     details: NotRequired[dict]
 
 
+class ReplayPayload(TypedDict):
+    """Replay a model's captured requests against a candidate version on a Triton host (built by
+    ``deployments.replays.build_replay_payload``): the ``DeployPayload`` fields that stage and load the
+    candidate (``version``, its artifact and config) as a copy of its own (``<model>--replay-<id>``), the
+    version that serves there (``serving``, READY on the host), and how to compare and pace.
+
+    Each captured request (newest first, at most ``max_requests``) goes to Triton itself at
+    ``/v2/models/<model>/versions/<serving>/infer`` and to the copy, one request in flight and at most
+    ``pace`` requests per second per side; ``time_budget_s`` bounds the whole replay."""
+
+    protocol: int
+    replay_id: int
+    host: str
+    runtime: str
+    format: str
+    model: str  # the model's name on this host's runtime
+    serving: int  # the version the captured requests are compared against
+    version: int  # the candidate version, loaded as the replay's copy
+    artifact_url: str
+    sha256: str
+    size: int  # bytes
+    config_text: str
+    parameters: dict[str, str]
+    sample_input: dict | None
+    signature: dict | None
+    inference_url: str
+    metrics_url: str
+    load_deadline: float | None  # seconds
+    unload_deadline: float | None  # seconds
+    archive_limits: NotRequired[ArchiveLimitsPayload]
+    tolerances: dict  # replay.compare.Tolerances.as_dict: {"atol", "rtol", "argmax_outputs"}
+    max_requests: int
+    pace: float  # requests per second, per side
+    time_budget_s: float  # seconds
+    request_timeout: NotRequired[float]  # seconds for one request on one side
+
+
+class ReplayReport(TypedDict):
+    """A replay's progress or result: its status, the requests done of the total, what it does now
+    (``step``) or the outcome's ``message``, the summary so far (``replay.compare.Summary.as_dict``:
+    agreement rate, differences, latency in milliseconds, worst disagreements) and ``details``
+    (seconds taken, captured requests found, unreadable lines)."""
+
+    status: str  # a ReplayStatus value
+    done: int
+    total: int
+    summary: dict
+    step: NotRequired[str]
+    message: NotRequired[str]
+    details: NotRequired[dict]
+
+
 class HeartbeatRequest(TypedDict):
     """Ask a host's agent to report in."""
 
@@ -297,8 +367,9 @@ class HeartbeatRequest(TypedDict):
 class AgentInfo(TypedDict):
     """Who answered a heartbeat: the agent's package version, its protocol, when it started (unix
     seconds; None when unknown) and the work it is carrying out now (``[{"task", "model",
-    "target_id"?, "profile_id"?, "since": unix seconds}]``). A target dispatched before ``started_at`` that is not in
-    ``working_on`` was dropped by a killed predecessor, and the orchestrator sends it again."""
+    "target_id"?, "profile_id"?, "replay_id"?, "since": unix seconds}]``). A target dispatched before
+    ``started_at`` that is not in ``working_on`` was dropped by a killed predecessor, and the orchestrator
+    sends it again."""
 
     version: str
     protocol: int

@@ -53,6 +53,12 @@ class HostAgent(Protocol):
         raises. Returns ``{"status", "rows", "message", "details"}`` (``contract.ProfileReport``)."""
         ...
 
+    def replay(self, payload: dict, *, progress: Callable[[dict], None],
+               should_stop: Callable[[], str | None]) -> dict:
+        """Replay captured requests against ``payload``'s candidate (``contract.ReplayPayload``) beside what
+        the host serves; never raises. Returns a ``contract.ReplayReport``."""
+        ...
+
 
 def triton_gateway(inference_url: str):
     """The host's gateway (``runtimes.gateway.TritonGateway``) at the port of ``inference_url`` (its address,
@@ -159,9 +165,10 @@ class TritonHostAgent:
                                  shadow_percent=float(payload.get("shadow_percent") or 0))
 
     def heartbeat(self, request: dict) -> dict:
-        """Start the gateway unless it runs, remove profile copies no running profile owns
-        (``profiling.triton.remove_stale_copies``), then report, with the gateway's routes."""
+        """Start the gateway unless it runs, remove profile and replay copies no running profile or replay owns
+        (``modelyard_agent.copies``), then report, with the gateway's routes."""
         from modelyard_agent.profiling.triton import remove_stale_copies
+        from modelyard_agent.replay.triton import remove_stale_replay_copies
         from modelyard_agent.runtimes.base import ServingRuntimeError
         from modelyard_agent.runtimes.triton import TritonRuntime
         from modelyard_agent.triton_host import AgentPaths, collect_heartbeat
@@ -177,13 +184,13 @@ class TritonHostAgent:
                 errors.append(f"gateway: {exc.message}")
         request = direct(request)
         if request.get("inference_url"):
+            runtime = TritonRuntime(request["inference_url"], timeout=5.0, grpc_url=settings().triton_grpc_url)
+            paths = AgentPaths(Path(settings().model_repository), settings().staging_dir)
             try:
-                remove_stale_copies(TritonRuntime(request["inference_url"], timeout=5.0,
-                                                  grpc_url=settings().triton_grpc_url),
-                                    AgentPaths(Path(settings().model_repository), settings().staging_dir),
-                                    running_profiles(request["host"]))
+                remove_stale_copies(runtime, paths, running_profiles(request["host"]))
+                remove_stale_replay_copies(runtime, paths, running_tasks(request["host"], "replay_id"))
             except ServingRuntimeError as exc:
-                errors.append(f"profile copies: {exc.message}")
+                errors.append(f"profile and replay copies: {exc.message}")
         report = collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
                                    model_repository=Path(settings().model_repository), labels=settings().labels)
         report["errors"] = report["errors"] + errors
@@ -212,6 +219,35 @@ class TritonHostAgent:
             perf_analyzer_binary=settings().perf_analyzer, progress=progress, should_stop=should_stop,
             load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
             grpc_url=settings().triton_grpc_url)
+
+
+    def replay(self, payload: dict, *, progress, should_stop) -> dict:
+        """As ``HostAgent.replay``: the captured requests are read from the host's gateway's capture directory
+        and sent to Triton itself (``--triton-url``; ``inference_url`` when the agent runs no gateway)."""
+        from modelyard_agent.replay.triton import replay_triton_version
+        from modelyard_agent.triton_host import AgentPaths
+
+        captured = capture_directory(payload["inference_url"], payload["model"])
+        payload = direct(payload)
+        return replay_triton_version(
+            payload, paths=AgentPaths(Path(settings().model_repository), settings().staging_dir),
+            triton_url=payload["inference_url"], capture_dir=captured,
+            progress=progress, should_stop=should_stop, load_timeout=load_deadline(payload),
+            unload_timeout=unload_deadline(payload), grpc_url=settings().triton_grpc_url)
+
+
+def capture_directory(inference_url: str, model: str) -> Path:
+    """Where this host's gateway (at ``inference_url``) captures ``model``'s requests:
+    ``<gateway directory>/capture/<model>`` (``TritonGateway.capture_directory``)."""
+    from modelyard_agent.triton_host import AgentPaths
+
+    gateway = triton_gateway(inference_url)
+    if gateway is None:
+        return AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir / "gateway" / \
+            "capture" / model
+    if hasattr(gateway, "capture_directory"):
+        return Path(gateway.capture_directory(model))
+    return gateway.dir / "capture" / model
 
 
 class BentoMLHostAgent:
@@ -257,6 +293,11 @@ class BentoMLHostAgent:
 
         raise ServingRuntimeError("canaries are not available on BentoML hosts yet", retryable=False)
 
+    def replay(self, payload: dict, *, progress, should_stop) -> dict:
+        """Replays run on Triton hosts only (BentoML hosts capture no requests yet)."""
+        return {"status": "failed", "done": 0, "total": 0, "summary": {},
+                "message": "replays are not available on BentoML hosts yet"}
+
     def unload(self, payload: dict) -> None:
         from modelyard_agent.bentoml_host import unload_bentoml_model
 
@@ -272,9 +313,14 @@ class BentoMLHostAgent:
 
 def running_profiles(host: str) -> set[int]:
     """The ids of the profiles this host's agent runs now (its working set in the broker's Redis)."""
+    return running_tasks(host, "profile_id")
+
+
+def running_tasks(host: str, key: str) -> set[int]:
+    """The ids under ``key`` (``profile_id``, ``replay_id``) of the work this host's agent runs now."""
     from modelyard_agent.worker import agent_info
 
-    return {int(entry["profile_id"]) for entry in agent_info(host)["working_on"] if entry.get("profile_id")}
+    return {int(entry[key]) for entry in agent_info(host)["working_on"] if entry.get(key)}
 
 
 _AGENTS: dict[str, HostAgent] = {Runtime.TRITON: TritonHostAgent(), Runtime.BENTOML: BentoMLHostAgent()}

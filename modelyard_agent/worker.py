@@ -118,7 +118,7 @@ def working_on(task: str, payload: dict, task_id: str | None) -> Iterator[None]:
     """
     host, field = payload.get("host", ""), task_id or f"{task}:{payload.get('model')}"
     entry = {"task": task, "model": payload.get("model"), "since": time.time()}
-    for key in ("target_id", "profile_id"):
+    for key in ("target_id", "profile_id", "replay_id"):
         if key in payload:
             entry[key] = payload[key]
     try:
@@ -486,3 +486,68 @@ def profile_version_on_host(self, payload: dict) -> None:
     finally:
         _release(lock, "before the profile ended")
     _report_profile(profile_id, result)
+
+
+def _replay_lock(host: str, budget_seconds: float) -> redis.lock.Lock:
+    """The host's replay lock: one replay at a time on a host (each sends requests to the serving version).
+    Expires after twice the replay's budget."""
+    return _broker().lock(f"modelyard:replay-lock:{host}", timeout=2 * budget_seconds + 600)
+
+
+def _report_replay(replay_id: int, report: dict) -> None:
+    app.send_task(OrchestratorTask.REPLAY_REPORT.value, args=[replay_id, report],
+                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
+
+
+@app.task(name=AgentTask.REPLAY.value, acks_late=True, bind=True, max_retries=None)
+def replay_version_on_host(self, payload: dict) -> None:
+    """Replay a model's captured requests against a candidate version on this host (``modelyard_agent.replay``).
+
+    Runs under the host's replay lock (a second replay waits for it, retried every ``LOCK_RETRY_SECONDS``
+    up to ``lock_wait``). Reports ``running`` with the summary so far at most once a second, then the
+    outcome (``contract.ReplayReport``). A stop requested by the orchestrator (``profiling.control``,
+    kind ``replay``) is seen within a quarter of a second and reported ``cancelled``; a replay stopped
+    before it started reports ``cancelled`` and touches nothing. The candidate's copy is always removed.
+    """
+    from modelyard_agent.profiling import control
+
+    replay_id = int(payload["replay_id"])
+    empty = {"done": 0, "total": 0, "summary": {}}
+    if refusal := _refused(payload):
+        logger.error("replay %s refused: %s", replay_id, refusal)
+        _report_replay(replay_id, {"status": contract.ReplayStatus.FAILED, **empty, "message": refusal})
+        return
+    client = _broker()
+    if control.stop_requested(client, replay_id, "replay"):
+        _report_replay(replay_id, {"status": contract.ReplayStatus.CANCELLED, **empty,
+                                   "message": "cancelled before it started"})
+        return
+    lock = _replay_lock(payload["host"], float(payload.get("time_budget_s") or 3600))
+    if not _acquire_or_take_over(lock, self.request.id):
+        if self.request.retries * LOCK_RETRY_SECONDS >= settings().lock_wait:
+            _report_replay(replay_id, {"status": contract.ReplayStatus.FAILED, **empty, "message": (
+                f"another replay held this host for {settings().lock_wait:g} s")})
+            return
+        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    last_sent = [0.0]
+
+    def progress(report: dict) -> None:
+        if time.monotonic() - last_sent[0] >= 1.0:
+            last_sent[0] = time.monotonic()
+            _report_replay(replay_id, report)
+
+    def should_stop() -> str | None:
+        try:
+            return "the replay was cancelled" if control.stop_requested(client, replay_id, "replay") else None
+        except redis.exceptions.RedisError:
+            return None  # the broker is away for a moment; the time budget still bounds the run
+
+    try:
+        with working_on(AgentTask.REPLAY, payload, self.request.id), heartbeats_meanwhile(payload):
+            result = host_agent(payload.get("runtime")).replay(payload, progress=progress, should_stop=should_stop)
+    except Exception as exc:  # the orchestrator must hear of every failure
+        logger.exception("replay %s failed", replay_id)
+        result = {"status": contract.ReplayStatus.FAILED, **empty, "message": f"host agent error: {exc}"}
+    finally:
+        _release(lock, "before the replay ended")
+    _report_replay(replay_id, result)

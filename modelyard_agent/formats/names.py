@@ -19,6 +19,8 @@ NAME_PATTERN = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
 NAME_MAX_LENGTH = 63
 # Host agents load a profile's copy of a model as ``<model>--profile-<id>``: no model may be named so.
 PROFILE_INFIX = "--profile-"
+# ... and a replay's copy of a candidate version as ``<model>--replay-<id>``.
+REPLAY_INFIX = "--replay-"
 NAME_RULE = (
     "1-63 characters: lower-case letters, digits, '-' and '_', "
     "starting and ending with a letter or digit"
@@ -61,6 +63,8 @@ def validate_name(raw: str, *, kind: str = "model name") -> str:
     if kind == "model name" and PROFILE_INFIX in name:
         raise InvalidName(f"{kind} {name!r} holds {PROFILE_INFIX!r}, which names the copies performance "
                           "profiles load")
+    if kind == "model name" and REPLAY_INFIX in name:
+        raise InvalidName(f"{kind} {name!r} holds {REPLAY_INFIX!r}, which names the copies replays load")
     return name
 
 

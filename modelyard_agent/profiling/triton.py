@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from modelyard_agent import copies
 from modelyard_agent.formats.names import PROFILE_INFIX
 from modelyard_agent.formats.triton_config import (
     ModelConfigError,
@@ -41,8 +42,7 @@ def profile_model_name(model: str, profile_id: int) -> str:
     """The name a profile's copy of ``model`` is loaded under: ``<model>--profile-<id>`` (the model's
     name cut so that the whole stays within 63 characters). The registry refuses model names that
     hold ``--profile-``, so no served model can have it."""
-    suffix = f"{PROFILE_INFIX}{profile_id}"
-    return f"{model[:63 - len(suffix)].rstrip('-_')}{suffix}"
+    return copies.copy_name(model, PROFILE_INFIX, profile_id)
 
 
 def profile_triton_version(
@@ -171,8 +171,7 @@ def _measure_config(runtime: TritonRuntime, payload: dict, name: str, version: i
 
 def profile_id_of(name: str) -> int | None:
     """The profile id a profile copy's name carries (``<model>--profile-<id>``), or None for any other name."""
-    head, sep, tail = name.rpartition(PROFILE_INFIX)
-    return int(tail) if sep and head and tail.isdigit() else None
+    return copies.copy_id_of(name, PROFILE_INFIX)
 
 
 def remove_stale_copies(runtime: TritonRuntime, paths: AgentPaths, active: set[int],
@@ -192,27 +191,12 @@ def remove_stale_copies(runtime: TritonRuntime, paths: AgentPaths, active: set[i
     Raises:
         ServingRuntimeError: Triton's repository index cannot be read.
     """
-    loaded = {entry.name for entry in runtime.repository_index()}
-    on_disk = {path.name for path in paths.model_repository.iterdir()} if paths.model_repository.is_dir() else set()
-    stale = sorted(name for name in loaded | on_disk
-                   if (profile := profile_id_of(name)) is not None and profile not in active)
-    for name in stale:
-        logger.warning("removing profiling copy %s, which no running profile owns", name)
-        _remove_copy(runtime, paths, name, unload_timeout)
-    return stale
+    return copies.remove_stale_copies(runtime, paths, PROFILE_INFIX, active, unload_timeout)
 
 
 def _remove_copy(runtime: TritonRuntime, paths: AgentPaths, name: str, unload_timeout: float) -> None:
     """Unload the profiling copy (when still loaded) and delete its repository directory and state."""
-    try:
-        versions = runtime.ready_versions(name)
-        if versions:
-            runtime.unload(name)
-            runtime.wait_versions_gone(name, versions, timeout=unload_timeout)
-    except ServingRuntimeError as exc:
-        logger.warning("profiling copy %s may still be loaded: %s", name, exc.message)
-    shutil.rmtree(paths.model_repository / name, ignore_errors=True)
-    shutil.rmtree(paths.state_dir / "versions" / name, ignore_errors=True)
+    copies.remove_copy(runtime, paths, name, unload_timeout)
 
 
 def _delta(before, after) -> tuple[int | None, str | None]:

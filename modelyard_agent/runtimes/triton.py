@@ -372,3 +372,69 @@ def read_memory_in_use(metrics_url: str, timeout: float = 5.0) -> MemoryInUse:
         elif family.name == "nv_cpu_memory_used_bytes" and family.samples:
             cpu = int(family.samples[0].value)
     return MemoryInUse(gpu_bytes=gpu, cpu_bytes=cpu, gpus=tuple(gpus[k] for k in sorted(gpus)))
+
+
+@dataclass(frozen=True)
+class RawAnswer:
+    """Triton's answer to one raw inference request: HTTP status, the ``Inference-Header-Content-Length``
+    header (None when absent), the body, and the round trip in milliseconds (request written to body read)."""
+
+    status: int
+    header_length: int | None
+    body: bytes
+    latency_ms: float
+
+
+class RawInferClient:
+    """Sends request bodies as they are to ``POST /v2/models/<model>/versions/<v>/infer`` over one keep-alive
+    HTTP connection (KServe v2 HTTP, with Triton's binary tensor extension passed through untouched).
+
+    One request at a time (not thread-safe); a broken connection is opened again on the next request.
+
+    Args:
+        base_url: Triton's own HTTP URL (``http://host:port``), not the gateway's.
+        timeout: seconds to connect and for each read.
+    """
+
+    def __init__(self, base_url: str, timeout: float = 10.0):
+        parts = urlsplit(base_url)
+        self._host, self._port, self._timeout = parts.hostname or "127.0.0.1", parts.port or 80, timeout
+        self._connection: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        """Close the connection (a later request opens a new one)."""
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+    def infer(self, model: str, version: int, body: bytes, headers: dict[str, str]) -> RawAnswer:
+        """Send ``body`` with ``headers`` (Content-Type, Inference-Header-Content-Length) to one version.
+
+        Returns:
+            The answer, whatever its status (a 400 is Triton refusing this input, not an error here).
+
+        Raises:
+            ServingRuntimeError: Triton could not be reached, or did not answer within the timeout
+                (retryable), after one fresh connection was tried.
+        """
+        path = f"/v2/models/{model}/versions/{int(version)}/infer"
+        for attempt in (1, 2):
+            if self._connection is None:
+                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
+            started = time.perf_counter()
+            try:
+                self._connection.request("POST", path, body=body, headers={**headers, "Connection": "keep-alive"})
+                response = self._connection.getresponse()
+                data = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                if attempt == 2 or isinstance(exc, TimeoutError):
+                    raise ServingRuntimeError(f"inference on {model!r} v{version} failed: {exc}", retryable=True,
+                                              timed_out=isinstance(exc, TimeoutError)) from exc
+                continue
+            latency_ms = (time.perf_counter() - started) * 1000
+            length = response.getheader("Inference-Header-Content-Length")
+            if response.getheader("Connection", "").lower() == "close":
+                self.close()
+            return RawAnswer(response.status, int(length) if length and length.isdigit() else None, data, latency_ms)
+        raise AssertionError("unreachable")
