@@ -21,6 +21,8 @@ action                    role                                            scope
 ``CREATE_MODEL``          maintainer of the team it goes to               write
 ``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
                           ``write`` to change one)
+``READ_CAPTURED``         owner (what replays show of captured requests:  read
+                          the worst disagreements' answers)
 ``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
                           of every team)
 ========================  ==============================================  ========
@@ -54,6 +56,7 @@ class Action(Enum):
     MANAGE_POLICY = ("manage_policy", Role.OWNER, Scope.WRITE)
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
     MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
+    READ_CAPTURED = ("read_captured", Role.OWNER, Scope.READ)
     ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
@@ -232,6 +235,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         Action.MOVE_ALIAS: f"moving the {'protected ' if protected else ''}alias '{alias}'",
         Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
         Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
+        Action.READ_CAPTURED: "reading what replays show of captured requests",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",
     }.get(action, "this")

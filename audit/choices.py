@@ -27,6 +27,8 @@ class AuditAction(models.TextChoices):
     MODEL_RELOADED = "host_model.reloaded", "Model reloaded on a host"
     PROFILE_STARTED = "profile.started", "Performance profile started"
     PROFILE_CANCELLED = "profile.cancelled", "Performance profile cancelled"
+    REPLAY_STARTED = "replay.started", "Replay of captured requests started"
+    REPLAY_CANCELLED = "replay.cancelled", "Replay of captured requests cancelled"
     TOKEN_CREATED = "token.created", "API token created"
     TOKEN_REVOKED = "token.revoked", "API token revoked"
     TEAM_CREATED = "team.created", "Team created"

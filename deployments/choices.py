@@ -60,6 +60,29 @@ PROFILE_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+class ReplayStatus(models.TextChoices):
+    """Where a replay stands (the values are ``modelyard_agent.contract.ReplayStatus``'s)."""
+
+    QUEUED = contract.ReplayStatus.QUEUED.value, "Queued for the host's agent"
+    RUNNING = contract.ReplayStatus.RUNNING.value, "Replaying"
+    SUCCEEDED = contract.ReplayStatus.SUCCEEDED.value, "Done"
+    FAILED = contract.ReplayStatus.FAILED.value, "Failed"
+    CANCELLED = contract.ReplayStatus.CANCELLED.value, "Cancelled"
+
+
+ACTIVE_REPLAY_STATES = frozenset({ReplayStatus.QUEUED, ReplayStatus.RUNNING})
+# As for profiles: a late report never moves an ended replay.
+REPLAY_TRANSITIONS: dict[str, frozenset[str]] = {
+    ReplayStatus.QUEUED: frozenset({ReplayStatus.RUNNING, ReplayStatus.SUCCEEDED, ReplayStatus.FAILED,
+                                    ReplayStatus.CANCELLED}),
+    ReplayStatus.RUNNING: frozenset({ReplayStatus.RUNNING, ReplayStatus.SUCCEEDED, ReplayStatus.FAILED,
+                                     ReplayStatus.CANCELLED}),
+    ReplayStatus.SUCCEEDED: frozenset(),
+    ReplayStatus.FAILED: frozenset(),
+    ReplayStatus.CANCELLED: frozenset(),
+}
+
+
 STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,
               TargetState.CUTTING_OVER)
 ACTIVE_TARGET_STATES = frozenset(STEP_ORDER)

@@ -9,6 +9,7 @@ from deployments.choices import (
     DeploymentStatus,
     FailurePolicy,
     ProfileStatus,
+    ReplayStatus,
     RolloutTrigger,
     Runtime,
     TargetState,
@@ -301,3 +302,63 @@ class Profile(models.Model):
         from modelyard_agent.profiling.card import recommend
 
         return recommend(self.rows, self.slo_p99_ms)
+
+
+class Replay(models.Model):
+    """Captured requests of a model replayed on one host against a candidate version and the version served.
+
+    The host's agent loads ``version`` (the candidate) as a copy of its own and sends each captured
+    request (newest first, at most ``max_requests``, ``pace`` per second, one in flight) to Triton's
+    ``against`` version and to the copy, and compares the answers with ``tolerances``
+    (``modelyard_agent.replay.compare.Tolerances.as_dict``). ``summary`` is the agent's
+    ``Summary.as_dict`` (agreement rate 0..1, max-absolute-difference histogram and quantiles, latency
+    in milliseconds of each side, the worst disagreements with both outputs: users' data, shown to the
+    model team's owners only). ``done``/``total`` count requests; ``step`` is what the agent does now.
+    """
+
+    version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="replays",
+                                help_text="the candidate version")
+    against = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="+",
+                                help_text="the version the host serves, whose answers are the reference")
+    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="replays")
+    status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
+    tolerances = models.JSONField(help_text="atol, rtol, argmax_outputs")
+    max_requests = models.PositiveIntegerField()
+    pace = models.FloatField(help_text="captured requests replayed per second")
+    time_budget_s = models.FloatField(help_text="seconds the whole replay may take on the host")
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    summary = models.JSONField(default=dict, blank=True)
+    step = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["version", "against", "status", "-finished_at"], name="replay_pair_idx"),
+                   models.Index(fields=["host", "status"], name="replay_host_idx")]
+
+    def __str__(self) -> str:
+        return f"replay {self.pk} of {self.version} against v{self.against.version} on {self.host_id}"
+
+    @property
+    def agreement_rate(self) -> float | None:
+        """Agreeing requests over compared ones (0..1), None before any was compared."""
+        return (self.summary or {}).get("agreement_rate")
+
+    def latency(self, side: str, quantile: str = "p95") -> float | None:
+        """``side`` ("serving" or "candidate")'s round-trip ``quantile`` ("p50", "p95"), milliseconds."""
+        return ((self.summary or {}).get("latency_ms") or {}).get(side, {}).get(quantile)
+
+    @property
+    def latency_regression(self) -> float | None:
+        """The candidate's p95 over the serving version's, minus 1 (0.2: 20 % slower); None without both."""
+        candidate, serving = self.latency("candidate"), self.latency("serving")
+        return candidate / serving - 1 if candidate is not None and serving else None

@@ -248,7 +248,7 @@ def _claimed_for_failing(target: DeploymentTarget) -> bool:
 
 
 def reconcile_fleet() -> list[Repair]:
-    """Fail stalled targets and profiles, advance running rollouts, send again canary routes a gateway does
+    """Fail stalled targets, profiles and replays, advance running rollouts, send again canary routes a gateway does
     not hold (``canaries.resend_routes``), then reconcile every host. Returns the repairs (profiles failed
     and routes sent are logged, not counted)."""
     from deployments.profiles import fail_stalled_profiles
@@ -256,6 +256,10 @@ def reconcile_fleet() -> list[Repair]:
 
     for profile_id in fail_stalled_profiles():
         logger.warning("profile %s failed: its host's agent stopped reporting", profile_id)
+    from deployments.replays import fail_stalled_replays
+
+    for replay_id in fail_stalled_replays():
+        logger.warning("replay %s failed: its host's agent stopped reporting", replay_id)
     from deployments.canaries import resend_routes
 
     repairs = fail_stalled_targets()

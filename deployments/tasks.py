@@ -229,3 +229,30 @@ def record_profile_report(profile_id: int, report: dict) -> bool:
     from deployments.profiles import record_profile_report as record
 
     return record(profile_id, report)
+
+
+@shared_task(
+    name="deployments.dispatch_replay", acks_late=True, autoretry_for=(StorageError, *DATABASE_ERRORS),
+    retry_backoff=True, retry_backoff_max=60, max_retries=5,
+)
+def dispatch_replay(replay_id: int) -> bool:
+    """Hand a queued replay to its host's agent (a presigned URL of the candidate's artifact in its payload); a
+    replay no longer queued (cancelled meanwhile) is left alone. Returns whether it was sent."""
+    from deployments.choices import ReplayStatus
+    from deployments.models import Replay
+    from deployments.replays import build_replay_payload
+
+    replay = Replay.objects.select_related("host", "version__model", "against").get(pk=replay_id)
+    if replay.status != ReplayStatus.QUEUED:
+        return False
+    url = ArtifactStore().presigned_download_url(replay.version.artifact_key)
+    send_to_host(replay.host.name, AgentTask.REPLAY, build_replay_payload(replay, download_url=url))
+    return True
+
+
+@shared_task(name=OrchestratorTask.REPLAY_REPORT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)
+def record_replay_report(replay_id: int, report: dict) -> bool:
+    """Record a host agent's progress or result for a replay (``deployments.replays.record_replay_report``)."""
+    from deployments.replays import record_replay_report as record
+
+    return record(replay_id, report)

@@ -14,8 +14,10 @@ from deployments.api.views import (
     DeploymentViewSet,
     ModelInferenceView,
     ProfileViewSet,
+    ReplayViewSet,
     ServingHostViewSet,
     VersionProfilesView,
+    VersionReplaysView,
 )
 from modelyard.api import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
@@ -45,6 +47,7 @@ router.register("promotion-evaluations", PromotionEvaluationViewSet, basename="p
 router.register("webhooks", WebhookViewSet, basename="webhook")
 router.register("teams", TeamViewSet, basename="team")
 router.register("profiles", ProfileViewSet, basename="profile")
+router.register("replays", ReplayViewSet, basename="replay")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})
@@ -54,6 +57,8 @@ api_v1 = [
     path("models/<str:model_name>/versions/<int:version>/", version_detail, name="model-version-detail"),
     path("models/<str:model_name>/versions/<int:version>/profiles/", VersionProfilesView.as_view(),
          name="model-version-profiles"),
+    path("models/<str:model_name>/versions/<int:version>/replays/", VersionReplaysView.as_view(),
+         name="model-version-replays"),
     path("models/<str:model_name>/versions/<int:version>/card/", ModelCardView.as_view(), name="model-card"),
     path("models/<str:model_name>/versions/<int:version>/card/readme/", ModelCardReadmeView.as_view(),
          name="model-card-readme"),

@@ -5,8 +5,16 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.access import Principal
-from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, ProfileStatus, Runtime
-from deployments.models import MAX_DEADLINE_SECONDS, Deployment, DeploymentTarget, Profile, RolloutEvent, ServingHost
+from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, ProfileStatus, ReplayStatus, Runtime
+from deployments.models import (
+    MAX_DEADLINE_SECONDS,
+    Deployment,
+    DeploymentTarget,
+    Profile,
+    Replay,
+    RolloutEvent,
+    ServingHost,
+)
 from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
 
@@ -290,3 +298,105 @@ class ProfileSerializer(serializers.ModelSerializer):
 
         best = profile.recommended
         return {**best, "config_overrides": overrides_for(profile.version, best["config"])} if best else None
+
+
+class ReplayTolerancesSerializer(RefuseUnknownFields, serializers.Serializer):
+    """How close a candidate's answers must be to the serving version's (``modelyard_agent.replay.compare``)."""
+
+    atol = serializers.FloatField(required=False, min_value=0, help_text="absolute tolerance of float outputs")
+    rtol = serializers.FloatField(required=False, min_value=0, help_text=(
+        "relative tolerance of float outputs: |candidate - serving| <= atol + rtol * |serving| (numpy.isclose)"))
+    argmax_outputs = serializers.ListField(child=serializers.CharField(max_length=200), required=False,
+                                           max_length=64, help_text="outputs compared by argmax over the last axis")
+
+
+class ReplayCreateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``POST /api/v1/models/<m>/versions/<n>/replays/``."""
+
+    against = serializers.CharField(max_length=63, help_text=(
+        "the version the captured requests are compared against: a version number or an alias (production)"))
+    host = serializers.CharField(max_length=200, required=False, help_text=(
+        "the host to replay on; default: the host serving that version that captured the most requests"))
+    tolerances = ReplayTolerancesSerializer(required=False)
+    max_requests = serializers.IntegerField(required=False, min_value=1, max_value=100_000,
+                                            help_text="captured requests to replay, newest first (default 1000)")
+    pace = serializers.FloatField(required=False, min_value=0.01, max_value=500, help_text=(
+        "captured requests per second (default 20), each sent to both versions, one request in flight"))
+
+
+_LATENCY = {"type": "object", "properties": {
+    "count": {"type": "integer"}, "p50": {"type": "number", "nullable": True},
+    "p95": {"type": "number", "nullable": True}, "mean": {"type": "number", "nullable": True}}}
+
+
+class ReplaySerializer(serializers.ModelSerializer):
+    """A replay: status, progress, and what it found. ``worst`` (the worst disagreements, with both versions'
+    answers to users' inputs) is shown to owners of the model's team only; null for everyone else."""
+
+    model = serializers.CharField(source="version.model.name")
+    version = serializers.IntegerField(source="version.version")
+    against = serializers.IntegerField(source="against.version")
+    host = serializers.CharField(source="host.name")
+    status = serializers.ChoiceField(choices=ReplayStatus.choices)
+    progress = serializers.SerializerMethodField()
+    agreement_rate = serializers.FloatField(allow_null=True, read_only=True,
+                                            help_text="agreeing requests over compared ones, 0..1")
+    compared = serializers.SerializerMethodField()
+    skipped = serializers.SerializerMethodField()
+    differences = serializers.SerializerMethodField()
+    disagreed_outputs = serializers.SerializerMethodField()
+    latency_ms = serializers.SerializerMethodField()
+    latency_regression = serializers.FloatField(allow_null=True, read_only=True, help_text=(
+        "the candidate's p95 over the serving version's, minus 1 (0.2: 20 % slower)"))
+    worst = serializers.SerializerMethodField()
+    created_by = serializers.CharField(source="created_by.username", default=None)
+
+    class Meta:
+        model = Replay
+        fields = ["id", "model", "version", "against", "host", "status", "progress", "message", "tolerances",
+                  "max_requests", "pace", "agreement_rate", "compared", "skipped", "differences", "disagreed_outputs",
+                  "latency_ms", "latency_regression", "worst", "created_by", "created_at", "started_at",
+                  "finished_at"]
+
+    def _summary(self, replay: Replay) -> dict:
+        return replay.summary or {}
+
+    @extend_schema_field({"type": "object", "properties": {
+        "done": {"type": "integer"}, "total": {"type": "integer"}, "step": {"type": "string"}}})
+    def get_progress(self, replay: Replay) -> dict:
+        return {"done": replay.done, "total": replay.total, "step": replay.step}
+
+    @extend_schema_field(serializers.IntegerField())
+    def get_compared(self, replay: Replay) -> int:
+        return int(self._summary(replay).get("compared") or 0)
+
+    @extend_schema_field(serializers.IntegerField(help_text="requests the serving version did not answer"))
+    def get_skipped(self, replay: Replay) -> int:
+        return int(self._summary(replay).get("skipped") or 0)
+
+    @extend_schema_field({"type": "object", "description": (
+        "per-request max absolute differences: histogram [{upto (null: above the last edge), count}], "
+        "nonfinite, p50, p90, p99, max")})
+    def get_differences(self, replay: Replay) -> dict:
+        return self._summary(replay).get("differences") or {}
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"},
+                          "description": "requests that disagreed, by the first output that did"})
+    def get_disagreed_outputs(self, replay: Replay) -> dict:
+        return self._summary(replay).get("disagreed_outputs") or {}
+
+    @extend_schema_field({"type": "object", "properties": {"serving": _LATENCY, "candidate": _LATENCY},
+                          "description": "each side's round trip on the host, milliseconds"})
+    def get_latency_ms(self, replay: Replay) -> dict:
+        return self._summary(replay).get("latency_ms") or {}
+
+    @extend_schema_field({"type": "array", "nullable": True, "items": {"type": "object"}, "description": (
+        "the worst disagreements, worst first: id (the captured request's), max_abs_diff, max_rel_diff, output, "
+        "reason, serving and candidate outputs (cut to a byte bound); null unless you own the model's team")})
+    def get_worst(self, replay: Replay) -> list | None:
+        from deployments.replays import may_read_captured
+
+        request = self.context.get("request")
+        if request is None or not may_read_captured(Principal.of(request), replay.version.model):
+            return None
+        return list(self._summary(replay).get("worst") or [])

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
-from deployments import canaries, lifecycle, profiles, rollouts, services
+from deployments import canaries, lifecycle, profiles, replays, rollouts, services
 from deployments.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentSerializer,
@@ -19,11 +19,13 @@ from deployments.api.serializers import (
     ModelUnloadSerializer,
     ProfileCreateSerializer,
     ProfileSerializer,
+    ReplayCreateSerializer,
+    ReplaySerializer,
     ServingHostSerializer,
     ServingHostUpdateSerializer,
 )
 from deployments.inference import try_inference
-from deployments.models import Deployment, Profile, ServingHost
+from deployments.models import Deployment, Profile, Replay, ServingHost
 from modelyard.api import error_responses
 from modelyard.errors import NotFound
 from registry.access import model_for
@@ -302,3 +304,72 @@ class ProfileViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         require(Principal.of(request), Action.DEPLOY, model=profile.version.model, hosts=[profile.host])
         profiles.cancel_profile(profile.pk, actor=request.user)
         return Response(self.get_serializer(PROFILES.get(pk=profile.pk)).data)
+
+
+REPLAYS = Replay.objects.select_related("version__model__team", "against", "host", "created_by").order_by("-id")
+
+
+class VersionReplaysView(generics.ListCreateAPIView):
+    """Replays of one candidate model version: ``GET`` lists them (newest first), ``POST`` starts one.
+
+    A replay sends a model's captured requests (newest first, paced, one at a time) to the version a host
+    serves and to a copy of the candidate loaded beside it, and compares the answers output by output.
+    """
+
+    serializer_class = ReplaySerializer
+    required_scope = Scope.DEPLOY
+    ordering = "-id"
+
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema generator, with no URL arguments
+            return Replay.objects.none()
+        model = model_for(Principal.of(self.request), self.kwargs["model_name"])
+        return REPLAYS.filter(version__model=model, version__version=self.kwargs["version"])
+
+    @extend_schema(request=ReplayCreateSerializer, responses={202: ReplaySerializer,
+                                                              **error_responses(403, 404, 409)},
+                   description="Needs the rights of a rollout to the host (a maintainer; an owner on a production "
+                   "host). 409 when no host serves the `against` version through a gateway holding captured "
+                   "requests of the model, when the host's agent is older than protocol 5, or while another "
+                   "replay runs on the host.")
+    def post(self, request, model_name: str, version: int):
+        data = ReplayCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        principal = Principal.of(request)
+        model_for(principal, model_name)
+
+        def authorize(model_version, hosts):
+            require(principal, Action.DEPLOY, model=model_version.model, hosts=hosts)
+
+        fields = data.validated_data
+        replay = replays.start_replay(
+            model_name=model_name, version=version, against=fields["against"], host_name=fields.get("host"),
+            tolerances=fields.get("tolerances"), max_requests=fields.get("max_requests"), pace=fields.get("pace"),
+            actor=request.user, authorize=authorize)
+        return Response(ReplaySerializer(REPLAYS.get(pk=replay.pk), context={"request": request}).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+
+class ReplayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Replays of the models the principal may read (``worst`` for owners of the model's team only);
+    ``POST .../<id>/cancel/`` stops one."""
+
+    serializer_class = ReplaySerializer
+    required_scope = Scope.DEPLOY
+    lookup_value_regex = "[0-9]+"
+    ordering = "-id"
+    queryset = REPLAYS
+    filterset_fields = {"status": ["exact"], "host__name": ["exact"], "version__model__name": ["exact"]}
+
+    def get_queryset(self):
+        return scope_team_filter(Principal.of(self.request), self.queryset, "version__model__team")
+
+    @extend_schema(request=None, responses={200: ReplaySerializer, **error_responses(403, 404, 409, 503)})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        """Stop the replay: a queued one at once, a running one within about a second (its copy is unloaded
+        and what was compared so far is kept). Rights as for starting it."""
+        replay = self.get_object()
+        require(Principal.of(request), Action.DEPLOY, model=replay.version.model, hosts=[replay.host])
+        replays.cancel_replay(replay.pk, actor=request.user)
+        return Response(self.get_serializer(REPLAYS.get(pk=replay.pk)).data)

@@ -25,7 +25,7 @@ from accounts.models import Team
 from accounts.services import set_membership
 from accounts.tokens import issue_token
 from deployments.choices import TargetState
-from deployments.models import DeploymentTarget, Profile, ServingHost
+from deployments.models import DeploymentTarget, Profile, Replay, ServingHost
 from deployments.services import start_deployment
 from modelyard_agent.profiling.sweep import parse_sweep
 from promotions import services as promotions
@@ -79,6 +79,15 @@ API = [
     ("GET", "/api/v1/profiles/{id}/", {"id": "profile_dev"}, None, needs("viewer")),
     ("POST", "/api/v1/profiles/{id}/cancel/", {"id": "profile_dev"}, None, needs("maintainer")),
     ("POST", "/api/v1/profiles/{id}/cancel/", {"id": "profile_prod"}, None, needs("owner")),
+    ("GET", "/api/v1/models/{model_name}/versions/{version}/replays/", {"version": 2}, None, needs("viewer")),
+    ("POST", "/api/v1/models/{model_name}/versions/{version}/replays/", {"version": 2},
+     {"against": "1", "host": "gpu-dev"}, needs("maintainer")),
+    ("POST", "/api/v1/models/{model_name}/versions/{version}/replays/", {"version": 2},
+     {"against": "production", "host": "gpu-prod"}, needs("owner")),
+    ("GET", "/api/v1/replays/", {}, None, EVERYONE),
+    ("GET", "/api/v1/replays/{id}/", {"id": "replay_dev"}, None, needs("viewer")),
+    ("POST", "/api/v1/replays/{id}/cancel/", {"id": "replay_dev"}, None, needs("maintainer")),
+    ("POST", "/api/v1/replays/{id}/cancel/", {"id": "replay_prod"}, None, needs("owner")),
     ("GET", "/api/v1/models/{model_name}/aliases/", {}, None, needs("viewer")),
     ("GET", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "production"}, None, needs("viewer")),
     ("PUT", "/api/v1/models/{model_name}/aliases/{alias}/", {"alias": "staging"}, {"version": 2},
@@ -209,6 +218,9 @@ def world(db) -> dict:
     sweep = parse_sweep("quick", max_batch_size=0).as_dict()
     for key, host in (("profile_dev", "gpu-dev"), ("profile_prod", "gpu-prod")):
         ids[key] = Profile.objects.create(version=versions[1], host=ServingHost.objects.get(name=host), sweep=sweep).pk
+    for key, host in (("replay_dev", "gpu-dev"), ("replay_prod", "gpu-prod")):
+        ids[key] = Replay.objects.create(version=versions[1], against=versions[0], host=ServingHost.objects.get(
+            name=host), tolerances={}, max_requests=10, pace=20, time_budget_s=600).pk
     ids["token"] = issue_token(user=people["maintainer"], name="ci", scopes=["read", "write"])[0].pk
     return {"users": people, "ids": ids}
 

@@ -1,0 +1,332 @@
+"""Replays: a model's captured requests sent again to a candidate version and to the version a host serves.
+
+A replay is an agent task (``modelyard_agent.contract.AgentTask.REPLAY``): the host's agent loads the
+candidate as a copy of its own, sends each captured request (read from its gateway's capture
+directory, newest first) to the serving version and to the copy, paced and one at a time, compares
+the answers output by output (``modelyard_agent.replay.compare``) and reports the agreement rate, the
+distribution of differences, both sides' latency and the worst disagreements
+(``OrchestratorTask.REPLAY_REPORT``, recorded by ``record_replay_report``). One replay runs on a host
+at a time. The ``min_agreement`` and ``max_latency_regression`` promotion gates read finished replays
+(``promotions.services.evaluate``).
+
+The worst disagreements hold users' data (their inputs' answers): ``may_read_captured`` says who may
+read them (owners of the model's team).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from audit.choices import AuditAction
+from audit.services import acting_user, record_audit_event
+from deployments.choices import ACTIVE_REPLAY_STATES, REPLAY_TRANSITIONS, ReplayStatus, Runtime
+from deployments.models import Replay, ServingHost
+from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard_agent.contract import REPLAY_PROTOCOL
+from modelyard_agent.replay.compare import Tolerances
+from registry.choices import VersionStatus
+from registry.models import ModelVersion
+from registry.services import get_version, resolve_alias
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MAX_REQUESTS = 1000
+MAX_REQUESTS_LIMIT = 100_000
+DEFAULT_PACE = 20.0  # captured requests per second, each sent to both sides
+MAX_PACE = 500.0
+# Seconds added to a replay's time budget beyond its requests at its pace: the copy's staging and load.
+BUDGET_ALLOWANCE_SECONDS = 300.0
+
+
+def check_tolerances(raw: dict | None) -> dict:
+    """``raw`` (``{"atol", "rtol", "argmax_outputs"}``, any missing) checked, as stored and sent.
+
+    Raises:
+        InvalidInput: a tolerance below 0 or not a number, or argmax outputs that are not a list of names.
+    """
+    if raw is not None and not isinstance(raw, dict):
+        raise InvalidInput("tolerances must be an object with atol, rtol and argmax_outputs")
+    unknown = sorted(set(raw or {}) - {"atol", "rtol", "argmax_outputs"})
+    if unknown:
+        raise InvalidInput(f"unknown tolerance field(s) {', '.join(unknown)}; known: atol, rtol, argmax_outputs")
+    try:
+        return Tolerances.from_dict(raw).as_dict()
+    except ValueError as exc:
+        raise InvalidInput(f"tolerances: {exc}") from exc
+
+
+def _served_versions(host: ServingHost, model: str) -> set[int]:
+    return {int(row["version"]) for row in (host.heartbeat or {}).get("models") or []
+            if row.get("name") == model and row.get("state") == "READY" and row.get("version") is not None}
+
+
+def _captured_requests(host: ServingHost, model: str) -> int:
+    """The requests the host's gateway last reported captured for ``model`` (0 when none or no report)."""
+    gateway = (host.heartbeat or {}).get("gateway") or {}
+    entry = (gateway.get("capture") or {}).get(model) or {}
+    return int(entry.get("requests") or 0) if gateway.get("live") else 0
+
+
+def replay_hosts(against: ModelVersion) -> list[ServingHost]:
+    """The Triton hosts that can replay against ``against``: they serve it (READY in their last heartbeat)
+    through a live gateway that reported captured requests of the model, most captured first."""
+    name = against.model.name
+    hosts = [host for host in ServingHost.objects.filter(runtime=Runtime.TRITON).order_by("name")
+             if against.version in _served_versions(host, name) and _captured_requests(host, name) > 0]
+    return sorted(hosts, key=lambda host: -_captured_requests(host, name))
+
+
+def _why_not(host: ServingHost, against: ModelVersion) -> str | None:
+    """Why ``host`` cannot replay against ``against``, or None."""
+    name = against.model.name
+    if host.runtime != Runtime.TRITON:
+        return f"{host.name!r} is a {host.get_runtime_display()} host; replays run on Triton hosts"
+    if not host.last_heartbeat_at:
+        return f"the agent of host {host.name!r} never reported"
+    protocol = int(((host.heartbeat or {}).get("agent") or {}).get("protocol") or 1)
+    if protocol < REPLAY_PROTOCOL:
+        return (f"the agent of host {host.name!r} speaks protocol {protocol}; replays need {REPLAY_PROTOCOL}: "
+                "upgrade it (pip install -U ./modelyard_agent)")
+    if against.version not in _served_versions(host, name):
+        return f"{host.name!r} does not serve {name} v{against.version} (READY in its last heartbeat)"
+    if _captured_requests(host, name) <= 0:
+        return (f"{host.name!r}'s gateway holds no captured requests of {name}: turn the model's request capture "
+                "on (modelyard capture set) and let it serve for a while")
+    return None
+
+
+def start_replay(*, model_name: str, version: int, against: str | int, host_name: str | None = None,
+                 tolerances: dict | None = None, max_requests: int | None = None, pace: float | None = None,
+                 actor=None, authorize=None) -> Replay:
+    """Queue a replay of a model's captured requests against candidate ``version``.
+
+    Args:
+        model_name, version: the candidate model version (READY in the registry).
+        against: the version the captured requests are compared against: a version number, or an alias
+            (``production``) naming it.
+        host_name: the host to replay on; None: the host serving ``against`` that captured the most
+            requests of the model.
+        tolerances: ``{"atol", "rtol", "argmax_outputs"}`` (``check_tolerances``); None: the defaults.
+        max_requests: captured requests to replay, newest first (1..``MAX_REQUESTS_LIMIT``).
+        pace: captured requests per second (above 0, at most ``MAX_PACE``), each sent to both sides, one
+            request in flight.
+        actor: the requesting user.
+        authorize: ``authorize(model_version, hosts)``; raises to refuse (as for a rollout); asked with no
+            host first, then with the host chosen.
+
+    Returns:
+        The new Replay, QUEUED; it is sent to the host's agent once the transaction commits.
+
+    Raises:
+        NotFound: no such model, version, alias or host.
+        InvalidInput: bad tolerances, max_requests or pace; a version that is not READY; ``against``
+            is the candidate itself.
+        Conflict: no host serves ``against`` through a gateway with captured requests of the model (or
+            the named one does not, or its agent is older than ``REPLAY_PROTOCOL``), or another replay
+            runs on the host.
+    """
+    from deployments.tasks import dispatch_replay
+
+    candidate = get_version(model_name, version)
+    if authorize is not None:
+        authorize(candidate, [])  # the rights of a rollout anywhere first; the host's own below
+    against_version = (resolve_alias(model_name, against) if isinstance(against, str) and not against.isdigit()
+                       else get_version(model_name, int(against)))
+    if against_version.pk == candidate.pk:
+        raise InvalidInput(f"against names v{candidate.version} itself: replay a candidate against another version")
+    if candidate.status != VersionStatus.READY:
+        raise InvalidInput(f"{candidate} is {candidate.status}; only a READY version can be replayed")
+    checked = check_tolerances(tolerances)
+    count = DEFAULT_MAX_REQUESTS if max_requests is None else max_requests
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REQUESTS_LIMIT:
+        raise InvalidInput(f"max_requests must be a whole number from 1 to {MAX_REQUESTS_LIMIT}; got {count!r}")
+    rate = DEFAULT_PACE if pace is None else pace
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= MAX_PACE:
+        raise InvalidInput(f"pace must be a number of requests per second above 0 and at most {MAX_PACE:g}; "
+                           f"got {rate!r}")
+    if host_name:
+        host = ServingHost.objects.filter(name=host_name).first()
+        if host is None:
+            raise NotFound(f"no serving host named {host_name!r}")
+        if authorize is not None:
+            authorize(candidate, [host])
+        if reason := _why_not(host, against_version):
+            raise Conflict(reason)
+    else:
+        hosts = [h for h in replay_hosts(against_version) if _why_not(h, against_version) is None]
+        if not hosts:
+            raise Conflict(f"no host serves {model_name} v{against_version.version} through a gateway holding "
+                           f"captured requests of {model_name} with an agent of protocol {REPLAY_PROTOCOL} or newer: "
+                           "turn the model's request capture on and let it serve for a while")
+        host = hosts[0]
+    if authorize is not None:
+        authorize(candidate, [host])
+    budget = count / rate * 2 + BUDGET_ALLOWANCE_SECONDS + float(host.load_deadline_seconds or 0)
+    with transaction.atomic():
+        ServingHost.objects.select_for_update().get(pk=host.pk)  # one replay per host: serialise the check
+        running = Replay.objects.filter(host=host, status__in=ACTIVE_REPLAY_STATES).first()
+        if running is not None:
+            raise Conflict(f"replay {running.pk} is {running.status} on {host.name!r}; a host runs one replay at "
+                           "a time (cancel it, or wait)")
+        replay = Replay.objects.create(version=candidate, against=against_version, host=host, tolerances=checked,
+                                       max_requests=count, pace=float(rate), time_budget_s=round(budget, 1),
+                                       created_by=acting_user(actor))
+        record_audit_event(action=AuditAction.REPLAY_STARTED, actor=actor, obj_type="replay", obj_id=replay.pk,
+                           model=candidate.model,
+                           data={"version": candidate.version, "against": against_version.version,
+                                 "host": host.name, "max_requests": count, "tolerances": checked})
+        transaction.on_commit(lambda: dispatch_replay.delay(replay.pk))
+    return replay
+
+
+def build_replay_payload(replay: Replay, *, download_url: str) -> dict:
+    """The ``modelyard_agent.contract.ReplayPayload`` for ``replay`` (the candidate's artifact from a
+    presigned URL, checked against its size in bytes and sha256 on the host)."""
+    from registry.formats import archive_limits
+
+    version, host = replay.version, replay.host
+    return {
+        "replay_id": replay.pk, "host": host.name, "runtime": host.runtime, "format": version.format,
+        "model": version.model.name, "serving": replay.against.version, "version": version.version,
+        "artifact_url": download_url, "sha256": version.artifact_sha256, "size": version.artifact_size,
+        "config_text": version.config_text, "parameters": dict(host.config_overrides.get("parameters", {})),
+        "sample_input": (version.metadata or {}).get("sample_input"), "signature": version.signature,
+        "inference_url": host.inference_url, "metrics_url": host.metrics_url,
+        "load_deadline": host.load_deadline_seconds, "unload_deadline": host.unload_deadline_seconds,
+        "archive_limits": archive_limits().as_payload(), "tolerances": replay.tolerances,
+        "max_requests": replay.max_requests, "pace": replay.pace, "time_budget_s": replay.time_budget_s,
+    }
+
+
+def cancel_replay(replay_id: int, *, actor=None) -> Replay:
+    """Stop a replay: a queued one ends CANCELLED now, a running one when its agent sees the stop (within
+    about a second), removes its copy and reports it.
+
+    Raises:
+        NotFound: no such replay.
+        Conflict: it has ended already.
+        ServiceUnavailable: the broker cannot be reached (nothing changed).
+    """
+    import redis
+
+    from modelyard.celery import broker
+    from modelyard_agent.profiling import control
+
+    with transaction.atomic():
+        replay = Replay.objects.select_for_update().select_related("version__model").filter(pk=replay_id).first()
+        if replay is None:
+            raise NotFound(f"no replay {replay_id}")
+        if replay.status not in ACTIVE_REPLAY_STATES:
+            raise Conflict(f"replay {replay_id} is {replay.status}; only a queued or running one can be cancelled")
+        try:
+            control.request_stop(broker(), replay.pk, "replay")
+        except redis.exceptions.RedisError as exc:
+            raise ServiceUnavailable(f"the broker cannot be reached to stop replay {replay_id}: {exc}") from exc
+        if replay.status == ReplayStatus.QUEUED:
+            replay.status, replay.finished_at = ReplayStatus.CANCELLED, timezone.now()
+            replay.message = "cancelled before its host's agent started it"
+        else:
+            replay.step = "stopping"
+        replay.save(update_fields=["status", "finished_at", "message", "step", "updated_at"])
+        record_audit_event(action=AuditAction.REPLAY_CANCELLED, actor=actor, obj_type="replay", obj_id=replay.pk,
+                           model=replay.version.model, data={"version": replay.version.version})
+    return replay
+
+
+def record_replay_report(replay_id: int, report: dict) -> bool:
+    """Store an agent's progress or result for a replay (``contract.ReplayReport``).
+
+    A report that would move an ended replay (a late ``running`` after a cancel) is ignored.
+
+    Returns:
+        True when the report was taken.
+    """
+    status = report.get("status")
+    if status not in ReplayStatus.values or status == ReplayStatus.QUEUED:
+        logger.warning("replay %s: report with unknown status %r ignored", replay_id, status)
+        return False
+    with transaction.atomic():
+        replay = Replay.objects.select_for_update().filter(pk=replay_id).first()
+        if replay is None or status not in REPLAY_TRANSITIONS[replay.status]:
+            return False
+        now = timezone.now()
+        replay.status = status
+        replay.done, replay.total = int(report.get("done") or 0), int(report.get("total") or 0)
+        replay.summary = dict(report.get("summary") or replay.summary or {})
+        replay.details = dict(report.get("details") or replay.details or {})
+        replay.started_at = replay.started_at or now
+        if status == ReplayStatus.RUNNING:
+            replay.step = str(report.get("step") or replay.step)[:200]
+        else:
+            replay.step, replay.finished_at = "", now
+            replay.message = str(report.get("message") or "")
+        replay.save()
+    return True
+
+
+def fail_stalled_replays(*, now=None) -> list[int]:
+    """Fail replays whose agent stopped reporting: no report for the replay's time budget plus
+    ``settings.PROFILE_STALL_GRACE`` seconds.
+
+    Returns:
+        The ids of the replays failed.
+    """
+    now = now or timezone.now()
+    failed = []
+    for replay in Replay.objects.filter(status__in=ACTIVE_REPLAY_STATES).only("pk", "time_budget_s", "updated_at"):
+        budget = float(replay.time_budget_s) + settings.PROFILE_STALL_GRACE
+        if replay.updated_at < now - timedelta(seconds=budget):
+            ended = Replay.objects.filter(pk=replay.pk, status__in=ACTIVE_REPLAY_STATES).update(
+                status=ReplayStatus.FAILED, finished_at=now, step="",
+                message=f"the host's agent sent no report for {budget:g} s; the replay was given up")
+            if ended:
+                failed.append(replay.pk)
+    return failed
+
+
+def latest_replay(candidate: ModelVersion, against: ModelVersion, *, since=None, tolerances: dict | None = None,
+                  max_requests: int | None = None, active: bool = False) -> Replay | None:
+    """The newest replay of ``candidate`` against ``against``: SUCCEEDED and finished after ``since``, or
+    (``active``) queued or running; with ``tolerances`` and ``max_requests`` when given."""
+    replays = Replay.objects.filter(version=candidate, against=against).select_related("host")
+    if active:
+        replays = replays.filter(status__in=ACTIVE_REPLAY_STATES)
+    else:
+        replays = replays.filter(status=ReplayStatus.SUCCEEDED)
+        if since is not None:
+            replays = replays.filter(finished_at__gte=since)
+    if tolerances is not None:
+        replays = replays.filter(tolerances=tolerances)
+    if max_requests is not None:
+        replays = replays.filter(max_requests=max_requests)
+    return replays.order_by("-finished_at", "-id").first() if not active else replays.order_by("-id").first()
+
+
+def may_read_captured(principal, model) -> bool:
+    """Whether ``principal`` may read what replays show of captured requests (the worst disagreements: both
+    versions' answers to users' inputs): owners of ``model``'s team (``accounts.access.Action.READ_CAPTURED``)."""
+    from accounts.access import Action, check
+
+    return check(principal, Action.READ_CAPTURED, model=model) is None
+
+
+def replay_view(replay: Replay, *, may_read: bool) -> dict:
+    """What the API and pages show of ``replay``: the summary without the worst disagreements unless
+    ``may_read``, and the latency figures.
+
+    Returns:
+        ``{"agreement_rate", "compared", "skipped", "differences", "disagreed_outputs",
+        "latency_ms": {"serving": {...}, "candidate": {...}}, "latency_regression", "worst": list | None}``
+        (``worst`` None when hidden).
+    """
+    summary = replay.summary or {}
+    return {"agreement_rate": summary.get("agreement_rate"), "compared": summary.get("compared", 0),
+            "skipped": summary.get("skipped", 0), "differences": summary.get("differences") or {},
+            "disagreed_outputs": summary.get("disagreed_outputs") or {},
+            "latency_ms": summary.get("latency_ms") or {}, "latency_regression": replay.latency_regression,
+            "worst": list(summary.get("worst") or []) if may_read else None}
