@@ -14,13 +14,17 @@ class Limits:
     """A policy's gates: ``min_requests`` (count), ``max_p95_ms`` (ms), ``max_error_rate`` (0..1),
     ``max_regression`` (relative, 0.1 = the candidate may be 10 % worse than the target version),
     ``max_profile_regression`` (relative, 0.1 = the candidate's card may show 10 % less throughput
-    than the target version's)."""
+    than the target version's), ``min_agreement`` (0..1, the share of replayed requests whose answers
+    agree) and ``max_latency_regression`` (relative, 0.2 = the candidate's replayed p95 may be 20 %
+    above the target version's)."""
 
     min_requests: int | None = None
     max_p95_ms: float | None = None
     max_error_rate: float | None = None
     max_regression: float | None = None
     max_profile_regression: float | None = None
+    min_agreement: float | None = None
+    max_latency_regression: float | None = None
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,10 @@ class Check:
 
 def _ms(value: float) -> str:
     return f"{value:.1f} ms"
+
+
+def _fine_ms(value: float) -> str:
+    return f"{value:.2f} ms"
 
 
 def _pct(value: float) -> str:
@@ -96,8 +104,41 @@ def _profile_regression(limits: Limits, profiles: dict | None, has_target: bool)
                  f"at most {-allowed * 100:.1f} % allowed), {where}")
 
 
+def _replay_checks(limits: Limits, replay: dict | None, has_target: bool) -> list[Check]:
+    checks = []
+    for gate, allowed in (("min_agreement", limits.min_agreement),
+                          ("max_latency_regression", limits.max_latency_regression)):
+        if allowed is None:
+            continue
+        if not has_target:
+            checks.append(Check(gate, True, None, allowed, "no target version yet: nothing to compare with"))
+            continue
+        replay = replay or {"missing": "no replay of the candidate against the target version"}
+        if replay.get("missing"):
+            checks.append(Check(gate, False, None, allowed, replay["missing"]))
+            continue
+        where = f"replay {replay['id']}, {replay['compared']} captured requests"
+        if gate == "min_agreement":
+            rate = replay.get("agreement_rate")
+            passed = rate is not None and rate >= allowed
+            shown = "none" if rate is None else _pct(rate)
+            checks.append(Check(gate, passed, rate, allowed, f"agreement with the target version {shown} "
+                                f"({'at least' if passed else 'below'} the minimum of {_pct(allowed)}), {where}"))
+        else:
+            value, base = replay.get("candidate_p95_ms"), replay.get("serving_p95_ms")
+            if value is None or not base:
+                checks.append(Check(gate, False, None, allowed, f"no replayed latency to compare ({where})"))
+                continue
+            relative = value / base - 1
+            passed = relative <= allowed
+            checks.append(Check(gate, passed, relative, allowed,
+                                f"replayed p95 {_fine_ms(value)} against the target's {_fine_ms(base)} "
+                                f"({relative * 100:+.1f} %; at most {allowed * 100:+.1f} % allowed), {where}"))
+    return checks
+
+
 def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_target: bool,
-          profiles: dict | None = None) -> list[Check]:
+          profiles: dict | None = None, replay: dict | None = None) -> list[Check]:
     """Run every gate that is on.
 
     Args:
@@ -108,6 +149,9 @@ def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_ta
             promotion) the regression gates pass with nothing to compare.
         profiles: for ``max_profile_regression``, ``deployments.profiles.profile_comparison`` of the
             candidate and target versions (throughputs in inferences/s, or ``missing``: why not).
+        replay: for ``min_agreement`` and ``max_latency_regression``, the replay's evidence
+            (``{"id", "compared", "agreement_rate", "serving_p95_ms", "candidate_p95_ms"}``, or
+            ``{"missing": sentence}``: why there is none yet).
 
     Returns:
         One Check per gate that is on; the candidate passes when every check passed.
@@ -131,6 +175,7 @@ def judge(limits: Limits, candidate: dict | None, target: dict | None, *, has_ta
             checks.append(_regression("max_regression_error_rate", "error rate", seen.get("error_rate"),
                                       target.get("error_rate"), limits.max_regression, _pct))
     checks.append(_profile_regression(limits, profiles, has_target))
+    checks.extend(_replay_checks(limits, replay, has_target))
     return [c for c in checks if c is not None]
 
 

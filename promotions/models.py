@@ -21,7 +21,15 @@ class PromotionPolicy(models.Model):
     - ``max_profile_regression``: how much lower (relative, 0.1 = 10 %) the candidate's measured
       throughput may be than the target version's, by their performance cards: at the config and
       concurrency the target's card recommends, on the host that card was measured on
-      (``deployments.profiles.profile_comparison``).
+      (``deployments.profiles.profile_comparison``);
+    - ``min_agreement``: the share (0..1) of captured requests on which the candidate's answers agree
+      with the target version's, at least, by the newest replay of the candidate against the target
+      version finished within the window (``deployments.replays``);
+    - ``max_latency_regression``: how much slower (relative, 0.2 = 20 %) the candidate's p95 round trip
+      may be than the target version's in that replay. Both gates replay with ``replay_atol``,
+      ``replay_rtol`` and ``replay_argmax_outputs`` (``modelyard_agent.replay.compare``) over the newest
+      ``replay_max_requests`` captured requests; without such a replay, an evaluation starts one and
+      holds ("the next evaluation judges it").
 
     ``ramp_steps`` (percents, e.g. ``[5, 25, 50, 100]``) makes it a progressive rollout
     (``promotions.ramps``): each passing evaluation moves the candidate's active traffic canary to the
@@ -46,6 +54,13 @@ class PromotionPolicy(models.Model):
     max_error_rate = models.FloatField(null=True, blank=True)
     max_regression = models.FloatField(null=True, blank=True)
     max_profile_regression = models.FloatField(null=True, blank=True)
+    min_agreement = models.FloatField(null=True, blank=True)
+    max_latency_regression = models.FloatField(null=True, blank=True)
+    replay_atol = models.FloatField(default=1e-5, help_text="absolute tolerance of float outputs in replays")
+    replay_rtol = models.FloatField(default=1e-3, help_text="relative tolerance of float outputs in replays")
+    replay_argmax_outputs = models.JSONField(default=list, blank=True, help_text=(
+        "outputs a replay compares by argmax over their last axis, e.g. [\"probabilities\"]"))
+    replay_max_requests = models.PositiveIntegerField(default=1000, help_text="captured requests a replay sends")
     ramp_steps = models.JSONField(default=list, blank=True, help_text=(
         "percents of traffic a canary of the candidate goes through, e.g. [5, 25, 50, 100]; empty: no ramp"))
     ramp_on_failure = models.CharField(max_length=16, default="hold", choices=[

@@ -35,8 +35,11 @@ MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
 POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
-            "max_error_rate", "max_regression", "max_profile_regression", "ramp_steps", "ramp_on_failure",
-            "requires_approval", "dry_run", "enabled")
+            "max_error_rate", "max_regression", "max_profile_regression", "min_agreement", "max_latency_regression",
+            "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests", "ramp_steps",
+            "ramp_on_failure", "requires_approval", "dry_run", "enabled")
+REPLAY_DEFAULTS = {"min_agreement": None, "max_latency_regression": None, "replay_atol": 1e-5, "replay_rtol": 1e-3,
+                   "replay_argmax_outputs": [], "replay_max_requests": 1000}
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,19 @@ def _check(fields: dict) -> dict:
     _number(fields["max_error_rate"], "max_error_rate", low=0, high=1)
     _number(fields["max_regression"], "max_regression", low=0)
     _number(fields["max_profile_regression"], "max_profile_regression", low=0, high=1)
+    for key, default in REPLAY_DEFAULTS.items():
+        clean.setdefault(key, fields.get(key, default))
+    _number(clean["min_agreement"], "min_agreement", low=0, high=1)
+    _number(clean["max_latency_regression"], "max_latency_regression", low=0)
+    for key in ("replay_atol", "replay_rtol"):
+        if _number(clean[key], key, low=0) is None:
+            raise InvalidInput(f"{key} must be a number of at least 0")
+    if _number(clean["replay_max_requests"], "replay_max_requests", low=1, high=100_000, integer=True) is None:
+        raise InvalidInput("replay_max_requests must be a whole number from 1 to 100000")
+    names = clean["replay_argmax_outputs"]
+    if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
+        raise InvalidInput("replay_argmax_outputs must be a list of output names")
+    clean["replay_argmax_outputs"] = sorted({n.strip() for n in names})
     clean["ramp_steps"] = ramps.check_ramp_steps(fields.get("ramp_steps"))
     clean["ramp_on_failure"] = ramps.check_failure_action(fields.get("ramp_on_failure") or "hold")
     for flag in ("requires_approval", "dry_run", "enabled"):
@@ -145,7 +161,7 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
                   max_error_rate: float | None = None, max_regression: float | None = None,
                   max_profile_regression: float | None = None, requires_approval: bool = False, dry_run: bool = False,
                   enabled: bool = True, name: str = "", ramp_steps: list | None = None, ramp_on_failure: str = "hold",
-                  actor=None) -> PromotionPolicy:
+                  actor=None, **replay) -> PromotionPolicy:
     """Create a promotion policy and its schedule.
 
     Args:
@@ -157,6 +173,9 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
         min_requests, max_p95_ms (ms), max_error_rate (0..1), max_regression (relative),
             max_profile_regression (relative, 0..1): the gates; None switches one off (see
             ``PromotionPolicy``).
+        replay: the replay gates and their settings, each optional: ``min_agreement`` (0..1),
+            ``max_latency_regression`` (relative), ``replay_atol``, ``replay_rtol`` (at least 0),
+            ``replay_argmax_outputs`` (output names), ``replay_max_requests`` (1..100000).
         ramp_steps, ramp_on_failure: a progressive rollout (``promotions.ramps``); empty: none.
         requires_approval, dry_run, enabled: see ``PromotionPolicy``.
         name: a label for people.
@@ -171,7 +190,10 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
         Conflict: the model already has a policy from that candidate alias to that target alias.
     """
     model = get_model(model_name)
-    fields = _check({
+    unknown = set(replay) - set(REPLAY_DEFAULTS)
+    if unknown:
+        raise InvalidInput(f"unknown policy field(s) {', '.join(sorted(unknown))}")
+    fields = _check({**REPLAY_DEFAULTS, **replay,
         "name": name, "candidate_alias": candidate_alias, "target_alias": target_alias, "schedule": schedule,
         "window_seconds": window_seconds, "min_requests": min_requests, "max_p95_ms": max_p95_ms,
         "max_error_rate": max_error_rate, "max_regression": max_regression,
@@ -355,6 +377,10 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             _finish(evaluation, Decision.SKIPPED,
                     f"@{policy.target_alias} already names v{candidate.version}: nothing to promote", **fields)
             return evaluation
+        replay = None
+        if (policy.min_agreement is not None or policy.max_latency_regression is not None) and target is not None:
+            replay = _replay_evidence(policy, candidate, target)
+            metrics["replay"] = replay
         profiles = None
         if policy.max_profile_regression is not None and target is not None:
             from deployments.profiles import profile_comparison
@@ -363,9 +389,9 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             metrics["profiles"] = profiles
         checks = gates.judge(
             gates.Limits(policy.min_requests, policy.max_p95_ms, policy.max_error_rate, policy.max_regression,
-                         policy.max_profile_regression),
+                         policy.max_profile_regression, policy.min_agreement, policy.max_latency_regression),
             seen.get(str(candidate.version)), seen.get(str(target.version)) if target else None,
-            has_target=target is not None, profiles=profiles,
+            has_target=target is not None, profiles=profiles, replay=replay,
         )
         fields["checks"] = [c.as_dict() for c in checks]
         summary = gates.summarise(checks)
@@ -391,6 +417,47 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             except DomainError as exc:  # the alias was locked a moment ago
                 _finish(evaluation, Decision.ERROR, f"{summary}; {move} not promoted: {exc.message}", **fields)
     return evaluation
+
+
+def replay_tolerances(policy: PromotionPolicy) -> dict:
+    """The replay tolerances a policy asks for (``modelyard_agent.replay.compare.Tolerances.as_dict``)."""
+    return {"atol": float(policy.replay_atol), "rtol": float(policy.replay_rtol),
+            "argmax_outputs": sorted(policy.replay_argmax_outputs or [])}
+
+
+def _replay_evidence(policy: PromotionPolicy, candidate, target) -> dict:
+    """What the replay gates judge: the newest replay of ``candidate`` against ``target`` that succeeded within
+    the policy's window with its tolerances and request count; else one is started (or one already runs)
+    and the evidence says so (``missing``), so the evaluation holds and the next one judges it.
+
+    Returns:
+        ``{"id", "host", "compared", "agreement_rate", "serving_p95_ms", "candidate_p95_ms",
+        "serving_p50_ms", "candidate_p50_ms", "finished_at"}`` or ``{"missing": sentence, "id"?: running replay}``.
+    """
+    from datetime import timedelta
+
+    from deployments.replays import latest_replay, start_replay
+
+    tolerances = replay_tolerances(policy)
+    since = timezone.now() - timedelta(seconds=policy.window_seconds)
+    done = latest_replay(candidate, target, since=since, tolerances=tolerances,
+                         max_requests=policy.replay_max_requests)
+    if done is not None:
+        return {"id": done.pk, "host": done.host.name, "compared": int((done.summary or {}).get("compared") or 0),
+                "agreement_rate": done.agreement_rate, "serving_p95_ms": done.latency("serving"),
+                "candidate_p95_ms": done.latency("candidate"), "serving_p50_ms": done.latency("serving", "p50"),
+                "candidate_p50_ms": done.latency("candidate", "p50"), "finished_at": done.finished_at.isoformat()}
+    running = latest_replay(candidate, target, tolerances=tolerances, max_requests=policy.replay_max_requests,
+                            active=True)
+    if running is None:
+        try:
+            running = start_replay(model_name=policy.model.name, version=candidate.version, against=target.version,
+                                   tolerances=tolerances, max_requests=policy.replay_max_requests)
+        except DomainError as exc:
+            return {"missing": f"no replay of v{candidate.version} against v{target.version} could start: "
+                               f"{exc.message}"}
+    return {"id": running.pk, "running": True,
+            "missing": f"replay {running.pk} running, the next evaluation judges it"}
 
 
 def _ramp(evaluation: PromotionEvaluation, policy: PromotionPolicy, candidate, checks, summary: str,

@@ -9,7 +9,9 @@ from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, Web
 from registry.models import RegisteredModel
 
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
-                 "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "ramp_steps",
+                 "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "min_agreement",
+                 "max_latency_regression", "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests",
+                 "ramp_steps",
                  "ramp_on_failure", "requires_approval", "dry_run", "enabled"]
 
 
@@ -47,6 +49,21 @@ class PromotionPolicyWriteSerializer(RefuseUnknownFields, serializers.Serializer
         required=False, allow_null=True, default=None,
         help_text="measured throughput at most this much lower than the target version's (0.1 = 10 %), by their "
                   "performance cards on the same host, at the config and concurrency the target's card recommends")
+    min_agreement = serializers.FloatField(
+        required=False, allow_null=True, default=None,
+        help_text="0..1: the share of captured requests, replayed against the target version, on which the "
+                  "candidate's answers must agree (an evaluation without a recent replay starts one and holds)")
+    max_latency_regression = serializers.FloatField(
+        required=False, allow_null=True, default=None,
+        help_text="the candidate's replayed p95 at most this much above the target version's (0.2 = 20 %)")
+    replay_atol = serializers.FloatField(required=False, default=1e-5, help_text="absolute tolerance of float outputs")
+    replay_rtol = serializers.FloatField(required=False, default=1e-3, help_text=(
+        "relative tolerance of float outputs: |candidate - target| <= atol + rtol * |target| (numpy.isclose)"))
+    replay_argmax_outputs = serializers.ListField(
+        child=serializers.CharField(max_length=200), required=False, default=list, max_length=64,
+        help_text="outputs compared by argmax over their last axis (score vectors)")
+    replay_max_requests = serializers.IntegerField(required=False, default=1000,
+                                                   help_text="captured requests a replay sends, 1..100000")
     ramp_steps = serializers.ListField(
         child=serializers.FloatField(), required=False, default=list, max_length=20,
         help_text="a progressive rollout: the percents of traffic the candidate's canary goes through, ending at "
