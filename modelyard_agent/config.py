@@ -16,6 +16,7 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--bentoml-root`` | ``MODELYARD_AGENT_BENTOML_ROOT`` | ``var/bentoml-agent`` (BentoML) |
 | ``--triton-grpc-url`` | ``MODELYARD_AGENT_TRITON_GRPC_URL`` | empty: loads go over HTTP |
 | ``--triton-url`` | ``MODELYARD_AGENT_TRITON_URL`` | empty: ``inference_url`` is Triton itself (no gateway) |
+| ``--gateway-grpc-listen`` | ``MODELYARD_AGENT_GATEWAY_GRPC_LISTEN`` | empty: the gateway takes no gRPC |
 | ``--load-deadline`` | ``MODELYARD_AGENT_LOAD_TIMEOUT`` | 600 s, when the host sets none |
 | ``--unload-deadline`` | ``MODELYARD_AGENT_UNLOAD_TIMEOUT`` | 120 s, when the host sets none |
 | ``--heartbeat-interval`` | ``MODELYARD_HEARTBEAT_INTERVAL`` | 30 s between reports during long work |
@@ -85,6 +86,9 @@ SETTINGS = (
             "Triton's own HTTP endpoint behind the host's gateway, such as http://127.0.0.1:8000: the agent then runs "
             "the gateway (nginx) at the host's inference_url (empty: inference_url is Triton itself, with no gateway "
             "and no canaries)"),
+    Setting("gateway_grpc_listen", "MODELYARD_AGENT_GATEWAY_GRPC_LISTEN", "",
+            "[host:]port where the gateway passes Triton's gRPC protocol to --triton-grpc-url, such as 8011 "
+            "(empty: no gRPC through the gateway); needs --triton-url and --triton-grpc-url"),
     Setting("load_deadline", "MODELYARD_AGENT_LOAD_TIMEOUT", "600", "seconds a load may take, unless the host sets it"),
     Setting("unload_deadline", "MODELYARD_AGENT_UNLOAD_TIMEOUT", "120",
             "seconds an unload may take, unless the host sets it"),
@@ -121,6 +125,7 @@ class AgentConfig:
         staging_dir: where Triton versions are downloaded and staged.
         triton_grpc_url: ``host:port``, or empty.
         triton_url: Triton's own HTTP base URL behind the gateway, or empty (no gateway).
+        gateway_grpc_listen: ``[host:]port`` where the gateway takes gRPC, or empty.
         load_deadline, unload_deadline: default deadlines in seconds (a host's own come in payloads).
         heartbeat_interval: seconds between heartbeats sent while a task works.
         lock_wait: seconds a deployment waits for its (host, model) lock.
@@ -140,6 +145,7 @@ class AgentConfig:
     bentoml_root: Path = Path("var/bentoml-agent")
     triton_grpc_url: str = ""
     triton_url: str = ""
+    gateway_grpc_listen: str = ""
     load_deadline: float = 600.0
     unload_deadline: float = 120.0
     heartbeat_interval: float = 30.0
@@ -182,6 +188,7 @@ class AgentConfig:
             bentoml_root=Path(raw["bentoml_root"]),
             triton_grpc_url=_host_port("triton_grpc_url", raw["triton_grpc_url"].strip()),
             triton_url=_http_url("triton_url", raw["triton_url"].strip()),
+            gateway_grpc_listen=_listen("gateway_grpc_listen", raw["gateway_grpc_listen"].strip()),
             load_deadline=_seconds("load_deadline", raw["load_deadline"]),
             unload_deadline=_seconds("unload_deadline", raw["unload_deadline"]),
             heartbeat_interval=_seconds("heartbeat_interval", raw["heartbeat_interval"], minimum=0.5),
@@ -194,6 +201,9 @@ class AgentConfig:
             perf_analyzer=raw["perf_analyzer"].strip() or "perf_analyzer",
             wrk=raw["wrk"].strip() or "wrk",
         )
+        if config.gateway_grpc_listen and not (config.triton_url and config.triton_grpc_url):
+            raise ConfigError(f"{_flag('gateway_grpc_listen')} needs {_flag('triton_url')} (the gateway) and "
+                              f"{_flag('triton_grpc_url')} (Triton's own gRPC address)")
         if config.load_deadline >= config.task_time_limit:
             raise ConfigError(f"{_flag('load_deadline')} ({config.load_deadline:g} s) must be shorter than "
                               f"{_flag('task_time_limit')} ({config.task_time_limit:g} s), which kills the task")
@@ -205,7 +215,7 @@ class AgentConfig:
             "host": self.host, "runtime": self.runtime, "broker_url": self.broker_url,
             "model_repository": str(self.model_repository), "staging_dir": str(self.staging_dir),
             "bentoml_root": str(self.bentoml_root), "triton_grpc_url": self.triton_grpc_url,
-            "triton_url": self.triton_url,
+            "triton_url": self.triton_url, "gateway_grpc_listen": self.gateway_grpc_listen,
             "load_deadline": f"{self.load_deadline:g}", "unload_deadline": f"{self.unload_deadline:g}",
             "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",
             "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
@@ -266,6 +276,17 @@ def _host_port(name: str, value: str) -> str:
     if value and not HOST_PORT.match(value):
         raise ConfigError(f"{_flag(name)} must be host:port (no scheme), such as 127.0.0.1:8001; got {value!r}")
     return value
+
+
+def _listen(name: str, value: str) -> str:
+    """``port`` or ``host:port`` for nginx's ``listen`` (a bare port is every address)."""
+    if not value:
+        return value
+    port = value.rsplit(":", 1)[-1]
+    host = value[: -len(port) - 1] if ":" in value else ""
+    if not port.isdigit() or not 0 < int(port) < 65536 or (":" in value and not HOST_PORT.match(value)):
+        raise ConfigError(f"{_flag(name)} must be a port or host:port, such as 8011 or 127.0.0.1:8011; got {value!r}")
+    return f"{host}:{int(port)}" if host else str(int(port))
 
 
 def _http_url(name: str, value: str) -> str:

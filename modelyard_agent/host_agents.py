@@ -72,7 +72,8 @@ def triton_gateway(inference_url: str):
     port, listen_host = listen_address(inference_url)
     state_dir = AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir
     return TritonGateway(state_dir / "gateway", port, triton=settings().triton_url.split("://", 1)[1],
-                         listen_host=listen_host)
+                         listen_host=listen_host, grpc_listen=settings().gateway_grpc_listen,
+                         triton_grpc=settings().triton_grpc_url)
 
 
 def direct(payload: dict) -> dict:

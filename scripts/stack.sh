@@ -20,6 +20,7 @@
 #   MODELYARD_S3_PORT [9000]             S3 stand-in (moto_server)
 #   MODELYARD_S3_ENDPOINT_URL            a non-local endpoint skips the stand-in
 #   MODELYARD_GATEWAY_PORT [8010]        the local Triton host's gateway (its agent's nginx): clients' address
+#   MODELYARD_GATEWAY_GRPC_PORT [8011]   the same gateway's gRPC address (passed to Triton gRPC)
 #   MODELYARD_TRITON_HTTP_PORT [8000]    Triton HTTP/REST (the agent's; clients go through the gateway)
 #   MODELYARD_TRITON_GRPC_PORT [8001]    Triton gRPC
 #   MODELYARD_TRITON_METRICS_PORT [8002] Triton /metrics
@@ -46,7 +47,7 @@ export PATH="$VENV_BIN:$PATH"
 # The ports and broker a running stack was started with (var/stack.ports, written by start), so that
 # `make stop` and `make status` from another shell reach that stack; the environment still wins.
 PORTS_FILE="$VAR_DIR/stack.ports"
-PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_GATEWAY_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
+PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_GATEWAY_PORT MODELYARD_GATEWAY_GRPC_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
     MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL)
 if [[ "${1:-}" != start && -f "$PORTS_FILE" ]]; then
     while IFS='=' read -r key value; do
@@ -58,6 +59,7 @@ WEB_PORT="${MODELYARD_WEB_PORT:-8080}"
 S3_PORT="${MODELYARD_S3_PORT:-9000}"
 TRITON_HTTP_PORT="${MODELYARD_TRITON_HTTP_PORT:-8000}"
 GATEWAY_PORT="${MODELYARD_GATEWAY_PORT:-8010}"
+GATEWAY_GRPC_PORT="${MODELYARD_GATEWAY_GRPC_PORT:-8011}"
 TRITON_GRPC_PORT="${MODELYARD_TRITON_GRPC_PORT:-8001}"
 TRITON_METRICS_PORT="${MODELYARD_TRITON_METRICS_PORT:-8002}"
 PROMETHEUS_PORT="${MODELYARD_PROMETHEUS_PORT:-9090}"
@@ -449,9 +451,11 @@ start_agent() {
     # The agent starts its gateway on this port at its first heartbeat or deployment: refuse a taken port now.
     if ! service_pid agent >/dev/null && ! gateway_pid >/dev/null; then
         require_port "$GATEWAY_PORT" MODELYARD_GATEWAY_PORT "the Triton host's gateway"
+        require_port "$GATEWAY_GRPC_PORT" MODELYARD_GATEWAY_GRPC_PORT "the Triton host's gateway (gRPC)"
     fi
     start_host_agent agent --host local --runtime triton --model-repository "$MODEL_REPOSITORY" \
         --triton-url "http://127.0.0.1:$TRITON_HTTP_PORT" --triton-grpc-url "127.0.0.1:$TRITON_GRPC_PORT" \
+        --gateway-grpc-listen "127.0.0.1:$GATEWAY_GRPC_PORT" \
         --concurrency 4 --perf-analyzer "$STACK_DIR/bin/perf_analyzer"
 }
 
@@ -553,6 +557,7 @@ write_stack_env() {
         echo "MODELYARD_WEB_PORT=$WEB_PORT"
         echo "MODELYARD_S3_PORT=$S3_PORT"
         echo "MODELYARD_GATEWAY_PORT=$GATEWAY_PORT"
+        echo "MODELYARD_GATEWAY_GRPC_PORT=$GATEWAY_GRPC_PORT"
         echo "MODELYARD_TRITON_HTTP_PORT=$TRITON_HTTP_PORT"
         echo "MODELYARD_TRITON_GRPC_PORT=$TRITON_GRPC_PORT"
         echo "MODELYARD_TRITON_METRICS_PORT=$TRITON_METRICS_PORT"

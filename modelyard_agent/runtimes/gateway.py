@@ -18,6 +18,14 @@ answer, so clients only ever see the answers of the versions that serve. (nginx 
 only when its mirror has answered, so a slow shadow delays the next request on that connection.)
 Models without a route are passed as sent (Triton answers with its newest ready version).
 
+With a gRPC address (``grpc_listen``), the gateway also passes Triton's gRPC protocol
+(``inference.GRPCInferenceService``) over HTTP/2 with nginx's ``grpc_pass``: the client methods
+(health, metadata, config, statistics, ``ModelInfer`` and ``ModelStreamInfer``) and the standard
+``grpc.health.v1.Health`` service. Every other method (the repository, shared memory, trace and log
+settings) is answered ``PERMISSION_DENIED`` without reaching Triton. gRPC requests are passed as sent:
+a route's split applies to HTTP requests only, since the version a gRPC request names is inside its
+protobuf body; gRPC clients of a model with a canary name the version they want.
+
 Routes are held in nginx's shared memory by a small Lua module (``modelyard_gateway.lua``, Debian's
 ``libnginx-mod-http-lua``, the approach ingress-nginx takes for its endpoints) and replaced through a
 Unix control socket, so changing a percent, promoting or rolling back never reloads nginx. A reload
@@ -99,12 +107,41 @@ http {{
         location = /v2/models/stats {{ proxy_pass http://modelyard_triton; }}
         location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models/...\\n"; }}
     }}
-    server {{
+{grpc_server}    server {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_gateway").control() }} }}
         location / {{ return 404; }}
     }}
 }}
+"""
+
+
+# The client methods of Triton's gRPC service (grpc_service.proto of triton-inference-server/common); the
+# others (RepositoryIndex, RepositoryModelLoad/Unload, *SharedMemory*, TraceSetting, LogSettings) are the agent's.
+GRPC_CLIENT_METHODS = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer",
+                       "ModelStreamInfer", "ModelConfig", "ModelStatistics")
+
+# A gRPC refusal is a "trailers-only" answer: HTTP 200 whose headers carry grpc-status, no body (the gRPC
+# over HTTP/2 protocol, PROTOCOL-HTTP2.md of grpc/grpc); nginx sends it as a header-only 204.
+_GRPC_SERVER = """\
+    upstream modelyard_triton_grpc {{
+        server {triton_grpc} max_fails=0;
+        keepalive 64;
+    }}
+    server {{
+        listen {grpc_listen} http2 backlog=4096;
+        grpc_read_timeout 300s;
+        grpc_send_timeout 300s;
+        location ~ ^/(inference\\.GRPCInferenceService/({methods})|grpc\\.health\\.v1\\.Health/(Check|Watch))$ {{
+            grpc_pass grpc://modelyard_triton_grpc;
+        }}
+        location / {{
+            default_type application/grpc;
+            add_header grpc-status 7 always;
+            add_header grpc-message "not a client method: the gateway passes health, metadata, config, statistics and inference" always;
+            return 204;
+        }}
+    }}
 """
 
 
@@ -129,14 +166,23 @@ class TritonGateway(NginxProcess):
         listen_port, listen_host, shutdown_timeout: as ``NginxProcess``.
         triton: ``host:port`` of Triton's own HTTP endpoint, which the gateway passes requests to.
         workers: nginx worker processes (``auto``: one per CPU).
+        grpc_listen: ``[host:]port`` where the gateway takes gRPC, or empty (no gRPC through the gateway).
+        triton_grpc: ``host:port`` of Triton's own gRPC endpoint; needed with ``grpc_listen``.
+
+    Raises:
+        ValueError: ``grpc_listen`` without ``triton_grpc``.
     """
 
     SUBDIRS = ("tmp",)
 
     def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
-                 shutdown_timeout: float = 120.0, workers: str = "auto"):
+                 shutdown_timeout: float = 120.0, workers: str = "auto", grpc_listen: str = "",
+                 triton_grpc: str = ""):
         super().__init__(directory, listen_port, listen_host, shutdown_timeout)
+        if grpc_listen and not triton_grpc:
+            raise ValueError("gRPC through the gateway needs Triton's own gRPC address (--triton-grpc-url)")
         self.triton = triton
+        self.grpc_listen, self.triton_grpc = grpc_listen, triton_grpc
         self.workers = workers
         self.routes_file = self.dir / "routes.json"
         self.control_socket = self.dir / "control.sock"
@@ -151,6 +197,8 @@ class TritonGateway(NginxProcess):
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
             temp_paths=TEMP_PATHS.format(dir=self.dir),
+            grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
+                                            methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
 
     def routes(self) -> dict[str, dict]:

@@ -50,6 +50,10 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     assert (config.host, config.load_deadline, config.unload_deadline) == ("gpu-0", 30.0, 45.0)
     assert config.labels == {"zone": "a"} and config.runtime == "triton" and config.concurrency == 4
     assert AgentConfig.from_values({}, config.as_environ()) == config
+    gateway = AgentConfig.from_values({"host": "gpu-0", "triton_url": "http://127.0.0.1:8000",
+                                       "triton_grpc_url": "127.0.0.1:8001", "gateway_grpc_listen": "0.0.0.0:8011"}, {})
+    assert gateway.gateway_grpc_listen == "0.0.0.0:8011"
+    assert AgentConfig.from_values({}, gateway.as_environ()) == gateway
 
 
 @pytest.mark.parametrize("values,says", [
@@ -62,6 +66,10 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     ({"host": "gpu-0", "heartbeat_interval": "1e-9"}, "from 0.5 to 86400"),
     ({"host": "gpu-0", "load_deadline": "2000"}, "must be shorter than --task-time-limit"),
     ({"host": "gpu-0", "broker_url": "amqp://x"}, "must be a Redis URL"),
+    ({"host": "gpu-0", "gateway_grpc_listen": "grpc://x:1"}, "--gateway-grpc-listen (MODELYARD_AGENT_GATEWAY_GRPC_LISTEN) "
+                                                             "must be a port or host:port"),
+    ({"host": "gpu-0", "gateway_grpc_listen": "70000"}, "must be a port or host:port"),
+    ({"host": "gpu-0", "gateway_grpc_listen": "8011"}, "needs --triton-url (MODELYARD_AGENT_TRITON_URL)"),
     ({"host": "gpu-0", "broker_url": "redis://"}, "must be a Redis URL"),
     ({"host": "gpu-0", "broker_url": "redis://h:notaport/0"}, "must be a Redis URL"),
     ({"host": "gpu-0", "broker_url": "redis://h:6379/abc"}, "must end in a database number"),

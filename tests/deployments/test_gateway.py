@@ -173,3 +173,44 @@ def test_a_shadow_gets_a_copy_of_its_share_and_no_client_ever_sees_its_answer(ga
     # 800 draws at p = 0.25: one standard deviation is 12 copies.
     assert 150 <= _successes(gateway, 2) - before <= 250
     assert gateway.routes()[MODEL] == route(1, None, 0, shadow=2, shadow_percent=25)
+
+
+@pytest.fixture
+def grpc_gateway(triton_server, tmp_path):
+    """iris versions 1 and 2 on a real Triton, and a gateway taking HTTP and gRPC in front of it."""
+    put_iris(triton_server.model_repository, tmp_path, versions=[1, 2])
+    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1, 2]))
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+                          listen_host="127.0.0.1", grpc_listen=f"127.0.0.1:{free_port()}",
+                          triton_grpc=triton_server.grpc_url)
+    front.ensure_running()
+    yield front
+    front.stop()
+
+
+def test_grpc_clients_infer_through_the_gateway_and_cannot_reach_the_repository_api(grpc_gateway):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(grpc_gateway.grpc_listen)
+    try:
+        assert client.is_server_live() and client.is_model_ready(MODEL, "1")
+        assert client.get_model_metadata(MODEL, "2").name == MODEL
+        tensor = grpcclient.InferInput("input", [len(sample_input()), 4], "FP32")
+        tensor.set_data_from_numpy(np.asarray(sample_input(), dtype=np.float32))
+        answer = client.infer(MODEL, [tensor], model_version="1", outputs=[grpcclient.InferRequestedOutput("label")])
+        assert answer.get_response().model_version == "1"
+        assert answer.as_numpy("label").shape[0] == len(sample_input())
+        for refused in (lambda: client.unload_model(MODEL), lambda: client.get_model_repository_index(),
+                        lambda: client.get_system_shared_memory_status(), lambda: client.get_log_settings()):
+            with pytest.raises(InferenceServerException, match="not a client method"):
+                refused()
+    finally:
+        client.close()
+    assert TritonRuntime(f"http://{grpc_gateway.triton}").ready_versions(MODEL) == [1, 2]
+
+
+def test_a_gateway_without_tritons_grpc_address_takes_no_grpc(tmp_path):
+    with pytest.raises(ValueError, match="Triton's own gRPC address"):
+        TritonGateway(tmp_path / "gateway", free_port(), triton="127.0.0.1:8000", grpc_listen="127.0.0.1:8011")
