@@ -138,7 +138,7 @@ _GRPC_SERVER = """\
         location / {{
             default_type application/grpc;
             add_header grpc-status 7 always;
-            add_header grpc-message "not a client method: the gateway passes health, metadata, config, statistics and inference" always;
+            add_header grpc-message "not a client method: the gateway passes health, metadata and inference" always;
             return 204;
         }}
     }}

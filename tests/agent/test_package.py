@@ -66,8 +66,8 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     ({"host": "gpu-0", "heartbeat_interval": "1e-9"}, "from 0.5 to 86400"),
     ({"host": "gpu-0", "load_deadline": "2000"}, "must be shorter than --task-time-limit"),
     ({"host": "gpu-0", "broker_url": "amqp://x"}, "must be a Redis URL"),
-    ({"host": "gpu-0", "gateway_grpc_listen": "grpc://x:1"}, "--gateway-grpc-listen (MODELYARD_AGENT_GATEWAY_GRPC_LISTEN) "
-                                                             "must be a port or host:port"),
+    ({"host": "gpu-0", "gateway_grpc_listen": "grpc://x:1"},
+     "--gateway-grpc-listen (MODELYARD_AGENT_GATEWAY_GRPC_LISTEN) must be a port or host:port"),
     ({"host": "gpu-0", "gateway_grpc_listen": "70000"}, "must be a port or host:port"),
     ({"host": "gpu-0", "gateway_grpc_listen": "8011"}, "needs --triton-url (MODELYARD_AGENT_TRITON_URL)"),
     ({"host": "gpu-0", "broker_url": "redis://"}, "must be a Redis URL"),
