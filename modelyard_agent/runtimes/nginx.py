@@ -8,9 +8,17 @@ graceful reload: new workers take new requests, old workers finish the requests 
 ``switch`` returns the old workers, and ``wait_drained`` waits for them to exit; after that no
 request can still be on its way to the process the upstream used to name.
 
+With Debian's nginx Lua module installed, a model can also be **split** for a canary
+(``NginxFront.split``): its location then serves each request from the process of the version its route
+picks (``runtimes.routes``, ``modelyard_routes.lua`` and ``modelyard_bento.lua``: the stable version, the
+canary by percent and sticky ``X-Modelyard-Routing-Key``, or the version ``X-Modelyard-Version-Request``
+names), through one upstream whose Lua balancer takes the port from the route. The route is replaced over
+a Unix control socket with no reload, which also answers how many requests are in flight per version, so
+a version is stopped only once nothing is on its way to it.
+
 Layout::
 
-    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/
+    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control.sock
     <root>/nginx/upstreams/<model>.conf   upstream block (http level)
     <root>/nginx/locations/<model>.conf   location /<model>/ and /_metrics/<model>/<version> (server level)
 
@@ -254,9 +262,11 @@ class NginxProcess:
         with self._lock():
             if not self.conf.exists() or self.conf.read_text() != text:
                 _atomic_write(self.conf, text)
-                if self.master_pid() is not None:
+                if (master := self.master_pid()) is not None:
+                    old_workers = set(_children(master))
                     self._nginx("-t")
                     self._nginx("-s", "reload")
+                    self._wait_reloaded(master, old_workers, timeout)
             if self.master_pid() is None:
                 self._nginx()
         deadline = time.monotonic() + timeout
@@ -304,16 +314,27 @@ class NginxProcess:
                 self._write(before)
                 raise
             self._nginx("-s", "reload")
-            deadline = time.monotonic() + timeout
-            while True:
-                workers = _children(master)
-                accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
-                fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
-                if not accepting and fresh:
-                    return old_workers
-                if time.monotonic() > deadline:
-                    raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
-                time.sleep(0.02)
+            self._wait_reloaded(master, old_workers, timeout)
+            return old_workers
+
+    @staticmethod
+    def _wait_reloaded(master: int, old_workers: set[int], timeout: float) -> None:
+        """Wait until none of ``old_workers`` accepts requests any more and a new worker runs (the new
+        config serves, its control socket included).
+
+        Raises:
+            ServingRuntimeError: not within ``timeout`` seconds (retryable).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            workers = _children(master)
+            accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
+            fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
+            if not accepting and fresh:
+                return
+            if time.monotonic() > deadline:
+                raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
+            time.sleep(0.02)
 
     @staticmethod
     def _write(files: dict[Path, str | None]) -> None:

@@ -255,3 +255,19 @@ def test_a_canary_whose_process_died_gives_its_share_back_to_the_stable_version(
     assert set(versions_of(host.url, 100)) == {"1"}
     heartbeat = collect_bentoml_heartbeat(inference_url=host.url, root=host.root, labels={})
     assert heartbeat["models"] == [{"name": MODEL, "version": 1, "state": "READY"}]
+
+
+def classify_count(url: str, version: int) -> float:
+    """Requests to /classify that ``version``'s own process counted (its bentoml_service_request_total)."""
+    text = requests.get(f"{url}/_metrics/{MODEL}/{version}", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("bentoml_service_request_total{") and 'endpoint="/classify"' in line)
+
+
+def test_a_shadow_gets_a_copy_of_each_request_and_no_client_sees_its_answers(host):
+    host.deploy("v1", 1)
+    shadow = host.deploy("v2", 2, canary_percent=0, shadow_percent=100)
+    assert (shadow["details"]["route"]["shadow"], shadow["details"]["route"]["shadow_percent"]) == (2, 100)
+    before = classify_count(host.url, 2)
+    assert set(versions_of(host.url, 100)) == {"1"}
+    assert classify_count(host.url, 2) - before == 100
