@@ -145,9 +145,15 @@ def _recover_split(root: Path, front: NginxFront, model: str,
                             shadow_percent=float(route.get("shadow_percent") or 0) if ours else 0.0,
                             ports={i.version: i.port for i in (stable, canary) if i is not None})
     kept = {i.home for i in (stable, canary) if i is not None}
+    kept_versions = {i.version for i in (stable, canary) if i is not None}
     for role, instance in roles.items():
         if instance.home not in kept:
             logger.warning("stopping %s instance of %s v%s left by an earlier agent", role, model, instance.version)
+            if instance.version not in kept_versions:  # e.g. a promotion cut short while its old version drained
+                try:
+                    front.wait_idle(model, instance.version, timeout=front.shutdown_timeout)
+                except ServingRuntimeError as exc:
+                    logger.error("stopping %s v%s with requests in flight: %s", model, instance.version, exc.message)
             serve.stop_instance(instance)
             shutil.rmtree(instance.home, ignore_errors=True)
     state.update(model, serving=stable, canary=canary, starting=None, draining=None)
