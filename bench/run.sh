@@ -7,7 +7,7 @@
 # and PostgreSQL on 127.0.0.1:5432 (each benchmark creates and drops its own database); the
 # rollout benchmarks (deploy_overhead, rolling_update) also need Triton (make install-triton) and
 # Redis on 127.0.0.1:6379 (database 11 as their broker, or MODELYARD_BENCH_BROKER_URL); bentoml_swap
-# needs nginx (make install-nginx).
+# and bentoml_split need nginx (make install-nginx; bentoml_split with its Lua module).
 # A benchmark that misses its target still exits 0: the verdict is in its results file.
 # The exit status is non-zero when a benchmark could not run to the end.
 set -euo pipefail
@@ -16,7 +16,7 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
 PY="$REPO_DIR/.venv/bin/python"
 RESULTS="$REPO_DIR/bench/results"
-BENCHMARKS=(overview rollout_planning upload s3_snapshot registry_vs_mlflow deploy_overhead rolling_update bentoml_swap profile_card gateway api_fuzz)
+BENCHMARKS=(overview rollout_planning upload s3_snapshot registry_vs_mlflow deploy_overhead rolling_update bentoml_swap bentoml_split profile_card gateway api_fuzz)
 
 log() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }

@@ -17,8 +17,11 @@ version while P stays.
 - a rollback (``rollouts.rollback_rollout``) starts a plain rollout of each host's stable version: each
   agent first sends every request back to it, then unloads the canary.
 
-Canaries need Triton hosts whose agent runs the gateway and speaks ``CANARY_PROTOCOL``, each already
-serving a version of the model. BentoML hosts get weighted upstreams later.
+Canaries need hosts whose agent speaks ``CANARY_PROTOCOL`` and reports a live gateway, each already serving a
+version of the model: a Triton host whose agent runs the gateway (``--triton-url``), or a BentoML host whose
+agent's nginx has the Lua module (``modelyard_agent.runtimes.nginx.NginxFront``: the stable and the canary
+``bentoml serve`` processes side by side, the same route and routing-key scheme; its heartbeat's ``gateway``
+block says it can split).
 """
 
 from __future__ import annotations
@@ -51,11 +54,11 @@ def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
     """Refuse a canary of ``model_version`` on hosts that cannot split its model's traffic.
 
     Raises:
-        Conflict: a host is not a Triton host, its agent never reported, reports no live gateway or a
-            protocol older than ``CANARY_PROTOCOL``, serves no version of the model yet or already serves
-            this one (there is nothing for the canary to share traffic with), or runs another active
-            canary of the model (promote or roll that back first); the message names each such host and
-            what to do.
+        Conflict: a host's agent never reported, reports a protocol older than ``CANARY_PROTOCOL`` or no
+            live gateway (a BentoML agent older than the split reports none), serves no version of the model
+            yet or already serves this one (there is nothing for the canary to share traffic with), or runs
+            another active canary of the model (promote or roll that back first); the message names each such
+            host and what to do.
     """
     from deployments.services import serving_now
 
@@ -68,16 +71,17 @@ def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
     for host in hosts:
         heartbeat = host.heartbeat or {}
         agent = heartbeat.get("agent") or {}
-        if host.runtime != Runtime.TRITON:
-            problems.append(f"{host.name} is a {host.runtime} host (canaries need triton hosts for now)")
-        elif not agent:
-            problems.append(f"{host.name}'s agent has never reported (start it with --triton-url)")
+        if not agent:
+            problems.append(f"{host.name}'s agent has never reported (start it"
+                            + (" with --triton-url)" if host.runtime == Runtime.TRITON else ")"))
         elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
             problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
                             f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
         elif not (heartbeat.get("gateway") or {}).get("live"):
             problems.append(f"{host.name} reports no live gateway (run its agent with --triton-url and register "
-                            f"the gateway's address as its inference_url)")
+                            f"the gateway's address as its inference_url)" if host.runtime == Runtime.TRITON else
+                            f"{host.name} reports no live gateway (its agent's nginx needs Debian's "
+                            f"libnginx-mod-http-lua and lua-cjson, and the agent pip install -U ./modelyard_agent)")
         elif host.pk not in serving:
             problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
         elif host.pk in running:

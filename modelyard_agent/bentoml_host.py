@@ -41,7 +41,7 @@ from modelyard_agent.triton_host import StagingError, _download
 
 logger = logging.getLogger(__name__)
 
-ROLES = ("serving", "starting", "draining")
+ROLES = ("serving", "canary", "starting", "draining")
 
 
 class ServeState:
@@ -97,6 +97,8 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
     """
     state = ServeState(root)
     roles = state.read().get(model, {})
+    if front.is_split(model):
+        return _recover_split(root, front, model, roles)
     routed = front.upstream_port(model)
     candidates = sorted(roles.values(), key=lambda i: (i.port != routed, i is not roles.get("serving")))
     keep = next((i for i in candidates if serve.is_running(i) and serve.is_ready(i)), None)
@@ -110,8 +112,52 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
             logger.warning("stopping %s instance of %s v%s left by an earlier agent", role, model, instance.version)
             serve.stop_instance(instance)
             shutil.rmtree(instance.home, ignore_errors=True)
-    state.update(model, serving=keep, starting=None, draining=None)
+    state.update(model, serving=keep, canary=None, starting=None, draining=None)
     return keep
+
+
+def _recover_split(root: Path, front: NginxFront, model: str,
+                   roles: dict[str, serve.Instance]) -> serve.Instance | None:
+    """``recover_model`` for a split model: keep its stable (``serving``) and ``canary`` instances that run and
+    are ready, make its route name exactly those (a lost canary's share goes back to the stable version; a
+    lost stable version leaves the canary as the one version served), stop every other instance.
+
+    Returns:
+        The instance now recorded ``serving``, or None when neither runs (the route is dropped; the next
+        deployment of the model switches nginx to a plain location again).
+    """
+    state = ServeState(root)
+    alive = {role: instance for role in ("serving", "canary")
+             if (instance := roles.get(role)) is not None and serve.is_running(instance) and serve.is_ready(instance)}
+    stable = alive.get("serving") or alive.get("canary")
+    canary = alive.get("canary") if "serving" in alive else None
+    route = front.routes().get(model) or {}
+    if stable is None:
+        front.remove_route(model)
+    else:
+        want = {"stable": stable.version, "canary": canary.version if canary else None,
+                "ports": {str(i.version): i.port for i in (stable, canary) if i is not None}}
+        if any(route.get(key) != value for key, value in want.items()):
+            ours = canary is not None and route.get("canary") == canary.version
+            front.set_route(model, stable=stable.version, canary=want["canary"],
+                            percent=float(route.get("percent") or 0) if ours else 0.0,
+                            shadow=route.get("shadow") if ours else None,
+                            shadow_percent=float(route.get("shadow_percent") or 0) if ours else 0.0,
+                            ports={i.version: i.port for i in (stable, canary) if i is not None})
+    kept = {i.home for i in (stable, canary) if i is not None}
+    kept_versions = {i.version for i in (stable, canary) if i is not None}
+    for role, instance in roles.items():
+        if instance.home not in kept:
+            logger.warning("stopping %s instance of %s v%s left by an earlier agent", role, model, instance.version)
+            if instance.version not in kept_versions:  # e.g. a promotion cut short while its old version drained
+                try:
+                    front.wait_idle(model, instance.version, timeout=front.shutdown_timeout)
+                except ServingRuntimeError as exc:
+                    logger.error("stopping %s v%s with requests in flight: %s", model, instance.version, exc.message)
+            serve.stop_instance(instance)
+            shutil.rmtree(instance.home, ignore_errors=True)
+    state.update(model, serving=stable, canary=canary, starting=None, draining=None)
+    return stable
 
 
 def _replace_orphan(root: Path, front: NginxFront, model: str, orphan: serve.Instance) -> serve.Instance | None:
@@ -192,10 +238,19 @@ def deploy_bentoml_version(
         blue = recover_model(root, front, model)
     except ServingRuntimeError as exc:
         return failed(f"nginx: {exc.message}", retryable=exc.retryable)
-    details["previous_versions"] = [blue.version] if blue and blue.version != version else []
+    canary = ServeState(root).read().get(model, {}).get("canary")
+    split = payload.get("canary_percent") is not None or payload.get("shadow_percent") is not None
+    if split and blue is not None and blue.version != version:
+        return _deploy_canary(payload, root, front, steps, blue=blue, old_canary=canary,
+                              load_timeout=load_timeout, unload_timeout=unload_timeout)
+    if canary is not None and blue is not None and version in (blue.version, canary.version):
+        return _end_split(root, front, model, steps, keep=blue if version == blue.version else canary,
+                          other=canary if version == blue.version else blue, unload_timeout=unload_timeout)
+    details["previous_versions"] = [i.version for i in (blue, canary) if i is not None and i.version != version]
     if blue is not None and blue.tag == tag and blue.version == version:
         details["port"] = blue.port
         return steps.ready()
+    was_split = front.is_split(model)
 
     steps.begin(TargetState.LOADING)
     state = ServeState(root)
@@ -215,7 +270,8 @@ def deploy_bentoml_version(
     except ServingRuntimeError as exc:
         if blue is not None and front.upstream_port(model) == green.port:
             try:  # the switch went half way (e.g. the reload was slow): route back before green stops
-                front.wait_drained(front.switch(model, blue.port, blue.version), timeout=unload_timeout)
+                back_to = front.split(model) if was_split else front.switch(model, blue.port, blue.version)
+                front.wait_drained(back_to, timeout=unload_timeout)
             except ServingRuntimeError as back:
                 logger.error("could not route %s back to version %s: %s", model, blue.version, back.message)
         _discard(state, model, green)
@@ -225,9 +281,13 @@ def deploy_bentoml_version(
     details["port"] = green.port
     try:
         front.wait_drained(old_workers, timeout=unload_timeout)
-        if blue is not None:
-            serve.stop_instance(blue, timeout=unload_timeout)
-            shutil.rmtree(blue.home, ignore_errors=True)
+        for old in (blue, canary):  # a split model's canary goes too: a plain rollout ends its canary
+            if old is not None:
+                serve.stop_instance(old, timeout=unload_timeout)
+                shutil.rmtree(old.home, ignore_errors=True)
+        state.update(model, canary=None)
+        if was_split:
+            front.remove_route(model)
     except ServingRuntimeError as exc:
         # The new version serves (the target is READY); the old one stays recorded as draining, and
         # the next heartbeat or deployment of the model stops it (recover_model).
@@ -237,6 +297,151 @@ def deploy_bentoml_version(
     state.update(model, draining=None)
     steps.done("cutover_seconds")
     return steps.ready()
+
+
+def _deploy_canary(payload: dict, root: Path, front: NginxFront, steps: DeploySteps, *, blue: serve.Instance,
+                   old_canary: serve.Instance | None, load_timeout: float, unload_timeout: float) -> dict:
+    """Start ``payload``'s version beside ``blue`` (the stable version, which keeps serving) and split the
+    model: ``canary_percent`` of its requests that name no version to the new one, ``shadow_percent`` of them
+    mirrored to it. An earlier canary of another version is replaced: it stops once no request is on its
+    way to it. The split needs no reload, except the first time the model's location is split.
+
+    Returns:
+        As ``deploy_bentoml_version``; details also hold ``kept_versions`` ([the stable version]) and the
+        ``route`` nginx now holds.
+    """
+    model, version = payload["model"], int(payload["version"])
+    tag = ((payload.get("signature") or {}).get("bentoml") or {}).get("tag", "")
+    details, failed = steps.details, steps.failed
+    if not front.splits:
+        return failed("a canary on a BentoML host needs nginx's Lua module: install Debian's libnginx-mod-http-lua "
+                      "and lua-cjson on this host and restart its agent", retryable=False)
+    percent, shadow_percent = float(payload.get("canary_percent") or 0), float(payload.get("shadow_percent") or 0)
+    details["kept_versions"] = [blue.version]
+
+    def route_to(canary: serve.Instance) -> dict:
+        return {"stable": blue.version, "canary": canary.version, "percent": percent,
+                "shadow": canary.version if shadow_percent else None, "shadow_percent": shadow_percent,
+                "ports": {blue.version: blue.port, canary.version: canary.port}}
+
+    if old_canary is not None and old_canary.version == version and old_canary.tag == tag:
+        try:
+            details["route"] = front.set_route(model, **route_to(old_canary))
+        except ServingRuntimeError as exc:
+            return failed(f"nginx: {exc.message}", retryable=exc.retryable)
+        details["previous_versions"], details["port"] = [], old_canary.port
+        return steps.ready()
+
+    steps.begin(TargetState.LOADING)
+    state = ServeState(root)
+    green = serve.plan_instance(root, BentoStore(root).home, model=model, version=version, tag=tag)
+    state.update(model, starting=green)
+    before = front.routes().get(model) if front.is_split(model) else None
+    try:
+        green = serve.start_instance(green)
+        state.update(model, starting=green)
+        serve.wait_ready(green, timeout=load_timeout)
+        steps.done("load_seconds")
+        if payload.get("sample_input"):
+            steps.begin(TargetState.VERIFYING)
+            serve.smoke_request(green, payload["sample_input"], payload.get("signature") or {})
+            steps.done("smoke_seconds")
+        steps.begin(TargetState.CUTTING_OVER)
+        front.set_route(model, **route_to(green))
+        if before is None:
+            front.split(model)  # the old workers keep sending every request to blue until they exit
+    except ServingRuntimeError as exc:
+        try:
+            if before is not None:
+                front.set_route(model, **{k: v for k, v in before.items() if k != "ports"},
+                                ports={int(v): p for v, p in (before.get("ports") or {}).items()})
+            elif not front.is_split(model):
+                front.remove_route(model)
+        except ServingRuntimeError as back:
+            logger.error("could not restore the route of %s: %s", model, back.message)
+        _discard(state, model, green)
+        return failed(f"{model} version {version} ({tag}) did not start as a canary: {exc.message}",
+                      retryable=exc.retryable)
+    state.update(model, canary=green, starting=None, draining=old_canary)
+    details["port"] = green.port
+    details["previous_versions"] = [old_canary.version] if old_canary is not None else []
+    try:
+        details["route"] = front.routes().get(model)
+        if old_canary is not None:
+            front.wait_idle(model, old_canary.version, timeout=unload_timeout)
+            serve.stop_instance(old_canary, timeout=unload_timeout)
+            shutil.rmtree(old_canary.home, ignore_errors=True)
+    except ServingRuntimeError as exc:
+        logger.error("%s v%s serves as a canary, but the old canary did not stop: %s", model, version, exc.message)
+        details["drain_error"] = exc.message
+        return steps.ready()
+    state.update(model, draining=None)
+    steps.done("cutover_seconds")
+    return steps.ready()
+
+
+def _end_split(root: Path, front: NginxFront, model: str, steps: DeploySteps, *, keep: serve.Instance,
+               other: serve.Instance, unload_timeout: float) -> dict:
+    """End a split model's canary without a reload: every request to ``keep`` (the canary, for a promotion;
+    the stable version, for a rollback), then ``other`` stops once no request is on its way to it.
+
+    Returns:
+        As ``deploy_bentoml_version``; ``previous_versions`` is [``other``'s version], ``route`` the route
+        nginx now holds (the kept version alone).
+    """
+    details, failed = steps.details, steps.failed
+    steps.begin(TargetState.CUTTING_OVER)
+    try:
+        front.set_route(model, stable=keep.version, ports={keep.version: keep.port})
+    except ServingRuntimeError as exc:
+        return failed(f"nginx: {exc.message}", retryable=exc.retryable)
+    state = ServeState(root)
+    state.update(model, serving=keep, canary=None, draining=other)
+    details.update(previous_versions=[other.version], kept_versions=[], port=keep.port)
+    try:
+        details["route"] = front.routes().get(model)
+        front.wait_idle(model, other.version, timeout=unload_timeout)
+        serve.stop_instance(other, timeout=unload_timeout)
+        shutil.rmtree(other.home, ignore_errors=True)
+    except ServingRuntimeError as exc:
+        logger.error("%s v%s serves alone, but v%s did not stop: %s", model, keep.version, other.version, exc.message)
+        details["drain_error"] = exc.message
+        return steps.ready()
+    state.update(model, draining=None)
+    steps.done("cutover_seconds")
+    return steps.ready()
+
+
+def route_bentoml_model(payload: dict, *, root: Path) -> dict:
+    """Change a split model's route (``contract.RoutePayload``: stable, canary, percent, shadow, shadow_percent)
+    with no reload, once every version it names runs here; returns the route nginx now holds.
+
+    Raises:
+        ServingRuntimeError: nginx has no Lua module, the model has no canary here, a version it names does
+            not run here (not retryable), or nginx does not answer (retryable).
+    """
+    root, model = Path(root), payload["model"]
+    stable, canary, shadow = int(payload["stable"]), payload.get("canary"), payload.get("shadow")
+    front = front_for(root, payload["inference_url"])
+    front.ensure_running()
+    if not front.splits:
+        raise ServingRuntimeError("splitting a model's traffic needs nginx's Lua module: install Debian's "
+                                  "libnginx-mod-http-lua and lua-cjson on this host", retryable=False)
+    roles = ServeState(root).read().get(model, {})
+    served = {instance.version: instance for role in ("serving", "canary")
+              if (instance := roles.get(role)) is not None and serve.is_running(instance) and serve.is_ready(instance)}
+    named = {int(v) for v in (stable, canary, shadow) if v is not None}
+    missing = sorted(named - set(served))
+    if missing:
+        raise ServingRuntimeError(f"{model} version(s) {missing} are not served on this host (served: "
+                                  f"{sorted(served)})", retryable=False)
+    if not front.is_split(model):
+        raise ServingRuntimeError(f"{model} has no canary on this host (deploy one with canary_percent first)",
+                                  retryable=False)
+    return front.set_route(model, stable=stable, canary=None if canary is None else int(canary),
+                           percent=float(payload.get("percent") or 0), shadow=None if shadow is None else int(shadow),
+                           shadow_percent=float(payload.get("shadow_percent") or 0),
+                           ports={v: served[v].port for v in named})
 
 
 def tidy_models(root: Path, inference_url: str, lock_for: Callable[[str], object]) -> list[str]:
@@ -254,8 +459,8 @@ def tidy_models(root: Path, inference_url: str, lock_for: Callable[[str], object
     """
     front, tidied = None, []
     for model, roles in sorted(ServeState(root).read().items()):
-        serving = roles.get("serving")
-        if set(roles) == {"serving"} and serve.is_running(serving):
+        if set(roles) <= {"serving", "canary"} and "serving" in roles \
+                and all(serve.is_running(instance) for instance in roles.values()):
             continue
         lock = lock_for(model)
         if not lock.acquire(blocking=False):
@@ -292,11 +497,13 @@ def unload_bentoml_model(payload: dict, *, root: Path, timeout: float = 120.0) -
     front = front_for(root, payload["inference_url"])
     front.ensure_running()
     roles = ServeState(root).read().get(model, {})
+    if front.splits:
+        front.remove_route(model)
     front.wait_drained(front.remove(model), timeout=timeout)
     for instance in roles.values():
         serve.stop_instance(instance, timeout=timeout)
         shutil.rmtree(instance.home, ignore_errors=True)
-    ServeState(root).update(model, serving=None, starting=None, draining=None)
+    ServeState(root).update(model, serving=None, canary=None, starting=None, draining=None)
     served = roles.get("serving")
     return served.version if served else None
 
@@ -373,7 +580,7 @@ def stop_host(root: Path, inference_url: str, timeout: float = 30.0) -> list[str
             stopped.append(home)
         serve.stop_instance(instance, timeout=timeout)
     for model in recorded:
-        state.update(model, serving=None, starting=None, draining=None)
+        state.update(model, serving=None, canary=None, starting=None, draining=None)
     front_for(root, inference_url).stop(timeout=timeout)
     return stopped
 
@@ -392,13 +599,19 @@ def collect_bentoml_heartbeat(*, inference_url: str, root: Path, labels: dict) -
                     "models": [], "gpus": [], "disk_free_bytes": None, "labels": labels, "errors": []}
     try:
         for model, roles in sorted(ServeState(root).read().items()):
-            instance = roles.get("serving")
-            if instance is not None:
-                ready = serve.is_running(instance) and serve.is_ready(instance)
-                report["models"].append({"name": model, "version": instance.version,
-                                         "state": "READY" if ready else "UNAVAILABLE"})
+            for instance in (roles.get("serving"), roles.get("canary")):
+                if instance is not None:
+                    ready = serve.is_running(instance) and serve.is_ready(instance)
+                    report["models"].append({"name": model, "version": instance.version,
+                                             "state": "READY" if ready else "UNAVAILABLE"})
     except (OSError, ValueError) as exc:
         report["errors"].append(f"state file: {exc}")
+    if front.splits:
+        try:
+            report["gateway"] = {"live": report["runtime_live"], "routes": front.routes()}
+        except ServingRuntimeError as exc:
+            report["gateway"] = {"live": False, "routes": {}}
+            report["errors"].append(f"gateway: {exc.message}")
     try:
         root.mkdir(parents=True, exist_ok=True)
         report["disk_free_bytes"] = shutil.disk_usage(root).free

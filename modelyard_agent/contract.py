@@ -24,6 +24,8 @@ Protocol history:
 4. ``canary_percent`` and ``shadow_percent`` on deploy payloads (an older agent would cut over instead of keeping the
    stable version), the ``ROUTE`` task, and the ``gateway`` block of Triton heartbeat reports. The
    orchestrator sends canaries and routes only to agents that report protocol 4 and a live gateway.
+   BentoML agents that split traffic (an nginx with the Lua module) report the same ``gateway`` block;
+   older BentoML agents report none, so they are never sent a canary (no new protocol number).
 5. the ``REPLAY`` task and its ``REPLAY_REPORT`` (captured requests sent again to the serving version and
    to a candidate's copy); the gateway's request capture. The orchestrator sends ``REPLAY`` only to agents
    that report protocol 5 or newer.

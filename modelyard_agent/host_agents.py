@@ -256,6 +256,10 @@ class BentoMLHostAgent:
     (``modelyard_agent.bentoml_host``)."""
 
     def deploy(self, payload: dict, *, report: Callable[[str], None]) -> dict:
+        """As ``HostAgent.deploy``. A payload with ``canary_percent`` or ``shadow_percent`` keeps the version that
+        serves (the stable one) serving beside the new one and splits the model's requests on nginx
+        (``bentoml_host._deploy_canary``); a payload with neither, for the stable or the canary version of a
+        split model, sends every request to it and stops the other (a rollback or a promotion, no reload)."""
         from modelyard_agent.bentoml_host import deploy_bentoml_version
 
         return deploy_bentoml_version(payload, root=Path(settings().bentoml_root), report=report,
@@ -285,14 +289,16 @@ class BentoMLHostAgent:
         return report
 
     def route(self, payload: dict) -> dict:
-        """Weighted splits on BentoML hosts are not built yet.
+        """Set ``payload["model"]``'s route on the host's nginx (``contract.RoutePayload``), with no reload, once
+        each version it names runs here (``bentoml_host.route_bentoml_model``); returns the route nginx holds.
 
         Raises:
-            ServingRuntimeError: always (not retryable).
+            ServingRuntimeError: nginx has no Lua module, the model has no canary here, a version is not served
+                here, or nginx does not answer.
         """
-        from modelyard_agent.runtimes.base import ServingRuntimeError
+        from modelyard_agent.bentoml_host import route_bentoml_model
 
-        raise ServingRuntimeError("canaries are not available on BentoML hosts yet", retryable=False)
+        return route_bentoml_model(payload, root=Path(settings().bentoml_root))
 
     def replay(self, payload: dict, *, progress, should_stop) -> dict:
         """Replays run on Triton hosts only (BentoML hosts capture no requests yet)."""

@@ -40,19 +40,17 @@ Layout::
 
 from __future__ import annotations
 
-import http.client
-import json
-import socket
 from pathlib import Path
 
-from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
-
-LUA_DIR = Path(__file__).resolve().parent
-MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
-ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"
-VERSION_HEADER = "X-Modelyard-Version"
-SHADOW_HEADER = "X-Modelyard-Shadow"
+from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
+from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
+    LUA_DIR,
+    ROUTING_KEY_HEADER,
+    SHADOW_HEADER,
+    VERSION_HEADER,
+    RouteControl,
+    load_modules,
+)
 
 _MAIN_CONF = """\
 {load_modules}
@@ -145,20 +143,7 @@ _GRPC_SERVER = """\
 """
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """An HTTP connection over a Unix socket (the gateway's control socket)."""
-
-    def __init__(self, path: Path, timeout: float):
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = str(path)
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
-
-
-class TritonGateway(NginxProcess):
+class TritonGateway(RouteControl, NginxProcess):
     """The gateway nginx of one Triton host.
 
     Args:
@@ -188,87 +173,11 @@ class TritonGateway(NginxProcess):
         self.control_socket = self.dir / "control.sock"
 
     def main_config(self) -> str:
-        missing = [str(path) for path in MODULES if not path.exists()]
-        if missing:
-            raise ServingRuntimeError(f"the gateway needs nginx's Lua module ({', '.join(missing)} is missing): "
-                                      f"install Debian's libnginx-mod-http-lua and lua-cjson", retryable=False)
         return _MAIN_CONF.format(
-            load_modules="\n".join(f"load_module {path};" for path in MODULES), workers=self.workers,
+            load_modules=load_modules(), workers=self.workers,
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
             temp_paths=TEMP_PATHS.format(dir=self.dir),
             grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
-
-    def routes(self) -> dict[str, dict]:
-        """The routes the running gateway holds: ``{model: {"stable", "canary", "percent", "shadow",
-        "shadow_percent"}}``.
-
-        Raises:
-            ServingRuntimeError: the control socket does not answer (retryable).
-        """
-        return self._control("GET")
-
-    def set_route(self, model: str, *, stable: int, canary: int | None = None, percent: float = 0.0,
-                  shadow: int | None = None, shadow_percent: float = 0.0) -> dict:
-        """Send ``percent`` (0-100) of ``model``'s requests that name no version to ``canary``, the rest to
-        ``stable``, and mirror ``shadow_percent`` (0-100) of them to ``shadow``, whose answers no client sees;
-        effective for the next request, with no reload. Idempotent.
-
-        Returns:
-            The route as the gateway now holds it.
-
-        Raises:
-            ValueError: a percent outside 0-100 or a version below 1.
-            ServingRuntimeError: the gateway refused the routes or does not answer.
-        """
-        for name, value in (("canary", percent), ("shadow", shadow_percent)):
-            if not 0 <= float(value) <= 100:
-                raise ValueError(f"a {name} percent is from 0 to 100; got {value!r}")
-        if any(v is not None and int(v) < 1 for v in (stable, canary, shadow)):
-            raise ValueError("versions are numbered from 1")
-        route = {"stable": int(stable), "canary": None if canary is None else int(canary), "percent": float(percent),
-                 "shadow": None if shadow is None else int(shadow), "shadow_percent": float(shadow_percent)}
-        return self._change(model, route)[model]
-
-    def remove_route(self, model: str) -> None:
-        """Pass ``model``'s requests as sent again (no split). Idempotent.
-
-        Raises:
-            ServingRuntimeError: as ``set_route``.
-        """
-        self._change(model, None)
-
-    def _change(self, model: str, route: dict | None) -> dict[str, dict]:
-        with self._lock():
-            routes = self._read_file()
-            if route is None:
-                routes.pop(model, None)
-            else:
-                routes[model] = route
-            _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
-            return self._control("POST", routes)
-
-    def _read_file(self) -> dict[str, dict]:
-        try:
-            return json.loads(self.routes_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except ValueError as exc:
-            raise ServingRuntimeError(f"{self.routes_file} is not JSON: {exc}", retryable=False) from exc
-
-    def _control(self, method: str, body: dict | None = None, timeout: float = 5.0) -> dict[str, dict]:
-        connection = _UnixConnection(self.control_socket, timeout)
-        try:
-            connection.request(method, "/routes", body=None if body is None else json.dumps(body),
-                               headers={"Content-Type": "application/json"})
-            answer = connection.getresponse()
-            text = answer.read().decode()
-        except OSError as exc:
-            raise ServingRuntimeError(f"the gateway's control socket does not answer: {exc}", retryable=True) from exc
-        finally:
-            connection.close()
-        if answer.status != 200:
-            raise ServingRuntimeError(f"the gateway refused the routes: {text.strip()}", retryable=False)
-        return json.loads(text)

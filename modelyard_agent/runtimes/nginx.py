@@ -8,9 +8,17 @@ graceful reload: new workers take new requests, old workers finish the requests 
 ``switch`` returns the old workers, and ``wait_drained`` waits for them to exit; after that no
 request can still be on its way to the process the upstream used to name.
 
+With Debian's nginx Lua module installed, a model can also be **split** for a canary
+(``NginxFront.split``): its location then serves each request from the process of the version its route
+picks (``runtimes.routes``, ``modelyard_routes.lua`` and ``modelyard_bento.lua``: the stable version, the
+canary by percent and sticky ``X-Modelyard-Routing-Key``, or the version ``X-Modelyard-Version-Request``
+names), through one upstream whose Lua balancer takes the port from the route. The route is replaced over
+a Unix control socket with no reload, which also answers how many requests are in flight per version, so
+a version is stopped only once nothing is on its way to it.
+
 Layout::
 
-    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/
+    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control.sock
     <root>/nginx/upstreams/<model>.conf   upstream block (http level)
     <root>/nginx/locations/<model>.conf   location /<model>/ and /_metrics/<model>/<version> (server level)
 
@@ -36,6 +44,8 @@ from urllib.parse import urlsplit
 import requests
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.routes import LUA_DIR, SHADOW_HEADER, VERSION_HEADER, RouteControl, lua_available
+from modelyard_agent.runtimes.routes import load_modules as _load_modules
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
@@ -43,6 +53,7 @@ _SERVER_PORT = re.compile(r"server 127\.0\.0\.1:(\d+)")
 METRICS_PREFIX = "/_metrics"
 
 _MAIN_CONF = """\
+{load_modules}
 worker_processes 1;
 worker_shutdown_timeout {shutdown_timeout}s;
 pid {dir}/nginx.pid;
@@ -52,15 +63,52 @@ http {{
     access_log off;
     keepalive_timeout {keepalive}s;
 {temp_paths}
+{split_http}
     include {dir}/upstreams/*.conf;
     server {{
         listen {listen};
         location = /healthz {{ return 200 "ok\\n"; }}
         location / {{ return 404 "no model is served under this path\\n"; }}
+{split_server}
         include {dir}/locations/*.conf;
     }}
+{control_server}
 }}
 """
+
+# With nginx's Lua module: the routes of split models (``modelyard_routes.lua``, ``modelyard_bento.lua``),
+# the one upstream whose balancer sends each request to the port of the version its route picked, and the
+# control socket the agent changes routes through.
+_SPLIT_HTTP = """\
+    lua_package_path "{lua_dir}/?.lua;;";
+    lua_shared_dict modelyard_routes 4m;
+    lua_shared_dict modelyard_inflight 1m;
+    init_by_lua_block {{ require("modelyard_routes").load("{dir}/routes.json") }}
+    init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
+    upstream modelyard_split {{
+        server 0.0.0.1;  # never used: the balancer picks the port
+        balancer_by_lua_block {{ require("modelyard_bento").balance() }}
+        keepalive 32;
+    }}"""
+
+_SPLIT_SERVER = """\
+        # /metrics of a version of a split model (a served model's own exact location wins over this one).
+        location ~ ^{metrics_prefix}/(?<modelyard_model>[a-z0-9][a-z0-9_-]*)/(?<modelyard_metrics_version>[0-9]+)$ {{
+            rewrite_by_lua_block {{
+                require("modelyard_bento").metrics(ngx.var.modelyard_model, ngx.var.modelyard_metrics_version)
+            }}
+            proxy_pass http://modelyard_split;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }}"""
+
+_CONTROL_SERVER = """\
+    server {{
+        listen unix:{dir}/control.sock;
+        location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
+        location = /inflight {{ content_by_lua_block {{ require("modelyard_bento").counts() }} }}
+        location / {{ return 404; }}
+    }}"""
 
 # Every temporary file nginx writes stays under its own directory (an agent runs it unprivileged).
 TEMP_PATHS = "\n".join(f"    {kind}_temp_path {{dir}}/tmp/{name};" for kind, name in (
@@ -75,6 +123,9 @@ upstream modelyard_{key} {{
 
 _LOCATION = """\
 location /{model}/ {{
+    if ($http_x_modelyard_version_request !~ "^({version})?$") {{
+        return 404 "{model} v$http_x_modelyard_version_request is not served on this host (served: {version})\\n";
+    }}
     proxy_pass http://modelyard_{key}/;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
@@ -85,6 +136,35 @@ location = {metrics_path} {{
     proxy_pass http://modelyard_{key}/metrics;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
+}}
+"""
+
+
+_SPLIT_UPSTREAM = "# {model} is split: modelyard_bento.lua picks each request's port from its route (routes.json)\n"
+
+_SPLIT_LOCATION = """\
+location /{model}/ {{
+    set $modelyard_version "";
+    set $modelyard_path "";
+    set $modelyard_shadow "";
+    rewrite_by_lua_block {{ require("modelyard_bento").route("{model}") }}
+    log_by_lua_block {{ require("modelyard_bento").done() }}
+    add_header {version_header} $modelyard_version always;
+    mirror /_modelyard_shadow/{model};
+    mirror_request_body on;
+    proxy_pass http://modelyard_split;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_read_timeout 300s;
+}}
+location = /_modelyard_shadow/{model} {{
+    internal;
+    rewrite_by_lua_block {{ require("modelyard_bento").shadow("{model}") }}
+    proxy_pass http://modelyard_split;
+    proxy_http_version 1.1;
+    proxy_set_header Connection "";
+    proxy_set_header {shadow_header} 1;
+    proxy_read_timeout 300s;
 }}
 """
 
@@ -182,9 +262,11 @@ class NginxProcess:
         with self._lock():
             if not self.conf.exists() or self.conf.read_text() != text:
                 _atomic_write(self.conf, text)
-                if self.master_pid() is not None:
+                if (master := self.master_pid()) is not None:
+                    old_workers = set(_children(master))
                     self._nginx("-t")
                     self._nginx("-s", "reload")
+                    self._wait_reloaded(master, old_workers, timeout)
             if self.master_pid() is None:
                 self._nginx()
         deadline = time.monotonic() + timeout
@@ -232,16 +314,27 @@ class NginxProcess:
                 self._write(before)
                 raise
             self._nginx("-s", "reload")
-            deadline = time.monotonic() + timeout
-            while True:
-                workers = _children(master)
-                accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
-                fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
-                if not accepting and fresh:
-                    return old_workers
-                if time.monotonic() > deadline:
-                    raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
-                time.sleep(0.02)
+            self._wait_reloaded(master, old_workers, timeout)
+            return old_workers
+
+    @staticmethod
+    def _wait_reloaded(master: int, old_workers: set[int], timeout: float) -> None:
+        """Wait until none of ``old_workers`` accepts requests any more and a new worker runs (the new
+        config serves, its control socket included).
+
+        Raises:
+            ServingRuntimeError: not within ``timeout`` seconds (retryable).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            workers = _children(master)
+            accepting = [pid for pid, cmd in workers.items() if pid in old_workers and "shutting down" not in cmd]
+            fresh = [pid for pid in workers if pid not in old_workers and "worker process" in workers[pid]]
+            if not accepting and fresh:
+                return
+            if time.monotonic() > deadline:
+                raise ServingRuntimeError(f"nginx did not reload within {timeout:g} s", retryable=True)
+            time.sleep(0.02)
 
     @staticmethod
     def _write(files: dict[Path, str | None]) -> None:
@@ -275,8 +368,14 @@ class NginxProcess:
             time.sleep(0.05)
 
 
-class NginxFront(NginxProcess):
+class NginxFront(RouteControl, NginxProcess):
     """The nginx master of one BentoML host agent.
+
+    With Debian's nginx Lua module installed (``splits``), a model may also be **split**: its location
+    sends each request to the ``bentoml serve`` process of the version its route picks
+    (``runtimes.routes``; the route carries each version's port), so a canary starts, changes its percent,
+    is promoted or rolled back without a reload. Only turning a model's location from plain to split, and
+    back, reloads.
 
     Args:
         root: the agent's BentoML directory; nginx lives in ``root/nginx``.
@@ -294,10 +393,69 @@ class NginxFront(NginxProcess):
                  client_keepalive: float = 0.0):
         super().__init__(Path(root) / "nginx", listen_port, listen_host, shutdown_timeout)
         self.client_keepalive = client_keepalive
+        self.splits = lua_available()
+        self.routes_file = self.dir / "routes.json"
+        self.control_socket = self.dir / "control.sock"
 
     def main_config(self) -> str:
+        split = {"load_modules": "", "split_http": "", "split_server": "", "control_server": ""}
+        if self.splits:
+            split = {"load_modules": _load_modules(),
+                     "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir),
+                     "split_server": _SPLIT_SERVER.format(metrics_prefix=METRICS_PREFIX),
+                     "control_server": _CONTROL_SERVER.format(dir=self.dir)}
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
-                                 keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir))
+                                 keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir),
+                                 **split)
+
+    def is_split(self, model: str) -> bool:
+        """True when ``model``'s location is split (its route picks the version of each request)."""
+        path = self.dir / "locations" / f"{model}.conf"
+        return path.exists() and "modelyard_bento" in path.read_text()
+
+    def split(self, model: str, timeout: float = 10.0) -> set[int]:
+        """Make ``model``'s location split with a graceful reload: from then on its route (``set_route``,
+        which must hold the ports of its versions first) picks the version of each request.
+
+        Returns:
+            The workers from before the reload, as ``switch``; they kept sending requests to the process
+            the plain location named.
+
+        Raises:
+            ServingRuntimeError: this nginx has no Lua module, a bad model name, nginx refused the config,
+                or the reload did not happen within ``timeout`` seconds.
+        """
+        if not self.splits:
+            raise ServingRuntimeError("splitting a model's traffic needs nginx's Lua module: install Debian's "
+                                      "libnginx-mod-http-lua and lua-cjson on this host", retryable=False)
+        return self._apply_model(model, {
+            "upstreams": _SPLIT_UPSTREAM.format(model=model),
+            "locations": _SPLIT_LOCATION.format(model=model, version_header=VERSION_HEADER,
+                                                shadow_header=SHADOW_HEADER),
+        }, timeout)
+
+    def inflight(self) -> dict[str, int]:
+        """Requests of split models in flight now, ``{"<model>/<version>": count}`` (shadow copies included).
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/inflight")
+
+    def wait_idle(self, model: str, version: int, timeout: float, poll: float = 0.02) -> None:
+        """Wait until no request of a split ``model`` is on its way to ``version`` (call it once the route no
+        longer gives that version: no new request can then be counted on it).
+
+        Raises:
+            ServingRuntimeError: requests still in flight after ``timeout`` seconds (retryable).
+        """
+        key = f"{model}/{int(version)}"
+        deadline = time.monotonic() + timeout
+        while (count := int(self.inflight().get(key) or 0)) > 0:
+            if time.monotonic() > deadline:
+                raise ServingRuntimeError(f"{count} request(s) to {model} v{version} still in flight after "
+                                          f"{timeout:g} s", retryable=True)
+            time.sleep(poll)
 
     def upstream_port(self, model: str) -> int | None:
         """The backend port the model's upstream file names, or None when it has none."""

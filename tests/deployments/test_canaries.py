@@ -73,7 +73,6 @@ def test_a_canary_deployment_keeps_the_stable_version_in_each_payload(api_client
      "gpu-1 reports no live gateway (run its agent with --triton-url"),
     (lambda hosts: hosts[1].__setattr__("heartbeat", {"agent": {"protocol": 3}, "gateway": {"live": True}}),
      "gpu-1's agent speaks protocol 3, canaries need 4"),
-    (lambda hosts: hosts[1].__setattr__("runtime", "bentoml"), "gpu-1 is a bentoml host"),
 ])
 def test_a_canary_is_refused_on_a_host_that_cannot_split_and_nothing_is_written(api_client, fleet, change, says):
     versions, hosts = fleet
@@ -83,6 +82,50 @@ def test_a_canary_is_refused_on_a_host_that_cannot_split_and_nothing_is_written(
     answer = start(api_client)
     assert answer.status_code == 409 and says in answer.json()["detail"], answer.content
     assert Deployment.objects.count() == before
+
+
+@pytest.fixture
+def bento_fleet(db):
+    """Model clf with Bento versions 1 and 2; bento-0 serves version 1, bento-1 too but its agent reports no
+    gateway (an agent from before BentoML canaries, or an nginx without the Lua module)."""
+    model = RegisteredModel.objects.create(name="clf", next_version=3)
+    versions = [ModelVersion.objects.create(
+        model=model, version=n, format=ArtifactFormat.BENTO, artifact_key=f"sha256/{n}", artifact_sha256=f"{n}" * 64,
+        artifact_size=10, signature={"bentoml": {"tag": f"clf:v{n}"}}) for n in (1, 2)]
+    served = Deployment.objects.create(model=model, version=versions[0], status="succeeded")
+    hosts = []
+    for name, heartbeat in (("bento-0", GATEWAY), ("bento-1", {"runtime_live": True, "agent": {"protocol": 4}})):
+        host = ServingHost.objects.create(name=name, runtime="bentoml", inference_url=f"http://{name}:3000",
+                                          heartbeat=heartbeat, last_heartbeat_at=timezone.now())
+        DeploymentTarget.objects.create(deployment=served, host=host, state=TargetState.READY)
+        hosts.append(host)
+    return versions, hosts
+
+
+def test_a_bentoml_host_whose_agent_reports_a_gateway_takes_a_canary_and_its_percent_changes(
+        api_client, bento_fleet, broker, django_capture_on_commit_callbacks):
+    versions, _ = bento_fleet
+    answer = api_client.post("/api/v1/deployments/", {"model": "clf", "version": 2, "hosts": ["bento-0"],
+                                                      "canary_percent": 10}, format="json")
+    assert answer.status_code == 201, answer.content
+    deployment = answer.json()["id"]
+    DeploymentTarget.objects.filter(deployment_id=deployment).update(state=TargetState.READY,
+                                                                     previous_version=versions[0])
+    with django_capture_on_commit_callbacks(execute=True):
+        changed = api_client.patch(f"/api/v1/deployments/{deployment}/", {"canary_percent": 50}, format="json")
+    assert changed.status_code == 200
+    [route] = routes_sent(broker, "bento-0")
+    assert (route["runtime"], route["model"], route["stable"], route["canary"], route["percent"]) == (
+        "bentoml", "clf", 1, 2, 50.0)
+
+
+def test_a_bentoml_host_whose_agent_reports_no_gateway_is_refused_with_what_to_install(api_client, bento_fleet):
+    answer = api_client.post("/api/v1/deployments/", {"model": "clf", "version": 2, "hosts": ["bento-0", "bento-1"],
+                                                      "canary_percent": 10}, format="json")
+    assert answer.status_code == 409
+    detail = answer.json()["detail"]
+    assert "bento-1 reports no live gateway (its agent's nginx needs Debian's libnginx-mod-http-lua" in detail
+    assert "bento-0" not in detail
 
 
 def test_a_canary_on_a_host_that_serves_nothing_yet_is_refused(api_client, fleet):

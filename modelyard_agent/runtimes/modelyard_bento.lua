@@ -1,0 +1,152 @@
+-- The split of a BentoML host's front (modelyard_agent/runtimes/nginx.py writes the config that loads it):
+-- a model whose location is split serves each request from the `bentoml serve` process of the version
+-- its route (modelyard_routes.lua) picks, through the one upstream "modelyard_split" whose balancer sends
+-- it to that version's port. Ports come with the route, so starting a canary, changing its percent,
+-- promoting or rolling it back needs no reload.
+--
+-- In-flight requests are counted per version in the shared dict "modelyard_inflight" ("<model>/<version>"),
+-- from the moment a request is given a version until its log phase (a shadow copy counts for the shadow's
+-- version until the request it copies ends), so the agent can stop a version once nothing is on its way to it.
+local routes = require("modelyard_routes")
+local balancer = require("ngx.balancer")
+
+local M = {}
+local inflight = ngx.shared.modelyard_inflight
+local VERSION_REQUEST = "http_x_modelyard_version_request"
+
+local function port_of(route, version)
+    local ports = route.ports
+    return type(ports) == "table" and ports[string.format("%d", version)] or nil
+end
+
+local function serves(route, version)
+    return (version == route.stable or version == route.canary) and port_of(route, version) ~= nil
+end
+
+local function refuse(status, ...)
+    ngx.status = status
+    ngx.header["Content-Type"] = "text/plain"
+    ngx.say(...)
+    return ngx.exit(status)
+end
+
+-- Count one request on the version `choose(route)` gives (nil: none), under a route that did not change
+-- meanwhile: a request counted under an old route is counted again under the new one, so once the agent
+-- changed a route and reads a version's count as 0, no request can still be given that version.
+-- Returns the route, the version and its counter's key, or nil when `model` has no route or choose gave nil.
+local function claim(model, choose)
+    while true do
+        local generation = routes.generation()
+        local route = routes.current(model)
+        if not route then
+            return nil
+        end
+        local version = choose(route)
+        if version == nil then
+            return route
+        end
+        local key = model .. "/" .. string.format("%d", version)
+        inflight:incr(key, 1, 0)
+        if routes.generation() == generation then
+            return route, version, key
+        end
+        inflight:incr(key, -1, 0)
+    end
+end
+
+-- rewrite_by_lua of location /<model>/: pick the version (the one X-Modelyard-Version-Request names, or the
+-- route's pick), strip the /<model> prefix and leave the port for balance().
+function M.route(model)
+    local asked = ngx.var[VERSION_REQUEST]
+    local pinned = asked and asked ~= "" and tonumber(asked) or nil
+    if asked and asked ~= "" and not (pinned and pinned >= 1 and pinned % 1 == 0) then
+        return refuse(400, "X-Modelyard-Version-Request must be a version number, got ", asked)
+    end
+    local route, version, key = claim(model, function(route)
+        if pinned then
+            return serves(route, pinned) and pinned or nil
+        end
+        return routes.pick(route)
+    end)
+    if not route then
+        return refuse(503, "no route for ", model, " on this host")
+    end
+    if not version then
+        local served = { route.stable }
+        if type(route.canary) == "number" then
+            served[2] = route.canary
+        end
+        return refuse(404, model, " version ", asked, " is not served on this host (served: ",
+            table.concat(served, ", "), ")")
+    end
+    ngx.ctx.modelyard_port = port_of(route, version)
+    ngx.ctx.modelyard_counted = key
+    ngx.var.modelyard_version = version
+    local path = string.sub(ngx.var.uri, #model + 2)
+    ngx.var.modelyard_path = path
+    ngx.req.set_uri(path)
+end
+
+-- rewrite_by_lua of the mirror subrequest every request to a split /<model>/ makes: when the route has a
+-- shadow and this request is drawn (shadow_percent), a copy goes to the shadow's process; nginx discards
+-- its answer, so a client never sees it. Otherwise the subrequest ends here (204, no upstream).
+function M.shadow(model)
+    local served = tonumber(ngx.var.modelyard_version)
+    local route, version, key = claim(model, function(route)
+        if served and routes.takes_shadow(route, served) and port_of(route, route.shadow) then
+            return route.shadow
+        end
+        return nil
+    end)
+    if not version then
+        return ngx.exit(204)
+    end
+    ngx.ctx.modelyard_port = port_of(route, version)
+    ngx.var.modelyard_shadow = key
+    ngx.req.set_uri(ngx.var.modelyard_path)
+end
+
+-- rewrite_by_lua of /_metrics/<model>/<version> for a split model: that version's /metrics while the route
+-- serves it, else 404.
+function M.metrics(model, version)
+    local route = routes.current(model)
+    local wanted = tonumber(version)
+    if not route or not wanted or not serves(route, wanted) then
+        return refuse(404, "no version ", version, " of ", model, " is served here")
+    end
+    ngx.ctx.modelyard_port = port_of(route, wanted)
+    ngx.req.set_uri("/metrics")
+end
+
+-- balancer_by_lua of upstream modelyard_split: the port route(), shadow() or metrics() chose.
+function M.balance()
+    local ok, err = balancer.set_current_peer("127.0.0.1", ngx.ctx.modelyard_port)
+    if not ok then
+        ngx.log(ngx.ERR, "no peer for this request: ", err)
+        return ngx.exit(502)
+    end
+end
+
+-- log_by_lua of location /<model>/: the request (and its shadow copy) no longer counts.
+function M.done()
+    local key = ngx.ctx.modelyard_counted
+    if key then
+        inflight:incr(key, -1, 0)
+    end
+    local shadow = ngx.var.modelyard_shadow
+    if shadow and shadow ~= "" then
+        inflight:incr(shadow, -1, 0)
+    end
+end
+
+-- content_by_lua of GET /inflight on the control socket: {"<model>/<version>": requests in flight}.
+function M.counts()
+    local out = {}
+    for _, key in ipairs(inflight:get_keys(0)) do
+        out[key] = inflight:get(key)
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(next(out) and require("cjson.safe").encode(out) or "{}")
+end
+
+return M

@@ -1,0 +1,168 @@
+-- Per-model routes of a host's nginx, the scheme both runtimes use: the BentoML front
+-- (modelyard_bento.lua, written by modelyard_agent/runtimes/nginx.py) and, in its own copy, the Triton
+-- gateway (modelyard_gateway.lua). Routes live in the shared dict "modelyard_routes", one entry per model:
+--   {"stable": 3, "canary": 4, "percent": 10.0, "shadow": 4, "shadow_percent": 20.0, "ports": {"3": 41001, "4": 41002}}
+-- (canary and shadow may be null; "ports", the loopback port serving each version, only on the BentoML front).
+-- They come from <nginx dir>/routes.json when nginx starts and from POST /routes on its control socket
+-- afterwards, so a change of percent, a promotion or a rollback needs no reload.
+local cjson = require("cjson.safe")
+
+local M = {}
+local routes = ngx.shared.modelyard_routes
+local GENERATION = "\0generation"  -- bumped by every apply; not a model name (names have no NUL)
+
+-- Each worker keeps the routes decoded, and decodes them again only when the generation changed.
+local cached, cached_generation = {}, nil
+
+-- The number of route changes so far (nil before the first): a request that read a route and then sees
+-- another generation knows the route changed under it.
+function M.generation()
+    return routes:get(GENERATION)
+end
+
+function M.current(model)
+    local generation = routes:get(GENERATION)
+    if generation ~= cached_generation then
+        local fresh = {}
+        for _, key in ipairs(routes:get_keys(0)) do
+            if key ~= GENERATION then
+                fresh[key] = cjson.decode(routes:get(key))
+            end
+        end
+        cached, cached_generation = fresh, generation
+    end
+    return cached[model]
+end
+
+local function version_or_null(value)
+    return value == nil or value == cjson.null or type(value) == "number"
+end
+
+local function percent(value)
+    return type(value) == "number" and value >= 0 and value <= 100
+end
+
+local function ports(value)
+    if value == nil or value == cjson.null then
+        return true
+    end
+    if type(value) ~= "table" then
+        return false
+    end
+    for version, port in pairs(value) do
+        if type(version) ~= "string" or not version:match("^%d+$") or type(port) ~= "number"
+                or port < 1 or port > 65535 then
+            return false
+        end
+    end
+    return true
+end
+
+local function valid(route)
+    return type(route) == "table" and type(route.stable) == "number" and version_or_null(route.canary)
+        and percent(route.percent) and version_or_null(route.shadow)
+        and (route.shadow_percent == nil or percent(route.shadow_percent)) and ports(route.ports)
+end
+
+-- Replace every route with those of `table` ({model: route}); returns nil and a message when one is malformed.
+function M.apply(table)
+    if type(table) ~= "table" then
+        return nil, "routes must be a JSON object of model names"
+    end
+    for model, route in pairs(table) do
+        if type(model) ~= "string" or not valid(route) then
+            return nil, "route of " .. tostring(model)
+                .. " must be {stable, canary, percent 0-100, shadow, shadow_percent 0-100, ports {version: port}}"
+        end
+    end
+    local generation = (routes:get(GENERATION) or 0) + 1
+    routes:flush_all()
+    local count = 0
+    for model, route in pairs(table) do
+        local ok, err = routes:safe_set(model, cjson.encode(route))
+        if not ok then
+            return nil, "no room for the route of " .. model .. ": " .. err
+        end
+        count = count + 1
+    end
+    routes:set(GENERATION, generation)
+    return count
+end
+
+-- At start and on reload (init_by_lua): the routes the agent last wrote.
+function M.load(path)
+    local file = io.open(path, "r")
+    if not file then
+        return
+    end
+    local text = file:read("*a")
+    file:close()
+    local count, err = M.apply(cjson.decode(text))
+    if not count then
+        ngx.log(ngx.ERR, "routes in ", path, " ignored: ", err)
+    end
+end
+
+function M.seed()
+    math.randomseed(ngx.now() * 1000 + ngx.worker.pid())
+end
+
+-- Whether a request goes to the canary: a routing key (header X-Modelyard-Routing-Key) is hashed (CRC-32)
+-- into 10,000 buckets, so the same key always lands on the same version while the percent stays, and
+-- raising the percent only moves keys from the stable version to the canary; requests without one are
+-- drawn at random.
+function M.takes_canary(share)
+    if share <= 0 then
+        return false
+    end
+    if share >= 100 then
+        return true
+    end
+    local key = ngx.var.http_x_modelyard_routing_key
+    if key and key ~= "" then
+        return ngx.crc32_long(key) % 10000 < share * 100
+    end
+    return math.random() * 100 < share
+end
+
+-- The version a request that names none goes to under `route`.
+function M.pick(route)
+    if type(route.canary) == "number" and M.takes_canary(route.percent) then
+        return route.canary
+    end
+    return route.stable
+end
+
+-- Whether a shadow copy of this request (answered by `version`) goes to the route's shadow version.
+function M.takes_shadow(route, version)
+    return type(route.shadow) == "number" and route.shadow ~= version
+        and math.random() * 100 < (route.shadow_percent or 0)
+end
+
+-- Every route, as a JSON object.
+function M.encoded()
+    local out = {}
+    for _, model in ipairs(routes:get_keys(0)) do
+        if model ~= GENERATION then
+            out[model] = cjson.decode(routes:get(model))
+        end
+    end
+    return next(out) and cjson.encode(out) or "{}"
+end
+
+-- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them.
+function M.control()
+    if ngx.req.get_method() == "POST" then
+        ngx.req.read_body()
+        local count, err = M.apply(cjson.decode(ngx.req.get_body_data() or ""))
+        if not count then
+            ngx.status = 400
+            ngx.say(err)
+            return
+        end
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(M.encoded())
+end
+
+return M

@@ -1,0 +1,163 @@
+"""Per-model routes held in a host nginx's shared memory, the part the Triton gateway
+(``runtimes.gateway.TritonGateway``) and the BentoML front (``runtimes.nginx.NginxFront``) share.
+
+A route is ``{"stable", "canary", "percent", "shadow", "shadow_percent"}`` (plus, on the BentoML front,
+``"ports"``: ``{"<version>": port}``, the loopback port of each version's ``bentoml serve``). ``percent``
+(0-100) of a model's requests that name no version go to ``canary``, the rest to ``stable``; a request
+with ``X-Modelyard-Routing-Key`` is hashed (CRC-32) into 10,000 buckets, so it always reaches the same
+version while the percent stays and raising the percent only moves keys to the canary (the Lua in
+``modelyard_routes.lua``). Routes are replaced over the nginx's Unix control socket (``POST /routes``),
+with no reload, and kept in ``routes.json`` beside it, which nginx reads when it starts.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from pathlib import Path
+
+from modelyard_agent.runtimes.base import ServingRuntimeError
+
+LUA_DIR = Path(__file__).resolve().parent
+MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
+ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"
+VERSION_HEADER = "X-Modelyard-Version"
+SHADOW_HEADER = "X-Modelyard-Shadow"
+ROUTE_KEYS = ("stable", "canary", "percent", "shadow", "shadow_percent")
+
+
+def lua_available() -> bool:
+    """True when Debian's nginx Lua module (``libnginx-mod-http-lua``) is installed."""
+    return all(path.exists() for path in MODULES)
+
+
+def load_modules() -> str:
+    """The ``load_module`` lines of an nginx.conf that routes with Lua.
+
+    Raises:
+        ServingRuntimeError: the module is not installed (not retryable).
+    """
+    missing = [str(path) for path in MODULES if not path.exists()]
+    if missing:
+        raise ServingRuntimeError(f"the gateway needs nginx's Lua module ({', '.join(missing)} is missing): "
+                                  f"install Debian's libnginx-mod-http-lua and lua-cjson", retryable=False)
+    return "\n".join(f"load_module {path};" for path in MODULES)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection over a Unix socket (an nginx's control socket)."""
+
+    def __init__(self, path: Path, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = str(path)
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def make_route(*, stable: int, canary: int | None = None, percent: float = 0.0, shadow: int | None = None,
+               shadow_percent: float = 0.0, ports: dict[int, int] | None = None) -> dict:
+    """A route as the Lua module holds it.
+
+    Args:
+        stable, canary, shadow: version numbers (canary and shadow may be None).
+        percent, shadow_percent: shares of requests, 0-100.
+        ports: version -> loopback port of the process serving it (BentoML front only).
+
+    Raises:
+        ValueError: a percent outside 0-100, a version below 1 or a port outside 1-65535.
+    """
+    for name, value in (("canary", percent), ("shadow", shadow_percent)):
+        if not 0 <= float(value) <= 100:
+            raise ValueError(f"a {name} percent is from 0 to 100; got {value!r}")
+    if any(v is not None and int(v) < 1 for v in (stable, canary, shadow)):
+        raise ValueError("versions are numbered from 1")
+    route = {"stable": int(stable), "canary": None if canary is None else int(canary), "percent": float(percent),
+             "shadow": None if shadow is None else int(shadow), "shadow_percent": float(shadow_percent)}
+    if ports is not None:
+        if any(not 1 <= int(port) <= 65535 for port in ports.values()):
+            raise ValueError(f"ports are from 1 to 65535; got {ports!r}")
+        route["ports"] = {str(int(version)): int(port) for version, port in ports.items()}
+    return route
+
+
+class RouteControl:
+    """Reads and replaces the routes of a running nginx through its control socket.
+
+    Mixed into an ``NginxProcess`` subclass that sets ``routes_file`` and ``control_socket`` and provides
+    ``_lock()`` (one change per host at a time).
+    """
+
+    routes_file: Path
+    control_socket: Path
+
+    def routes(self) -> dict[str, dict]:
+        """The routes the running nginx holds: ``{model: route}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET")
+
+    def set_route(self, model: str, *, stable: int, canary: int | None = None, percent: float = 0.0,
+                  shadow: int | None = None, shadow_percent: float = 0.0, ports: dict[int, int] | None = None) -> dict:
+        """Send ``percent`` (0-100) of ``model``'s requests that name no version to ``canary``, the rest to
+        ``stable``, and mirror ``shadow_percent`` (0-100) of them to ``shadow``, whose answers no client sees;
+        effective for the next request, with no reload. Idempotent.
+
+        Returns:
+            The route as nginx now holds it.
+
+        Raises:
+            ValueError: as ``make_route``.
+            ServingRuntimeError: nginx refused the routes or does not answer.
+        """
+        route = make_route(stable=stable, canary=canary, percent=percent, shadow=shadow,
+                           shadow_percent=shadow_percent, ports=ports)
+        return self._change(model, route)[model]
+
+    def remove_route(self, model: str) -> None:
+        """Drop ``model``'s route. Idempotent.
+
+        Raises:
+            ServingRuntimeError: as ``set_route``.
+        """
+        self._change(model, None)
+
+    def _change(self, model: str, route: dict | None) -> dict[str, dict]:
+        from modelyard_agent.runtimes.nginx import _atomic_write
+
+        with self._lock():
+            routes = self._read_file()
+            if route is None:
+                routes.pop(model, None)
+            else:
+                routes[model] = route
+            _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
+            return self._control("POST", routes)
+
+    def _read_file(self) -> dict[str, dict]:
+        try:
+            return json.loads(self.routes_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ServingRuntimeError(f"{self.routes_file} is not JSON: {exc}", retryable=False) from exc
+
+    def _control(self, method: str, body: dict | None = None, timeout: float = 5.0, path: str = "/routes") -> dict:
+        connection = _UnixConnection(self.control_socket, timeout)
+        try:
+            connection.request(method, path, body=None if body is None else json.dumps(body),
+                               headers={"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            text = answer.read().decode()
+        except OSError as exc:
+            raise ServingRuntimeError(f"the gateway's control socket does not answer: {exc}", retryable=True) from exc
+        finally:
+            connection.close()
+        if answer.status != 200:
+            raise ServingRuntimeError(f"the gateway refused the routes: {text.strip()}", retryable=False)
+        return json.loads(text)
