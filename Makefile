@@ -19,12 +19,12 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser run stop status test lint bench screenshots
+.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-localstack install-browser run stop status test lint bench screenshots
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
 
-install: install-python install-prometheus install-nginx install-triton install-perf-analyzer install-browser
+install: install-python install-prometheus install-nginx install-triton install-perf-analyzer install-localstack install-browser
 
 install-python: $(VENV_MARKER)
 
@@ -63,6 +63,11 @@ install-triton:
 # performance cards are measured with; marker in .stack/, exits at once when done.
 install-perf-analyzer: install-python
 	scripts/install_perf_analyzer.sh
+
+# LocalStack's S3 in its own Python 3.13 virtualenv: it checks part checksums on arrival and serves
+# ranged GETs as S3 does (tests of the upload checks, and `bench/run.sh upload`); marker in .stack/.
+install-localstack:
+	scripts/install_localstack.sh
 
 # Debian's Chromium, which the browser tests drive through Playwright (whose own browser
 # download is not used). The package lists are refreshed only when the install needs it.

@@ -28,6 +28,10 @@ pg_isready -q -h 127.0.0.1 -p 5432 || die "PostgreSQL does not answer on 127.0.0
 
 selected=("$@")
 ((${#selected[@]})) || selected=("${BENCHMARKS[@]}")
+# The upload benchmark's S3 server (LocalStack's, in its own virtualenv).
+if [[ " ${selected[*]} " == *" upload "* ]]; then
+    "$REPO_DIR/scripts/install_localstack.sh"
+fi
 mkdir -p "$RESULTS"
 failed=()
 for name in "${selected[@]}"; do

@@ -2,9 +2,10 @@
 
 What it runs, all real, on free ports and a dedicated database:
 
-1. The S3 stand-in (``moto_server``), the web app (gunicorn, 2 workers, as scripts/stack.sh starts
-   it) and an orchestrator Celery worker (``-Q default --concurrency 2``, as scripts/stack.sh),
-   against a PostgreSQL database ``modelyard_bench_upload`` (dropped, created, migrated).
+1. An S3 server (``--s3``: LocalStack's S3 by default, or ``moto_server``), the web app (gunicorn,
+   2 workers, as scripts/stack.sh starts it) and an orchestrator Celery worker (``-Q default
+   --concurrency 2``, as scripts/stack.sh), against a PostgreSQL database ``modelyard_bench_upload``
+   (dropped, created, migrated).
 2. A model archive of ``--size`` bytes (default 2 GB): a plain .tar of a Triton model directory
    whose weights file is random bytes (``os.urandom`` in 8 MiB chunks), in a temporary directory
    that is deleted afterwards.
@@ -24,14 +25,21 @@ What it runs, all real, on free ports and a dedicated database:
    factor of two from one run to the next on a shared machine, and a single pair would measure
    that more than either client.
 5. For reference, after them: boto3 without any per-part checksum (same part size and
-   concurrency; moto then copies the whole object twice more at the join to compute a full-object
-   checksum), and boto3's TransferConfig and checksum defaults (8 MiB parts, 10 threads, CRC32).
+   concurrency; moto, for one, then copies the whole object twice more at the join to compute a
+   full-object checksum), and boto3's TransferConfig and checksum defaults (8 MiB parts, 10 threads, CRC32).
    Their ratios are reported, not judged.
 6. Once, after those: ``modelyard register`` of a ``.zip`` of the same size (stored, not
    compressed), to show that the worker reads only its central directory and config (the ranged
    GETs and bytes it logs), as it does for the .tar.
 7. Peak RSS of the web and worker processes (each process and each process tree: master plus
    children), polled every 50 ms with psutil while all runs happen.
+
+The S3 server. ``--s3 localstack`` (the default; ``scripts/install_localstack.sh``) is LocalStack's
+own S3: like AWS S3 and MinIO it checks each part's ``x-amz-checksum-sha256`` when the part arrives and
+serves a ranged GET from the stored bytes. ``--s3 moto`` is moto's, which the tests use: it checks no
+checksum, and a ranged GET of a 2 GB object costs about 1.4 s there (it reads the whole object into
+memory to slice it; measured here), so the two ranged GETs the worker makes weigh on the product's
+time on moto as they would not on a real store. Either way the same server serves both sides.
 
 How long S3 took to join the parts (``CompleteMultipartUpload``) is recorded for every run: for
 boto3 through botocore's event hooks, for the product from the worker's log. moto keeps objects in
@@ -217,6 +225,35 @@ def log_time(text: str, pattern: str) -> float | None:
     return found
 
 
+LOCALSTACK = REPO / ".stack/bin/localstack-s3"
+STORES = {
+    "localstack": "LocalStack's S3 (checks each part's SHA-256 on arrival, serves ranged GETs from the stored bytes)",
+    "moto": "moto_server, its temporary files on a tmpfs (checks no checksum; a ranged GET reads the whole object)",
+}
+
+
+def localstack_ready(url: str) -> bool:
+    """Whether LocalStack at ``url`` reports its S3 service up."""
+    try:
+        return requests.get(f"{url}/_localstack/health", timeout=2).json()["services"]["s3"] in ("available",
+                                                                                                 "running")
+    except (requests.RequestException, ValueError, KeyError):
+        return False
+
+
+def store_gets(store: str, s3_log: str, web_log: str, offset: int) -> dict[str, int]:
+    """GETs of the upload's object the S3 server logged since ``offset`` (a position in its log), by HTTP
+    status: 206 for ranged GETs, 200 for whole ones. moto logs the key (``GET …?uploadId=`` is ListParts, not a
+    read); LocalStack logs the operation only, and the bench's one object is the only one read meanwhile."""
+    if store == "localstack":
+        statuses = re.findall(r"AWS s3\.GetObject => (\d{3})", s3_log[offset:])
+    else:
+        upload_id = re.findall(r"upload (\S+) of bench complete by", web_log)[-1]
+        whole_reads = rf'"(?:\x1b\[[0-9;]*m)*GET /{BUCKET}/uploads/{upload_id} HTTP[^"]*" (\d{{3}})'
+        statuses = re.findall(whole_reads, s3_log[offset:])
+    return {code: statuses.count(code) for code in sorted(set(statuses))}
+
+
 def run(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-upload-", dir=args.tmp))
     logs = work / "logs"
@@ -227,6 +264,7 @@ def run(args) -> dict:
            "CELERY_BROKER_URL": args.broker, "MODELYARD_S3_ENDPOINT_URL": s3_url, "MODELYARD_S3_BUCKET": BUCKET,
            "MODELYARD_DEBUG": "true", "MODELYARD_LOG_LEVEL": "INFO", "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
     processes: list[subprocess.Popen] = []
+    scratch_dirs: list[Path] = []
     result: dict = {"started": datetime.now(UTC).isoformat(timespec="seconds"), "size_bytes": args.size,
                     "part_size_bytes": args.part_size, "parallel": args.parallel}
     try:
@@ -246,9 +284,17 @@ def run(args) -> dict:
              "set_membership(team=default_team(), user=user, role=Role.OWNER);"
              "print(issue_token(user=user, name='bench', scopes=['read', 'write'])[1])"],
             cwd=REPO, env=env, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        processes.append(start("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
-                               {**env, "TMPDIR": args.s3_scratch}, logs))
-        wait_until(lambda: requests.get(s3_url, timeout=2).ok, 60, "moto_server")
+        result["s3"] = args.s3
+        if args.s3 == "localstack":
+            # its objects in --s3-scratch (a tmpfs), as moto's are
+            s3_dir = Path(tempfile.mkdtemp(prefix="bench-localstack-", dir=args.s3_scratch))
+            scratch_dirs.append(s3_dir)
+            processes.append(start("s3", [str(LOCALSTACK), f"127.0.0.1:{s3_port}", str(s3_dir)], env, logs))
+            wait_until(lambda: localstack_ready(s3_url), 120, "LocalStack's S3")
+        else:
+            processes.append(start("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(s3_port)],
+                                   {**env, "TMPDIR": args.s3_scratch}, logs))
+            wait_until(lambda: requests.get(s3_url, timeout=2).ok, 60, "moto_server")
         s3, s3_plain = (
             boto3.client("s3", endpoint_url=s3_url, region_name="us-east-1", aws_access_key_id="bench",
                          aws_secret_access_key="bench",
@@ -305,6 +351,7 @@ def run(args) -> dict:
             """``modelyard register`` of ``path`` as version ``number``: its times, from the clock and the logs."""
             seen_before = {pattern: len(re.findall(pattern, (logs / "worker.log").read_text(errors="replace")))
                            for pattern in (RANGED, READ_BACK)}
+            s3_log_before = len((logs / "s3.log").read_text(errors="replace"))
             began, began_wall = time.monotonic(), time.time()
             cli = subprocess.run([str(BIN / "modelyard"), "register", "bench", str(path), "--quiet",
                                   "--part-size", str(args.part_size), "--parallel", str(args.parallel)],
@@ -329,12 +376,8 @@ def run(args) -> dict:
             wait_until(lambda: version_verified(number), 600, f"the re-hash of bench v{number}")
             # What the S3 stand-in itself served of the object, by HTTP status: 206 for the ranged GETs
             # before READY, 200 for the background re-hash's one whole GET.
-            upload_id = re.findall(r"upload (\S+) of bench complete by", web_log)[-1]
-            s3_log = (logs / "s3.log").read_text(errors="replace")
-            # (GET …?uploadId= is ListParts, not a read of the object.)
-            whole_reads = rf'"(?:\x1b\[[0-9;]*m)*GET /{BUCKET}/uploads/{upload_id} HTTP[^"]*" (\d{{3}})'
-            statuses = re.findall(whole_reads, s3_log)
-            run["moto_gets_of_object"] = {code: statuses.count(code) for code in sorted(set(statuses))}
+            run["store_gets_of_object"] = store_gets(args.s3, (logs / "s3.log").read_text(errors="replace"),
+                                                     web_log, s3_log_before)
             rehashed = re.findall(r"re-hashed \d+ bytes in ([0-9.]+) s", (logs / "worker.log").read_text(
                 errors="replace"))
             run["rehash_s"] = float(rehashed[-1]) if rehashed else None
@@ -382,6 +425,8 @@ def run(args) -> dict:
         for process in reversed(processes):
             stop(process)
         shutil.rmtree(work, ignore_errors=True)
+        for directory in scratch_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
         if not args.keep:
             psql(f"DROP DATABASE IF EXISTS {DATABASE}")
     baseline = result["baselines_s"][BASELINE]
@@ -409,7 +454,7 @@ def markdown(r: dict, args) -> str:
         "## Setup", "",
         f"- Artifact: a plain .tar of a Triton model directory, {r['archive_bytes']} bytes (random weights), "
         f"written in {r['archive_write_s']} s.",
-        "- One moto_server (S3 stand-in) for all runs, its temporary files on a tmpfs; gunicorn with 2 workers "
+        f"- One S3 server for all runs: {STORES[r.get('s3', 'moto')]}; gunicorn with 2 workers "
         "and one Celery worker (`-Q default --concurrency 2`), as scripts/stack.sh starts them; PostgreSQL.",
         f"- Part size {r['part_size_bytes']} bytes, {r['parallel']} parts in flight, for the CLI and the tuned "
         "boto3 runs alike. The ratio is taken against the first row: boto3 sending each part with its "
@@ -428,11 +473,11 @@ def markdown(r: dict, args) -> str:
     lines += ["", f"- Ratio (first row's time / ours): **{r['ratio']}**."]
     lines += [f"- Reference, not judged: {label} / ours = {ratio}." for label, ratio in r["reference_ratios"].items()]
     lines += ["", "| pair | boto3 (s) | of which join | ours (s) | of which join | of which read-back | "
-              "ranged GETs (bytes), worker's count | GETs of the object, moto's log | re-hash after (s) |",
+              "ranged GETs (bytes), worker's count | GETs of the object, S3 server's log | re-hash after (s) |",
               "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {i} | {run['boto3_s']} | {run['boto3_join_s']} | {run['ours_s']} | {run['ours_join_s']} | "
               f"{run['read_back_s']} | {run.get('ranged_gets', '—')} ({run.get('ranged_bytes', '—')}) | "
-              f"{run.get('moto_gets_of_object', '—')} | {run.get('rehash_s')} |"
+              f"{run.get('store_gets_of_object', '—')} | {run.get('rehash_s')} |"
               for i, run in enumerate(r["runs"], start=1)]
     lines.append("")
     if "client_upload_s" in r:
@@ -447,8 +492,9 @@ def markdown(r: dict, args) -> str:
         z = r["zip_run"]
         lines.append(f"- A {z['archive_bytes']}-byte .zip (stored) became READY in {z['ours_s']} s; the worker read "
                      f"its central directory and config with {z.get('ranged_gets', '?')} ranged GETs "
-                     f"({z.get('ranged_bytes', '?')} bytes) and read nothing back ({z['read_back_s']} s); moto's "
-                     f"log shows these GETs of the object, by HTTP status: {z.get('moto_gets_of_object', '?')} "
+                     f"({z.get('ranged_bytes', '?')} bytes) and read nothing back ({z['read_back_s']} s); the S3 "
+                     "server's log shows these GETs of the object, by HTTP status: "
+                     f"{z.get('store_gets_of_object', '?')} "
                      "(206: ranged; 200: whole, the background re-hash).")
     lines += [
         f"- Peak RSS, largest single process: web {mb(r['peak_rss_bytes']['largest_process']['web'])} MB, "
@@ -474,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tmp", default=tempfile.gettempdir(), help="where the artifact is written")
     parser.add_argument("--s3-scratch", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else tempfile.gettempdir(),
                         help="where the S3 stand-in keeps its temporary files (default: /dev/shm, a tmpfs)")
+    parser.add_argument("--s3", choices=sorted(STORES), default="localstack",
+                        help="the S3 server both sides upload to (default: localstack; see the module docstring)")
     parser.add_argument("--target-ratio", type=float, default=0.9)
     parser.add_argument("--target-rss-mb", type=float, default=200)
     parser.add_argument("--keep", action="store_true", help="keep the database")
@@ -484,6 +532,9 @@ def main(argv: list[str] | None = None) -> int:
         if free < need:
             print(f"bench/upload.py: {where} has {free} bytes free; need {need}", file=sys.stderr)
             return 1
+    if args.s3 == "localstack" and not LOCALSTACK.exists():
+        print(f"bench/upload.py: {LOCALSTACK} is missing; run scripts/install_localstack.sh", file=sys.stderr)
+        return 1
     result = run(args)
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     args.markdown.write_text(markdown(result, args))

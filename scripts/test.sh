@@ -59,6 +59,8 @@ fi
 # Exits at once when its marker says Triton is installed.
 scripts/install_triton.sh
 scripts/install_perf_analyzer.sh
+# LocalStack's S3, which checks part checksums on arrival (moto does not); marker in .stack/.
+scripts/install_localstack.sh
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/modelyard}"
 
