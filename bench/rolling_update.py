@@ -173,13 +173,15 @@ def run(args: argparse.Namespace) -> dict:
     result: dict = {"benchmark": NAME, "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
                     "machine": machine(), "hosts": list(HOSTS), "rate_rps": args.rate,
                     "target_rps": args.target_rps}
-    with RolloutStack(bench=NAME, database=args.database, broker_url=args.broker, hosts=HOSTS, keep=args.keep) as stack:
+    result["through_gateway"] = args.gateway
+    with RolloutStack(bench=NAME, database=args.database, broker_url=args.broker, hosts=HOSTS, keep=args.keep,
+                      gateway=args.gateway) as stack:
         log(NAME, f"stack up in {stack.timings['start_s']} s")
         v1, v2 = stack.upload_iris(2)
         first = stack.deploy(v1, list(HOSTS), batch_size=len(HOSTS))
         if stack.wait_finished(first) != "succeeded":
             raise RuntimeError(f"the first deployment of v{v1} did not succeed")
-        urls = [f"{stack.hosts[h].triton.http_url}/v2/models/{MODEL}/infer" for h in HOSTS]
+        urls = [f"{stack.hosts[h].inference_url}/v2/models/{MODEL}/infer" for h in HOSTS]
         body = request_body()
         warm = LoadGenerator(urls, rate=20, end_at=time.time() + 1, body=body)
         warm.start()
@@ -251,13 +253,17 @@ def markdown(r: dict) -> str:
     lo, ro = r["load"], r["rollout"]
     lines = [
         "# Rolling update under steady load", "",
-        f"Run {r['finished_at']} on {r['machine']}. Command: `bench/run.sh {NAME}`.", "",
+        f"Run {r['finished_at']} on {r['machine']}. Command: `bench/run.sh "
+        f"{NAME + '_gateway' if r.get('through_gateway') else NAME}`.", "",
         f"**Verdict: {r['verdict'].upper()}** — {r['verdict_reason']}", "",
         "## Setup", "",
         f"- Two serving hosts ({', '.join(r['hosts'])}), each its own tritonserver 2.51 (CPU) and host agent "
         "(`modelyard-agent`), "
         "on one machine with the rest of the stack (bench/stack.py): PostgreSQL, Redis, moto_server, a Celery "
         "orchestrator; the API called in process. The machine's 2 CPUs are shared with other work.",
+        *(["- Clients reach each host through its **gateway**: the nginx its agent runs (`--triton-url`), the "
+           "host's inference_url, in front of Triton; requests naming no version follow the route the agent "
+           "sets at each cut-over, with no nginx reload."] if r.get("through_gateway") else []),
         "- Model: the demo iris classifier (python backend + onnxruntime, one CPU instance per version); each "
         "swap loads v2 beside v1, runs the smoke inference, then unloads v1.",
         f"- Load: open loop at {r['rate_rps']:g} requests/s in total (asyncio + aiohttp in the benchmark's "
@@ -313,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout-at", type=float, default=20.0, help="seconds into the load (default 20)")
     parser.add_argument("--after", type=float, default=15.0, help="seconds of load past the rollout at least")
     parser.add_argument("--target-rps", type=float, default=100.0)
+    parser.add_argument("--gateway", action="store_true",
+                        help="clients go through each host's gateway (nginx run by its agent), not to Triton")
     args = parser.parse_args(argv)
     result = run(args)
     return finish(NAME, args, result, markdown(result))

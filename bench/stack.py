@@ -124,6 +124,12 @@ class Host:
     name: str
     triton: TritonServer
     agent: Service | None = None
+    gateway_port: int | None = None  # the host's gateway (nginx, run by its agent), when the stack has them
+
+    @property
+    def inference_url(self) -> str:
+        """Where clients reach the host: its gateway, else Triton itself."""
+        return f"http://127.0.0.1:{self.gateway_port}" if self.gateway_port else self.triton.http_url
 
 
 class RolloutStack:
@@ -136,10 +142,14 @@ class RolloutStack:
         hosts: serving host names, one tritonserver and agent each.
         keep: keep the work directory (model repositories, logs) and the database at the end;
             without it both are removed.
+        gateway: each agent runs its host's gateway (``--triton-url``) on a port of its own, and that is the
+            host's ``inference_url``, as on a host that takes canaries.
     """
 
-    def __init__(self, *, bench: str, database: str, broker_url: str, hosts: tuple[str, ...], keep: bool = False):
+    def __init__(self, *, bench: str, database: str, broker_url: str, hosts: tuple[str, ...], keep: bool = False,
+                 gateway: bool = False):
         self.bench, self.database, self.broker_url = bench, database, broker_url
+        self.gateway = gateway
         self.host_names, self.keep = hosts, keep
         self.workdir = Path(tempfile.mkdtemp(prefix=f"modelyard-bench-{bench}-"))
         self.logs = self.workdir / "logs"
@@ -203,9 +213,13 @@ class RolloutStack:
         workers = [self._spawn("orchestrator", self._worker_args("default", "orchestrator", concurrency=2))]
         for host in self.hosts.values():
             # A host agent runs as on a serving host: modelyard-agent, no database or S3 settings.
+            gateway_flags = []
+            if self.gateway:
+                host.gateway_port = free_port()
+                gateway_flags = ["--triton-url", host.triton.http_url, "--triton-grpc-url", host.triton.grpc_url]
             host.agent = _spawn(f"agent-{host.name}", [
                 str(BIN / "modelyard-agent"), "--host", host.name, "--concurrency", "1",
-                "--model-repository", str(host.triton.model_repository)], self.logs,
+                "--model-repository", str(host.triton.model_repository), *gateway_flags], self.logs,
                 env=_without_service_credentials(os.environ), inherit=False)
             self.services.append(host.agent)
             workers.append(host.agent)
@@ -249,7 +263,7 @@ class RolloutStack:
         self.api("post", "/api/v1/models/", {"name": MODEL})
         for host in self.hosts.values():
             self.api("post", "/api/v1/hosts/", {
-                "name": host.name, "runtime": "triton", "inference_url": host.triton.http_url,
+                "name": host.name, "runtime": "triton", "inference_url": host.inference_url,
                 "metrics_url": host.triton.metrics_url,
                 "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(host.triton.execution_env)}},
             })
@@ -260,6 +274,12 @@ class RolloutStack:
         for service in reversed(self.services):
             service.stop()
         for host in self.hosts.values():
+            if host.gateway_port:  # a daemon of its own: it outlives its agent
+                from modelyard_agent.config import default_staging_dir
+                from modelyard_agent.runtimes.gateway import TritonGateway
+
+                TritonGateway(default_staging_dir(host.triton.model_repository) / "gateway", host.gateway_port,
+                              triton="").stop()
             host.triton.stop()
         if self._database_created and not self.keep:
             with contextlib.suppress(Exception):
