@@ -85,7 +85,14 @@ http {{
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
             set $modelyard_version "";
+            set $modelyard_shadow "";
             rewrite_by_lua_block {{ require("modelyard_gateway").route(ngx.var.modelyard_model) }}
+            add_header {version_header} $modelyard_version always;
+            proxy_pass http://modelyard_triton;
+        }}
+        # Only a request drawn for its model's shadow comes here (route() jumps), so the others make no
+        # mirror subrequest and never wait for one.
+        location @modelyard_mirrored {{
             add_header {version_header} $modelyard_version always;
             mirror /_modelyard_shadow;
             mirror_request_body on;

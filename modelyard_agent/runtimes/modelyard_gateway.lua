@@ -115,22 +115,23 @@ function M.route(model)
     end
     ngx.var.modelyard_version = version
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
+    -- A share of the requests is mirrored to the shadow (never the ones that went to that version itself):
+    -- those continue in a location with nginx's mirror, the others in one without.
+    local shadow = route.shadow
+    if type(shadow) == "number" and shadow ~= version and math.random() * 100 < (route.shadow_percent or 0) then
+        ngx.var.modelyard_shadow = string.format("%d", shadow)
+        return ngx.exec("@modelyard_mirrored")
+    end
 end
 
--- rewrite_by_lua of the mirror subrequest every /v2/models/<model>/infer makes: when the model's route has a
--- shadow and this request is drawn (shadow_percent), a copy goes to /v2/models/<model>/versions/<shadow>/infer;
--- nginx discards the answer, so a client never sees it. Otherwise the subrequest ends here (204, no upstream).
+-- rewrite_by_lua of the mirror subrequest of a request route() drew for its model's shadow: the copy goes to
+-- /v2/models/<model>/versions/<shadow>/infer; nginx discards the answer, so a client never sees it.
 function M.shadow()
-    local model = ngx.var.modelyard_model
-    local route = model and current(model)
-    if not route then
+    local model, shadow = ngx.var.modelyard_model, ngx.var.modelyard_shadow
+    if not model or not shadow or shadow == "" then
         return ngx.exit(204)
     end
-    if type(route.shadow) ~= "number" or math.random() * 100 >= (route.shadow_percent or 0)
-            or ngx.var.modelyard_version == string.format("%d", route.shadow) then
-        return ngx.exit(204)  -- no shadow, not drawn, or the request itself went to that version
-    end
-    ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", route.shadow) .. "/infer")
+    ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. shadow .. "/infer")
 end
 
 -- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them.
