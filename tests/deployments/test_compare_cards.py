@@ -134,9 +134,10 @@ def test_the_page_shows_both_cards_and_the_ratios_host_by_host(cards, page):
     html = page.get(PAGE).content.decode()
     assert "<h2>Performance cards</h2>" in html and "no-card" not in html
     assert html.index("<h2>Performance cards</h2>") < html.index("<h2>Serving metrics")
-    assert cells(html, "staging", "config")[0] == "Recommended"
-    assert "concurrency 4" in cells(html, "staging", "config")[1]
-    assert cells(html, "staging", "config")[3] == "same config"
+    assert ("v2 against v1: <strong>1.50×</strong> the inferences/s, <strong>0.80×</strong> the p99, at the same "
+            "recommended config.") in html
+    assert cells(html, "staging", "config")[3] == "same"
+    assert cells(html, "staging", "concurrency") == ["Concurrency", "4", "4", ""]
     assert cells(html, "staging", "throughput") == ["Inferences/s", "6,526", "9,789", "1.50×"]
     assert cells(html, "staging", "p99") == ["p99 ms", "0.833", "0.666", "0.80×"]
     assert cells(html, "staging", "memory")[1:3] == ["8.8 MiB cpu", "8.8 MiB cpu"]
