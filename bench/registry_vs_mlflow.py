@@ -21,6 +21,12 @@ What it runs, all on this machine, on free ports and in dedicated databases:
      ``/api/2.0/mlflow/model-versions/get?name=<m>&version=<n>``.
 4. SQL queries per list page, counted in-process with Django's ``CaptureQueriesContext`` at
    ``page_size`` 5 and 50.
+5. Modelyard only (MLflow's UI is a JavaScript application over the same search API): the HTML models
+   list ``GET /models/`` (50 models a page, with the serving and alias columns), as a logged-in user
+   with a session cookie, ``--requests`` timed times after the warm-ups; p50/p95 in ms and its SQL
+   queries. Every model has aliases ``production`` (its newest version) and ``staging`` (the one
+   before), and the first ``SERVED_MODELS`` models serve their newest version on one of
+   ``SERVING_HOSTS`` hosts, so the first page fills both columns.
 
 Verdict PASS when Modelyard's p50 and p95 are each at least ``--target-ratio`` (2) times faster than
 MLflow's for every operation. Nothing here asserts it.
@@ -50,6 +56,8 @@ OUR_DATABASE = "bench_registry"
 MLFLOW_DATABASE = "bench_mlflow"
 TEAMS = 10
 PAGE_SIZE = 50
+SERVED_MODELS = 100
+SERVING_HOSTS = 10
 
 
 def log(message: str) -> None:
@@ -160,7 +168,79 @@ def populate_ours(models: int, versions: int) -> dict:
                              artifact_size=50_000_000, created_by=user, tags={"stage": "bench"})
                 for m in rows for v in range(1, versions + 1)
             )
+        serve_and_alias(user, versions)
     return {"populate_s": round(time.perf_counter() - started, 1), "token": token}
+
+
+def serve_and_alias(user, versions: int) -> None:
+    """Aliases ``production`` (newest version) and ``staging`` (the one before) on every model, and the
+    newest version of the first ``SERVED_MODELS`` models ready on one of ``SERVING_HOSTS`` hosts."""
+    from deployments.choices import DeploymentStatus, TargetState
+    from deployments.models import Deployment, DeploymentTarget, ServingHost
+    from registry.models import Alias, ModelVersion
+
+    newest = {v.model_id: v for v in ModelVersion.objects.filter(version=versions)}
+    before = {v.model_id: v for v in ModelVersion.objects.filter(version=max(versions - 1, 1))}
+    Alias.objects.bulk_create([Alias(model_id=m, name="production", version=v, updated_by=user)
+                               for m, v in newest.items()], batch_size=2000)
+    Alias.objects.bulk_create([Alias(model_id=m, name="staging", version=v, updated_by=user)
+                               for m, v in before.items()], batch_size=2000)
+    hosts = ServingHost.objects.bulk_create(ServingHost(name=f"gpu-{n}", inference_url=f"http://gpu-{n}:8000")
+                                            for n in range(SERVING_HOSTS))
+    served = sorted(newest.values(), key=lambda v: v.model_id)[:SERVED_MODELS]
+    deployments = Deployment.objects.bulk_create(
+        Deployment(model_id=v.model_id, version=v, status=DeploymentStatus.SUCCEEDED, created_by=user)
+        for v in served)
+    DeploymentTarget.objects.bulk_create(
+        DeploymentTarget(deployment=d, host=hosts[i % SERVING_HOSTS], state=TargetState.READY)
+        for i, d in enumerate(deployments))
+
+
+def session_cookie(username: str) -> str:
+    """A logged-in session of ``username`` (Django's ``force_login``, stored in the database the
+    server reads): the value of the ``sessionid`` cookie."""
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get(username=username))
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+def count_page_queries(cookie: str) -> int:
+    """SQL queries of the HTML models list (its first page of 50), counted in-process after a warm-up."""
+    from django.conf import settings
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client()
+    client.cookies[settings.SESSION_COOKIE_NAME] = cookie
+    assert client.get("/models/", HTTP_HOST="127.0.0.1").status_code == 200
+    with CaptureQueriesContext(connection) as captured:
+        answer = client.get("/models/", HTTP_HOST="127.0.0.1")
+    assert answer.status_code == 200 and answer.content.count(b'<a href="/models/model-') >= PAGE_SIZE
+    return len(captured)
+
+
+def measure_page(ours: str, cookie: str, *, warmup: int, rounds: int) -> dict:
+    """p50/p95 (ms) of ``GET /models/`` on the running server, logged in by ``cookie``."""
+    from django.conf import settings
+
+    session = requests.Session()
+    session.cookies.set(settings.SESSION_COOKIE_NAME, cookie)
+    timings = []
+    for round_number in range(warmup + rounds):
+        started = time.perf_counter()
+        answer = session.get(f"{ours}/models/", timeout=60, allow_redirects=False)
+        elapsed = time.perf_counter() - started
+        if answer.status_code != 200 or "Serving" not in answer.text:
+            raise RuntimeError(f"the models page answered {answer.status_code}: {answer.text[:300]}")
+        if round_number >= warmup:
+            timings.append(elapsed)
+    return {**stats_ms(timings), "models_on_page": answer.text.count('<a href="/models/model-'),
+            "bytes": len(answer.content)}
 
 
 def count_sql_queries(token: str) -> dict:
@@ -251,7 +331,9 @@ def markdown(r: dict) -> str:
         f"({s.get('mlflow', {}).get('api_per_model_ms')} ms per model with its versions), the rest in bulk through "
         f"its SQLAlchemy tables in {s.get('mlflow', {}).get('bulk_s')} s.",
         f"- Modelyard (gunicorn, `MODELYARD_DEBUG=false`): migrated in {s.get('migrate_s')} s, rows (no S3 objects) "
-        f"bulk-inserted with the ORM in {s.get('populate_s')} s. `ANALYZE` on both databases after filling.",
+        f"bulk-inserted with the ORM in {s.get('populate_s')} s, with aliases `production` and `staging` on every "
+        f"model and the first {SERVED_MODELS} models serving on {SERVING_HOSTS} hosts (Modelyard only). "
+        "`ANALYZE` on both databases after filling.",
         f"- {r.get('rounds')} timed requests per operation and server after {r.get('warmup')} warm-ups, the two "
         "servers asked in turn; one keep-alive HTTP session each.", "",
     ]
@@ -272,6 +354,17 @@ def markdown(r: dict) -> str:
                   "|---|---|---|"]
         lines += [f"| {label} | {n['5']} | {n['50']} |" for label, n in q.items()]
         lines += ["", "Constant in the page size; pinned in tests/registry/test_pagination.py.", ""]
+    page = r.get("models_page")
+    if page:
+        lines += ["## The HTML models list (Modelyard only)", "",
+                  "`GET /models/` as a logged-in user (session cookie), the first page: "
+                  f"{page['models_on_page']} models with their serving and alias columns, {page['bytes']} bytes. "
+                  "MLflow has no server-rendered list to set beside it (its UI calls the search API above).", "",
+                  "| page | p50 ms | p95 ms | max ms | SQL queries |", "|---|---|---|---|---|",
+                  f"| /models/ | {page['p50_ms']} | {page['p95_ms']} | {page['max_ms']} | "
+                  f"{r.get('models_page_sql_queries')} |", "",
+                  "Not part of the verdict. The query count is pinned in tests/registry/test_serving_at_a_glance.py.",
+                  ""]
     if r.get("timings_s"):
         lines += ["## Run time (s)", "", ", ".join(f"{k} {v}" for k, v in r["timings_s"].items()), ""]
     return "\n".join(lines)
@@ -342,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
         timings["populate"] = round(time.perf_counter() - clock - timings["mlflow_venv"], 1)
         log(f"populated: {setup}")
         result["sql_queries_per_page"] = count_sql_queries(ours["token"])
+        cookie = session_cookie("bench")
+        result["models_page_sql_queries"] = count_page_queries(cookie)
 
         our_port, mlflow_port = free_port(), free_port()
         our_url, mlflow_url = f"http://127.0.0.1:{our_port}", f"http://127.0.0.1:{mlflow_port}"
@@ -362,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
         result["measurement"] = measure(our_url, mlflow_url, ours["token"], models=args.models,
                                         versions=args.versions, warmup=args.warmup, rounds=args.requests)
         timings["measure"] = round(time.perf_counter() - started, 1)
+        log("measuring the HTML models list")
+        started = time.perf_counter()
+        result["models_page"] = measure_page(our_url, cookie, warmup=args.warmup, rounds=args.requests)
+        timings["measure_page"] = round(time.perf_counter() - started, 1)
         result["verdict"], result["verdict_reason"], result["ratios"] = verdict(result["measurement"],
                                                                                  args.target_ratio)
     except Exception as exc:

@@ -277,6 +277,104 @@ def profile_comparison(candidate: ModelVersion, target: ModelVersion) -> dict:
             "target_throughput": float(best["throughput"]), "candidate_throughput": value}
 
 
+CARDS_COMPARED = 200  # succeeded profiles read for a comparison of two versions, newest first
+
+
+def _card_summary(profile: Profile) -> dict:
+    """What the compare page and API show of one card: its recommendation and how it was measured."""
+    best = profile.recommended
+    recommended = None
+    if best is not None:
+        row = next((r for r in measured(profile.rows) if r["concurrency"] == best["concurrency"]
+                    and (r.get("config") or {}).get("key") == best["config"].get("key")), {})
+        recommended = {"config_key": best["config"].get("key"), "config_label": best["config"].get("label", ""),
+                       "concurrency": best["concurrency"], "throughput": float(best["throughput"]),
+                       "p99_ms": float(best["p99_ms"]), "memory_bytes": best.get("memory_bytes"),
+                       "memory_kind": row.get("memory_kind")}
+    return {"profile": profile.pk, "finished_at": profile.finished_at.isoformat() if profile.finished_at else None,
+            "slo_p99_ms": profile.slo_p99_ms, "measurements": len(measured(profile.rows)),
+            "recommended": recommended}
+
+
+def _ratio(a: dict | None, b: dict | None, numbers: tuple[int, int], host: str) -> tuple[dict | None, str]:
+    if a is None or b is None:
+        missing = numbers[0] if a is None else numbers[1]
+        return None, f"v{missing} has no card on {host}"
+    for number, card in zip(numbers, (a, b), strict=True):
+        if card["recommended"] is None:
+            return None, (f"no config of v{number}'s card on {host} met its p99 target of "
+                          f"{card['slo_p99_ms']:g} ms")
+    best_a, best_b = a["recommended"], b["recommended"]
+    return {"throughput": best_b["throughput"] / best_a["throughput"] if best_a["throughput"] else None,
+            "p99": best_b["p99_ms"] / best_a["p99_ms"] if best_a["p99_ms"] else None,
+            "same_config": (best_a["config_key"], best_a["concurrency"]) == (best_b["config_key"],
+                                                                           best_b["concurrency"]),
+            "same_slo": a["slo_p99_ms"] == b["slo_p99_ms"]}, ""
+
+
+def compare_cards(a: ModelVersion, b: ModelVersion) -> dict:
+    """Two versions' performance cards side by side, host by host (the compare page and API).
+
+    For each version, its newest finished profile on each host that measured something (as
+    :func:`card_for` picks one per host); a host appears when either version has a card there.
+    Where both have one, ``ratio`` compares what each card recommends (each at its own recommended
+    config and concurrency, as ``"config": "recommended"`` would serve it): ``throughput`` is b's
+    inferences/s over a's, ``p99`` b's p99 over a's (above 1: b is slower); ``same_config`` says
+    whether both recommend the same config at the same concurrency, ``same_slo`` whether both were
+    chosen for the same p99 target. ``promotions``' ``max_profile_regression`` gate compares at one
+    config instead (:func:`profile_comparison`).
+
+    Args:
+        a: the version in use (the one replaced).
+        b: the version that replaces it (same model).
+
+    Returns:
+        ``{"hosts": [{"host", "runtime", "a", "b", "ratio", "why_no_ratio"}], "missing": {"a", "b"}}``:
+        ``a``/``b`` a card (``{"profile"`` id, ``"finished_at"`` ISO 8601, ``"slo_p99_ms"``,
+        ``"measurements"``, ``"recommended": {"config_key", "config_label", "concurrency",
+        "throughput"`` (inferences/s), ``"p99_ms"``, ``"memory_bytes"``, ``"memory_kind"`` (cpu, gpu)}
+        or None when no config met the target}, or None where the version has no card on that host;
+        ``ratio`` ``{"throughput", "p99", "same_config", "same_slo"}`` or None, with ``why_no_ratio``
+        saying why; hosts by name. ``missing.a``/``missing.b``: a sentence on how to profile a version
+        that has no card anywhere, else "". One SQL query.
+    """
+    cards: dict[int, dict[str, Profile]] = {a.pk: {}, b.pk: {}}
+    hosts: dict[str, ServingHost] = {}
+    profiles = (Profile.objects.filter(version__in=[a.pk, b.pk], status=ProfileStatus.SUCCEEDED)
+                .select_related("host").order_by("-finished_at", "-id")[:CARDS_COMPARED])
+    for profile in profiles:
+        per_host = cards[profile.version_id]
+        if profile.host.name not in per_host and measured(profile.rows):
+            per_host[profile.host.name] = profile
+            hosts[profile.host.name] = profile.host
+    rows = []
+    for name in sorted(hosts):
+        card_a, card_b = (_card_summary(cards[v.pk][name]) if name in cards[v.pk] else None for v in (a, b))
+        ratio, why = _ratio(card_a, card_b, (a.version, b.version), name)
+        rows.append({"host": name, "runtime": hosts[name].runtime, "a": card_a, "b": card_b, "ratio": ratio,
+                     "why_no_ratio": why})
+    model = a.model.name
+    missing = {key: "" if cards[v.pk] else (
+        f"v{v.version} has no performance card: profile it from its page, or with "
+        f"`modelyard profile {model} {v.version} --host <host> --wait` "
+        f"(POST /api/v1/models/{model}/versions/{v.version}/profiles/)") for key, v in (("a", a), ("b", b))}
+    return {"hosts": rows, "missing": missing}
+
+
+def comparison_panel(a: ModelVersion, b: ModelVersion, **_) -> dict:
+    """The compare page's "Performance cards" section: connected to ``registry.signals.comparison_panels``.
+
+    Returns:
+        ``{"template": the partial, "context": {"hosts": compare_cards(a, b)["hosts"], each with
+        ``pair``: ``[{"version": a, "card"}, {"version": b, "card"}]``, "sides": [{"version", "missing"}]}}``.
+    """
+    cards = compare_cards(a, b)
+    hosts = [{**row, "pair": [{"version": a, "card": row["a"]}, {"version": b, "card": row["b"]}]}
+             for row in cards["hosts"]]
+    sides = [{"version": v, "missing": bool(cards["missing"][key])} for key, v in (("a", a), ("b", b))]
+    return {"template": "deployments/partials/compare_profiles.html", "context": {"hosts": hosts, "sides": sides}}
+
+
 def card_gpu_bytes(version: ModelVersion) -> int | None:
     """The GPU memory (bytes) the version's card measured for its recommended config (else the
     most any config took), or None when the card measured no GPU memory (a CPU host)."""

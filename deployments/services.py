@@ -477,11 +477,15 @@ def delete_host(*, name: str, actor=None) -> None:
         host.delete()
 
 
-def serving_now(**filters) -> list[DeploymentTarget]:
+def serving_now(*, only: tuple[str, ...] = (), **filters) -> list[DeploymentTarget]:
     """What each host serves now, per the registry: for every (host, model), the target of the newest
     deployment that reached READY there. The one place that decides it.
 
     Args:
+        only: load only these fields of the winners (``QuerySet.only`` paths such as ``"host__name"``;
+            the host's name and the model's name are always loaded, for the order): for a caller that
+            reads a few columns of many targets, whose JSON fields would otherwise all be decoded.
+            Empty: whole rows.
         filters: narrow the READY targets considered (``host=``, ``host__in=``, ``deployment__model=`` …).
 
     Returns:
@@ -500,6 +504,8 @@ def serving_now(**filters) -> list[DeploymentTarget]:
         return []
     targets = (DeploymentTarget.objects.filter(pk__in=latest.values())
                .select_related("host", "deployment__model", "deployment__version"))
+    if only:
+        targets = targets.only("host__name", "deployment__model__name", *only)
     return sorted(targets, key=lambda t: (t.host.name, t.deployment.model.name))
 
 

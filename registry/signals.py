@@ -34,3 +34,9 @@ version_corrupt = Signal()
 # arguments: ``models`` (a list of RegisteredModel). Each receiver returns ``{model pk: [{"version":
 # number, "hosts": [host names]}]}`` for the models that serve somewhere (the deployments app knows).
 serving_lookup = Signal()
+
+# Sent by the compare page (``registry.views.version_compare``) to learn what other apps show about two
+# versions; nothing is written. Keyword arguments: ``a`` (ModelVersion, the one in use) and ``b`` (the
+# one replacing it). Each receiver returns ``{"template": a partial's name, "context": dict}`` (the
+# partial is included in the page with ``panel`` set to that context), or None to add nothing.
+comparison_panels = Signal()

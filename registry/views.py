@@ -33,7 +33,7 @@ from registry.services import (
     set_alias,
     update_model,
 )
-from registry.signals import serving_lookup
+from registry.signals import comparison_panels, serving_lookup
 
 MODEL_PAGE_SIZE = 50
 DESCRIPTION_MAX_LENGTH = 10_000  # as the API's
@@ -173,7 +173,8 @@ def compare_choice(model, query, live: list[int]) -> tuple[ModelVersion | None, 
 def version_compare(request, name: str):
     """Compare two versions of a model (``?a=3&b=4``, by default the two newest): signature changes marked
     compatible or breaking for the clients of ``a``, serving config, files, lineage and offline metrics;
-    the serving metrics of both over one window load from the monitoring app's panel. Bad numbers answer
+    what other apps add through ``comparison_panels`` (the deployments app: both versions' performance
+    cards); the serving metrics of both over one window load from the monitoring app's panel. Bad numbers answer
     400 with the chooser and the reason."""
     model = model_or_404(request, name)
     live = list(model.versions.exclude(status=VersionStatus.DELETED).order_by("-version")
@@ -182,7 +183,9 @@ def version_compare(request, name: str):
     context = {"model": model, "error": error, "versions": live, "range": page_range(request.GET.get("range")),
                "ranges": PAGE_RANGES}
     if older is not None:
-        context.update(a=older, b=newer, diff=compare_versions(older, newer))
+        panels = [answer for _receiver, answer in comparison_panels.send(sender=ModelVersion, a=older, b=newer)
+                  if answer]
+        context.update(a=older, b=newer, diff=compare_versions(older, newer), panels=panels)
     return render(request, "registry/version_compare.html", context, status=400 if error and request.GET else 200)
 
 

@@ -55,3 +55,19 @@ def page_with_panels(client, url: str) -> str:
         assert loaded.status_code == 200, (panel, loaded.status_code)
         parts.append(loaded.content.decode())
     return "\n".join(parts)
+
+
+def profiled(version, host, rows: list[dict], *, slo_p99_ms: float | None = None, sweep="quick",
+             status: str = "succeeded"):
+    """A profile of ``version`` (ModelVersion) on ``host`` (a ServingHost whose agent reported, protocol 3
+    or newer), started through ``start_profile`` and ended by the reports its agent would send: a
+    ``running`` report, then ``status`` with ``rows`` (``contract.ProfileRow`` dicts). Returns the Profile,
+    read back. Its dispatch to the agent waits for a commit, which a test's transaction never makes."""
+    from deployments.models import Profile
+    from deployments.profiles import record_profile_report, start_profile
+
+    profile = start_profile(model_name=version.model.name, version=version.version, host_name=host.name,
+                            sweep=sweep, slo_p99_ms=slo_p99_ms)
+    assert record_profile_report(profile.pk, {"status": "running", "rows": [], "step": "config 1"})
+    assert record_profile_report(profile.pk, {"status": status, "rows": rows})
+    return Profile.objects.get(pk=profile.pk)

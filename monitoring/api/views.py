@@ -6,6 +6,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import Principal
+from deployments.profiles import compare_cards
 from modelyard.api import error_responses
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import services
@@ -50,9 +51,11 @@ class ModelCompareView(APIView):
 
     The signature's inputs, outputs and batching, each ``same``, ``compatible`` or ``breaking`` for the
     clients of ``a`` (``signature.verdict`` the worst); the serving config (backend, instance groups,
-    batching); files, sizes and sha256; lineage; offline metrics with their change; and ``serving``:
-    both versions' serving metrics over the same window (as ``/metrics/``), or ``serving_error`` when
-    Prometheus cannot answer (the rest is still given).
+    batching); files, sizes and sha256; lineage; offline metrics with their change; ``performance``:
+    both versions' performance cards host by host, each one's recommendation and, where both have a
+    card on a host, b over a in throughput and p99 (``deployments.profiles.compare_cards``); and
+    ``serving``: both versions' serving metrics over the same window (as ``/metrics/``), or
+    ``serving_error`` when Prometheus cannot answer (the rest is still given).
     """
 
     @extend_schema(parameters=[*VERSION_PARAMETERS, RANGE_PARAMETER],
@@ -68,6 +71,7 @@ class ModelCompareView(APIView):
             numbers[key] = int(text)
         older, newer = (get_version(model_name, numbers[key], visible_to=principal) for key in ("a", "b"))
         answer = compare_versions(older, newer)
+        answer["performance"] = compare_cards(older, newer)
         range_text = request.query_params.get("range", "15m")
         answer.update(serving=None, serving_error="")
         try:

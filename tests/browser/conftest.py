@@ -10,6 +10,8 @@
 - ``watch``: the console errors, failed requests, error responses and requests to other origins
   of ``page``, collected from the moment it opened.
 - ``screenshots``: a per-module temporary directory for screenshots.
+- ``iris_cards``: performance cards of iris v1 and v2 on the staging host ``staging-a``, made through
+  the profile service and its agent's reports (v2 measured 1.5× the throughput at 0.8× the p99).
 """
 
 import time
@@ -73,6 +75,30 @@ def deployed(transactional_db, fleet, settings):
     deploy_version("iris", 2, gpu, footprint=IRIS_V2_FOOTPRINT)
     deploy_version("bento-iris", 1, bento)
     return fleet
+
+
+@pytest.fixture
+def iris_cards(deployed) -> dict:
+    """``{1: Profile, 2: Profile}``: iris v1 and v2 profiled on ``staging-a`` (see the module's docstring)."""
+    import copy
+
+    from django.utils import timezone
+
+    from registry.models import ModelVersion
+    from tests.deployments.test_profiling import CARD, IRIS_CONFIG
+    from tests.factories import profiled
+
+    ModelVersion.objects.filter(model__name="iris").update(config_text=IRIS_CONFIG)  # as registered: a profile needs it
+
+    staging = ServingHost.objects.create(name="staging-a", inference_url="http://staging-a:8000",
+                                         last_heartbeat_at=timezone.now(),
+                                         heartbeat={"runtime_live": True, "agent": {"protocol": 3}})
+    faster = copy.deepcopy(CARD["rows"])
+    for row in faster:
+        row["throughput"], row["p99_ms"] = row["throughput"] * 1.5, row["p99_ms"] * 0.8
+    return {number: profiled(ModelVersion.objects.get(model__name="iris", version=number), staging, rows,
+                             slo_p99_ms=CARD["slo_p99_ms"])
+            for number, rows in ((1, CARD["rows"]), (2, faster))}
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Comparing two versions in a real browser, with a real Prometheus holding both versions' traffic:
 the signature changes marked compatible or breaking, the config and lineage side by side, and both
-versions' serving metrics over the same window."""
+versions' serving metrics over the same window; their performance cards side by side."""
 
 import pytest
 
@@ -44,4 +44,42 @@ def test_the_compare_page_marks_each_change_and_shows_both_versions_serving(page
     throughput = {version: float(value) for version, value in rows}
     assert throughput["1"] == pytest.approx(10, rel=0.15) and throughput["2"] == pytest.approx(20, rel=0.15)
     page.screenshot(path=screenshots / "compare_page.png", full_page=True)
+    assert not watch.problems(), watch.problems()
+
+
+def card_cells(page, field: str) -> list[str]:
+    return page.eval_on_selector_all(
+        f'.compare-card-host[data-host="staging-a"] tr[data-field="{field}"] > *',
+        "cells => cells.map(c => c.innerText.trim())")
+
+
+def test_the_compare_page_sets_both_cards_side_by_side_with_their_ratios(page, watch, iris_cards):
+    page.goto("/models/iris/compare/?a=1&b=2")
+    page.wait_for_selector("#compare-metrics tr.metric-row")  # leaving earlier would abort the panel's request
+    cards = page.locator("#compare-cards")
+    cards.scroll_into_view_if_needed()
+    assert cards.locator("h2").inner_text() == "Performance cards"
+    assert cards.locator(".no-card").count() == 0
+    assert card_cells(page, "throughput") == ["Inferences/s", "6,526", "9,789", "1.50×"]
+    assert card_cells(page, "p99") == ["p99 ms", "0.833", "0.666", "0.80×"]
+    assert card_cells(page, "config")[3] == "same"
+    assert cards.locator(".card-ratio").inner_text() == (
+        "v2 against v1: 1.50× the inferences/s, 0.80× the p99, at the same recommended config.")
+    profile_links = cards.locator('tr[data-field="profile"] a')
+    assert profile_links.all_inner_texts() == [str(iris_cards[1].pk), str(iris_cards[2].pk)]
+    profile_links.first.click()
+    page.wait_for_url("**/models/iris/versions/1/#version-profiles")
+    page.wait_for_selector(f"#version-profiles >> text=Profile {iris_cards[1].pk} on")
+    assert not watch.problems(), watch.problems()
+
+
+def test_a_version_without_a_card_links_to_where_it_is_profiled(page, watch):
+    page.goto("/models/iris/compare/?a=1&b=2")
+    page.wait_for_selector("#compare-metrics tr.metric-row")  # leaving earlier would abort the panel's request
+    missing = page.locator("#compare-cards .no-card")
+    assert missing.count() == 2
+    assert "modelyard profile iris 1 --host <host> --wait" in missing.first.inner_text()
+    missing.first.get_by_role("link", name="its page").click()
+    page.wait_for_url("**/models/iris/versions/1/#version-profiles")
+    page.wait_for_selector("#version-profiles >> text=Not profiled yet.")
     assert not watch.problems(), watch.problems()

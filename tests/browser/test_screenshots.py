@@ -1,5 +1,6 @@
 """``make screenshots``: the fleet, model, compare and version pages at 1440 px and 390 px, drawn with
-data (a real Prometheus with an hour of traffic, see conftest.py), written as PNG files into
+data (a real Prometheus with an hour of traffic, and performance cards of iris v1 and v2, see
+conftest.py), written as PNG files into
 ``MODELYARD_SCREENSHOTS_DIR`` (``make screenshots`` sets ``var/screenshots``; otherwise the module's
 temporary directory). Each page must load without a console error, failed request or foreign request."""
 
@@ -19,7 +20,7 @@ PAGES = {  # name: (path, a selector that shows the page has drawn its data)
     "fleet": ("/monitoring/", "#overview-table tr.overview-row"),
     "model": ("/models/iris/", '#model-charts[data-drawn="true"]'),
     "compare": ("/models/iris/compare/?a=1&b=2", "#compare-metrics tr.metric-row"),
-    "version": ("/models/iris/versions/2/", "#version-deployments table, #version-deployments .empty"),
+    "version": ("/models/iris/versions/2/", "#version-profiles .profile-card canvas"),
 }
 
 
@@ -32,7 +33,7 @@ def out_dir(screenshots) -> Path:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_each_page_is_drawn_with_data_and_written_as_a_screenshot(page, watch, out_dir, width):
+def test_each_page_is_drawn_with_data_and_written_as_a_screenshot(page, watch, out_dir, width, iris_cards):
     signature = {"inputs": [{"name": "input", "data_type": "TYPE_FP32", "dims": [4]}],
                  "outputs": [{"name": "label", "data_type": "TYPE_INT64", "dims": [1]}], "max_batch_size": 8}
     ModelVersion.objects.filter(model__name="iris").update(signature=signature, metrics={"accuracy": 0.97})

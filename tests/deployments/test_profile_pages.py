@@ -117,3 +117,27 @@ def test_a_viewer_sees_the_card_but_no_form_or_controls(client, version, staging
     assert "Recommended" in panel and "Roll out with this config" not in panel and "Profile this version" not in panel
     assert client.post("/profiles/of/iris/1/start/", {"host": "staging", "preset": "quick"}).status_code == 403
     assert not Profile.objects.exclude(status="succeeded").exists()
+
+
+# The session and its user, the model and the user's role in its team, the version, its model card, its
+# aliases and its ensemble members. The performance card panel and the deployments load by htmx.
+VERSION_PAGE_QUERIES = 8
+# The session and its user, the model and the role, the version, the newest profiles (host and author
+# joined), the hosts the form offers, and the shown profile's version (for its config overrides).
+CARD_PANEL_QUERIES = 8
+
+
+def test_the_version_page_and_its_card_panel_cost_pinned_queries_for_one_profile_or_many(
+        client, maintainer, version, staging, django_assert_num_queries):
+    _card(version, staging)
+    client.get("/models/iris/versions/1/")  # the session's first use
+    with django_assert_num_queries(VERSION_PAGE_QUERIES):
+        assert client.get("/models/iris/versions/1/").status_code == 200
+    with django_assert_num_queries(CARD_PANEL_QUERIES):
+        assert "Recommended for" in client.get(PANEL).content.decode()
+    for n in range(12):
+        _card(version, ServingHost.objects.create(name=f"staging-{n}", inference_url=f"http://staging-{n}:8000"))
+    with django_assert_num_queries(VERSION_PAGE_QUERIES):
+        assert client.get("/models/iris/versions/1/").status_code == 200
+    with django_assert_num_queries(CARD_PANEL_QUERIES):
+        assert "Earlier profiles" in client.get(PANEL).content.decode()
