@@ -15,6 +15,7 @@ read them (owners of the model's team).
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import timedelta
 
@@ -38,7 +39,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_MAX_REQUESTS = 1000
 MAX_REQUESTS_LIMIT = 100_000
 DEFAULT_PACE = 20.0  # captured requests per second, each sent to both sides
-MAX_PACE = 500.0
+MAX_PACE = 1000.0
 # Seconds added to a replay's time budget beyond its requests at its pace: the copy's staging and load.
 BUDGET_ALLOWANCE_SECONDS = 300.0
 
@@ -321,12 +322,21 @@ def replay_view(replay: Replay, *, may_read: bool) -> dict:
 
     Returns:
         ``{"agreement_rate", "compared", "skipped", "differences", "disagreed_outputs",
-        "latency_ms": {"serving": {...}, "candidate": {...}}, "latency_regression", "worst": list | None}``
-        (``worst`` None when hidden).
+        "latency_ms": {"serving": {...}, "candidate": {...}}, "latency_regression",
+        "latency_regression_text" ("+25.0 %" or None), "worst": list | None}`` (``worst`` None when
+        hidden; each row as the agent reported it plus ``serving_json`` and ``candidate_json``, the two
+        outputs as compact JSON text for pages).
     """
     summary = replay.summary or {}
+    regression = replay.latency_regression
+    worst = None
+    if may_read:
+        worst = [{**row, "serving_json": json.dumps(row.get("serving"), separators=(",", ":")),
+                  "candidate_json": json.dumps(row.get("candidate"), separators=(",", ":"))}
+                 for row in summary.get("worst") or [] if isinstance(row, dict)]
     return {"agreement_rate": summary.get("agreement_rate"), "compared": summary.get("compared", 0),
             "skipped": summary.get("skipped", 0), "differences": summary.get("differences") or {},
             "disagreed_outputs": summary.get("disagreed_outputs") or {},
-            "latency_ms": summary.get("latency_ms") or {}, "latency_regression": replay.latency_regression,
-            "worst": list(summary.get("worst") or []) if may_read else None}
+            "latency_ms": summary.get("latency_ms") or {}, "latency_regression": regression,
+            "latency_regression_text": None if regression is None else f"{regression * 100:+.1f} %",
+            "worst": worst}

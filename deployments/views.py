@@ -9,12 +9,18 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.access import Action, Principal, check, require
-from deployments import canaries, lifecycle, profiles, rollouts
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_PROFILE_STATES, RUNTIME_FORMATS, TargetState
+from deployments import canaries, lifecycle, profiles, replays, rollouts
+from deployments.choices import (
+    ACTIVE_DEPLOYMENT_STATUSES,
+    ACTIVE_PROFILE_STATES,
+    ACTIVE_REPLAY_STATES,
+    RUNTIME_FORMATS,
+    TargetState,
+)
 from deployments.forms import ProfileForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
-from deployments.models import Deployment, DeploymentTarget, Profile, ServingHost
+from deployments.models import Deployment, DeploymentTarget, Profile, Replay, ServingHost
 from deployments.services import (
     BreakingSignature,
     delete_host,
@@ -431,3 +437,45 @@ def profile_cancel(request, pk: int):
             messages.success(request, f"Profile {profile.pk} is being stopped; what it measured is kept.")
         return redirect("registry:version-detail", model.name, profile.version.version)
     return render(request, "deployments/profile_confirm_cancel.html", {"profile": profile, "model": model})
+
+
+REPLAYS_LISTED = 20
+
+
+@login_required
+def version_replays(request, model_name: str, version: int):
+    """The replays panel of a version's page (loaded by htmx; it polls itself while one is queued or
+    running): the version's newest replays as a candidate, with status, progress and agreement, each
+    linked to its page."""
+    model = model_or_404(request, model_name)
+    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
+    listed = list(Replay.objects.filter(version=version_row).select_related("against", "host")
+                  .order_by("-id")[:REPLAYS_LISTED])
+    return render(request, "deployments/partials/version_replays.html", {
+        "model": model, "version": version_row, "replays": listed,
+        "active": any(r.status in ACTIVE_REPLAY_STATES for r in listed)})
+
+
+def _replay_context(request, pk: int) -> dict:
+    """The replay page's context; Http404 when there is no such replay or the user cannot read its model.
+    The worst disagreements (users' data) are in it for owners of the model's team only."""
+    replay = get_object_or_404(Replay.objects.select_related("version__model__team", "against", "host",
+                                                              "created_by"), pk=pk)
+    model = model_or_404(request, replay.version.model.name)
+    principal = Principal.of(request)
+    view = replays.replay_view(replay, may_read=replays.may_read_captured(principal, model))
+    return {"replay": replay, "model": model, "view": view, "active": replay.status in ACTIVE_REPLAY_STATES}
+
+
+@login_required
+def replay_detail(request, pk: int):
+    """A replay: status and progress (refreshed by htmx while it runs), agreement, the differences'
+    quantiles and histogram, both versions' latency, and the worst disagreements for owners of the
+    model's team (members see the aggregates; others get 404)."""
+    return render(request, "deployments/replay_detail.html", _replay_context(request, pk))
+
+
+@login_required
+def replay_progress(request, pk: int):
+    """The htmx fragment of the replay page (the same partial the page includes), polled while it runs."""
+    return render(request, "deployments/partials/replay_progress.html", _replay_context(request, pk))

@@ -10,7 +10,7 @@ from promotions.webhooks import check_webhook_scope, check_webhook_url
 POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
                       "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "min_agreement",
                  "max_latency_regression", "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests",
-                 "ramp_steps",
+                 "replay_pace", "ramp_steps",
                       "ramp_on_failure", "requires_approval", "dry_run", "enabled"]
 
 
@@ -29,6 +29,7 @@ class PromotionPolicyForm(FullLengthModelForm):
                   "replay_atol": "Replay absolute tolerance", "replay_rtol": "Replay relative tolerance",
                   "replay_argmax_outputs": "Outputs compared by argmax (e.g. [\"probabilities\"])",
                   "replay_max_requests": "Captured requests per replay",
+                  "replay_pace": "Replay pace (captured requests per second, 1..1000)",
                   "ramp_steps": "Ramp steps (percents, e.g. [5, 25, 50, 100]; empty: no ramp)"}
 
     def __init__(self, *args, **kwargs):
@@ -36,12 +37,12 @@ class PromotionPolicyForm(FullLengthModelForm):
         self.fields["ramp_on_failure"].required = False  # the service's default: hold
         self.fields["ramp_steps"].required = False
         self.fields["replay_argmax_outputs"].required = False
-        for name in ("replay_atol", "replay_rtol", "replay_max_requests"):
+        for name in ("replay_atol", "replay_rtol", "replay_max_requests", "replay_pace"):
             self.fields[name].required = False  # left empty: the field's default
 
     def clean(self) -> dict:
         data = super().clean()
-        for name in ("replay_atol", "replay_rtol", "replay_max_requests"):
+        for name in ("replay_atol", "replay_rtol", "replay_max_requests", "replay_pace"):
             if data.get(name) is None:
                 data[name] = PromotionPolicy._meta.get_field(name).default
         if data.get("replay_argmax_outputs") is None:

@@ -28,8 +28,9 @@ class PromotionPolicy(models.Model):
     - ``max_latency_regression``: how much slower (relative, 0.2 = 20 %) the candidate's p95 round trip
       may be than the target version's in that replay. Both gates replay with ``replay_atol``,
       ``replay_rtol`` and ``replay_argmax_outputs`` (``modelyard_agent.replay.compare``) over the newest
-      ``replay_max_requests`` captured requests; without such a replay, an evaluation starts one and
-      holds ("the next evaluation judges it").
+      ``replay_max_requests`` captured requests; without such a replay, an evaluation starts one (at
+      ``replay_pace`` requests per second) and holds ("the next evaluation judges it"), and when the
+      last one it started failed it says why in its reason.
 
     ``ramp_steps`` (percents, e.g. ``[5, 25, 50, 100]``) makes it a progressive rollout
     (``promotions.ramps``): each passing evaluation moves the candidate's active traffic canary to the
@@ -61,6 +62,8 @@ class PromotionPolicy(models.Model):
     replay_argmax_outputs = models.JSONField(default=list, blank=True, help_text=(
         "outputs a replay compares by argmax over their last axis, e.g. [\"probabilities\"]"))
     replay_max_requests = models.PositiveIntegerField(default=1000, help_text="captured requests a replay sends")
+    replay_pace = models.FloatField(default=20.0, help_text=(
+        "captured requests per second the replays this policy starts send to each version, 1..1000"))
     ramp_steps = models.JSONField(default=list, blank=True, help_text=(
         "percents of traffic a canary of the candidate goes through, e.g. [5, 25, 50, 100]; empty: no ramp"))
     ramp_on_failure = models.CharField(max_length=16, default="hold", choices=[

@@ -36,10 +36,11 @@ MAX_WINDOW_SECONDS = 7 * 86400
 POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
 EDITABLE = ("name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests", "max_p95_ms",
             "max_error_rate", "max_regression", "max_profile_regression", "min_agreement", "max_latency_regression",
-            "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests", "ramp_steps",
-            "ramp_on_failure", "requires_approval", "dry_run", "enabled")
+            "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests", "replay_pace",
+            "ramp_steps", "ramp_on_failure", "requires_approval", "dry_run", "enabled")
 REPLAY_DEFAULTS = {"min_agreement": None, "max_latency_regression": None, "replay_atol": 1e-5, "replay_rtol": 1e-3,
-                   "replay_argmax_outputs": [], "replay_max_requests": 1000}
+                   "replay_argmax_outputs": [], "replay_max_requests": 1000, "replay_pace": 20.0}
+MIN_REPLAY_PACE, MAX_REPLAY_PACE = 1.0, 1000.0  # captured requests per second
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,11 @@ def _check(fields: dict) -> dict:
             raise InvalidInput(f"{key} must be a number of at least 0")
     if _number(clean["replay_max_requests"], "replay_max_requests", low=1, high=100_000, integer=True) is None:
         raise InvalidInput("replay_max_requests must be a whole number from 1 to 100000")
+    pace = clean["replay_pace"]
+    if isinstance(pace, bool) or not isinstance(pace, int | float) or not MIN_REPLAY_PACE <= pace <= MAX_REPLAY_PACE:
+        raise InvalidInput(f"replay_pace must be a number of requests per second from {MIN_REPLAY_PACE:g} to "
+                           f"{MAX_REPLAY_PACE:g}; got {pace!r}")
+    clean["replay_pace"] = float(clean["replay_pace"])
     names = clean["replay_argmax_outputs"]
     if not isinstance(names, list) or not all(isinstance(n, str) and n.strip() for n in names):
         raise InvalidInput("replay_argmax_outputs must be a list of output names")
@@ -175,7 +181,8 @@ def create_policy(*, model_name: str, candidate_alias: str, target_alias: str, s
             ``PromotionPolicy``).
         replay: the replay gates and their settings, each optional: ``min_agreement`` (0..1),
             ``max_latency_regression`` (relative), ``replay_atol``, ``replay_rtol`` (at least 0),
-            ``replay_argmax_outputs`` (output names), ``replay_max_requests`` (1..100000).
+            ``replay_argmax_outputs`` (output names), ``replay_max_requests`` (1..100000),
+            ``replay_pace`` (captured requests per second of the replays it starts, 1..1000; default 20).
         ramp_steps, ramp_on_failure: a progressive rollout (``promotions.ramps``); empty: none.
         requires_approval, dry_run, enabled: see ``PromotionPolicy``.
         name: a label for people.
@@ -449,15 +456,38 @@ def _replay_evidence(policy: PromotionPolicy, candidate, target) -> dict:
                 "candidate_p50_ms": done.latency("candidate", "p50"), "finished_at": done.finished_at.isoformat()}
     running = latest_replay(candidate, target, tolerances=tolerances, max_requests=policy.replay_max_requests,
                             active=True)
-    if running is None:
-        try:
-            running = start_replay(model_name=policy.model.name, version=candidate.version, against=target.version,
-                                   tolerances=tolerances, max_requests=policy.replay_max_requests)
-        except DomainError as exc:
-            return {"missing": f"no replay of v{candidate.version} against v{target.version} could start: "
+    if running is not None:
+        return {"id": running.pk, "running": True,
+                "missing": f"replay {running.pk} running, the next evaluation judges it"}
+    failed = _last_failed_replay(policy, candidate, target)
+    before = (f"replay {failed.pk} failed: {failed.message or 'no message'}; " if failed is not None else "")
+    try:
+        started = start_replay(model_name=policy.model.name, version=candidate.version, against=target.version,
+                               tolerances=tolerances, max_requests=policy.replay_max_requests,
+                               pace=float(policy.replay_pace))
+    except DomainError as exc:
+        evidence = {"missing": f"{before}no replay of v{candidate.version} against v{target.version} could start: "
                                f"{exc.message}"}
-    return {"id": running.pk, "running": True,
-            "missing": f"replay {running.pk} running, the next evaluation judges it"}
+    else:
+        evidence = {"id": started.pk, "running": True,
+                    "missing": f"{before}replay {started.pk} running, the next evaluation judges it"}
+    if failed is not None:
+        evidence["failed_replay"] = {"id": failed.pk, "message": failed.message}
+    return evidence
+
+
+def _last_failed_replay(policy: PromotionPolicy, candidate, target):
+    """The replay this policy's last evaluation of ``candidate`` against ``target`` started or judged, when it
+    has failed since (None otherwise): its message is why the policy keeps holding."""
+    from deployments.choices import ReplayStatus
+    from deployments.models import Replay
+
+    previous = (policy.evaluations.filter(candidate_version=candidate, target_version=target,
+                                          metrics__replay__id__isnull=False).order_by("-id")
+                .values_list("metrics__replay__id", flat=True).first())
+    if previous is None:
+        return None
+    return Replay.objects.filter(pk=previous, status=ReplayStatus.FAILED).first()
 
 
 def _ramp(evaluation: PromotionEvaluation, policy: PromotionPolicy, candidate, checks, summary: str,

@@ -53,9 +53,31 @@ def model_policies(request, model_name: str):
 def policy_detail(request, policy_id: int):
     """A policy's settings and its last 100 evaluations with the metrics, checks and reasons."""
     policy = _policy_or_404(request, policy_id)
-    evaluations = (policy.evaluations.select_related("candidate_version", "target_version", "decided_by")
-                   .order_by("-id")[:HISTORY_EVALUATIONS])
+    evaluations = list(policy.evaluations.select_related("candidate_version", "target_version", "decided_by")
+                       .order_by("-id")[:HISTORY_EVALUATIONS])
+    _attach_replays(request, policy.model, evaluations)
     return render(request, "promotions/policy_detail.html", {"policy": policy, "evaluations": evaluations})
+
+
+def _attach_replays(request, model, evaluations: list[PromotionEvaluation]) -> None:
+    """Give each evaluation that judged or started a replay (``metrics["replay"]["id"]``) ``replay_shown``:
+    ``{"replay": Replay, "view": deployments.replays.replay_view}``, with the worst disagreements for
+    owners of the model's team only. One query for all of them."""
+    from accounts.access import Principal
+    from deployments.models import Replay
+    from deployments.replays import may_read_captured, replay_view
+
+    ids = {(e.metrics or {}).get("replay", {}).get("id") for e in evaluations}
+    ids = {i for i in ids if isinstance(i, int)}
+    if not ids:
+        return
+    found = {r.pk: r for r in Replay.objects.filter(pk__in=ids, version__model=model)
+             .select_related("version", "against", "host")}
+    may_read = may_read_captured(Principal.of(request), model)
+    for evaluation in evaluations:
+        replay = found.get((evaluation.metrics or {}).get("replay", {}).get("id"))
+        if replay is not None:
+            evaluation.replay_shown = {"replay": replay, "view": replay_view(replay, may_read=may_read)}
 
 
 def _policy_or_404(request, policy_id: int, action: Action = Action.VIEW) -> PromotionPolicy:

@@ -320,7 +320,7 @@ class ReplayCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     tolerances = ReplayTolerancesSerializer(required=False)
     max_requests = serializers.IntegerField(required=False, min_value=1, max_value=100_000,
                                             help_text="captured requests to replay, newest first (default 1000)")
-    pace = serializers.FloatField(required=False, min_value=0.01, max_value=500, help_text=(
+    pace = serializers.FloatField(required=False, min_value=0.01, max_value=1000, help_text=(
         "captured requests per second (default 20), each sent to both versions, one request in flight"))
 
 

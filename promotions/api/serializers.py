@@ -11,7 +11,7 @@ from registry.models import RegisteredModel
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
                  "max_p95_ms", "max_error_rate", "max_regression", "max_profile_regression", "min_agreement",
                  "max_latency_regression", "replay_atol", "replay_rtol", "replay_argmax_outputs", "replay_max_requests",
-                 "ramp_steps",
+                 "replay_pace", "ramp_steps",
                  "ramp_on_failure", "requires_approval", "dry_run", "enabled"]
 
 
@@ -64,6 +64,8 @@ class PromotionPolicyWriteSerializer(RefuseUnknownFields, serializers.Serializer
         help_text="outputs compared by argmax over their last axis (score vectors)")
     replay_max_requests = serializers.IntegerField(required=False, default=1000,
                                                    help_text="captured requests a replay sends, 1..100000")
+    replay_pace = serializers.FloatField(required=False, default=20.0, help_text=(
+        "captured requests per second the replays the policy starts send to each version, 1..1000"))
     ramp_steps = serializers.ListField(
         child=serializers.FloatField(), required=False, default=list, max_length=20,
         help_text="a progressive rollout: the percents of traffic the candidate's canary goes through, ending at "
