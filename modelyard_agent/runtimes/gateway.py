@@ -68,8 +68,8 @@ http {{
 {temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
-    init_by_lua_block {{ require("modelyard_gateway").load("{dir}/routes.json") }}
-    init_worker_by_lua_block {{ require("modelyard_gateway").seed() }}
+    init_by_lua_block {{ require("modelyard_routes").load("{dir}/routes.json") }}
+    init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
     upstream modelyard_triton {{
         server {triton} max_fails=0;
         keepalive 64;
@@ -114,7 +114,7 @@ http {{
     }}
 {grpc_server}    server {{
         listen unix:{dir}/control.sock;
-        location = /routes {{ content_by_lua_block {{ require("modelyard_gateway").control() }} }}
+        location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location / {{ return 404; }}
     }}
 }}

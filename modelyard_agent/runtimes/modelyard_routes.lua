@@ -1,5 +1,5 @@
 -- Per-model routes of a host's nginx, the scheme both runtimes use: the BentoML front
--- (modelyard_bento.lua, written by modelyard_agent/runtimes/nginx.py) and, in its own copy, the Triton
+-- (modelyard_bento.lua, written by modelyard_agent/runtimes/nginx.py) and the Triton
 -- gateway (modelyard_gateway.lua). Routes live in the shared dict "modelyard_routes", one entry per model:
 --   {"stable": 3, "canary": 4, "percent": 10.0, "shadow": 4, "shadow_percent": 20.0, "ports": {"3": 41001, "4": 41002}}
 -- (canary and shadow may be null; "ports", the loopback port serving each version, only on the BentoML front).
