@@ -34,6 +34,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import pwd
+import shutil
 import socket
 from pathlib import Path
 
@@ -45,10 +48,16 @@ MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/ngi
 ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"
 VERSION_HEADER = "X-Modelyard-Version"
 SHADOW_HEADER = "X-Modelyard-Shadow"
+# Request bodies up to this many bytes are held in memory, so the log phase can capture them; a larger one
+# goes to a temporary file and, when drawn for capture, is counted as skipped.
+CAPTURE_BODY_LIMIT = 1 << 20
+# Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
+WORKER_USER = "nobody"
+CAPTURE_SUFFIX = ".ndjson"
 
 _MAIN_CONF = """\
 {load_modules}
-worker_processes {workers};
+{user}worker_processes {workers};
 worker_shutdown_timeout {shutdown_timeout}s;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -62,7 +71,11 @@ http {{
 {temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
-    init_by_lua_block {{ require("modelyard_gateway").load("{dir}/routes.json") }}
+    lua_shared_dict modelyard_capture 1m;
+    init_by_lua_block {{
+        require("modelyard_gateway").load("{dir}/routes.json")
+        require("modelyard_capture").load("{dir}")
+    }}
     init_worker_by_lua_block {{ require("modelyard_gateway").seed() }}
     upstream modelyard_triton {{
         server {triton} max_fails=0;
@@ -83,6 +96,14 @@ http {{
             add_header {version_header} $modelyard_version always;
             mirror /_modelyard_shadow;
             mirror_request_body on;
+{capture_body}
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model) }}
+            proxy_pass http://modelyard_triton;
+        }}
+        location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
+            proxy_request_buffering on;
+{capture_body}
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
             proxy_pass http://modelyard_triton;
         }}
         location = /_modelyard_shadow {{
@@ -93,7 +114,7 @@ http {{
         }}
         # A model's metadata, config, readiness and statistics, of the model or one version; not its
         # trace or log settings.
-        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats|infer))?$ {{
+        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats))?$ {{
             proxy_pass http://modelyard_triton;
         }}
         location = /v2/models/stats {{ proxy_pass http://modelyard_triton; }}
@@ -102,6 +123,7 @@ http {{
     server {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_gateway").control() }} }}
+        location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location / {{ return 404; }}
     }}
 }}
@@ -131,7 +153,7 @@ class TritonGateway(NginxProcess):
         workers: nginx worker processes (``auto``: one per CPU).
     """
 
-    SUBDIRS = ("tmp",)
+    SUBDIRS = ("tmp", "capture")
 
     def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
                  shutdown_timeout: float = 120.0, workers: str = "auto"):
@@ -140,6 +162,7 @@ class TritonGateway(NginxProcess):
         self.workers = workers
         self.routes_file = self.dir / "routes.json"
         self.control_socket = self.dir / "control.sock"
+        self.capture_file = self.dir / "capture.json"
 
     def main_config(self) -> str:
         missing = [str(path) for path in MODULES if not path.exists()]
@@ -148,6 +171,9 @@ class TritonGateway(NginxProcess):
                                       f"install Debian's libnginx-mod-http-lua and lua-cjson", retryable=False)
         return _MAIN_CONF.format(
             load_modules="\n".join(f"load_module {path};" for path in MODULES), workers=self.workers,
+            user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
+            capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
+                          "            client_body_in_single_buffer on;"),
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
             temp_paths=TEMP_PATHS.format(dir=self.dir),
@@ -210,10 +236,11 @@ class TritonGateway(NginxProcess):
         except ValueError as exc:
             raise ServingRuntimeError(f"{self.routes_file} is not JSON: {exc}", retryable=False) from exc
 
-    def _control(self, method: str, body: dict | None = None, timeout: float = 5.0) -> dict[str, dict]:
+    def _control(self, method: str, body: dict | None = None, timeout: float = 5.0,
+                 path: str = "/routes") -> dict[str, dict]:
         connection = _UnixConnection(self.control_socket, timeout)
         try:
-            connection.request(method, "/routes", body=None if body is None else json.dumps(body),
+            connection.request(method, path, body=None if body is None else json.dumps(body),
                                headers={"Content-Type": "application/json"})
             answer = connection.getresponse()
             text = answer.read().decode()
@@ -222,5 +249,90 @@ class TritonGateway(NginxProcess):
         finally:
             connection.close()
         if answer.status != 200:
-            raise ServingRuntimeError(f"the gateway refused the routes: {text.strip()}", retryable=False)
+            raise ServingRuntimeError(f"the gateway refused the {path.strip('/')}: {text.strip()}", retryable=False)
         return json.loads(text)
+
+    # Request capture (issue 15; the file format is the capture contract, docs/architecture.md).
+
+    def capture_directory(self, model: str) -> Path:
+        """Where the gateway writes ``model``'s captured requests: ``<gateway dir>/capture/<model>/``, files
+        ``<YYYYmmddHH>-<worker pid>.ndjson`` (UTC hour), one JSON object per line."""
+        return self.dir / "capture" / model
+
+    def capture(self) -> dict[str, dict]:
+        """The capture settings the running gateway holds, with its counters: ``{model: {"fraction" (0-1),
+        "max_bytes", "retention_seconds", "bytes" (what it counts on disk), "skipped" (requests drawn but
+        not captured since nginx started: a body over ``CAPTURE_BODY_LIMIT`` bytes, no known version, the
+        capture full)}}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/capture")
+
+    def set_capture(self, model: str, *, fraction: float, max_bytes: int, retention_seconds: int) -> dict:
+        """Capture ``fraction`` (0-1) of ``model``'s client infer requests, up to ``max_bytes`` bytes of
+        capture files, kept ``retention_seconds``; fraction 0 turns it off and deletes what was captured.
+        Effective for the next request, with no reload. Idempotent.
+
+        Returns:
+            The model's settings and counters as the gateway now holds them (``{}`` when turned off).
+
+        Raises:
+            ValueError: a fraction outside 0-1, negative bytes or a retention below 1 s.
+            ServingRuntimeError: the gateway refused the settings or does not answer.
+        """
+        fraction = float(fraction)
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"a capture fraction is from 0 to 1; got {fraction!r}")
+        if int(max_bytes) < 0 or int(retention_seconds) < 1:
+            raise ValueError("max_bytes must be 0 or more and retention_seconds 1 or more")
+        if "/" in model or model in (".", "..") or not model:
+            raise ValueError(f"{model!r} is not a model name")
+        with self._lock():
+            settings = self._read_capture_file()
+            if fraction > 0:
+                settings[model] = {"fraction": fraction, "max_bytes": int(max_bytes),
+                                   "retention_seconds": int(retention_seconds)}
+                self._prepare_capture_directory(model)
+            else:
+                settings.pop(model, None)
+            _atomic_write(self.capture_file, json.dumps(settings, indent=1, sort_keys=True))
+            held = self._control("POST", settings, path="/capture")
+            if fraction == 0:
+                shutil.rmtree(self.capture_directory(model), ignore_errors=True)
+            return held.get(model, {})
+
+    def set_capture_usage(self, usage: dict[str, int]) -> dict[str, dict]:
+        """Tell the gateway how many bytes each model's capture directory holds now (``{model: bytes}``), so
+        its counter of the bound matches the disk after expired files were deleted; workers reopen their
+        files. Returns ``capture()``.
+
+        Raises:
+            ServingRuntimeError: as ``capture``.
+        """
+        return self._control("PUT", {model: int(size) for model, size in usage.items()}, path="/capture")
+
+    def _read_capture_file(self) -> dict[str, dict]:
+        try:
+            return json.loads(self.capture_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ServingRuntimeError(f"{self.capture_file} is not JSON: {exc}", retryable=False) from exc
+
+    def _prepare_capture_directory(self, model: str) -> None:
+        """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700)."""
+        for path in (self.dir / "capture", self.capture_directory(model)):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o700)
+            if os.geteuid() == 0:
+                user = pwd.getpwnam(WORKER_USER)
+                os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def _group_of(user: str) -> str:
+    """The name of ``user``'s primary group (``nogroup`` for Debian's ``nobody``)."""
+    import grp
+
+    return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name
