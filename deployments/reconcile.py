@@ -249,7 +249,8 @@ def _claimed_for_failing(target: DeploymentTarget) -> bool:
 
 def reconcile_fleet() -> list[Repair]:
     """Fail stalled targets and profiles, advance running rollouts, send again canary routes a gateway does
-    not hold (``canaries.resend_routes``), then reconcile every host. Returns the repairs (profiles failed
+    not hold (``canaries.resend_routes``) and capture settings it does not hold (``capture.resend_capture``),
+    then reconcile every host. Returns the repairs (profiles failed
     and routes sent are logged, not counted)."""
     from deployments.profiles import fail_stalled_profiles
     from deployments.rollouts import advance_running_rollouts
@@ -263,6 +264,11 @@ def reconcile_fleet() -> list[Repair]:
     for host, model in resend_routes():
         logger.warning("reconcile: %s's gateway reported another route for %s than its canary's; sent it again",
                        host, model)
+    from deployments.capture import resend_capture
+
+    for host, model in resend_capture():
+        logger.warning("reconcile: %s's gateway reported other capture settings for %s than the registry's; "
+                       "sent them again", host, model)
     for host in ServingHost.objects.order_by("name"):
         repairs.extend(reconcile_host(host))
     return repairs

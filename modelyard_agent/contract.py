@@ -24,6 +24,9 @@ Protocol history:
 4. ``canary_percent`` and ``shadow_percent`` on deploy payloads (an older agent would cut over instead of keeping the
    stable version), the ``ROUTE`` task, and the ``gateway`` block of Triton heartbeat reports. The
    orchestrator sends canaries and routes only to agents that report protocol 4 and a live gateway.
+5. request capture: ``capture`` (``CaptureSettings``) on ``ROUTE`` payloads, which may then carry no canary
+   (the version the host serves as ``stable``), and ``capture`` in the ``gateway`` block of Triton heartbeat
+   reports. The orchestrator sends capture settings only to agents that report protocol 5.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 # The oldest agent protocol that runs ``AgentTask.PROFILE``.
 PROFILE_PROTOCOL = 3
 # The oldest agent protocol that keeps a canary beside the stable version and runs ``AgentTask.ROUTE``.
 CANARY_PROTOCOL = 4
+# The oldest agent protocol whose gateway captures requests (``RoutePayload.capture``).
+CAPTURE_PROTOCOL = 5
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -152,9 +157,22 @@ class DeployPayload(TypedDict):
     shadow_percent: NotRequired[float | None]
 
 
+class CaptureSettings(TypedDict):
+    """A model's request capture on a host's gateway (``modelyard_agent.capture``): the share of client infer
+    requests kept (0 = off, and what was kept is deleted), the most bytes kept, and for how long."""
+
+    fraction: float  # 0-1
+    max_bytes: int  # bytes
+    retention_seconds: int  # seconds
+
+
 class RoutePayload(TypedDict):
     """Split ``model``'s requests that name no version on ``host``'s gateway: ``percent`` (0-100) to
-    ``canary``, the rest to ``stable``; both must be READY there. The agent answers with a heartbeat."""
+    ``canary``, the rest to ``stable``; both must be READY there. The agent answers with a heartbeat.
+
+    With ``capture`` (protocol 5) it also sets the model's request capture; ``canary`` None and no shadow is
+    then the model served by ``stable`` alone (routed to it while capture is on, so each captured request
+    names the version that answered)."""
 
     protocol: int
     host: str
@@ -167,14 +185,18 @@ class RoutePayload(TypedDict):
     percent: float
     shadow: NotRequired[int | None]  # a version mirrored ``shadow_percent`` of the requests, answers discarded
     shadow_percent: NotRequired[float]
+    capture: NotRequired[CaptureSettings]
 
 
 class GatewayReport(TypedDict):
-    """A Triton host's gateway in a heartbeat: whether it answers, and its routes
-    (``{model: {"stable", "canary", "percent"}}``)."""
+    """A Triton host's gateway in a heartbeat: whether it answers, its routes
+    (``{model: {"stable", "canary", "percent", "shadow", "shadow_percent"}}``) and, from protocol 5, each
+    captured model's settings and what is on disk (``{model: {"fraction", "max_bytes", "retention_seconds",
+    "requests", "bytes", "oldest", "newest", "skipped"}}``, times in unix seconds; ``capture.enforce``)."""
 
     live: bool
     routes: dict[str, dict]
+    capture: NotRequired[dict[str, dict]]
 
 
 class UnloadPayload(TypedDict):

@@ -34,3 +34,9 @@ version_corrupt = Signal()
 # arguments: ``models`` (a list of RegisteredModel). Each receiver returns ``{model pk: [{"version":
 # number, "hosts": [host names]}]}`` for the models that serve somewhere (the deployments app knows).
 serving_lookup = Signal()
+
+# Sent inside the transaction that changed a model's request capture settings, after its audit event.
+# Keyword arguments: ``model`` (RegisteredModel, with the new settings), ``before`` and ``after``
+# (``{"fraction", "max_bytes", "retention_seconds"}``), ``actor``. Each receiver returns a list of warnings
+# (phrases naming a host the settings cannot reach now); receivers that send work do so on commit.
+capture_changed = Signal()

@@ -70,6 +70,8 @@ API = [
     ("PATCH", "/api/v1/models/{model_name}/versions/{version}/card/", {"version": 2}, {"license": "MIT"},
      needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/versions/{version}/card/readme/", {"version": 2}, None, needs("viewer")),
+    ("GET", "/api/v1/models/{model_name}/capture/", {}, None, needs("viewer")),
+    ("PATCH", "/api/v1/models/{model_name}/capture/", {}, {"fraction": 0.1}, needs("owner")),
     ("GET", "/api/v1/models/{model_name}/versions/{version}/profiles/", {"version": 2}, None, needs("viewer")),
     ("POST", "/api/v1/models/{model_name}/versions/{version}/profiles/", {"version": 2}, {"host": "gpu-dev"},
      needs("maintainer")),
