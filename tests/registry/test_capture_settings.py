@@ -117,3 +117,22 @@ def test_the_reconciler_sends_the_settings_again_to_a_gateway_that_holds_others(
     assert body["hosts"][0] == {"host": "gpu-new", "requests": 3, "bytes": 900, "oldest": 1.0, "newest": 2.0,
                                 "skipped": 0, "applied": True, "problem": None}
     assert body["hosts"][1]["problem"].startswith("gpu-old's agent speaks protocol 4")
+
+
+def test_the_model_page_shows_the_capture_panel_and_its_form_to_owners_only(people, served, client):
+    from tests.factories import page_with_panels
+
+    client.force_login(people["member"])
+    page = page_with_panels(client, "/models/iris/")
+    assert "Request capture" in page and "Off." in page and "captured requests hold users" in page.lower()
+    assert "Save capture settings" not in page
+    client.force_login(people["owner"])
+    assert "Save capture settings" in page_with_panels(client, "/models/iris/")
+    refused = client.post("/deployments/capture/iris/", {"fraction": "0.1", "max_mib": "64", "retention_days": "1"})
+    assert refused.status_code == 302 and RegisteredModel.objects.get(name="iris").capture_fraction == 0
+    client.post("/deployments/capture/iris/", {"fraction": "0.1", "max_mib": "64", "retention_days": "1",
+                                              "confirm": "on"})
+    model = RegisteredModel.objects.get(name="iris")
+    assert (model.capture_fraction, model.capture_max_bytes, model.capture_retention_seconds) == (0.1, 64 << 20, 86400)
+    client.force_login(people["member"])
+    assert client.post("/deployments/capture/iris/", {"fraction": "0"}).status_code == 403
