@@ -17,9 +17,11 @@ from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
+from tests.deployments.triton_host import artifacts
 from tests.fixtures.services import free_port
 
 pytestmark = pytest.mark.integration
+__all__ = ["artifacts"]  # fixture
 
 WEEK = 7 * 86400
 
@@ -195,3 +197,70 @@ def test_settings_survive_a_restart_and_bad_settings_are_refused(gateway):
     gateway.ensure_running()
     assert gateway.capture() == {MODEL: {"fraction": 0.5, "max_bytes": 1000, "retention_seconds": 60,
                                          "bytes": 0, "skipped": 0}}
+
+
+@pytest.fixture
+def host(triton_server, artifacts, agent_settings):
+    """A Triton host agent with its gateway, whose state directory nginx's workers may traverse."""
+    from demo.iris import build_iris_archive
+    from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+    from tests.deployments.triton_host import agent_payload
+
+    root, base_url = artifacts
+    archive = build_iris_archive(root / "iris.tar.gz", name="iris")
+    home = Path(tempfile.mkdtemp(prefix="modelyard-agent-"))
+    home.chmod(0o711)
+    agent_settings(model_repository=triton_server.model_repository, staging_dir=home / "staging",
+                   triton_url=triton_server.http_url)
+    url = f"http://127.0.0.1:{free_port()}"
+
+    class Host:
+        agent = TritonHostAgent()
+        gateway = triton_gateway(url)
+
+        @staticmethod
+        def payload(version: int) -> dict:
+            return {**agent_payload(archive, base_url, triton_server, model=MODEL, version=version),
+                    "inference_url": url}
+
+        @staticmethod
+        def route(version: int, **capture) -> dict:
+            return {"host": "local", "runtime": "triton", "model": MODEL, "inference_url": url, "metrics_url": "",
+                    "stable": version, "canary": None, "percent": 0.0, "shadow": None, "shadow_percent": 0.0,
+                    "capture": capture}
+
+        @staticmethod
+        def heartbeat() -> dict:
+            return Host.agent.heartbeat({"host": "local", "inference_url": url, "metrics_url": "",
+                                         "runtime": "triton"})
+
+    Host.url = url
+    yield Host
+    Host.gateway.stop()
+    import shutil
+
+    shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_agent_sets_capture_from_a_route_reports_it_and_keeps_it_through_a_deployment(host):
+    assert host.agent.deploy(host.payload(1), report=lambda state: None)["state"] == "ready"
+    week = {"fraction": 1.0, "max_bytes": 1 << 20, "retention_seconds": WEEK}
+    assert host.agent.route(host.route(1, **week))["stable"] == 1
+    with requests.Session() as session:
+        for _ in range(3):
+            assert session.post(f"{host.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30).status_code == 200
+    settle(host.gateway, 3)
+    report = host.heartbeat()["gateway"]["capture"][MODEL]
+    assert (report["requests"], report["fraction"], report["retention_seconds"]) == (3, 1.0, WEEK)
+
+    # A new version deployed while capture is on keeps a route to the version that serves.
+    assert host.agent.deploy(host.payload(2), report=lambda state: None)["state"] == "ready"
+    assert host.gateway.routes()[MODEL]["stable"] == 2
+    with requests.Session() as session:
+        assert session.post(f"{host.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30).status_code == 200
+    assert sorted(row["version"] for row in settle(host.gateway, 4)) == [1, 1, 1, 2]
+
+    # Off: the capture is deleted, the route that only served it goes.
+    host.agent.route(host.route(2, fraction=0.0, max_bytes=1 << 20, retention_seconds=WEEK))
+    assert not host.gateway.capture_directory(MODEL).exists() and MODEL not in host.gateway.routes()
+    assert host.heartbeat()["gateway"]["capture"] == {}
