@@ -18,6 +18,7 @@ action                    role                                            scope
 ``DEPLOY``                maintainer; owner when any host is production   deploy
 ``RUN_POLICY``            maintainer                                      write
 ``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
+``MANAGE_CAPTURE``        owner (request capture settings: users' data)   write
 ``CREATE_MODEL``          maintainer of the team it goes to               write
 ``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
                           ``write`` to change one)
@@ -54,6 +55,7 @@ class Action(Enum):
     DEPLOY = ("deploy", Role.MAINTAINER, Scope.DEPLOY)
     RUN_POLICY = ("run_policy", Role.MAINTAINER, Scope.WRITE)
     MANAGE_POLICY = ("manage_policy", Role.OWNER, Scope.WRITE)
+    MANAGE_CAPTURE = ("manage_capture", Role.OWNER, Scope.WRITE)
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
     MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
     READ_CAPTURED = ("read_captured", Role.OWNER, Scope.READ)
@@ -236,6 +238,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
         Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
         Action.READ_CAPTURED: "reading what replays show of captured requests",
+        Action.MANAGE_CAPTURE: "changing request capture (captured requests hold users' data)",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",
     }.get(action, "this")

@@ -8,6 +8,7 @@ class AuditAction(models.TextChoices):
 
     MODEL_CREATED = "model.created", "Model created"
     MODEL_UPDATED = "model.updated", "Model description or tags changed"
+    CAPTURE_SETTINGS = "model.capture_settings", "Request capture settings changed"
     VERSION_REGISTERED = "version.registered", "Version registered"
     VERSION_DELETED = "version.deleted", "Version deleted"
     VERSION_CORRUPT = "version.corrupt", "Version's stored bytes do not match its sha256"

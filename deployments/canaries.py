@@ -96,13 +96,17 @@ def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
 
 def route_payload(target: DeploymentTarget, percent: float, shadow_percent: float | None) -> dict:
     """The ``contract.RoutePayload`` that sets ``percent`` (and mirrors ``shadow_percent``) on ``target``'s
-    host: its stable version (the target's ``previous_version``) and the deployment's version."""
+    host: its stable version (the target's ``previous_version``) and the deployment's version, with the
+    model's request capture settings (``deployments.capture``)."""
+    from deployments.capture import wanted_capture
+
     version = target.deployment.version.version
     return {
         "host": target.host.name, "runtime": target.host.runtime, "model": target.runtime_name,
         "inference_url": target.host.inference_url, "metrics_url": target.host.metrics_url,
         "stable": target.previous_version.version, "canary": version, "percent": float(percent),
         "shadow": version if shadow_percent else None, "shadow_percent": float(shadow_percent or 0),
+        "capture": wanted_capture(target.deployment.model),
     }
 
 
@@ -251,12 +255,14 @@ def end_canaries_replaced(model_version, hosts: list[ServingHost], *, by: Deploy
 def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
     """Send again the route of each active canary to every host it reached whose gateway last reported
     another route for the model (a percent changed while the host was still loading, a lost task, a
-    restarted gateway). At most once per ``backoff`` seconds per (host, model), shared through the
+    restarted gateway), or other capture settings when it can capture (``capture.capture_differs``).
+    At most once per ``backoff`` seconds per (host, model), shared through the
     broker's Redis.
 
     Returns:
         The (host, model) pairs a route was sent to.
     """
+    from deployments.capture import capture_differs, why_no_capture
     from deployments.tasks import send_to_host
     from modelyard.celery import broker
 
@@ -270,7 +276,8 @@ def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
                 continue
             want = route_payload(target, canary.canary_percent or 0, canary.shadow_percent)
             have = reported_route(target)
-            if all(have.get(key) == want[key] for key in ("stable", "canary", "percent", "shadow", "shadow_percent")):
+            if all(have.get(key) == want[key] for key in ("stable", "canary", "percent", "shadow", "shadow_percent")) \
+                    and (why_no_capture(target.host) or not capture_differs(target)):
                 continue
             key = f"modelyard:route-repair:{target.host.name}:{target.runtime_name}"
             if not broker().set(key, "1", nx=True, ex=max(1, int(backoff))):

@@ -149,3 +149,19 @@ class ProfileForm(forms.Form):
     def __init__(self, *args, hosts: list[tuple[str, str]], **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["host"].choices = hosts
+
+
+class CaptureForm(forms.Form):
+    """The "Request capture" panel's form: the share captured, the bound per host in MiB, the retention in
+    days, and a confirmation that captured requests hold users' data (needed to turn capture on)."""
+
+    fraction = forms.FloatField(min_value=0, max_value=1, help_text="0 turns capture off and deletes what was kept")
+    max_mib = forms.IntegerField(min_value=1, label="Max MiB per host")
+    retention_days = forms.FloatField(min_value=1 / 24, label="Retention (days)")
+    confirm = forms.BooleanField(required=False, label="I understand that captured requests hold our users' data")
+
+    def clean(self):
+        data = super().clean()
+        if data.get("fraction") and not data.get("confirm"):
+            raise forms.ValidationError("confirm that captured requests hold users' data to turn capture on")
+        return data

@@ -249,24 +249,27 @@ def _claimed_for_failing(target: DeploymentTarget) -> bool:
 
 def reconcile_fleet() -> list[Repair]:
     """Fail stalled targets, profiles and replays, advance running rollouts, send again canary routes a gateway does
-    not hold (``canaries.resend_routes``), then reconcile every host. Returns the repairs (profiles failed
+    not hold (``canaries.resend_routes``) and capture settings it does not hold (``capture.resend_capture``),
+    then reconcile every host. Returns the repairs (profiles failed
     and routes sent are logged, not counted)."""
+    from deployments.canaries import resend_routes
+    from deployments.capture import resend_capture
     from deployments.profiles import fail_stalled_profiles
+    from deployments.replays import fail_stalled_replays
     from deployments.rollouts import advance_running_rollouts
 
     for profile_id in fail_stalled_profiles():
         logger.warning("profile %s failed: its host's agent stopped reporting", profile_id)
-    from deployments.replays import fail_stalled_replays
-
     for replay_id in fail_stalled_replays():
         logger.warning("replay %s failed: its host's agent stopped reporting", replay_id)
-    from deployments.canaries import resend_routes
-
     repairs = fail_stalled_targets()
     advance_running_rollouts()
     for host, model in resend_routes():
         logger.warning("reconcile: %s's gateway reported another route for %s than its canary's; sent it again",
                        host, model)
+    for host, model in resend_capture():
+        logger.warning("reconcile: %s's gateway reported other capture settings for %s than the registry's; "
+                       "sent them again", host, model)
     for host in ServingHost.objects.order_by("name"):
         repairs.extend(reconcile_host(host))
     return repairs

@@ -14,6 +14,7 @@ urlpatterns = [
     path("deployments/try/<str:model_name>/", views.try_it, name="try-it"),
     path("deployments/of/<str:model_name>/", views.model_deployments, name="model-deployments"),
     path("deployments/serving/<str:model_name>/", views.model_serving, name="model-serving"),
+    path("deployments/capture/<str:model_name>/", views.model_capture, name="model-capture"),
     path("profiles/of/<str:model_name>/<int:version>/", views.version_profiles, name="version-profiles"),
     path("profiles/of/<str:model_name>/<int:version>/start/", views.version_profile_start,
          name="version-profile-start"),

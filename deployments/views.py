@@ -10,6 +10,7 @@ from django.views.decorators.http import require_POST
 
 from accounts.access import Action, Principal, check, require
 from deployments import canaries, lifecycle, profiles, replays, rollouts
+from deployments.capture import capture_panel
 from deployments.choices import (
     ACTIVE_DEPLOYMENT_STATUSES,
     ACTIVE_PROFILE_STATES,
@@ -17,7 +18,7 @@ from deployments.choices import (
     RUNTIME_FORMATS,
     TargetState,
 )
-from deployments.forms import ProfileForm, RolloutForm, ServingHostForm, TryItForm
+from deployments.forms import CaptureForm, ProfileForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import Deployment, DeploymentTarget, Profile, Replay, ServingHost
@@ -38,6 +39,7 @@ from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
 from monitoring import readings as monitoring
 from registry.access import visible_models
+from registry.capture import set_capture
 from registry.pages import forbidden_unless, model_or_404
 
 
@@ -307,6 +309,38 @@ def model_serving(request, model_name: str):
     rollout; and each active rollout with its canary batch (``deployments.serving.model_serving``)."""
     model = model_or_404(request, model_name)
     return render(request, "deployments/partials/model_serving.html", {"model": model, **serving_panel(model)})
+
+
+@login_required
+def model_capture(request, model_name: str):
+    """The "Request capture" panel of a model's page (htmx): its settings and what each Triton host serving it
+    holds (counts and times, never bodies); owners of the model's team change the settings with its form
+    (POST, which redirects to the model's page with a message)."""
+    model = model_or_404(request, model_name)
+    may_change = check(Principal.of(request), Action.MANAGE_CAPTURE, model=model) is None
+    if request.method == "POST":
+        model = model_or_404(request, model_name, Action.MANAGE_CAPTURE)
+        form = CaptureForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                _, warnings = set_capture(model_name=model.name, actor=Principal.of(request),
+                                          fraction=data["fraction"], max_bytes=data["max_mib"] * 1024**2,
+                                          retention_seconds=round(data["retention_days"] * 86_400))
+            except DomainError as exc:
+                messages.error(request, f"Capture unchanged: {exc.message}")
+            else:
+                messages.success(request, "Capture settings saved." + "".join(f" {w}." for w in warnings))
+        else:
+            messages.error(request, "Capture unchanged: " + "; ".join(
+                " ".join(errors) for errors in form.errors.values()))
+        return redirect("registry:model-detail", model.name)
+    panel = capture_panel(model)
+    settings_now = panel["settings"]
+    form = CaptureForm(initial={"fraction": settings_now["fraction"], "max_mib": settings_now["max_bytes"] // 1024**2,
+                                "retention_days": settings_now["retention_seconds"] / 86_400})
+    return render(request, "deployments/partials/model_capture.html",
+                  {"model": model, "panel": panel, "form": form, "may_change": may_change})
 
 
 @login_required

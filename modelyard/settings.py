@@ -195,6 +195,10 @@ SPECTACULAR_SETTINGS = {
 # only a team's owners may move.
 MODELYARD_DEFAULT_TEAM = env_str("MODELYARD_DEFAULT_TEAM", "default")
 MODELYARD_PRODUCTION_ALIASES = env_list("MODELYARD_PRODUCTION_ALIASES", ["production"])
+# Request capture (registry.capture): the most bytes of captured requests one model may keep on one host
+# (4 GiB), and the longest a capture may be kept (30 days, in seconds).
+MODELYARD_CAPTURE_MAX_BYTES_LIMIT = env_int("MODELYARD_CAPTURE_MAX_BYTES_LIMIT", 4 * 1024**3)
+MODELYARD_CAPTURE_MAX_RETENTION_SECONDS = env_int("MODELYARD_CAPTURE_MAX_RETENTION_SECONDS", 30 * 86_400)
 
 # Celery: JSON only, late acknowledgement, so a worker killed mid-task hands
 # the message back to the broker instead of losing it.

@@ -12,6 +12,7 @@ from accounts.api.teams import TeamViewSet
 from accounts.api.views import ApiTokenViewSet
 from deployments.api.views import (
     DeploymentViewSet,
+    ModelCaptureView,
     ModelInferenceView,
     ProfileViewSet,
     ReplayViewSet,
@@ -71,6 +72,7 @@ api_v1 = [
     path("models/<str:model_name>/metrics/", ModelMetricsView.as_view(), name="model-metrics"),
     path("models/<str:model_name>/compare/", ModelCompareView.as_view(), name="model-compare"),
     path("models/<str:model_name>/infer/", ModelInferenceView.as_view(), name="model-infer"),
+    path("models/<str:model_name>/capture/", ModelCaptureView.as_view(), name="model-capture"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
     path("", include(router.urls)),

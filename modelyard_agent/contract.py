@@ -27,7 +27,9 @@ Protocol history:
    BentoML agents that split traffic (an nginx with the Lua module) report the same ``gateway`` block;
    older BentoML agents report none, so they are never sent a canary (no new protocol number).
 5. the ``REPLAY`` task and its ``REPLAY_REPORT`` (captured requests sent again to the serving version and
-   to a candidate's copy); the gateway's request capture. The orchestrator sends ``REPLAY`` only to agents
+   to a candidate's copy); request capture: ``capture`` (``CaptureSettings``) on ``ROUTE`` payloads, which
+   may then carry no canary (the version the host serves as ``stable``), and ``capture`` in the ``gateway``
+   block of Triton heartbeat reports. The orchestrator sends ``REPLAY`` and capture settings only to agents
    that report protocol 5 or newer.
 """
 
@@ -43,6 +45,8 @@ PROFILE_PROTOCOL = 3
 CANARY_PROTOCOL = 4
 # The oldest agent protocol that runs ``AgentTask.REPLAY``.
 REPLAY_PROTOCOL = 5
+# The oldest agent protocol whose gateway captures requests (``RoutePayload.capture``).
+CAPTURE_PROTOCOL = 5
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -172,9 +176,22 @@ class DeployPayload(TypedDict):
     shadow_percent: NotRequired[float | None]
 
 
+class CaptureSettings(TypedDict):
+    """A model's request capture on a host's gateway (``modelyard_agent.capture``): the share of client infer
+    requests kept (0 = off, and what was kept is deleted), the most bytes kept, and for how long."""
+
+    fraction: float  # 0-1
+    max_bytes: int  # bytes
+    retention_seconds: int  # seconds
+
+
 class RoutePayload(TypedDict):
     """Split ``model``'s requests that name no version on ``host``'s gateway: ``percent`` (0-100) to
-    ``canary``, the rest to ``stable``; both must be READY there. The agent answers with a heartbeat."""
+    ``canary``, the rest to ``stable``; both must be READY there. The agent answers with a heartbeat.
+
+    With ``capture`` (protocol 5) it also sets the model's request capture; ``canary`` None and no shadow is
+    then the model served by ``stable`` alone (routed to it while capture is on, so each captured request
+    names the version that answered)."""
 
     protocol: int
     host: str
@@ -187,14 +204,18 @@ class RoutePayload(TypedDict):
     percent: float
     shadow: NotRequired[int | None]  # a version mirrored ``shadow_percent`` of the requests, answers discarded
     shadow_percent: NotRequired[float]
+    capture: NotRequired[CaptureSettings]
 
 
 class GatewayReport(TypedDict):
-    """A Triton host's gateway in a heartbeat: whether it answers, and its routes
-    (``{model: {"stable", "canary", "percent"}}``)."""
+    """A Triton host's gateway in a heartbeat: whether it answers, its routes
+    (``{model: {"stable", "canary", "percent", "shadow", "shadow_percent"}}``) and, from protocol 5, each
+    captured model's settings and what is on disk (``{model: {"fraction", "max_bytes", "retention_seconds",
+    "requests", "bytes", "oldest", "newest", "skipped"}}``, times in unix seconds; ``capture.enforce``)."""
 
     live: bool
     routes: dict[str, dict]
+    capture: NotRequired[dict[str, dict]]
 
 
 class UnloadPayload(TypedDict):

@@ -103,11 +103,14 @@ class TritonHostAgent:
             return {"state": "failed", "retryable": False, "details": {}, "error": (
                 "a canary or shadow needs the host's gateway: run this host's agent with --triton-url "
                 "(MODELYARD_AGENT_TRITON_URL) and register the gateway's address as the host's inference_url")}
-        route = None
+        route, captured = None, False
         if gateway is not None:
             try:
                 gateway.ensure_running()
                 route = gateway.routes().get(model)
+                # A captured model keeps a route to the version that serves, so each captured request
+                # names the version that answered it.
+                captured = model in gateway.capture()
             except ServingRuntimeError as exc:
                 return {"state": "failed", "retryable": exc.retryable, "details": {},
                         "error": f"the host's gateway: {exc.message}"}
@@ -122,7 +125,7 @@ class TritonHostAgent:
             if kept:
                 gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent or 0),
                                   shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
-            elif route is not None:
+            elif route is not None or captured:
                 gateway.set_route(model, stable=version)
 
         result = deploy_triton_version(
@@ -132,7 +135,7 @@ class TritonHostAgent:
             keep=keep, before_cutover=before_cutover if gateway is not None else None)
         if gateway is not None and result["state"] == "ready":
             try:
-                if not result["details"].get("kept_versions") and route is not None:
+                if not result["details"].get("kept_versions") and route is not None and not captured:
                     gateway.remove_route(model)
                 result["details"]["route"] = gateway.routes().get(model)
             except ServingRuntimeError as exc:
@@ -141,7 +144,9 @@ class TritonHostAgent:
 
     def route(self, payload: dict) -> dict:
         """Set ``payload["model"]``'s route on the host's gateway (``contract.RoutePayload``), once both of its
-        versions are READY on Triton; returns the route the gateway holds.
+        versions are READY on Triton, and its request capture when the payload carries ``capture`` (with
+        no canary or shadow, the version that serves is routed to alone while capture is on); returns the
+        route the gateway holds.
 
         Raises:
             ServingRuntimeError: no gateway, a version not READY, or the gateway refused or did not answer.
@@ -160,14 +165,31 @@ class TritonHostAgent:
             raise ServingRuntimeError(f"{model} version(s) {missing} are not READY on this host (READY: {ready})",
                                       retryable=False)
         gateway.ensure_running()
-        return gateway.set_route(model, stable=stable, canary=None if canary is None else int(canary),
-                                 percent=float(payload.get("percent") or 0),
-                                 shadow=None if shadow is None else int(shadow),
-                                 shadow_percent=float(payload.get("shadow_percent") or 0))
+        capture = payload.get("capture")
+        if capture is not None and canary is None and shadow is None:
+            # The model served by ``stable`` alone: routed to it while captured, passed as sent otherwise.
+            if float(capture["fraction"]) > 0:
+                route = gateway.set_route(model, stable=stable)
+            else:
+                held = gateway.routes().get(model)
+                if held is not None and held.get("canary") is None and held.get("shadow") is None:
+                    gateway.remove_route(model)
+                route = gateway.routes().get(model) or {}
+        else:
+            route = gateway.set_route(model, stable=stable, canary=None if canary is None else int(canary),
+                                      percent=float(payload.get("percent") or 0),
+                                      shadow=None if shadow is None else int(shadow),
+                                      shadow_percent=float(payload.get("shadow_percent") or 0))
+        if capture is not None:
+            gateway.set_capture(model, fraction=float(capture["fraction"]), max_bytes=int(capture["max_bytes"]),
+                                retention_seconds=int(capture["retention_seconds"]))
+        return route
 
     def heartbeat(self, request: dict) -> dict:
         """Start the gateway unless it runs, remove profile and replay copies no running profile or replay owns
-        (``modelyard_agent.copies``), then report, with the gateway's routes."""
+        (``modelyard_agent.copies``), apply each captured model's retention and scope (``capture.enforce``),
+        then report, with the gateway's routes and captures."""
+        from modelyard_agent.capture import enforce as enforce_capture
         from modelyard_agent.profiling.triton import remove_stale_copies
         from modelyard_agent.replay.triton import remove_stale_replay_copies
         from modelyard_agent.runtimes.base import ServingRuntimeError
@@ -194,6 +216,13 @@ class TritonHostAgent:
                 errors.append(f"profile and replay copies: {exc.message}")
         report = collect_heartbeat(inference_url=request["inference_url"], metrics_url=request.get("metrics_url", ""),
                                    model_repository=Path(settings().model_repository), labels=settings().labels)
+        if gateway_report is not None and gateway_report["live"]:
+            served = ({m["name"] for m in report["models"] if m.get("state") == "READY"}
+                      if report["runtime_live"] else None)
+            try:
+                gateway_report["capture"] = enforce_capture(gateway, served)
+            except (ServingRuntimeError, OSError) as exc:
+                errors.append(f"capture: {getattr(exc, 'message', exc)}")
         report["errors"] = report["errors"] + errors
         report["gateway"] = gateway_report
         return report

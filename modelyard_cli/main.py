@@ -327,6 +327,52 @@ def cmd_profiles(client: Client, args) -> int:
     return wait_for_profile(client, args.profile, args.timeout)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_quantity(text: str, units: dict[str, int], what: str) -> int:
+    """``text`` as a whole number of base units: ``256MiB`` -> 268435456 (bytes), ``7d`` -> 604800 (seconds).
+
+    Raises:
+        CLIError: not a number followed by one of ``units`` (the message names them).
+    """
+    clean = text.strip().lower()
+    number = clean.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = clean[len(number):]
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1
+    if unit not in units or value < 0:
+        raise CLIError(f"{what} {text!r} must be a number with one of the units {', '.join(u for u in units if u)}")
+    return round(value * units[unit])
+
+
+def cmd_capture(client: Client, args) -> int:
+    """``modelyard capture show|off <model>`` and ``modelyard capture set <model> [--fraction F] [--max-bytes
+    256MiB] [--retention 7d]``: print the model's capture (settings, each host's counts, warnings) as JSON."""
+    path = f"models/{args.model}/capture/"
+    if args.action == "show":
+        body = client.request("GET", path)
+    else:
+        change = {"fraction": 0.0} if args.action == "off" else {}
+        if args.action == "set":
+            if args.fraction is not None:
+                change["fraction"] = args.fraction
+            if args.max_bytes is not None:
+                change["max_bytes"] = parse_quantity(args.max_bytes, _SIZE_UNITS, "--max-bytes")
+            if args.retention is not None:
+                change["retention_seconds"] = parse_quantity(args.retention, _TIME_UNITS, "--retention")
+            if not change:
+                raise CLIError("capture set needs --fraction, --max-bytes or --retention")
+        body = client.request("PATCH", path, json=change)
+    print(json.dumps(body))
+    for warning in body.get("warnings") or []:
+        print(f"modelyard: warning: {warning}", file=sys.stderr)
+    return 0
+
+
 def cmd_canary(client: Client, args) -> int:
     """``modelyard canary set|shadow <id> <percent>``, ``promote <id>`` or ``rollback <id>`` (these two wait
     with --wait)."""
@@ -649,6 +695,14 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--timeout", type=float, default=3900, help="seconds to wait (default 3900)")
     replay.add_argument("--json", action="store_true", help="show, list: print the API's JSON")
     replay.set_defaults(func=cmd_replay)
+
+    capture = sub.add_parser("capture", help="show, set or turn off a model's request capture (owners)")
+    capture.add_argument("action", choices=["show", "set", "off"])
+    capture.add_argument("model")
+    capture.add_argument("--fraction", type=float, help="set: share of client infer requests captured, 0-1")
+    capture.add_argument("--max-bytes", help="set: most bytes kept per host, e.g. 256MiB")
+    capture.add_argument("--retention", help="set: how long requests are kept, e.g. 7d, 12h")
+    capture.set_defaults(func=cmd_capture)
     return parser
 
 

@@ -42,6 +42,11 @@ class RegisteredModel(models.Model):
     description = models.TextField(blank=True)
     tags = models.JSONField(default=dict, blank=True)
     next_version = models.PositiveIntegerField(default=1)
+    # Request capture on the Triton hosts that serve it (``registry.capture``): the share of client infer
+    # requests kept (0 = off), the most bytes kept per host, and how long, in seconds.
+    capture_fraction = models.FloatField(default=0.0)
+    capture_max_bytes = models.PositiveBigIntegerField(default=256 * 1024**2, help_text="bytes per host")
+    capture_retention_seconds = models.PositiveIntegerField(default=7 * 86_400, help_text="seconds")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

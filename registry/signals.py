@@ -40,3 +40,9 @@ serving_lookup = Signal()
 # one replacing it). Each receiver returns ``{"template": a partial's name, "context": dict}`` (the
 # partial is included in the page with ``panel`` set to that context), or None to add nothing.
 comparison_panels = Signal()
+
+# Sent inside the transaction that changed a model's request capture settings, after its audit event.
+# Keyword arguments: ``model`` (RegisteredModel, with the new settings), ``before`` and ``after``
+# (``{"fraction", "max_bytes", "retention_seconds"}``), ``actor``. Each receiver returns a list of warnings
+# (phrases naming a host the settings cannot reach now); receivers that send work do so on commit.
+capture_changed = Signal()

@@ -400,3 +400,43 @@ class ReplaySerializer(serializers.ModelSerializer):
         if request is None or not may_read_captured(Principal.of(request), replay.version.model):
             return None
         return list(self._summary(replay).get("worst") or [])
+class CaptureUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``PATCH /api/v1/models/<name>/capture/``: any field may be left out (it stays as it is)."""
+
+    fraction = serializers.FloatField(required=False, min_value=0, max_value=1,
+                                      help_text="share of client infer requests captured, 0 (off) to 1")
+    max_bytes = serializers.IntegerField(required=False, min_value=1,
+                                         help_text="most bytes of captured requests per host, up to "
+                                                   "MODELYARD_CAPTURE_MAX_BYTES_LIMIT")
+    retention_seconds = serializers.IntegerField(required=False, min_value=1,
+                                                 help_text="seconds a captured request is kept, 3600 up to "
+                                                           "MODELYARD_CAPTURE_MAX_RETENTION_SECONDS")
+
+    def validate_fraction(self, value):
+        if isinstance(self.initial_data.get("fraction"), bool):
+            raise serializers.ValidationError("must be a number from 0 to 1, not a boolean")
+        return value
+
+
+class CaptureHostSerializer(serializers.Serializer):
+    """What one Triton host serving the model last reported of its capture."""
+
+    host = serializers.CharField()
+    requests = serializers.IntegerField(allow_null=True, help_text="captured requests on disk")
+    bytes = serializers.IntegerField(allow_null=True, help_text="bytes on disk")
+    oldest = serializers.FloatField(allow_null=True, help_text="unix seconds of the oldest captured request")
+    newest = serializers.FloatField(allow_null=True, help_text="unix seconds of the last write")
+    skipped = serializers.IntegerField(allow_null=True, help_text="drawn but not captured since the gateway "
+                                                                  "started (body over 1 MiB, capture full)")
+    applied = serializers.BooleanField(help_text="the host's gateway holds the model's settings")
+    problem = serializers.CharField(allow_null=True, help_text="why the host cannot capture now")
+
+
+class CaptureSerializer(serializers.Serializer):
+    """A model's request capture: its settings, each serving host's report, and warnings of the last change."""
+
+    fraction = serializers.FloatField()
+    max_bytes = serializers.IntegerField(help_text="bytes per host")
+    retention_seconds = serializers.IntegerField()
+    hosts = CaptureHostSerializer(many=True)
+    warnings = serializers.ListField(child=serializers.CharField(), help_text="hosts the change cannot reach now")

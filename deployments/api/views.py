@@ -11,6 +11,8 @@ from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
 from deployments import canaries, lifecycle, profiles, replays, rollouts, services
 from deployments.api.serializers import (
+    CaptureSerializer,
+    CaptureUpdateSerializer,
     DeploymentCreateSerializer,
     DeploymentSerializer,
     DeploymentUpdateSerializer,
@@ -24,11 +26,13 @@ from deployments.api.serializers import (
     ServingHostSerializer,
     ServingHostUpdateSerializer,
 )
+from deployments.capture import capture_panel
 from deployments.inference import try_inference
 from deployments.models import Deployment, Profile, Replay, ServingHost
 from modelyard.api import error_responses
 from modelyard.errors import NotFound
 from registry.access import model_for
+from registry.capture import set_capture
 
 
 class ServingHostViewSet(
@@ -239,6 +243,34 @@ class ModelInferenceView(APIView):
         result = try_inference(model_name=model_name, host_name=data.validated_data["host"],
                                inputs=data.validated_data["inputs"], version=data.validated_data["version"])
         return Response(result)
+
+
+class ModelCaptureView(APIView):
+    """A model's request capture on the Triton hosts that serve it: ``GET`` its settings and what each host
+    holds (counts and times only: captured bodies never leave the hosts), ``PATCH`` changes the settings
+    (owners of the model's team; audited) and sends them to those hosts."""
+
+    @extend_schema(responses={200: CaptureSerializer, **error_responses(404)})
+    def get(self, request, model_name: str):
+        model = model_for(Principal.of(request), model_name)
+        return Response(self._body(model, []))
+
+    @extend_schema(request=CaptureUpdateSerializer, responses={200: CaptureSerializer, **error_responses(403, 404)},
+                   description="Captured requests hold users' data: owners of the model's team only. `fraction` 0 "
+                   "turns capture off and deletes what the hosts captured. 400 for a value out of range "
+                   "(max_bytes above MODELYARD_CAPTURE_MAX_BYTES_LIMIT, retention outside 1 hour to "
+                   "MODELYARD_CAPTURE_MAX_RETENTION_SECONDS). `warnings` names serving hosts that cannot capture.")
+    def patch(self, request, model_name: str):
+        data = CaptureUpdateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        model_for(Principal.of(request), model_name, Action.MANAGE_CAPTURE)
+        model, warnings = set_capture(model_name=model_name, actor=Principal.of(request), **data.validated_data)
+        return Response(self._body(model, warnings))
+
+    @staticmethod
+    def _body(model, warnings: list[str]) -> dict:
+        panel = capture_panel(model)
+        return {**panel["settings"], "hosts": panel["hosts"], "warnings": warnings}
 
 
 PROFILES = Profile.objects.select_related("version__model", "host", "created_by").order_by("-id")

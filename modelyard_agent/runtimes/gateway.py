@@ -33,16 +33,29 @@ closes idle keep-alive connections, and a client that sends on one at that momen
 (see ``runtimes.nginx.NginxFront``); without reloads keep-alive stays on. ``routes.json`` holds the same
 routes on disk: nginx reads it when it starts, so a restarted gateway routes as before.
 
+Per model, a share of the client infer requests may be **captured** for replays
+(``modelyard_capture.lua``): the draw happens in the rewrite phase, which reads a drawn request's body
+into memory (up to ``CAPTURE_BODY_LIMIT`` bytes) before it is passed on, and the log phase appends it,
+after the answer went to the client and only when that answer was 2xx, to a per-worker ndjson file.
+Requests not drawn are passed exactly as before. Settings come from ``capture.json`` at start and
+through the control socket (``/capture``) afterwards.
+
 Layout::
 
     <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control.sock
+                        capture.json  capture/<model>/<YYYYmmddHH>-<worker pid>.ndjson
 """
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
+import shutil
 from pathlib import Path
 
-from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,
@@ -52,9 +65,16 @@ from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other 
     load_modules,
 )
 
+# Request bodies up to this many bytes are held in memory, so the log phase can capture them; a larger one
+# goes to a temporary file and, when drawn for capture, is counted as skipped.
+CAPTURE_BODY_LIMIT = 1 << 20
+# Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
+WORKER_USER = "nobody"
+CAPTURE_SUFFIX = ".ndjson"
+
 _MAIN_CONF = """\
 {load_modules}
-worker_processes {workers};
+{user}worker_processes {workers};
 worker_shutdown_timeout {shutdown_timeout}s;
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
@@ -68,7 +88,11 @@ http {{
 {temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
-    init_by_lua_block {{ require("modelyard_routes").load("{dir}/routes.json") }}
+    lua_shared_dict modelyard_capture 1m;
+    init_by_lua_block {{
+        require("modelyard_routes").load("{dir}/routes.json")
+        require("modelyard_capture").load("{dir}")
+    }}
     init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
     upstream modelyard_triton {{
         server {triton} max_fails=0;
@@ -86,8 +110,14 @@ http {{
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
             set $modelyard_version "";
             set $modelyard_shadow "";
-            rewrite_by_lua_block {{ require("modelyard_gateway").route(ngx.var.modelyard_model) }}
+            set $modelyard_capture "";
+            rewrite_by_lua_block {{
+                require("modelyard_capture").draw(ngx.var.modelyard_model)
+                require("modelyard_gateway").route(ngx.var.modelyard_model)
+            }}
             add_header {version_header} $modelyard_version always;
+{capture_body}
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model) }}
             proxy_pass http://modelyard_triton;
         }}
         # Only a request drawn for its model's shadow comes here (route() jumps), so the others make no
@@ -96,6 +126,16 @@ http {{
             add_header {version_header} $modelyard_version always;
             mirror /_modelyard_shadow;
             mirror_request_body on;
+{capture_body}
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model) }}
+            proxy_pass http://modelyard_triton;
+        }}
+        # A request that names its version: passed as sent, and captured like the others.
+        location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
+            set $modelyard_capture "";
+            rewrite_by_lua_block {{ require("modelyard_capture").draw(ngx.var.modelyard_model) }}
+{capture_body}
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
             proxy_pass http://modelyard_triton;
         }}
         location = /_modelyard_shadow {{
@@ -106,7 +146,7 @@ http {{
         }}
         # A model's metadata, config, readiness and statistics, of the model or one version; not its
         # trace or log settings.
-        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats|infer))?$ {{
+        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats))?$ {{
             proxy_pass http://modelyard_triton;
         }}
         location = /v2/models/stats {{ proxy_pass http://modelyard_triton; }}
@@ -115,6 +155,7 @@ http {{
 {grpc_server}    server {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
+        location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location / {{ return 404; }}
     }}
 }}
@@ -165,7 +206,7 @@ class TritonGateway(RouteControl, NginxProcess):
         ValueError: ``grpc_listen`` without ``triton_grpc``.
     """
 
-    SUBDIRS = ("tmp",)
+    SUBDIRS = ("tmp", "capture")
 
     def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
                  shutdown_timeout: float = 120.0, workers: str = "auto", grpc_listen: str = "",
@@ -178,13 +219,102 @@ class TritonGateway(RouteControl, NginxProcess):
         self.workers = workers
         self.routes_file = self.dir / "routes.json"
         self.control_socket = self.dir / "control.sock"
+        self.capture_file = self.dir / "capture.json"
 
     def main_config(self) -> str:
         return _MAIN_CONF.format(
             load_modules=load_modules(), workers=self.workers,
+            user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
+            capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
+                          "            client_body_in_single_buffer on;"),
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
             temp_paths=TEMP_PATHS.format(dir=self.dir),
             grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
+
+    # Request capture (the file format is the capture contract, docs/architecture.md).
+
+    def capture_directory(self, model: str) -> Path:
+        """Where the gateway writes ``model``'s captured requests: ``<gateway dir>/capture/<model>/``, files
+        ``<YYYYmmddHH>-<worker pid>.ndjson`` (UTC hour), one JSON object per line."""
+        return self.dir / "capture" / model
+
+    def capture(self) -> dict[str, dict]:
+        """The capture settings the running gateway holds, with its counters: ``{model: {"fraction" (0-1),
+        "max_bytes", "retention_seconds", "bytes" (what it counts on disk), "skipped" (requests drawn but
+        not captured since nginx started: a body over ``CAPTURE_BODY_LIMIT`` bytes, no known version, the
+        capture full)}}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/capture")
+
+    def set_capture(self, model: str, *, fraction: float, max_bytes: int, retention_seconds: int) -> dict:
+        """Capture ``fraction`` (0-1) of ``model``'s client infer requests, up to ``max_bytes`` bytes of
+        capture files, kept ``retention_seconds``; fraction 0 turns it off and deletes what was captured.
+        Effective for the next request, with no reload. Idempotent.
+
+        Returns:
+            The model's settings and counters as the gateway now holds them (``{}`` when turned off).
+
+        Raises:
+            ValueError: a fraction outside 0-1, negative bytes or a retention below 1 s.
+            ServingRuntimeError: the gateway refused the settings or does not answer.
+        """
+        fraction = float(fraction)
+        if not 0 <= fraction <= 1:
+            raise ValueError(f"a capture fraction is from 0 to 1; got {fraction!r}")
+        if int(max_bytes) < 0 or int(retention_seconds) < 1:
+            raise ValueError("max_bytes must be 0 or more and retention_seconds 1 or more")
+        if "/" in model or model in (".", "..") or not model:
+            raise ValueError(f"{model!r} is not a model name")
+        with self._lock():
+            settings = self._read_capture_file()
+            if fraction > 0:
+                settings[model] = {"fraction": fraction, "max_bytes": int(max_bytes),
+                                   "retention_seconds": int(retention_seconds)}
+                self._prepare_capture_directory(model)
+            else:
+                settings.pop(model, None)
+            _atomic_write(self.capture_file, json.dumps(settings, indent=1, sort_keys=True))
+            held = self._control("POST", settings, path="/capture")
+            if fraction == 0:
+                shutil.rmtree(self.capture_directory(model), ignore_errors=True)
+            return held.get(model, {})
+
+    def set_capture_usage(self, usage: dict[str, int]) -> dict[str, dict]:
+        """Tell the gateway how many bytes each model's capture directory holds now (``{model: bytes}``), so
+        its counter of the bound matches the disk after expired files were deleted; workers reopen their
+        files. Returns ``capture()``.
+
+        Raises:
+            ServingRuntimeError: as ``capture``.
+        """
+        return self._control("PUT", {model: int(size) for model, size in usage.items()}, path="/capture")
+
+    def _read_capture_file(self) -> dict[str, dict]:
+        try:
+            return json.loads(self.capture_file.read_text())
+        except FileNotFoundError:
+            return {}
+        except ValueError as exc:
+            raise ServingRuntimeError(f"{self.capture_file} is not JSON: {exc}", retryable=False) from exc
+
+    def _prepare_capture_directory(self, model: str) -> None:
+        """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700)."""
+        for path in (self.dir / "capture", self.capture_directory(model)):
+            path.mkdir(parents=True, exist_ok=True)
+            path.chmod(0o700)
+            if os.geteuid() == 0:
+                user = pwd.getpwnam(WORKER_USER)
+                os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def _group_of(user: str) -> str:
+    """The name of ``user``'s primary group (``nogroup`` for Debian's ``nobody``)."""
+    import grp
+
+    return grp.getgrgid(pwd.getpwnam(user).pw_gid).gr_name

@@ -159,5 +159,5 @@ class RouteControl:
         finally:
             connection.close()
         if answer.status != 200:
-            raise ServingRuntimeError(f"the gateway refused the routes: {text.strip()}", retryable=False)
+            raise ServingRuntimeError(f"the gateway refused the {path.strip('/')}: {text.strip()}", retryable=False)
         return json.loads(text)

@@ -169,3 +169,21 @@ def test_a_canary_is_started_changed_and_promoted_from_the_cli(cli):
     assert promoted.returncode == 0, promoted.stderr
     [promotion] = json.loads(promoted.stdout)
     assert promotion["version"] == 2 and Deployment.objects.get(pk=canary).canary_state == "promoted"
+
+
+def test_capture_is_set_shown_and_turned_off_from_the_cli(cli):
+    RegisteredModel.objects.create(name="iris")
+    done = cli("capture", "set", "iris", "--fraction", "0.05", "--max-bytes", "256MiB", "--retention", "7d")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["max_bytes"] == 256 * 1024**2
+    model = RegisteredModel.objects.get(name="iris")
+    assert (model.capture_fraction, model.capture_max_bytes, model.capture_retention_seconds) == (
+        0.05, 256 * 1024**2, 7 * 86400)
+    shown = json.loads(cli("capture", "show", "iris").stdout)
+    assert (shown["fraction"], shown["hosts"]) == (0.05, [])
+    assert cli("capture", "off", "iris").returncode == 0
+    assert RegisteredModel.objects.get(name="iris").capture_fraction == 0
+    bad = cli("capture", "set", "iris", "--fraction", "1.5")
+    assert bad.returncode == 1 and "less than or equal to 1" in bad.stderr
+    unit = cli("capture", "set", "iris", "--max-bytes", "12parsecs")
+    assert unit.returncode == 1 and "--max-bytes '12parsecs' must be a number" in unit.stderr
