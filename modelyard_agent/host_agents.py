@@ -275,9 +275,7 @@ def capture_directory(inference_url: str, model: str) -> Path:
     if gateway is None:
         return AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir / "gateway" / \
             "capture" / model
-    if hasattr(gateway, "capture_directory"):
-        return Path(gateway.capture_directory(model))
-    return gateway.dir / "capture" / model
+    return gateway.capture_directory(model)
 
 
 class BentoMLHostAgent:

@@ -1,13 +1,23 @@
 """A replay on a real Triton: captured requests sent to the serving version and to a candidate's copy."""
 
-import pytest
+import time
 
+import pytest
+import requests
+
+from modelyard_agent import capture
 from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.replay.triton import remove_stale_replay_copies, replay_id_of, replay_triton_version
 from modelyard_agent.runtimes.triton import TritonRuntime
 from modelyard_agent.triton_host import AgentPaths, stage_version
-from tests.deployments.triton_host import agent_payload, artifacts
-from tests.fixtures.replay_models import build_threshold_archive, inputs_with_share_above, record_captures
+from tests.deployments.triton_host import agent_payload, artifacts, gateway_in_front
+from tests.fixtures.replay_models import (
+    binary_request,
+    build_threshold_archive,
+    inputs_with_share_above,
+    json_request,
+    record_captures,
+)
 
 pytestmark = pytest.mark.integration
 __all__ = ["artifacts"]  # fixture
@@ -62,6 +72,33 @@ def test_a_candidate_that_flips_a_known_share_is_reported_at_that_share_and_its_
     assert runtime.ready_versions("thr--replay-41") == []
     assert not (server.model_repository / "thr--replay-41").exists()
     assert runtime.ready_versions(MODEL) == [1]  # the served model was never touched
+
+
+def test_what_the_gateway_captured_of_real_client_traffic_is_replayed_and_a_known_share_found(serving):
+    """The whole chain: clients send through a real gateway, nginx captures in its log phase, the replay
+    reads the gateway's capture directory. 15 % of the inputs lie where the candidate answers otherwise."""
+    server, paths, _, candidate, _ = serving
+    rows = inputs_with_share_above(400, 0.15, 7.0, seed=3)
+    with gateway_in_front(server) as front:
+        front.set_route(MODEL, stable=1)  # what the agent keeps while capture is on: each line names its version
+        front.set_capture(MODEL, fraction=1.0, max_bytes=64 << 20, retention_seconds=3600)
+        with requests.Session() as client:
+            for index, row in enumerate(rows):
+                body, headers = binary_request(row) if index % 3 == 0 else json_request(row)
+                answer = client.post(f"{front.url}/v2/models/{MODEL}/infer", data=body, headers=headers, timeout=30)
+                assert answer.status_code == 200, answer.text[:300]
+        capture_dir = front.capture_directory(MODEL)
+        deadline = time.monotonic() + 10
+        while len(list(capture.read_captured(capture_dir))) < len(rows) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = list(capture.read_captured(capture_dir))
+        assert len(lines) == len(rows) and {line["version"] for line in lines} == {1}
+        result = run(server, paths, candidate(48, flip_above=7.0, max_requests=1000), capture_dir)
+    assert result["status"] == "succeeded", result.get("message")
+    summary = result["summary"]
+    assert summary["compared"] == len(rows) and summary["skipped"] == 0
+    assert abs((1 - summary["agreement_rate"]) - 0.15) <= 0.01
+    assert summary["disagreed_outputs"] == {"label": 60}
 
 
 def test_an_identical_candidate_agrees_on_every_request_json_and_binary(serving):

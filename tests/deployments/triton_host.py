@@ -1,14 +1,20 @@
 """Helpers for host-agent tests on a real Triton: an HTTP server for artifacts and agent payloads."""
 
+import contextlib
 import functools
 import http.server
+import shutil
 import tarfile
+import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from modelyard_agent.formats.archives import sha256_file
+from modelyard_agent.runtimes.gateway import TritonGateway
+from tests.fixtures.services import free_port
 
 
 @pytest.fixture
@@ -21,6 +27,24 @@ def artifacts(tmp_path):
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield root, f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+
+
+@contextlib.contextmanager
+def gateway_in_front(triton_server) -> Iterator[TritonGateway]:
+    """A running gateway in front of a real Triton, with ``.url`` (``http://127.0.0.1:<port>``), in a
+    directory nginx's workers may traverse (they run as ``nobody`` when the tests run as root, and pytest's
+    own temporary directories are private to root); stopped and removed on exit."""
+    home = Path(tempfile.mkdtemp(prefix="modelyard-gateway-"))
+    home.chmod(0o711)
+    front = TritonGateway(home / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+                          listen_host="127.0.0.1")
+    try:
+        front.ensure_running()
+        front.url = f"http://127.0.0.1:{front.listen_port}"
+        yield front
+    finally:
+        front.stop()
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def config_of(archive: Path) -> str:
