@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 from modelyard_agent.runtimes.gateway import CAPTURE_SUFFIX
@@ -36,18 +35,6 @@ def capture_files(directory: Path) -> list[Path]:
         return sorted(path for path in Path(directory).iterdir() if path.name.endswith(CAPTURE_SUFFIX))
     except FileNotFoundError:
         return []
-
-
-def read_captured(directory: Path) -> Iterator[dict]:
-    """Every captured request of one model's directory, as the contract's dicts, oldest file first. A last
-    line that is not valid JSON (being appended to) is skipped."""
-    for path in capture_files(directory):
-        with open(path, "rb") as lines:
-            for line in lines:
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    continue
 
 
 def _count_lines(path: Path, size: int) -> int:

@@ -54,7 +54,6 @@ import pwd
 import shutil
 from pathlib import Path
 
-from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
@@ -63,6 +62,7 @@ from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other 
     VERSION_HEADER,
     RouteControl,
     load_modules,
+    read_json_file,
 )
 
 # Request bodies up to this many bytes are held in memory, so the log phase can capture them; a larger one
@@ -272,7 +272,7 @@ class TritonGateway(RouteControl, NginxProcess):
         if "/" in model or model in (".", "..") or not model:
             raise ValueError(f"{model!r} is not a model name")
         with self._lock():
-            settings = self._read_capture_file()
+            settings = read_json_file(self.capture_file)
             if fraction > 0:
                 settings[model] = {"fraction": fraction, "max_bytes": int(max_bytes),
                                    "retention_seconds": int(retention_seconds)}
@@ -294,14 +294,6 @@ class TritonGateway(RouteControl, NginxProcess):
             ServingRuntimeError: as ``capture``.
         """
         return self._control("PUT", {model: int(size) for model, size in usage.items()}, path="/capture")
-
-    def _read_capture_file(self) -> dict[str, dict]:
-        try:
-            return json.loads(self.capture_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except ValueError as exc:
-            raise ServingRuntimeError(f"{self.capture_file} is not JSON: {exc}", retryable=False) from exc
 
     def _prepare_capture_directory(self, model: str) -> None:
         """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700)."""

@@ -75,16 +75,7 @@ end
 -- At start and on reload (init_by_lua): the settings the agent last wrote.
 function M.load(dir)
     directory = dir .. "/capture"
-    local file = io.open(dir .. "/capture.json", "r")
-    if not file then
-        return
-    end
-    local text = file:read("*a")
-    file:close()
-    local count, err = M.apply(cjson.decode(text))
-    if not count then
-        ngx.log(ngx.ERR, "capture settings in ", dir, "/capture.json ignored: ", err)
-    end
+    require("modelyard_routes").load_file(dir .. "/capture.json", M.apply, "capture settings")
 end
 
 local function skip(model)

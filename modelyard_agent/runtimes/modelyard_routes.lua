@@ -89,18 +89,24 @@ function M.apply(table)
     return count
 end
 
--- At start and on reload (init_by_lua): the routes the agent last wrote.
-function M.load(path)
+-- At start and on reload (init_by_lua): give `apply` the JSON object the agent last wrote to `path`, if any;
+-- what `apply` refuses is logged as `what` and ignored. Also used for the capture settings.
+function M.load_file(path, apply, what)
     local file = io.open(path, "r")
     if not file then
         return
     end
     local text = file:read("*a")
     file:close()
-    local count, err = M.apply(cjson.decode(text))
+    local count, err = apply(cjson.decode(text))
     if not count then
-        ngx.log(ngx.ERR, "routes in ", path, " ignored: ", err)
+        ngx.log(ngx.ERR, what, " in ", path, " ignored: ", err)
     end
+end
+
+-- At start and on reload (init_by_lua): the routes the agent last wrote.
+function M.load(path)
+    M.load_file(path, M.apply, "routes")
 end
 
 function M.seed()

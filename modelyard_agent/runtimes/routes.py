@@ -45,6 +45,20 @@ def load_modules() -> str:
     return "\n".join(f"load_module {path};" for path in MODULES)
 
 
+def read_json_file(path: Path) -> dict:
+    """The JSON object an agent last wrote to ``path`` (routes.json, capture.json); ``{}`` when there is none.
+
+    Raises:
+        ServingRuntimeError: the file is not JSON (not retryable).
+    """
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise ServingRuntimeError(f"{path} is not JSON: {exc}", retryable=False) from exc
+
+
 class _UnixConnection(http.client.HTTPConnection):
     """An HTTP connection over a Unix socket (an nginx's control socket)."""
 
@@ -140,12 +154,7 @@ class RouteControl:
             return self._control("POST", routes)
 
     def _read_file(self) -> dict[str, dict]:
-        try:
-            return json.loads(self.routes_file.read_text())
-        except FileNotFoundError:
-            return {}
-        except ValueError as exc:
-            raise ServingRuntimeError(f"{self.routes_file} is not JSON: {exc}", retryable=False) from exc
+        return read_json_file(self.routes_file)
 
     def _control(self, method: str, body: dict | None = None, timeout: float = 5.0, path: str = "/routes") -> dict:
         connection = _UnixConnection(self.control_socket, timeout)

@@ -1,6 +1,5 @@
 """Request capture in a Triton host's gateway: real nginx (log phase, Lua) in front of a real tritonserver."""
 
-import base64
 import json
 import os
 import struct
@@ -12,6 +11,7 @@ import pytest
 import requests
 
 from modelyard_agent import capture
+from modelyard_agent.replay.captures import CapturedRequest, read_captured
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
@@ -34,11 +34,12 @@ def gateway(triton_server, tmp_path):
         yield front
 
 
-def captured(gateway) -> list[dict]:
-    return list(capture.read_captured(gateway.capture_directory(MODEL)))
+def captured(gateway) -> list[CapturedRequest]:
+    """What the replay would read of the gateway's capture of MODEL (every request, newest first)."""
+    return read_captured(gateway.capture_directory(MODEL), model=MODEL, limit=1 << 20).requests
 
 
-def settle(gateway, count: int) -> list[dict]:
+def settle(gateway, count: int) -> list[CapturedRequest]:
     """The captured requests once ``count`` are on disk (the log phase runs just after each answer)."""
     for _ in range(200):
         rows = captured(gateway)
@@ -85,12 +86,11 @@ def test_at_fraction_one_every_client_request_is_captured_with_its_exact_bytes(g
         sent.append((body, "application/octet-stream", header_length, 2))
     rows = settle(gateway, len(sent))
     assert len(rows) == len(sent)
-    got = sorted((base64.b64decode(row["body"]), row["content_type"], row["header_length"], row["version"])
-                 for row in rows)
+    got = sorted((row.body, row.content_type, row.header_length, row.version) for row in rows)
     assert got == sorted(sent)
     for row in rows:
-        assert len(row["id"]) == 32 and int(row["id"], 16) >= 0
-        assert row["model"] == MODEL and abs(row["time"] - time.time()) < 600
+        assert len(row.id) == 32 and int(row.id, 16) >= 0
+        assert row.model == MODEL and abs(row.time - time.time()) < 600
     assert all(path.name.endswith(f"-{path.name.split('-')[1]}") and len(path.name.split("-")[0]) == 10
                for path in capture.capture_files(gateway.capture_directory(MODEL)))
 
@@ -145,7 +145,7 @@ def test_shadow_mirror_requests_are_not_captured(gateway):
             assert session.post(f"{gateway.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30).status_code == 200
     time.sleep(0.2)
     rows = captured(gateway)
-    assert len(rows) == 30 and {row["version"] for row in rows} == {1}
+    assert len(rows) == 30 and {row.version for row in rows} == {1}
     stats = requests.get(f"http://{gateway.triton}/v2/models/{MODEL}/versions/2/stats", timeout=10).json()
     assert stats["model_stats"][0]["inference_stats"]["success"]["count"] >= 30  # the shadow did get them
 
@@ -250,7 +250,7 @@ def test_the_agent_sets_capture_from_a_route_reports_it_and_keeps_it_through_a_d
     assert host.gateway.routes()[MODEL]["stable"] == 2
     with requests.Session() as session:
         assert session.post(f"{host.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30).status_code == 200
-    assert sorted(row["version"] for row in settle(host.gateway, 4)) == [1, 1, 1, 2]
+    assert sorted(row.version for row in settle(host.gateway, 4)) == [1, 1, 1, 2]
 
     # Off: the capture is deleted, the route that only served it goes.
     host.agent.route(host.route(2, fraction=0.0, max_bytes=1 << 20, retention_seconds=WEEK))

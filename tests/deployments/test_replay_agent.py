@@ -5,8 +5,8 @@ import time
 import pytest
 import requests
 
-from modelyard_agent import capture
 from modelyard_agent.formats.triton_config import render_load_config
+from modelyard_agent.replay.captures import read_captured
 from modelyard_agent.replay.triton import remove_stale_replay_copies, replay_id_of, replay_triton_version
 from modelyard_agent.runtimes.triton import TritonRuntime
 from modelyard_agent.triton_host import AgentPaths, stage_version
@@ -89,10 +89,11 @@ def test_what_the_gateway_captured_of_real_client_traffic_is_replayed_and_a_know
                 assert answer.status_code == 200, answer.text[:300]
         capture_dir = front.capture_directory(MODEL)
         deadline = time.monotonic() + 10
-        while len(list(capture.read_captured(capture_dir))) < len(rows) and time.monotonic() < deadline:
+        while (len(read_captured(capture_dir, model=MODEL, limit=1000).requests) < len(rows)
+               and time.monotonic() < deadline):
             time.sleep(0.05)
-        lines = list(capture.read_captured(capture_dir))
-        assert len(lines) == len(rows) and {line["version"] for line in lines} == {1}
+        lines = read_captured(capture_dir, model=MODEL, limit=1000).requests
+        assert len(lines) == len(rows) and {line.version for line in lines} == {1}
         result = run(server, paths, candidate(48, flip_above=7.0, max_requests=1000), capture_dir)
     assert result["status"] == "succeeded", result.get("message")
     summary = result["summary"]
