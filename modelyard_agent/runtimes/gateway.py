@@ -54,6 +54,7 @@ import pwd
 import shutil
 from pathlib import Path
 
+from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
@@ -296,7 +297,23 @@ class TritonGateway(RouteControl, NginxProcess):
         return self._control("PUT", {model: int(size) for model, size in usage.items()}, path="/capture")
 
     def _prepare_capture_directory(self, model: str) -> None:
-        """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700)."""
+        """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700).
+
+        Raises:
+            ServingRuntimeError: the agent runs as root and a directory above the gateway's is closed to
+                ``WORKER_USER`` (no search permission for others), so the workers could write nothing and
+                every drawn request would be skipped (not retryable).
+        """
+        if os.geteuid() == 0:
+            here = self.dir.resolve()
+            closed = next((path for path in (here, *here.parents)
+                           if path.exists() and not os.stat(path).st_mode & 0o001), None)
+            if closed is not None:
+                raise ServingRuntimeError(
+                    f"request capture: nginx's workers run as {WORKER_USER} and cannot reach {self.dir}, since "
+                    f"{closed} is closed to others (mode {os.stat(closed).st_mode & 0o777:o}); make it "
+                    f"traversable (chmod o+x {closed}) or give the agent a state directory under one that is",
+                    retryable=False)
         for path in (self.dir / "capture", self.capture_directory(model)):
             path.mkdir(parents=True, exist_ok=True)
             path.chmod(0o700)

@@ -13,6 +13,7 @@ import requests
 from modelyard_agent import capture
 from modelyard_agent.replay.captures import CapturedRequest, read_captured
 from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
@@ -256,3 +257,14 @@ def test_the_agent_sets_capture_from_a_route_reports_it_and_keeps_it_through_a_d
     host.agent.route(host.route(2, fraction=0.0, max_bytes=1 << 20, retention_seconds=WEEK))
     assert not host.gateway.capture_directory(MODEL).exists() and MODEL not in host.gateway.routes()
     assert host.heartbeat()["gateway"]["capture"] == {}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nginx's workers run as the agent's own user when it is not root")
+def test_a_state_directory_the_workers_cannot_reach_is_refused_with_what_to_do(tmp_path):
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    front = TritonGateway(closed / "gateway", free_port(), triton="127.0.0.1:8000")
+    with pytest.raises(ServingRuntimeError, match=rf"chmod o\+x {closed}") as refused:
+        front.set_capture(MODEL, fraction=0.5, max_bytes=1000, retention_seconds=60)
+    assert not refused.value.retryable
+    assert not (closed / "gateway" / "capture" / MODEL).exists()
