@@ -6,9 +6,13 @@ versions 1 and 2 deployed by the host agent's own code (``TritonHostAgent.deploy
 gateway (``runtimes.gateway.TritonGateway``: Debian's nginx with its Lua module) in front of it.
 
 1. **Overhead.** Triton's own perf_analyzer, at the same concurrency, straight to Triton and through the
-   gateway (with no route: passed as sent; and with a 50 % route: rewritten by the Lua module),
-   ``--rounds`` alternated rounds each; medians compared. Targets: added p50 ≤ 0.2 ms, added p99 ≤ 1 ms,
-   throughput ≥ 0.9× straight to Triton.
+   gateway (with no route: passed as sent; with a 50 % route: rewritten by the Lua module; and with the
+   model's request capture on at 10 %, which keeps a route to the serving version), ``--rounds``
+   alternated rounds each; medians compared. Targets: added p50 ≤ 0.2 ms, added p99 ≤ 1 ms,
+   throughput ≥ 0.9× straight to Triton. Measured on two models: ``iris`` as the demo builds it (about
+   0.4 ms, all of it on the CPUs that perf_analyzer and nginx share), and ``iris_device``, the same model
+   waiting ``--device-ms`` (2 ms) in each execution first: the time a GPU model spends on its device,
+   when the host's CPUs are free for the gateway.
 2. **Split accuracy.** ``--split-requests`` requests naming no version through the gateway at 10 % and at
    50 %, counted by the ``X-Modelyard-Version`` each answer carries (checked against the answer's own
    ``model_version``). Target: within ±2 points of the percent.
@@ -16,6 +20,10 @@ gateway (``runtimes.gateway.TritonGateway``: Debian's nginx with its Lua module)
    the whole phase, while the agent deploys a canary of version 2 at 10 %, moves it through 25, 50 and 75 %,
    promotes it, deploys a canary of version 3 at 20 % and rolls it back to version 2. Target: 0 failed
    requests at ≥ 100 requests/s.
+4. **Reloads under keep-alive clients.** The same clients while the gateway is reloaded ``--reloads``
+   times (nginx ``-s reload``, as a changed gateway config is applied: an upgraded agent, gRPC turned
+   on). Deployments never reload the gateway; this measures what an operator's change costs clients.
+   Target: 0 failed requests.
 
 Nothing here asserts anything; the verdict is in the results.
 
@@ -53,11 +61,15 @@ def iris_body() -> dict:
     return {"inputs": [{"name": "input", "shape": [len(SAMPLE_INPUT), 4], "datatype": "FP32",
                         "data": [float(x) for row in SAMPLE_INPUT for x in row]}], "outputs": [{"name": "label"}]}
 
+DEVICE_MODEL = "iris_device"
+# The paths each overhead round measures, straight to Triton first (the baseline of the others).
+SIDES = ("triton", "gateway", "gateway_routed", "gateway_captured")
 TARGETS = {"added_p50_ms": 0.2, "added_p99_ms": 1.0, "throughput_ratio": 0.9, "split_points": 2.0, "rate": 100}
 
 
-def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: str, input_file: Path) -> dict:
-    """One perf_analyzer level against ``address`` (host:port) for iris, naming no version; its CSV row.
+def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: str, input_file: Path,
+         model: str = "iris") -> dict:
+    """One perf_analyzer level against ``address`` (host:port) for ``model``, naming no version; its CSV row.
 
     perf_analyzer's stability rule is ``--stability`` % over 3 windows, up to 20 windows; a level it cannot
     measure stably on a busy machine is tried once more with windows twice as long.
@@ -66,7 +78,7 @@ def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: 
 
     for attempt, window in enumerate((args.window_ms, 2 * args.window_ms)):
         csv_path = workdir / f"perf-{tag}-{attempt}.csv"
-        command = [binary, "-m", "iris", "-u", address, "-i", "http", "-b", "1",
+        command = [binary, "-m", model, "-u", address, "-i", "http", "-b", "1",
                    "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(window),
                    "--stability-percentage", str(args.stability), "--max-trials", "20", "-f", str(csv_path),
                    "--input-data", str(input_file)]
@@ -96,6 +108,26 @@ def split(url: str, count: int, workers: int = 4) -> dict:
     with ThreadPoolExecutor(workers) as pool:
         versions = [v for chunk in pool.map(send, [count // workers] * workers) for v in chunk]
     return {v: versions.count(v) for v in sorted(set(versions))}
+
+
+def build_device_archive(workdir: Path, name: str, device_ms: float) -> Path:
+    """The demo iris model as ``name``, whose each execution first waits ``device_ms`` milliseconds without
+    using a CPU (the time a GPU model's kernels take); a ``.tar.gz`` under ``workdir``."""
+    import tarfile
+
+    from demo.iris import build_iris_model_dir
+
+    model_dir = build_iris_model_dir(workdir / f"{name}-dir", name=name)
+    source = model_dir / "1" / "model.py"
+    marker = "        responses = []\n"
+    text = source.read_text()
+    if marker not in text:
+        raise RuntimeError(f"{source} has no {marker!r} to add the wait before")
+    source.write_text(text.replace(marker, f"        __import__('time').sleep({device_ms / 1000!r})\n{marker}", 1))
+    archive = workdir / f"{name}.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(model_dir, arcname=name)
+    return archive
 
 
 class Clients:
@@ -150,53 +182,64 @@ def run(args: argparse.Namespace) -> dict:
     gateway_url = f"http://127.0.0.1:{free_port()}"
     gateway = triton_gateway(gateway_url)
     agent = TritonHostAgent()
+    workdir.chmod(0o711)  # nginx's workers (nobody, under root) write the capture below it
     try:
-        archive = build_iris_archive(workdir / "iris.tar.gz", name="iris")
+        archives = {"iris": build_iris_archive(workdir / "iris.tar.gz", name="iris"),
+                    DEVICE_MODEL: build_device_archive(workdir, DEVICE_MODEL, args.device_ms)}
         config_text = (build_iris_model_dir(workdir / "unpacked", name="iris") / "config.pbtxt").read_text()
-        sha256, size = sha256_file(archive)
 
-        def deploy(version: int, **fields) -> float:
-            payload = {"target_id": version, "host": "bench", "model": "iris", "version": version,
-                       "artifact_url": f"http://127.0.0.1:{served.server_address[1]}/iris.tar.gz", "sha256": sha256,
-                       "size": size, "config_text": config_text,
+        def deploy(version: int, model: str = "iris", **fields) -> float:
+            archive = archives[model]
+            sha256, size = sha256_file(archive)
+            payload = {"target_id": version, "host": "bench", "model": model, "version": version,
+                       "artifact_url": f"http://127.0.0.1:{served.server_address[1]}/{archive.name}",
+                       "sha256": sha256, "size": size, "config_text": config_text.replace('"iris"', f'"{model}"'),
                        "parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)},
                        "inference_url": gateway_url, "metrics_url": "", **fields}
             started = time.monotonic()
             result = agent.deploy(payload, report=lambda state: None)
             if result["state"] != "ready":
-                raise RuntimeError(f"iris v{version} did not deploy: {result.get('error')}")
+                raise RuntimeError(f"{model} v{version} did not deploy: {result.get('error')}")
             return time.monotonic() - started
 
-        deploy(1)
-        deploy(2, canary_percent=0)
+        for model in archives:
+            deploy(1, model)
+            deploy(2, model, canary_percent=0)
         input_file = workdir / "input.json"
         input_file.write_text(json.dumps({"data": [{"input": {"content": row, "shape": [4]}} for row in SAMPLE_INPUT]}))
         direct_address = triton.http_url.removeprefix("http://")
         gateway_address = gateway_url.removeprefix("http://")
 
-        # 1. Overhead, alternated rounds.
+        # 1. Overhead, alternated rounds, per model.
         overhead = []
-        for concurrency in args.concurrency:
-            rounds = {"triton": [], "gateway": [], "gateway_routed": []}
-            for round_number in range(args.rounds):
-                log(NAME, f"overhead at concurrency {concurrency}, round {round_number + 1}")
-                gateway.remove_route("iris")
-                rounds["triton"].append(perf(binary, direct_address, concurrency, args, workdir,
-                                             f"t-{concurrency}-{round_number}", input_file))
-                rounds["gateway"].append(perf(binary, gateway_address, concurrency, args, workdir,
-                                              f"g-{concurrency}-{round_number}", input_file))
-                gateway.set_route("iris", stable=1, canary=2, percent=50)
-                rounds["gateway_routed"].append(perf(binary, gateway_address, concurrency, args, workdir,
-                                                     f"r-{concurrency}-{round_number}", input_file))
-            medians = {side: {key: statistics.median(r[key] for r in rows)
-                              for key in ("throughput", "p50_ms", "p99_ms")} for side, rows in rounds.items()}
-            row = {"concurrency": concurrency, "medians": medians, "rounds": rounds}
-            for side in ("gateway", "gateway_routed"):
-                row[side] = {"added_p50_ms": round(medians[side]["p50_ms"] - medians["triton"]["p50_ms"], 4),
-                             "added_p99_ms": round(medians[side]["p99_ms"] - medians["triton"]["p99_ms"], 4),
-                             "throughput_ratio": round(medians[side]["throughput"] / medians["triton"]["throughput"],
-                                                       3)}
-            overhead.append(row)
+        for model in archives:
+            for concurrency in args.concurrency:
+                rounds = {side: [] for side in SIDES}
+                for round_number in range(args.rounds):
+                    log(NAME, f"overhead of {model} at concurrency {concurrency}, round {round_number + 1}")
+                    for side in SIDES:
+                        address = direct_address if side == "triton" else gateway_address
+                        if side == "gateway_routed":
+                            gateway.set_route(model, stable=1, canary=2, percent=50)
+                        elif side == "gateway_captured":
+                            gateway.set_route(model, stable=1)
+                            gateway.set_capture(model, fraction=0.1, max_bytes=256 << 20, retention_seconds=3600)
+                        else:
+                            gateway.remove_route(model)
+                        rounds[side].append(perf(binary, address, concurrency, args, workdir,
+                                                 f"{side}-{model}-{concurrency}-{round_number}", input_file, model))
+                        if side == "gateway_captured":
+                            gateway.set_capture(model, fraction=0, max_bytes=0, retention_seconds=3600)
+                gateway.remove_route(model)
+                medians = {side: {key: statistics.median(r[key] for r in rows)
+                                  for key in ("throughput", "p50_ms", "p99_ms")} for side, rows in rounds.items()}
+                row = {"model": model, "concurrency": concurrency, "medians": medians, "rounds": rounds}
+                for side in SIDES[1:]:
+                    row[side] = {
+                        "added_p50_ms": round(medians[side]["p50_ms"] - medians["triton"]["p50_ms"], 4),
+                        "added_p99_ms": round(medians[side]["p99_ms"] - medians["triton"]["p99_ms"], 4),
+                        "throughput_ratio": round(medians[side]["throughput"] / medians["triton"]["throughput"], 3)}
+                overhead.append(row)
 
         # 2. Split accuracy.
         accuracy = []
@@ -232,11 +275,24 @@ def run(args: argparse.Namespace) -> dict:
         step("canary v3 at 20 %", lambda: deploy(3, canary_percent=20))
         step("roll back to v2", lambda: deploy(2))
         elapsed = time.monotonic() - started
+        swaps = {"requests": clients.count, "seconds": round(elapsed, 1), "rate": round(clients.count / elapsed, 1),
+                 "failures": len(clients.failures), "failure_samples": clients.failures[:10], "steps": steps}
+
+        # 4. Graceful reloads under the same kept-alive clients.
+        before_count, before_failures, began = clients.count, len(clients.failures), time.monotonic()
+        for number in range(args.reloads):
+            log(NAME, f"reload {number + 1} of {args.reloads} under {args.clients} kept-alive clients")
+            gateway.reload()
+            time.sleep(args.reload_gap)
+        reload_seconds = time.monotonic() - began
         clients.stop.set()
         for thread in clients.threads:
             thread.join(30)
-        swaps = {"requests": clients.count, "seconds": round(elapsed, 1), "rate": round(clients.count / elapsed, 1),
-                 "failures": len(clients.failures), "failure_samples": clients.failures[:10], "steps": steps}
+        reload_failures = clients.failures[before_failures:]
+        reloads = {"reloads": args.reloads, "requests": clients.count - before_count,
+                   "seconds": round(reload_seconds, 1),
+                   "rate": round((clients.count - before_count) / reload_seconds, 1),
+                   "failures": len(reload_failures), "failure_samples": reload_failures[:10]}
     finally:
         gateway.stop()
         served.shutdown()
@@ -244,46 +300,60 @@ def run(args: argparse.Namespace) -> dict:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    worst = {key: max(row[side][key] for row in overhead for side in ("gateway", "gateway_routed"))
-             for key in ("added_p50_ms", "added_p99_ms")}
-    worst_ratio = min(row[side]["throughput_ratio"] for row in overhead for side in ("gateway", "gateway_routed"))
+    checks = []
+    for model in archives:
+        rows = [row for row in overhead if row["model"] == model]
+        worst = {key: max(row[side][key] for row in rows for side in SIDES[1:])
+                 for key in ("added_p50_ms", "added_p99_ms")}
+        worst_ratio = min(row[side]["throughput_ratio"] for row in rows for side in SIDES[1:])
+        checks += [
+            (worst["added_p50_ms"] <= TARGETS["added_p50_ms"], f"{model}: added p50 at most "
+             f"{worst['added_p50_ms']:.3f} ms (target ≤ {TARGETS['added_p50_ms']} ms)"),
+            (worst["added_p99_ms"] <= TARGETS["added_p99_ms"], f"{model}: added p99 at most "
+             f"{worst['added_p99_ms']:.3f} ms (target ≤ {TARGETS['added_p99_ms']} ms)"),
+            (worst_ratio >= TARGETS["throughput_ratio"], f"{model}: throughput at least {worst_ratio}× straight "
+             f"to Triton (target ≥ {TARGETS['throughput_ratio']}×)"),
+        ]
     worst_split = max(abs(a["error_points"]) for a in accuracy)
-    checks = [
-        (worst["added_p50_ms"] <= TARGETS["added_p50_ms"], f"added p50 at most {worst['added_p50_ms']:.3f} ms "
-                                                           f"(target ≤ {TARGETS['added_p50_ms']} ms)"),
-        (worst["added_p99_ms"] <= TARGETS["added_p99_ms"], f"added p99 at most {worst['added_p99_ms']:.3f} ms "
-                                                           f"(target ≤ {TARGETS['added_p99_ms']} ms)"),
-        (worst_ratio >= TARGETS["throughput_ratio"], f"throughput at least {worst_ratio}× straight to Triton "
-                                                     f"(target ≥ {TARGETS['throughput_ratio']}×)"),
+    checks += [
         (worst_split <= TARGETS["split_points"], f"split within {worst_split:.2f} points "
                                                  f"(target ±{TARGETS['split_points']:g})"),
         (swaps["failures"] == 0 and swaps["rate"] >= TARGETS["rate"],
          f"{swaps['failures']} failed of {swaps['requests']} requests at {swaps['rate']:.0f}/s through a canary, "
          f"its percent changes, a promotion and a rollback"),
+        (reloads["failures"] == 0, f"{reloads['failures']} failed of {reloads['requests']} requests on kept-alive "
+                                   f"connections through {reloads['reloads']} reloads"),
     ]
     return {"benchmark": NAME, "machine": machine(), "verdict": "PASS" if all(ok for ok, _ in checks) else "FAIL",
-            "verdict_reason": "; ".join(reason for _, reason in checks), "targets": TARGETS,
-            "window_ms": args.window_ms, "stability": args.stability, "rounds": args.rounds, "overhead": overhead,
-            "split": accuracy, "swaps": swaps}
+            "verdict_reason": "; ".join(reason for _, reason in checks), "checks": [
+                {"passed": ok, "what": reason} for ok, reason in checks], "targets": TARGETS,
+            "window_ms": args.window_ms, "stability": args.stability, "rounds": args.rounds,
+            "device_ms": args.device_ms, "overhead": overhead, "split": accuracy, "swaps": swaps, "reloads": reloads}
 
 
 def markdown(r: dict) -> str:
-    lines = [f"# {NAME}", "", f"**Verdict: {r['verdict']}** — {r['verdict_reason']}", "",
-             f"Machine: {r['machine']} (Triton, nginx, perf_analyzer and the clients share its CPUs). perf_analyzer "
-             f"windows of {r['window_ms']} ms (twice that where a level was not stable) with its stability "
-             f"rule ({r['stability']} % over 3 windows); medians of "
-             f"{r['rounds']} alternated rounds.", "",
-             "## Overhead: perf_analyzer straight to Triton and through the gateway", "",
-             "| concurrency | path | infer/s | p50 ms | p99 ms | added p50 ms | added p99 ms | throughput ratio |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [f"# {NAME}", "", f"**Verdict: {r['verdict']}**", ""]
+    lines += [f"- {'PASS' if check['passed'] else 'FAIL'}: {check['what']}" for check in r["checks"]]
+    lines += ["", f"Machine: {r['machine']} (Triton, nginx, perf_analyzer and the clients share its CPUs). "
+              f"perf_analyzer windows of {r['window_ms']} ms (twice that where a level was not stable) with its "
+              f"stability rule ({r['stability']} % over 3 windows); medians of {r['rounds']} alternated rounds.", "",
+              "## Overhead: perf_analyzer straight to Triton and through the gateway", "",
+              f"`iris` is the demo model as built (its time is all on the CPUs nginx shares); `{DEVICE_MODEL}` "
+              f"waits {r['device_ms']:g} ms in each execution first, as a GPU model's kernels keep it waiting "
+              "with the CPUs free. \"capture 10 %\" is the model's request capture on at fraction 0.1 (with the "
+              "route to the serving version that capture keeps).", "",
+              "| model | concurrency | path | infer/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
+              "| throughput ratio |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    labels = {"triton": "straight to Triton", "gateway": "gateway, no route", "gateway_routed": "gateway, 50 % route",
+              "gateway_captured": "gateway, capture 10 %"}
     for row in r["overhead"]:
-        for side, label in (("triton", "straight to Triton"), ("gateway", "gateway, no route"),
-                            ("gateway_routed", "gateway, 50 % route")):
+        for side, label in labels.items():
             m = row["medians"][side]
             extra = row.get(side) or {}
-            lines.append(f"| {row['concurrency']} | {label} | {m['throughput']:,.0f} | {m['p50_ms']:.3f} | "
-                         f"{m['p99_ms']:.3f} | {extra.get('added_p50_ms', '—')} | {extra.get('added_p99_ms', '—')} | "
-                         f"{extra.get('throughput_ratio', '—')} |")
+            lines.append(f"| {row['model']} | {row['concurrency']} | {label} | {m['throughput']:,.0f} | "
+                         f"{m['p50_ms']:.3f} | {m['p99_ms']:.3f} | {extra.get('added_p50_ms', '—')} | "
+                         f"{extra.get('added_p99_ms', '—')} | {extra.get('throughput_ratio', '—')} |")
     lines += ["", "## Split accuracy", "", "| percent | requests | answers per version | observed % | error (points) |",
               "|---|---|---|---|---|"]
     for a in r["split"]:
@@ -297,7 +367,15 @@ def markdown(r: dict) -> str:
     if s["failure_samples"]:
         lines += ["", "Failures:", ""] + [f"- `{f}`" for f in s["failure_samples"]]
     lines += ["", "Percent changes need no nginx reload (the routes live in the gateway's shared memory), so no "
-              "kept-alive connection is closed under a client.", ""]
+              "kept-alive connection is closed under a client."]
+    rl = r["reloads"]
+    lines += ["", "## Reloads under kept-alive clients", "",
+              f"{rl['reloads']} graceful reloads (`nginx -s reload`, as a changed gateway config is applied) while "
+              f"the same clients sent {rl['requests']:,} requests in {rl['seconds']} s ({rl['rate']:.0f}/s) on "
+              f"kept-alive connections: **{rl['failures']} failed**."]
+    if rl["failure_samples"]:
+        lines += ["", "Failures:", ""] + [f"- `{f}`" for f in rl["failure_samples"]]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -312,6 +390,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-requests", type=int, default=6000, help="requests per split percent")
     parser.add_argument("--clients", type=int, default=4, help="client threads during the swaps")
     parser.add_argument("--dwell", type=float, default=2.0, help="seconds between two swap steps")
+    parser.add_argument("--device-ms", type=float, default=2.0, help=(
+        f"milliseconds {DEVICE_MODEL} waits in each execution, standing in for a GPU's kernels (default 2)"))
+    parser.add_argument("--reloads", type=int, default=20, help="graceful reloads under the clients (default 20)")
+    parser.add_argument("--reload-gap", type=float, default=0.5, help="seconds between two reloads")
     args = parser.parse_args(argv)
     result = run(args)
     return finish(NAME, args, result, markdown(result))

@@ -31,7 +31,11 @@ Routes are held in nginx's shared memory by a small Lua module (``modelyard_gate
 Unix control socket, so changing a percent, promoting or rolling back never reloads nginx. A reload
 closes idle keep-alive connections, and a client that sends on one at that moment loses its request
 (see ``runtimes.nginx.NginxFront``); without reloads keep-alive stays on. ``routes.json`` holds the same
-routes on disk: nginx reads it when it starts, so a restarted gateway routes as before.
+routes on disk: nginx reads it when it starts, so a restarted gateway routes as before. The gateway's
+config itself changes only with the agent's settings (an upgrade, gRPC turned on); such a reload is
+preceded by a drain (``modelyard_drain.lua``): for ``DRAIN_SECONDS`` every request is answered with
+``Connection: close``, so no busy kept-alive client sits on an idle connection when the old workers
+close theirs.
 
 Per model, a share of the client infer requests may be **captured** for replays
 (``modelyard_capture.lua``): the draw happens in the rewrite phase, which reads a drawn request's body
@@ -90,6 +94,7 @@ http {{
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
     lua_shared_dict modelyard_capture 1m;
+    lua_shared_dict modelyard_drain 16k;
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
         require("modelyard_capture").load("{dir}")
@@ -105,6 +110,8 @@ http {{
         proxy_set_header Connection "";
         proxy_read_timeout 300s;
         proxy_request_buffering off;
+        # While the agent drains before a reload, every request is answered from @modelyard_closing.
+        access_by_lua_block {{ require("modelyard_drain").check() }}
         location = /healthz {{ return 200 "ok\\n"; }}
         location = /v2 {{ proxy_pass http://modelyard_triton; }}
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
@@ -139,6 +146,15 @@ http {{
             log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
             proxy_pass http://modelyard_triton;
         }}
+        # The same pass to Triton, answered with "Connection: close" (keepalive_timeout 0), so the client
+        # reconnects: to the new workers once the reload is done.
+        location @modelyard_closing {{
+            keepalive_timeout 0;
+            access_by_lua_block {{ return }}
+            add_header {version_header} $modelyard_version always;
+            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
+            proxy_pass http://modelyard_triton;
+        }}
         location = /_modelyard_shadow {{
             internal;
             rewrite_by_lua_block {{ require("modelyard_gateway").shadow() }}
@@ -157,6 +173,7 @@ http {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
+        location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location / {{ return 404; }}
     }}
 }}
@@ -234,6 +251,14 @@ class TritonGateway(RouteControl, NginxProcess):
             grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
+
+    def _set_draining(self, draining: bool) -> bool:
+        """As ``NginxProcess._set_draining``, through the control socket's ``/drain``; False when the running
+        gateway has none (started from an older config) or does not answer."""
+        try:
+            return self._control("POST", {"draining": bool(draining)}, path="/drain")["draining"] == bool(draining)
+        except ServingRuntimeError:
+            return False
 
     # Request capture (the file format is the capture contract, docs/architecture.md).
 

@@ -220,6 +220,9 @@ class NginxProcess:
     """
 
     SUBDIRS: tuple[str, ...] = ("tmp",)
+    # Seconds a reload is preceded by a drain (``_set_draining``): time for each busy kept-alive client to send
+    # one request and be told to close, so none sits idle on an old worker when it closes its idle connections.
+    DRAIN_SECONDS = 1.0
 
     def __init__(self, directory: Path, listen_port: int, listen_host: str = "", shutdown_timeout: float = 120.0):
         self.dir = Path(directory).resolve()
@@ -262,11 +265,8 @@ class NginxProcess:
         with self._lock():
             if not self.conf.exists() or self.conf.read_text() != text:
                 _atomic_write(self.conf, text)
-                if (master := self.master_pid()) is not None:
-                    old_workers = set(_children(master))
-                    self._nginx("-t")
-                    self._nginx("-s", "reload")
-                    self._wait_reloaded(master, old_workers, timeout)
+                if self.master_pid() is not None:
+                    self._reload(timeout)
             if self.master_pid() is None:
                 self._nginx()
         deadline = time.monotonic() + timeout
@@ -274,6 +274,39 @@ class NginxProcess:
             if time.monotonic() > deadline:
                 raise ServingRuntimeError(f"nginx does not answer on port {self.listen_port}", retryable=True)
             time.sleep(0.05)
+
+    def reload(self, timeout: float = 10.0) -> None:
+        """Check the config on disk and reload gracefully: new workers take new connections, the old ones
+        finish their requests and close their idle kept-alive connections. Returns once the old workers no
+        longer accept requests.
+
+        Raises:
+            ServingRuntimeError: nginx is not running (retryable), refused the config, or did not reload
+                within ``timeout`` seconds.
+        """
+        with self._lock():
+            self._reload(timeout)
+
+    def _reload(self, timeout: float) -> None:
+        master = self.master_pid()
+        if master is None:
+            raise ServingRuntimeError("nginx is not running", retryable=True)
+        old_workers = set(_children(master))
+        self._nginx("-t")
+        drained = self._set_draining(True)
+        if drained:
+            time.sleep(self.DRAIN_SECONDS)
+        try:
+            self._nginx("-s", "reload")
+            self._wait_reloaded(master, old_workers, timeout)
+        finally:
+            if drained:
+                self._set_draining(False)
+
+    def _set_draining(self, draining: bool) -> bool:
+        """Start (or end) answering every client request with ``Connection: close`` (``modelyard_drain.lua``);
+        True when the running nginx did. Here: no drain (a config without the Lua module)."""
+        return False
 
     def is_live(self) -> bool:
         """True when nginx answers its /healthz on the inference port."""

@@ -1,0 +1,41 @@
+-- Draining before a graceful reload (modelyard_agent/runtimes/nginx.py, NginxProcess.reload). A reload makes
+-- the old workers close their idle kept-alive client connections at once; a client that sends its next
+-- request on one at that moment loses it ("connection reset by peer"). nginx has no per-request switch for
+-- keep-alive, but a location with keepalive_timeout 0 answers "Connection: close": while the shared dict
+-- "modelyard_drain" says so, the access phase sends every request there, so each client that sends during
+-- the drain is told to close and reconnects, and at the reload no busy connection sits idle.
+local cjson = require("cjson.safe")
+
+local M = {}
+local drain = ngx.shared.modelyard_drain
+
+-- access_by_lua of the client server: while draining, answer this request from the named location that
+-- closes its connection (`closing`, "@modelyard_closing" by default).
+function M.check(closing)
+    if drain:get("draining") then
+        return ngx.exec(closing or "@modelyard_closing")
+    end
+end
+
+-- content_by_lua of the control socket's /drain: POST {"draining": true|false} starts or ends the drain;
+-- GET and POST answer {"draining": bool}.
+function M.control()
+    if ngx.req.get_method() == "POST" then
+        ngx.req.read_body()
+        local body = cjson.decode(ngx.req.get_body_data() or "")
+        if type(body) ~= "table" or type(body.draining) ~= "boolean" then
+            ngx.status = 400
+            ngx.say('a drain is {"draining": true} or {"draining": false}')
+            return
+        end
+        if body.draining then
+            drain:set("draining", true)
+        else
+            drain:delete("draining")
+        end
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(cjson.encode({draining = drain:get("draining") == true}))
+end
+
+return M
