@@ -47,24 +47,58 @@ def exposition(started: float, at: float | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-class FedPrometheus:
-    """A real Prometheus holding the history of ``exposition`` and scraping it every second."""
+def bento_exposition(started: float, at: float | None = None) -> str:
+    """The same four versions as BentoML processes would report them, as Prometheus stores them once each
+    version's scrape target (``/_metrics/iris/<v>``) has attached ``model`` and ``version``: requests by
+    endpoint and status code (health probes too, which must be left out) and the request duration
+    histogram, whose 0.95 quantile is the version's p95."""
+    t = (time.time() if at is None else at) - started
+    # Bucket bounds (s) with an edge at each version's p95, as a histogram configured for these SLOs would have.
+    bounds = sorted({0.005, 0.01, 0.025, 0.05, 0.1} | {p95_us / 1e6 for _, _, p95_us in RATES.values()})
+    lines = ["# TYPE bentoml_service_request_total counter",
+             "# TYPE bentoml_service_request_duration_seconds histogram"]
+    for version, (ok, bad, p95_us) in RATES.items():
+        labels = f'model="iris",version="{version}",service_name="iris"'
+        ok_n, bad_n = ok * t, bad * t
+        total, p95 = ok_n + bad_n, p95_us / 1e6
+        lines.append(f'bentoml_service_request_total{{{labels},endpoint="/classify",http_response_code="200"}} '
+                     f"{ok_n:.3f}")
+        lines.append(f'bentoml_service_request_total{{{labels},endpoint="/classify",http_response_code="500"}} '
+                     f"{bad_n:.3f}")
+        lines.append(f'bentoml_service_request_total{{{labels},endpoint="/readyz",http_response_code="200"}} {t:.3f}')
+        # Durations spread evenly up to the p95, and the slowest 5 % in the bucket above it.
+        for bound in bounds:
+            count = total * 0.95 * min(1.0, bound / p95) if bound <= p95 else total
+            lines.append(f'bentoml_service_request_duration_seconds_bucket{{{labels},endpoint="/classify",'
+                         f'le="{bound}"}} {count:.3f}')
+        lines.append(f'bentoml_service_request_duration_seconds_bucket{{{labels},endpoint="/classify",le="+Inf"}} '
+                     f"{total:.3f}")
+        lines.append(f'bentoml_service_request_duration_seconds_sum{{{labels},endpoint="/classify"}} '
+                     f"{total * p95 * 0.6:.6f}")
+        lines.append(f'bentoml_service_request_duration_seconds_count{{{labels},endpoint="/classify"}} {total:.3f}')
+    return "\n".join(lines) + "\n"
 
-    def __init__(self, workdir):
+
+class FedPrometheus:
+    """A real Prometheus holding the history of an exposition (``exposition``, Triton's, or
+    ``bento_exposition``) and scraping it every second."""
+
+    def __init__(self, workdir, source=exposition,
+                 ready_query: str = 'count by (version)(nv_inference_request_success{model="iris"})'):
         started = time.time() - 3600
-        self.served = ServedExposition(lambda: exposition(started))
+        self.served = ServedExposition(lambda: source(started))
         tsdb = workdir / "tsdb"
         tsdb.mkdir()
-        write_history(tsdb, [(lambda t: exposition(started, t), {"job": "serving", "instance": self.served.target,
-                                                                "host": "gpu-a"})],
+        write_history(tsdb, [(lambda t: source(started, t), {"job": "serving", "instance": self.served.target,
+                                                            "host": "gpu-a"})],
                       seconds=HISTORY_SECONDS, end=time.time(), step=1)
         config = {"global": {"scrape_interval": "1s"}, "scrape_configs": [{"job_name": "serving", "static_configs": [
             {"targets": [self.served.target], "labels": {"host": "gpu-a"}}]}]}
         self.service = launch_prometheus(config, workdir, tsdb)
         self.url = self.service.url
         self.client = PrometheusClient(self.url)
-        wait_for(lambda: len(self.client.instant('count by (version)(nv_inference_request_success{model="iris"})'))
-                 == len(RATES), timeout=40, what="Prometheus to hold the versions' series")
+        wait_for(lambda: len(self.client.instant(ready_query)) == len(RATES), timeout=40,
+                 what="Prometheus to hold the versions' series")
 
     def stop(self) -> None:
         """Stop Prometheus and the exposition."""
@@ -72,11 +106,12 @@ class FedPrometheus:
         self.served.stop()
 
 
-def iris_with_aliases(**aliases: int) -> RegisteredModel:
-    """Register ``iris`` with versions 1-4 (artifacts never stored) and the given aliases, e.g. production=1."""
+def iris_with_aliases(artifact_format: str = ArtifactFormat.TRITON_MODEL_DIR, **aliases: int) -> RegisteredModel:
+    """Register ``iris`` with versions 1-4 in ``artifact_format`` (artifacts never stored) and the given aliases,
+    e.g. production=1."""
     model = RegisteredModel.objects.create(name="iris", next_version=len(RATES) + 1)
     for number in range(1, len(RATES) + 1):
-        ModelVersion.objects.create(model=model, version=number, format=ArtifactFormat.TRITON_MODEL_DIR,
+        ModelVersion.objects.create(model=model, version=number, format=artifact_format,
                                     artifact_key=f"iris-{number}", artifact_sha256=f"{number:064d}", artifact_size=1)
     for alias, number in aliases.items():
         Alias.objects.create(model=model, name=alias, version=model.versions.get(version=number))

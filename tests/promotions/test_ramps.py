@@ -9,6 +9,7 @@ from deployments.models import Deployment, DeploymentTarget
 from modelyard.errors import InvalidInput
 from promotions import services
 from promotions.choices import Decision
+from registry.choices import ArtifactFormat
 from registry.models import Alias
 from tests.promotions.support import following, iris_with_aliases
 
@@ -18,10 +19,11 @@ GATES = {"window_seconds": 60, "min_requests": 600, "max_p95_ms": 20, "max_error
 HOSTS = ["gpu-prod-1", "gpu-prod-2"]
 
 
-def ramp_policy(candidate: int, percent: float = 5, **changes):
-    """iris with production=1 serving on two hosts, ``candidate`` as staging running as a canary at ``percent``
-    beside it, and a ramping policy from staging to production."""
-    model = iris_with_aliases(production=1, staging=candidate)
+def ramp_policy(candidate: int, percent: float = 5, artifact_format: str = ArtifactFormat.TRITON_MODEL_DIR,
+                **changes):
+    """iris (versions in ``artifact_format``) with production=1 serving on two hosts, ``candidate`` as staging
+    running as a canary at ``percent`` beside it, and a ramping policy from staging to production."""
+    model = iris_with_aliases(artifact_format, production=1, staging=candidate)
     served = following(model, "production", HOSTS)
     canary = Deployment.objects.create(model=model, version=model.versions.get(version=candidate),
                                        status=DeploymentStatus.SUCCEEDED, canary_percent=percent,
