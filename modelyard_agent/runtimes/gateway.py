@@ -59,7 +59,7 @@ import shutil
 from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess, _atomic_write
+from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,
@@ -110,9 +110,7 @@ http {{
         proxy_set_header Connection "";
         proxy_read_timeout 300s;
         proxy_request_buffering off;
-        # While the agent drains before a reload, every request is answered from @modelyard_closing.
-        access_by_lua_block {{ require("modelyard_drain").check() }}
-        location = /healthz {{ return 200 "ok\\n"; }}
+{drain_server}        location = /healthz {{ return 200 "ok\\n"; }}
         location = /v2 {{ proxy_pass http://modelyard_triton; }}
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
@@ -143,15 +141,6 @@ http {{
             set $modelyard_capture "";
             rewrite_by_lua_block {{ require("modelyard_capture").draw(ngx.var.modelyard_model) }}
 {capture_body}
-            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
-            proxy_pass http://modelyard_triton;
-        }}
-        # The same pass to Triton, answered with "Connection: close" (keepalive_timeout 0), so the client
-        # reconnects: to the new workers once the reload is done.
-        location @modelyard_closing {{
-            keepalive_timeout 0;
-            access_by_lua_block {{ return }}
-            add_header {version_header} $modelyard_version always;
             log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
             proxy_pass http://modelyard_triton;
         }}
@@ -247,7 +236,7 @@ class TritonGateway(RouteControl, NginxProcess):
                           "            client_body_in_single_buffer on;"),
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
-            temp_paths=TEMP_PATHS.format(dir=self.dir),
+            temp_paths=TEMP_PATHS.format(dir=self.dir), drain_server=DRAIN_SERVER,
             grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )

@@ -1,20 +1,18 @@
 -- Draining before a graceful reload (modelyard_agent/runtimes/nginx.py, NginxProcess.reload). A reload makes
 -- the old workers close their idle kept-alive client connections at once; a client that sends its next
 -- request on one at that moment loses it ("connection reset by peer"). nginx has no per-request switch for
--- keep-alive, but a location with keepalive_timeout 0 answers "Connection: close": while the shared dict
--- "modelyard_drain" says so, the access phase sends every request there, so each client that sends during
--- the drain is told to close and reconnects, and at the reload no busy connection sits idle.
+-- keep-alive, but passing through a location with keepalive_timeout 0 turns it off for the request: while
+-- the shared dict "modelyard_drain" says so, the server's rewrite phase sends every request through such a
+-- location (nginx.py, DRAIN_SERVER) and on to its own, so each client that sends during the drain is told
+-- to close and reconnects, and at the reload no busy connection sits idle.
 local cjson = require("cjson.safe")
 
 local M = {}
 local drain = ngx.shared.modelyard_drain
 
--- access_by_lua of the client server: while draining, answer this request from the named location that
--- closes its connection (`closing`, "@modelyard_closing" by default).
-function M.check(closing)
-    if drain:get("draining") then
-        return ngx.exec(closing or "@modelyard_closing")
-    end
+-- set_by_lua of the client server ($modelyard_draining): "1" while draining, "" otherwise.
+function M.flag()
+    return drain:get("draining") and "1" or ""
 end
 
 -- content_by_lua of the control socket's /drain: POST {"draining": true|false} starts or ends the drain;

@@ -110,6 +110,20 @@ _CONTROL_SERVER = """\
         location / {{ return 404; }}
     }}"""
 
+# The drain before a reload (``modelyard_drain.lua``), for the server block clients reach (the Lua module and a
+# ``lua_shared_dict modelyard_drain`` needed). While draining, each request is taken through
+# /_modelyard_closing/, whose keepalive_timeout 0 turns keep-alive off for the request (nginx never turns it
+# back on), and on to its own location: its answer says "Connection: close" and the client reconnects.
+DRAIN_SERVER = """\
+        set_by_lua_block $modelyard_draining { return require("modelyard_drain").flag() }
+        if ($modelyard_draining) { rewrite ^(.*)$ /_modelyard_closing$1 last; }
+        location ^~ /_modelyard_closing/ {
+            internal;
+            keepalive_timeout 0;
+            rewrite ^/_modelyard_closing(/.*)$ $1 last;
+        }
+"""
+
 # Every temporary file nginx writes stays under its own directory (an agent runs it unprivileged).
 TEMP_PATHS = "\n".join(f"    {kind}_temp_path {{dir}}/tmp/{name};" for kind, name in (
     ("client_body", "body"), ("proxy", "proxy"), ("fastcgi", "fastcgi"), ("uwsgi", "uwsgi"), ("scgi", "scgi")))
