@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> dict:
     return {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": platform.node(),
         "cpus": os.cpu_count(), "python": platform.python_version(), "clients": args.clients,
+        "keepalive": front_for(root, url).client_keepalive,
         "swaps": swaps, "during_swaps": phase(True), "between_swaps": phase(False),
         "requests": len(samples), "failed": failed, "failure_reasons": reasons,
         "swap_seconds_median": round(statistics.median(s["seconds"] for s in swaps), 3) if swaps else None,
@@ -136,9 +137,9 @@ def markdown(r: dict) -> str:
         "## Setup", "",
         "- One BentoML host on this machine: the agent's own functions, Debian's nginx, one `bentoml serve` per "
         "version (scikit-learn classifier Bentos built by BentoML 1.4); artifacts from a local HTTP server.",
-        f"- Load: {r['clients']} closed-loop client threads posting through nginx (requests sessions; nginx answers "
-        "`Connection: close` by default, so each request connects anew; with MODELYARD_AGENT_NGINX_KEEPALIVE set, "
-        "an earlier run of 10 swaps failed 1 request in ~13,000 on a keep-alive connection the reload closed).",
+        f"- Load: {r['clients']} closed-loop client threads posting through nginx on kept-alive connections "
+        f"(requests sessions; client keep-alive {r.get('keepalive', '?')} s, each reload drained first: before "
+        "the drain, a run of 10 swaps failed 1 request in ~13,000 on a keep-alive connection the reload closed).",
         f"- Median swap (import, start, /readyz, smoke, reload, drain, stop): **{r['swap_seconds_median']} s**.", "",
         "## Requests", "",
         "| phase | requests | failed | p50 (ms) | p99 (ms) | max (ms) |", "|---|---|---|---|---|---|",

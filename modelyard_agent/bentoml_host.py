@@ -36,12 +36,15 @@ from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
 from modelyard_agent.runtimes.nginx import NginxFront, listen_address
+from modelyard_agent.runtimes.routes import lua_available
 from modelyard_agent.steps import DeploySteps
 from modelyard_agent.triton_host import StagingError, _download
 
 logger = logging.getLogger(__name__)
 
 ROLES = ("serving", "canary", "starting", "draining")
+# Seconds nginx keeps an idle client connection open, where its Lua module drains each reload first.
+DEFAULT_KEEPALIVE = 75
 
 
 class ServeState:
@@ -81,10 +84,13 @@ class ServeState:
 
 def front_for(root: Path, inference_url: str) -> NginxFront:
     """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``;
-    ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds (default 0: off)."""
+    ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds. The default is
+    ``DEFAULT_KEEPALIVE`` where nginx's Lua module is installed (each reload is drained first, so a kept-alive
+    client loses no request to it) and 0 (every answer says ``Connection: close``) where it is not."""
     port, listen_host = listen_address(inference_url)
+    default = DEFAULT_KEEPALIVE if lua_available() else 0
     return NginxFront(root, port, listen_host=listen_host,
-                      client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", "0")))
+                      client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", default)))
 
 
 def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance | None:

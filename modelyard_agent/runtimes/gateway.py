@@ -241,14 +241,6 @@ class TritonGateway(RouteControl, NginxProcess):
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
 
-    def _set_draining(self, draining: bool) -> bool:
-        """As ``NginxProcess._set_draining``, through the control socket's ``/drain``; False when the running
-        gateway has none (started from an older config) or does not answer."""
-        try:
-            return self._control("POST", {"draining": bool(draining)}, path="/drain")["draining"] == bool(draining)
-        except ServingRuntimeError:
-            return False
-
     # Request capture (the file format is the capture contract, docs/architecture.md).
 
     def capture_directory(self, model: str) -> Path:

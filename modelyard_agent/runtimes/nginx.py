@@ -76,6 +76,20 @@ http {{
 }}
 """
 
+# The drain before a reload (``modelyard_drain.lua``), for the server block clients reach (the Lua module and a
+# ``lua_shared_dict modelyard_drain`` needed). While draining, each request is taken through
+# /_modelyard_closing/, whose keepalive_timeout 0 turns keep-alive off for the request (nginx never turns it
+# back on), and on to its own location: its answer says "Connection: close" and the client reconnects.
+DRAIN_SERVER = """\
+        set_by_lua_block $modelyard_draining { return require("modelyard_drain").flag() }
+        if ($modelyard_draining) { rewrite ^(.*)$ /_modelyard_closing$1 last; }
+        location ^~ /_modelyard_closing/ {
+            internal;
+            keepalive_timeout 0;
+            rewrite ^/_modelyard_closing(/.*)$ $1 last;
+        }
+"""
+
 # With nginx's Lua module: the routes of split models (``modelyard_routes.lua``, ``modelyard_bento.lua``),
 # the one upstream whose balancer sends each request to the port of the version its route picked, and the
 # control socket the agent changes routes through.
@@ -83,6 +97,7 @@ _SPLIT_HTTP = """\
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
     lua_shared_dict modelyard_inflight 1m;
+    lua_shared_dict modelyard_drain 16k;
     init_by_lua_block {{ require("modelyard_routes").load("{dir}/routes.json") }}
     init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
     upstream modelyard_split {{
@@ -91,7 +106,7 @@ _SPLIT_HTTP = """\
         keepalive 32;
     }}"""
 
-_SPLIT_SERVER = """\
+_SPLIT_SERVER = DRAIN_SERVER.replace("{", "{{").replace("}", "}}") + """\
         # /metrics of a version of a split model (a served model's own exact location wins over this one).
         location ~ ^{metrics_prefix}/(?<modelyard_model>[a-z0-9][a-z0-9_-]*)/(?<modelyard_metrics_version>[0-9]+)$ {{
             rewrite_by_lua_block {{
@@ -107,22 +122,9 @@ _CONTROL_SERVER = """\
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_bento").counts() }} }}
+        location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location / {{ return 404; }}
     }}"""
-
-# The drain before a reload (``modelyard_drain.lua``), for the server block clients reach (the Lua module and a
-# ``lua_shared_dict modelyard_drain`` needed). While draining, each request is taken through
-# /_modelyard_closing/, whose keepalive_timeout 0 turns keep-alive off for the request (nginx never turns it
-# back on), and on to its own location: its answer says "Connection: close" and the client reconnects.
-DRAIN_SERVER = """\
-        set_by_lua_block $modelyard_draining { return require("modelyard_drain").flag() }
-        if ($modelyard_draining) { rewrite ^(.*)$ /_modelyard_closing$1 last; }
-        location ^~ /_modelyard_closing/ {
-            internal;
-            keepalive_timeout 0;
-            rewrite ^/_modelyard_closing(/.*)$ $1 last;
-        }
-"""
 
 # Every temporary file nginx writes stays under its own directory (an agent runs it unprivileged).
 TEMP_PATHS = "\n".join(f"    {kind}_temp_path {{dir}}/tmp/{name};" for kind, name in (
@@ -301,12 +303,15 @@ class NginxProcess:
         with self._lock():
             self._reload(timeout)
 
-    def _reload(self, timeout: float) -> None:
+    def _reload(self, timeout: float, *, checked: bool = False) -> set[int]:
+        """Check the config (unless ``checked``), drain, reload and wait; the pids of the workers from before.
+        The caller holds ``_lock()``."""
         master = self.master_pid()
         if master is None:
             raise ServingRuntimeError("nginx is not running", retryable=True)
         old_workers = set(_children(master))
-        self._nginx("-t")
+        if not checked:
+            self._nginx("-t")
         drained = self._set_draining(True)
         if drained:
             time.sleep(self.DRAIN_SECONDS)
@@ -316,6 +321,7 @@ class NginxProcess:
         finally:
             if drained:
                 self._set_draining(False)
+        return old_workers
 
     def _set_draining(self, draining: bool) -> bool:
         """Start (or end) answering every client request with ``Connection: close`` (``modelyard_drain.lua``);
@@ -349,20 +355,16 @@ class NginxProcess:
                 ``timeout`` seconds.
         """
         with self._lock():
-            master = self.master_pid()
-            if master is None:
+            if self.master_pid() is None:
                 raise ServingRuntimeError("nginx is not running", retryable=True)
             before = {path: path.read_text() if path.exists() else None for path in files}
-            old_workers = set(_children(master))
             self._write(files)
             try:
                 self._nginx("-t")
             except ServingRuntimeError:
                 self._write(before)
                 raise
-            self._nginx("-s", "reload")
-            self._wait_reloaded(master, old_workers, timeout)
-            return old_workers
+            return self._reload(timeout, checked=True)
 
     @staticmethod
     def _wait_reloaded(master: int, old_workers: set[int], timeout: float) -> None:
@@ -427,11 +429,12 @@ class NginxFront(RouteControl, NginxProcess):
     Args:
         root: the agent's BentoML directory; nginx lives in ``root/nginx``.
         listen_port, listen_host, shutdown_timeout: as ``NginxProcess``.
-        client_keepalive: seconds nginx keeps an idle client connection open; 0 (the default)
+        client_keepalive: seconds nginx keeps an idle client connection open; 0 (the default here)
             answers every request with ``Connection: close``. A graceful reload closes the idle
             connections of the old workers, and a request a client sends on one at that moment
             fails with "connection closed without response" (measured: 1 in about 13,000 requests
-            with 4 busy keep-alive clients, 10 swaps), so keep-alive trades that for a handshake.
+            with 4 busy keep-alive clients, 10 swaps), unless the reload is drained first
+            (``_set_draining``, with the Lua module): then no kept-alive client loses a request.
     """
 
     SUBDIRS = ("upstreams", "locations", "tmp")
@@ -454,6 +457,11 @@ class NginxFront(RouteControl, NginxProcess):
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
                                  keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir),
                                  **split)
+
+    def _set_draining(self, draining: bool) -> bool:
+        """As ``NginxProcess._set_draining``, through the control socket's ``/drain``, when clients are kept
+        alive and the Lua module is there; False otherwise (every answer says ``Connection: close`` anyway)."""
+        return self.splits and self.client_keepalive > 0 and super()._set_draining(draining)
 
     def is_split(self, model: str) -> bool:
         """True when ``model``'s location is split (its route picks the version of each request)."""

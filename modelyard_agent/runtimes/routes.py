@@ -153,6 +153,14 @@ class RouteControl:
             _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
             return self._control("POST", routes)
 
+    def _set_draining(self, draining: bool) -> bool:
+        """As ``NginxProcess._set_draining``, through the control socket's ``/drain`` (``modelyard_drain.lua``);
+        False when the running nginx has none (started from an older config) or does not answer."""
+        try:
+            return self._control("POST", {"draining": bool(draining)}, path="/drain")["draining"] == bool(draining)
+        except ServingRuntimeError:
+            return False
+
     def _read_file(self) -> dict[str, dict]:
         return read_json_file(self.routes_file)
 
