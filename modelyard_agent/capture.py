@@ -24,15 +24,20 @@ from pathlib import Path
 
 from modelyard_agent.runtimes.gateway import CAPTURE_SUFFIX
 
+# Seconds a captured model may be not READY on the host before its capture is deleted.
+UNSERVED_GRACE_SECONDS = 600
+
 # Newline counts of capture files already read, per path: (size in bytes, lines), so a heartbeat reads only
 # what was appended since the last one.
 _LINES: dict[Path, tuple[int, int]] = {}
 
 
 def capture_files(directory: Path) -> list[Path]:
-    """The capture files of one model's directory, oldest hour first (``[]`` when there is none)."""
+    """The capture files of one model's directory, oldest hour first (``[]`` when there is none); symlinks are
+    left out (nginx's workers write plain files; a link could point the root agent at any file)."""
     try:
-        return sorted(path for path in Path(directory).iterdir() if path.name.endswith(CAPTURE_SUFFIX))
+        return sorted(path for path in Path(directory).iterdir()
+                      if path.name.endswith(CAPTURE_SUFFIX) and not path.is_symlink())
     except FileNotFoundError:
         return []
 
@@ -63,7 +68,8 @@ def enforce(gateway, served: set[str] | None, *, now: float | None = None) -> di
     Args:
         gateway: the host's ``TritonGateway``, running.
         served: the names of the models the host serves now (READY on Triton); None when unknown (Triton
-            does not answer): then no capture is deleted for that reason.
+            does not answer): then no capture is deleted for that reason. A model's capture is deleted
+            once it has not been served for ``UNSERVED_GRACE_SECONDS``.
         now: unix seconds (default: the clock).
 
     Returns:
@@ -80,9 +86,28 @@ def enforce(gateway, served: set[str] | None, *, now: float | None = None) -> di
     root = gateway.dir / "capture"
     if root.is_dir():
         for directory in root.iterdir():
-            if directory.is_dir() and (directory.name not in held
-                                       or (served is not None and directory.name not in served)):
+            if directory.name.startswith("."):
+                continue
+            if directory.is_symlink():  # never followed: a capture directory is a directory
+                directory.unlink()
+                continue
+            if not directory.is_dir():
+                continue
+            marker = root / f".unserved-{directory.name}"
+            if directory.name not in held:
                 shutil.rmtree(directory, ignore_errors=True)
+                marker.unlink(missing_ok=True)
+            elif served is not None and directory.name not in served:
+                # Not READY now: a failed load or a Triton still loading after a restart must not cost the
+                # capture; a model gone for UNSERVED_GRACE_SECONDS has left the host.
+                since = float(marker.read_text()) if marker.exists() else None
+                if since is None:
+                    marker.write_text(repr(now))
+                elif now - since >= UNSERVED_GRACE_SECONDS:
+                    shutil.rmtree(directory, ignore_errors=True)
+                    marker.unlink(missing_ok=True)
+            else:
+                marker.unlink(missing_ok=True)
     usage, report = {}, {}
     for model, settings in held.items():
         directory = gateway.capture_directory(model)

@@ -96,7 +96,7 @@ def read_captured(directory: Path, *, model: str, limit: int) -> CaptureRead:
     """
     if not directory.is_dir():
         return CaptureRead([], 0, 0)
-    files = sorted((p for p in directory.iterdir() if p.name.endswith(SUFFIX) and p.is_file()),
+    files = sorted((p for p in directory.iterdir() if p.name.endswith(SUFFIX) and p.is_file() and not p.is_symlink()),
                    key=lambda p: p.stat().st_mtime, reverse=True)
     found: list[CapturedRequest] = []
     unreadable = read_files = 0

@@ -305,12 +305,18 @@ class TritonGateway(RouteControl, NginxProcess):
     def _prepare_capture_directory(self, model: str) -> None:
         """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700).
 
+        Under a root agent, ``capture/`` stays root's (mode 0711: the workers pass through it but cannot
+        replace what is in it) and only ``capture/<model>`` is handed to ``WORKER_USER``; a symlink in
+        either place is refused, never followed.
+
         Raises:
             ServingRuntimeError: the agent runs as root and a directory above the gateway's is closed to
                 ``WORKER_USER`` (no search permission for others), so the workers could write nothing and
-                every drawn request would be skipped (not retryable).
+                every drawn request would be skipped; or a symlink stands where a directory belongs (not
+                retryable).
         """
-        if os.geteuid() == 0:
+        root = os.geteuid() == 0
+        if root:
             here = self.dir.resolve()
             closed = next((path for path in (here, *here.parents)
                            if path.exists() and not os.stat(path).st_mode & 0o001), None)
@@ -320,12 +326,20 @@ class TritonGateway(RouteControl, NginxProcess):
                     f"{closed} is closed to others (mode {os.stat(closed).st_mode & 0o777:o}); make it "
                     f"traversable (chmod o+x {closed}) or give the agent a state directory under one that is",
                     retryable=False)
-        for path in (self.dir / "capture", self.capture_directory(model)):
-            path.mkdir(parents=True, exist_ok=True)
-            path.chmod(0o700)
-            if os.geteuid() == 0:
-                user = pwd.getpwnam(WORKER_USER)
-                os.chown(path, user.pw_uid, user.pw_gid)
+        for path, mode, owner in ((self.dir / "capture", 0o711 if root else 0o700, "root" if root else None),
+                                  (self.capture_directory(model), 0o700, WORKER_USER if root else None)):
+            if path.is_symlink():
+                raise ServingRuntimeError(f"request capture: {path} is a symlink, not a directory; remove it",
+                                          retryable=False)
+            path.mkdir(exist_ok=True)
+            descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(descriptor, mode)
+                if owner is not None:
+                    user = pwd.getpwnam(owner)
+                    os.fchown(descriptor, user.pw_uid, user.pw_gid)
+            finally:
+                os.close(descriptor)
 
 
 def _group_of(user: str) -> str:

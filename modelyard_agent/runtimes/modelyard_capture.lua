@@ -56,7 +56,10 @@ function M.apply(table)
         end
     end
     for _, key in ipairs(store:get_keys(0)) do
-        if key:match("^cfg:") then
+        local kind, model = key:match("^(%a+):(.+)$")
+        -- A model whose capture goes off loses its counters too (its files are deleted), so turning it on
+        -- again starts from nothing.
+        if kind == "cfg" or ((kind == "bytes" or kind == "skipped") and table[model] == nil) then
             store:delete(key)
         end
     end

@@ -15,8 +15,9 @@ function M.flag()
     return drain:get("draining") and "1" or ""
 end
 
--- content_by_lua of the control socket's /drain: POST {"draining": true|false} starts or ends the drain;
--- GET and POST answer {"draining": bool}.
+-- content_by_lua of the control socket's /drain: POST {"draining": true, "expires": seconds} starts the drain
+-- (it ends by itself after `expires`, if given, so a reload that never finishes cannot leave it on), POST
+-- {"draining": false} ends it; GET and POST answer {"draining": bool}.
 function M.control()
     if ngx.req.get_method() == "POST" then
         ngx.req.read_body()
@@ -27,7 +28,8 @@ function M.control()
             return
         end
         if body.draining then
-            drain:set("draining", true)
+            local expires = tonumber(body.expires) or 0
+            drain:set("draining", true, expires > 0 and expires or 0)
         else
             drain:delete("draining")
         end

@@ -32,6 +32,7 @@ model's ``/<model>/`` can shadow ``/_metrics/``.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import re
 import shutil
@@ -47,6 +48,7 @@ from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.routes import LUA_DIR, SHADOW_HEADER, VERSION_HEADER, RouteControl, lua_available
 from modelyard_agent.runtimes.routes import load_modules as _load_modules
 
+logger = logging.getLogger(__name__)
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
 _SERVER_PORT = re.compile(r"server 127\.0\.0\.1:(\d+)")
@@ -312,20 +314,22 @@ class NginxProcess:
         old_workers = set(_children(master))
         if not checked:
             self._nginx("-t")
-        drained = self._set_draining(True)
-        if drained:
-            time.sleep(self.DRAIN_SECONDS)
+        # The flag expires by itself, so an agent killed mid-reload cannot leave every answer closing.
+        drained = self._set_draining(True, expires=self.DRAIN_SECONDS + timeout + 5)
         try:
+            if drained:
+                time.sleep(self.DRAIN_SECONDS)
             self._nginx("-s", "reload")
             self._wait_reloaded(master, old_workers, timeout)
         finally:
-            if drained:
-                self._set_draining(False)
+            if drained and not self._set_draining(False):
+                logger.warning("nginx in %s: the drain could not be ended; it expires by itself", self.dir)
         return old_workers
 
-    def _set_draining(self, draining: bool) -> bool:
-        """Start (or end) answering every client request with ``Connection: close`` (``modelyard_drain.lua``);
-        True when the running nginx did. Here: no drain (a config without the Lua module)."""
+    def _set_draining(self, draining: bool, expires: float = 0.0) -> bool:
+        """Start (for at most ``expires`` seconds) or end answering every client request with
+        ``Connection: close`` (``modelyard_drain.lua``); True when the running nginx did. Here: no drain (a
+        config without the Lua module)."""
         return False
 
     def is_live(self) -> bool:
@@ -458,10 +462,10 @@ class NginxFront(RouteControl, NginxProcess):
                                  keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir),
                                  **split)
 
-    def _set_draining(self, draining: bool) -> bool:
+    def _set_draining(self, draining: bool, expires: float = 0.0) -> bool:
         """As ``NginxProcess._set_draining``, through the control socket's ``/drain``, when clients are kept
         alive and the Lua module is there; False otherwise (every answer says ``Connection: close`` anyway)."""
-        return self.splits and self.client_keepalive > 0 and super()._set_draining(draining)
+        return self.splits and self.client_keepalive > 0 and super()._set_draining(draining, expires)
 
     def is_split(self, model: str) -> bool:
         """True when ``model``'s location is split (its route picks the version of each request)."""

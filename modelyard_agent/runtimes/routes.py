@@ -153,11 +153,12 @@ class RouteControl:
             _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
             return self._control("POST", routes)
 
-    def _set_draining(self, draining: bool) -> bool:
+    def _set_draining(self, draining: bool, expires: float = 0.0) -> bool:
         """As ``NginxProcess._set_draining``, through the control socket's ``/drain`` (``modelyard_drain.lua``);
         False when the running nginx has none (started from an older config) or does not answer."""
+        body = {"draining": bool(draining), **({"expires": float(expires)} if draining and expires else {})}
         try:
-            return self._control("POST", {"draining": bool(draining)}, path="/drain")["draining"] == bool(draining)
+            return self._control("POST", body, path="/drain")["draining"] == bool(draining)
         except ServingRuntimeError:
             return False
 

@@ -126,6 +126,13 @@ def test_capture_stops_at_max_bytes_and_counts_what_it_skipped(gateway):
     # The last request's log phase may run just after its answer reached the client.
     wait_for(lambda: gateway.capture()[MODEL]["skipped"] >= 16, timeout=5, what="the last skip counted", interval=0.02)
     assert gateway.capture()[MODEL]["skipped"] == 16
+    # Off deletes the files, and on again starts from nothing: not full, nothing skipped.
+    gateway.set_capture(MODEL, fraction=0, max_bytes=0, retention_seconds=WEEK)
+    gateway.set_capture(MODEL, fraction=1.0, max_bytes=bound, retention_seconds=WEEK)
+    assert (gateway.capture()[MODEL]["bytes"], gateway.capture()[MODEL]["skipped"]) == (0, 0)
+    with requests.Session() as session:
+        assert session.post(f"{gateway.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30).status_code == 200
+    assert len(settle(gateway, 1)) == 1
 
 
 def test_a_body_over_the_memory_bound_is_skipped_not_captured(gateway):
@@ -172,8 +179,13 @@ def test_the_agent_deletes_expired_files_and_the_capture_of_a_model_turned_off_o
     assert report[MODEL]["requests"] == 5 and report[MODEL]["bytes"] == gateway.capture()[MODEL]["bytes"] > 0
     assert report[MODEL]["oldest"] <= report[MODEL]["newest"] and report[MODEL]["fraction"] == 1.0
 
-    assert capture.enforce(gateway, set()) == {MODEL: {**report[MODEL], "requests": 0, "bytes": 0, "oldest": None,
-                                                       "newest": None}}
+    # Not READY for a moment (a failed load, Triton restarting): kept; gone for the grace period: deleted.
+    assert capture.enforce(gateway, set())[MODEL]["requests"] == 5
+    assert capture.enforce(gateway, {MODEL})[MODEL]["requests"] == 5
+    assert capture.enforce(gateway, set())[MODEL]["requests"] == 5
+    later = time.time() + capture.UNSERVED_GRACE_SECONDS + 1
+    assert capture.enforce(gateway, set(), now=later) == {MODEL: {
+        **report[MODEL], "requests": 0, "bytes": 0, "oldest": None, "newest": None}}
     assert capture.capture_files(directory) == [] and gateway.capture()[MODEL]["bytes"] == 0
 
     gateway.set_capture(MODEL, fraction=0, max_bytes=0, retention_seconds=1)
@@ -268,3 +280,20 @@ def test_a_state_directory_the_workers_cannot_reach_is_refused_with_what_to_do(t
         front.set_capture(MODEL, fraction=0.5, max_bytes=1000, retention_seconds=60)
     assert not refused.value.retryable
     assert not (closed / "gateway" / "capture" / MODEL).exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root agent hands directories to nginx's worker user")
+def test_a_symlink_where_a_capture_directory_belongs_is_refused_and_never_followed(gateway, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir(mode=0o700)
+    (target / "2000010100-1.ndjson").write_text("{}\n")
+    root = gateway.dir / "capture"
+    gateway.set_capture("other", fraction=0.5, max_bytes=1000, retention_seconds=60)
+    assert root.stat().st_uid == 0 and root.stat().st_mode & 0o777 == 0o711  # the workers cannot replace entries
+    assert (root / "other").stat().st_uid != 0  # each model's directory is theirs
+    (root / MODEL).symlink_to(target)
+    with pytest.raises(ServingRuntimeError, match="is a symlink"):
+        gateway.set_capture(MODEL, fraction=1.0, max_bytes=1 << 20, retention_seconds=WEEK)
+    assert target.stat().st_uid == 0 and target.stat().st_mode & 0o777 == 0o700  # not handed to nobody
+    capture.enforce(gateway, {MODEL})
+    assert not (root / MODEL).exists() and (target / "2000010100-1.ndjson").exists()  # the link went, not its files
