@@ -5,7 +5,6 @@ rolling back fail no request of clients on kept-alive connections."""
 
 import os
 import signal
-import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -32,6 +31,7 @@ from tests.deployments.bentoml_host import (
     make_payload,
     serving_homes,
 )
+from tests.fixtures.clients import KeptAliveLoad
 
 pytestmark = pytest.mark.integration
 __all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
@@ -79,35 +79,11 @@ def versions_of(url: str, count: int, *, threads: int = 4, headers=None) -> list
         return [v for chunk in pool.map(send, [count // threads] * threads) for v in chunk]
 
 
-class Load:
-    """Threads sending classify requests on kept-alive sessions, counting answers per version and failures."""
-
-    def __init__(self, url: str, threads: int = 3):
-        self.url, self.failures, self.versions = f"{url}/{MODEL}/classify", [], []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run) for _ in range(threads)]
-
-    def _run(self) -> None:
-        with requests.Session() as session:
-            while not self.stop.is_set():
-                try:
-                    answer = session.post(self.url, json=SAMPLE, timeout=30)
-                    if answer.status_code == 200 and answer.json() == [1]:
-                        self.versions.append(answer.headers.get(VERSION_HEADER))
-                    else:
-                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:120]}")
-                except requests.RequestException as exc:
-                    self.failures.append(repr(exc))
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
+def classify_load(url: str, threads: int = 3) -> KeptAliveLoad:
+    """Clients sending classify requests; ``answers`` holds each right answer's ``X-Modelyard-Version``."""
+    return KeptAliveLoad(lambda session, slot: session.post(f"{url}/{MODEL}/classify", json=SAMPLE, timeout=30),
+                         threads=threads, accept=lambda answer: answer.status_code == 200 and answer.json() == [1],
+                         value=lambda answer: answer.headers.get(VERSION_HEADER))
 
 
 def test_a_canary_takes_its_percent_of_5000_requests_at_10_and_at_50_beside_the_stable_version(host):
@@ -169,15 +145,15 @@ def test_percent_changes_and_a_promotion_fail_no_request_and_stop_the_stable_ver
     host.deploy("v1", 1)
     host.deploy("v2", 2, canary_percent=10)
     stable = ServeState(host.root).read()[MODEL]["serving"]
-    with Load(host.url) as load:
+    with classify_load(host.url) as load:
         for percent in (25, 50, 75, 90, 10, 60):
             host.route(stable=1, canary=2, percent=percent)
             load.stop.wait(0.3)
         promoted = host.deploy("v2", 2)
-        after = len(load.versions)
+        after = len(load.answers)
         load.stop.wait(0.5)
-    assert load.failures == [] and len(load.versions) >= 300
-    assert {"1", "2"} <= set(load.versions[:after]) and set(load.versions[after:]) == {"2"}
+    assert load.failures == [] and len(load.answers) >= 300
+    assert {"1", "2"} <= set(load.answers[:after]) and set(load.answers[after:]) == {"2"}
     assert promoted["details"]["previous_versions"] == [1]
     assert promoted["details"]["route"]["stable"] == 2 and promoted["details"]["route"]["canary"] is None
     assert not serve.processes_of(stable.home) and serve.port_is_free(stable.port)
@@ -189,13 +165,13 @@ def test_a_rollback_sends_every_request_to_the_stable_version_before_the_canary_
     host.deploy("v1", 1)
     host.deploy("v2", 2, canary_percent=50)
     canary = ServeState(host.root).read()[MODEL]["canary"]
-    with Load(host.url) as load:
+    with classify_load(host.url) as load:
         load.stop.wait(0.5)
         rolled_back = host.deploy("v1", 1)
-        after = len(load.versions)
+        after = len(load.answers)
         load.stop.wait(0.5)
-    assert load.failures == [] and len(load.versions) >= 100
-    assert {"1", "2"} <= set(load.versions[:after]) and set(load.versions[after:]) == {"1"}
+    assert load.failures == [] and len(load.answers) >= 100
+    assert {"1", "2"} <= set(load.answers[:after]) and set(load.answers[after:]) == {"1"}
     assert rolled_back["details"]["previous_versions"] == [2]
     assert not serve.processes_of(canary.home) and serve.port_is_free(canary.port)
     heartbeat = collect_bentoml_heartbeat(inference_url=host.url, root=host.root, labels={})

@@ -1,6 +1,5 @@
 """The gateway of a Triton host: real nginx (with its Lua module) in front of a real tritonserver."""
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
+from tests.fixtures.clients import KeptAliveLoad
 from tests.fixtures.services import free_port
 
 pytestmark = pytest.mark.integration
@@ -88,51 +88,28 @@ def test_a_routing_key_always_reaches_the_same_version_and_a_higher_percent_only
     assert on_canary and on_canary < {key for key, version in later.items() if version == "2"}
 
 
-class KeptAliveClients:
-    """Four client threads, each on one kept-alive connection, sending infer requests until the block ends:
-    ``failures`` (what failed), ``counts`` (requests per client), ``closes`` (answers that said
-    ``Connection: close``, each as the ``X-Modelyard-Version`` it carried)."""
+def kept_alive(gateway, versioned: bool = False) -> KeptAliveLoad:
+    """Four clients sending infer requests naming no version (with ``versioned``, the fourth names v1)."""
+    return KeptAliveLoad(lambda session, slot: infer(session, gateway, version=1 if versioned and slot == 3 else None),
+                         threads=4)
 
-    def __init__(self, gateway, versioned: bool = False):
-        self.gateway, self.versioned = gateway, versioned
-        self.failures, self.counts, self.closes = [], [0, 0, 0, 0], []
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._run, args=(slot,)) for slot in range(4)]
 
-    def _run(self, slot: int) -> None:
-        with requests.Session() as session:
-            while not self.stop.is_set():
-                try:
-                    answer = infer(session, self.gateway, version=1 if self.versioned and slot == 3 else None)
-                    if answer.status_code != 200:
-                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:100]}")
-                    if answer.headers.get("Connection", "").lower() == "close":
-                        self.closes.append(answer.headers.get(VERSION_HEADER))
-                except requests.RequestException as exc:
-                    self.failures.append(repr(exc))
-                self.counts[slot] += 1
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
+def closes(load: KeptAliveLoad) -> list[str | None]:
+    """The answers that said ``Connection: close``, each as the ``X-Modelyard-Version`` it carried."""
+    return [answer.headers.get(VERSION_HEADER) for answer in load.answers
+            if answer.headers.get("Connection", "").lower() == "close"]
 
 
 def test_changing_routes_reloads_nothing_and_fails_no_keep_alive_client(gateway):
     workers_before = set(_workers(gateway))
-    with KeptAliveClients(gateway) as clients:
+    with kept_alive(gateway) as clients:
         for percent in [0, 5, 25, 50, 75, 100, 50, 0] * 3:
             gateway.set_route(MODEL, stable=1, canary=2, percent=percent)
             clients.stop.wait(0.1)
         gateway.remove_route(MODEL)
         clients.stop.wait(0.2)
     assert clients.failures == [] and min(clients.counts) > 0, (clients.failures[:5], clients.counts)
-    assert clients.closes == []
+    assert closes(clients) == []
     assert set(_workers(gateway)) == workers_before
     assert gateway.routes() == {}
 
@@ -143,16 +120,16 @@ def test_a_reload_drains_first_so_no_kept_alive_client_loses_a_request(gateway):
     gateway.DRAIN_SECONDS = 0.3
     gateway.set_route(MODEL, stable=1, canary=2, percent=50)
     workers = set(_workers(gateway))
-    with KeptAliveClients(gateway, versioned=True) as clients:
+    with kept_alive(gateway, versioned=True) as clients:
         for _ in range(8):
             gateway.reload()
             assert set(_workers(gateway)) - workers  # new workers took over
             workers = set(_workers(gateway))
             clients.stop.wait(0.2)
     assert clients.failures == [] and min(clients.counts) > 0, (clients.failures[:5], clients.counts)
-    assert len(clients.closes) >= 8  # each drain told the busy clients to reconnect
+    assert len(closes(clients)) >= 8  # each drain told the busy clients to reconnect
     # ... after their requests went through their own locations: routed by the 50 % route (or naming v1).
-    assert set(clients.closes) <= {"1", "2", None} and {"1", "2"} <= set(clients.closes)
+    assert set(closes(clients)) <= {"1", "2", None} and {"1", "2"} <= set(closes(clients))
     assert gateway._control("GET", path="/drain") == {"draining": False}
     with requests.Session() as session:  # and keep-alive is back once the reload is done
         assert infer(session, gateway).headers.get("Connection", "").lower() != "close"

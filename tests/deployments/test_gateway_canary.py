@@ -1,7 +1,6 @@
 """A Triton host agent with its gateway: a canary deployed beside the stable version, its percent changed,
 promoted and rolled back, on a real Triton behind real nginx, with clients sending all along."""
 
-import threading
 
 import pytest
 import requests
@@ -13,6 +12,7 @@ from modelyard_agent.runtimes.gateway import VERSION_HEADER
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY, route
 from tests.deployments.triton_host import agent_payload, artifacts
+from tests.fixtures.clients import KeptAliveLoad
 from tests.fixtures.services import free_port
 
 pytestmark = pytest.mark.integration
@@ -48,34 +48,11 @@ def host(triton_server, artifacts, agent_settings, tmp_path):
     Host.gateway.stop()
 
 
-class Clients:
-    """Threads sending requests that name no version through the gateway, each on one kept-alive connection."""
-
-    def __init__(self, url: str, count: int = 3):
-        self.url, self.failures, self.versions, self.stop = f"{url}/v2/models/iris/infer", [], [], threading.Event()
-        self.threads = [threading.Thread(target=self._run) for _ in range(count)]
-
-    def _run(self) -> None:
-        with requests.Session() as session:
-            while not self.stop.is_set():
-                try:
-                    answer = session.post(self.url, json=BODY, timeout=30)
-                    if answer.status_code == 200:
-                        self.versions.append(answer.json()["model_version"])
-                    else:
-                        self.failures.append(f"HTTP {answer.status_code}: {answer.text[:120]}")
-                except requests.RequestException as exc:
-                    self.failures.append(repr(exc))
-
-    def __enter__(self):
-        for thread in self.threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(30)
+def gateway_clients(url: str, count: int = 3) -> KeptAliveLoad:
+    """Clients sending requests that name no version through the gateway; ``answers`` holds each answer's
+    ``model_version``."""
+    return KeptAliveLoad(lambda session, slot: session.post(f"{url}/v2/models/iris/infer", json=BODY, timeout=30),
+                         threads=count, value=lambda answer: answer.json()["model_version"])
 
 
 def shares(url: str, count: int = 400) -> float:
@@ -99,12 +76,12 @@ def test_a_canary_serves_its_percent_beside_the_stable_version_and_a_promotion_d
     assert host.agent.route(host.payload(2, stable=1, canary=2, percent=60))["percent"] == 60.0
     assert 0.5 <= shares(host.url) <= 0.7
 
-    with Clients(host.url) as clients:
+    with gateway_clients(host.url) as clients:
         promoted = host.deploy(2)
-        after = len(clients.versions)
+        after = len(clients.answers)
         clients.stop.wait(0.5)
-    assert clients.failures == [] and len(clients.versions) > after
-    assert set(clients.versions[after:]) == {"2"}
+    assert clients.failures == [] and len(clients.answers) > after
+    assert set(clients.answers[after:]) == {"2"}
     assert promoted["details"]["route"] is None and host.gateway.routes() == {}
     assert host.triton.ready_versions("iris") == [2]
 
@@ -112,13 +89,13 @@ def test_a_canary_serves_its_percent_beside_the_stable_version_and_a_promotion_d
 def test_a_rollback_sends_every_request_to_the_stable_version_before_the_canary_unloads(host):
     host.deploy(1)
     host.deploy(2, canary_percent=50)
-    with Clients(host.url) as clients:
+    with gateway_clients(host.url) as clients:
         clients.stop.wait(0.5)
         rolled_back = host.deploy(1)
-        after = len(clients.versions)
+        after = len(clients.answers)
         clients.stop.wait(0.5)
-    assert clients.failures == [] and {"1", "2"} <= set(clients.versions[:after])
-    assert set(clients.versions[after:]) == {"1"}
+    assert clients.failures == [] and {"1", "2"} <= set(clients.answers[:after])
+    assert set(clients.answers[after:]) == {"1"}
     assert rolled_back["details"]["route"] is None and host.triton.ready_versions("iris") == [1]
 
 
