@@ -89,10 +89,15 @@ def _serving_targets(model=None, hosts=None) -> list[DeploymentTarget]:
 def on_capture_changed(sender, model, before, after, actor=None, **kwargs) -> list[str]:
     """Receiver of ``registry.signals.capture_changed``: send the new settings to every Triton host serving
     ``model`` that can capture, on commit; returns a warning per serving host that cannot (see
-    ``why_no_capture``)."""
+    ``why_no_capture``), and one naming the BentoML hosts serving it (only Triton gateways capture)."""
+    from deployments.services import serving_now
     from deployments.tasks import send_to_host
 
     warnings, payloads = [], []
+    bento_hosts = sorted({t.host.name for t in serving_now(host__runtime=Runtime.BENTOML, deployment__model=model)})
+    if bento_hosts and after.get("fraction", 0) > 0:
+        warnings.append(f"{', '.join(bento_hosts)} serve{'s' if len(bento_hosts) == 1 else ''} {model.name} with "
+                        "BentoML, which captures nothing: request capture (and so replays) runs on Triton hosts only")
     for target in _serving_targets(model=model):
         reason = why_no_capture(target.host)
         if reason:

@@ -558,6 +558,8 @@ def cmd_replay(client: Client, args) -> int:
     if args.action == "list":
         body = client.request("GET", "replays/", params={"version__model__name": args.target[0]})
         rows = body["results"] if isinstance(body, dict) else body
+        if not rows:
+            client.request("GET", f"models/{args.target[0]}/")  # an unknown model is a 404, not an empty list
         if args.json:
             print(json.dumps(rows))
             return 0

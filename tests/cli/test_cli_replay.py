@@ -121,6 +121,9 @@ def test_refusals_exit_one_with_the_servers_message_and_start_nothing(world):
     assert missing.returncode == 1 and "--against" in missing.stderr
     assert world("show", "notanid").returncode == 1
     assert world("cancel", "999999").returncode == 1
+    unknown = world("list", "nosuch")
+    assert unknown.returncode == 1 and "HTTP 404" in unknown.stderr and "nosuch" in unknown.stderr
+    assert world("list", "thr").returncode == 0  # a known model with no replays: an empty list
 
 
 def test_wait_follows_the_replay_and_exits_one_when_it_failed(world):

@@ -136,3 +136,18 @@ def test_the_model_page_shows_the_capture_panel_and_its_form_to_owners_only(peop
     assert (model.capture_fraction, model.capture_max_bytes, model.capture_retention_seconds) == (0.1, 64 << 20, 86400)
     client.force_login(people["member"])
     assert client.post("/deployments/capture/iris/", {"fraction": "0"}).status_code == 403
+
+
+def test_turning_capture_on_for_a_model_a_bentoml_host_serves_warns_that_it_captures_nothing(
+        people, served, broker):
+    from deployments.choices import Runtime
+
+    bento = ServingHost.objects.create(name="bento-0", runtime=Runtime.BENTOML, inference_url="http://bento-0:3000",
+                                       heartbeat=heartbeat(), last_heartbeat_at=timezone.now())
+    deployment = Deployment.objects.create(model=served, version=served.versions.get(version=1), status="succeeded")
+    DeploymentTarget.objects.create(deployment=deployment, host=bento, state=TargetState.READY)
+    answer = api_client_for(people["owner"]).patch(URL, {"fraction": 0.5}, format="json")
+    assert answer.status_code == 200, answer.content
+    assert any("bento-0 serves iris with BentoML, which captures nothing" in w for w in answer.json()["warnings"])
+    assert all("bento-0" not in w for w in api_client_for(people["owner"]).patch(
+        URL, {"fraction": 0}, format="json").json()["warnings"])
