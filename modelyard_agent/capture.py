@@ -1,13 +1,15 @@
 """Request capture on a Triton host: what the agent does with the files its gateway writes.
 
-The gateway (``runtimes.gateway.TritonGateway``, nginx's log phase) appends a sampled share of each model's
-client infer requests to ``capture_directory(model)`` as ndjson lines (the capture contract:
+The gateway (``runtimes.gateway.TritonGateway``: drawn in nginx's rewrite phase, written in its log phase)
+appends a sampled share of each model's client infer requests to ``capture_directory(model)`` as ndjson
+lines (the capture contract:
 ``{"id", "time", "model", "version", "content_type", "header_length", "body"}``, ``body`` the request bytes
 in base64). On every heartbeat the agent (``enforce``):
 
 - deletes the files whose newest request is older than the model's retention (a file holds one UTC hour
   of one worker, so a request is deleted at most an hour after its retention ended);
-- deletes the whole capture of a model whose capture is off or that the host no longer serves;
+- deletes the whole capture of a model whose capture is off, or that the host has not served for
+  ``UNSERVED_GRACE_SECONDS``;
 - tells the gateway the bytes left on disk, so its bound (``max_bytes``) counts from what is there;
 - reports per model ``{"requests", "bytes", "oldest", "newest", "skipped"}`` for the heartbeat's gateway
   block (``contract.GatewayReport``).

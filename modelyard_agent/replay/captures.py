@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-SUFFIX = ".ndjson"
+from modelyard_agent.capture import capture_files
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,8 @@ def read_captured(directory: Path, *, model: str, limit: int) -> CaptureRead:
     """
     if not directory.is_dir():
         return CaptureRead([], 0, 0)
-    files = sorted((p for p in directory.iterdir() if p.name.endswith(SUFFIX) and p.is_file() and not p.is_symlink()),
-                   key=lambda p: p.stat().st_mtime, reverse=True)
+    files = sorted((p for p in capture_files(directory) if p.is_file()), key=lambda p: p.stat().st_mtime,
+                   reverse=True)
     found: list[CapturedRequest] = []
     unreadable = read_files = 0
     for path in files:
