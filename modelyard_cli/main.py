@@ -353,6 +353,10 @@ def cmd_capture(client: Client, args) -> int:
     """``modelyard capture show|off <model>`` and ``modelyard capture set <model> [--fraction F] [--max-bytes
     256MiB] [--retention 7d]``: print the model's capture (settings, each host's counts, warnings) as JSON."""
     path = f"models/{args.model}/capture/"
+    given = [flag for flag, value in (("--fraction", args.fraction), ("--max-bytes", args.max_bytes),
+                                      ("--retention", args.retention)) if value is not None]
+    if given and args.action != "set":
+        raise CLIError(f"capture {args.action} takes no {', '.join(given)}: only 'capture set' changes the settings")
     if args.action == "show":
         body = client.request("GET", path)
     else:
@@ -556,7 +560,7 @@ def cmd_replay(client: Client, args) -> int:
         raise CLIError(f"replay {args.action} takes {what}: modelyard replay {args.action} "
                        f"<{'model' if args.action == 'list' else 'id'}>")
     if args.action == "list":
-        body = client.request("GET", "replays/", params={"version__model__name": args.target[0]})
+        body = client.request("GET", "replays/", params={"model": args.target[0]})
         rows = body["results"] if isinstance(body, dict) else body
         if not rows:
             client.request("GET", f"models/{args.target[0]}/")  # an unknown model is a 404, not an empty list

@@ -10,6 +10,7 @@ from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
 from deployments import canaries, lifecycle, profiles, replays, rollouts, services
+from deployments.api.filters import DeploymentFilter, ProfileFilter, ReplayFilter
 from deployments.api.serializers import (
     CaptureSerializer,
     CaptureUpdateSerializer,
@@ -81,7 +82,7 @@ class ServingHostViewSet(
         version = lifecycle.unload_model(host_name=name, model_name=model_name, actor=request.user)
         return Response({"host": name, "model": model_name, "version": version}, status=status.HTTP_202_ACCEPTED)
 
-    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})
+    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409, 503)})
     @action(detail=True, methods=["post"], url_path=r"models/(?P<model_name>[^/]+)/reload",
             permission_classes=[permissions.IsAuthenticated, TokenScopePermission])
     def reload(self, request, name=None, model_name=None):
@@ -131,7 +132,7 @@ class DeploymentViewSet(
         .prefetch_related("targets__host", "targets__previous_version", "events")
         .order_by("-id")
     )
-    filterset_fields = {"model__name": ["exact"], "status": ["exact"], "follow_alias": ["exact"]}
+    filterset_class = DeploymentFilter
 
     def get_queryset(self):
         """Deployments of the models the principal may read."""
@@ -150,7 +151,7 @@ class DeploymentViewSet(
         return deployment
 
     @extend_schema(request=DeploymentCreateSerializer,
-                   responses={201: DeploymentSerializer, **error_responses(403, 404, 409)},
+                   responses={201: DeploymentSerializer, **error_responses(403, 404, 409, 503)},
                    description="Deploying needs a maintainer of the model's team; to a production host, an owner.")
     def create(self, request, *args, **kwargs):
         data = DeploymentCreateSerializer(data=request.data)
@@ -183,7 +184,7 @@ class DeploymentViewSet(
         canaries.set_traffic(int(pk), **data.validated_data, actor=request.user)
         return Response(self._show(pk))
 
-    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409)})
+    @extend_schema(request=None, responses={201: DeploymentSerializer, **error_responses(403, 404, 409, 503)})
     @action(detail=True, methods=["post"])
     def promote(self, request, pk=None):
         """Make a canary's version the only one on the hosts it reached; returns the promotion rollout."""
@@ -322,7 +323,7 @@ class ProfileViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
     lookup_value_regex = "[0-9]+"
     ordering = "-id"
     queryset = PROFILES
-    filterset_fields = {"status": ["exact"], "host__name": ["exact"], "version__model__name": ["exact"]}
+    filterset_class = ProfileFilter
 
     def get_queryset(self):
         return scope_team_filter(Principal.of(self.request), self.queryset, "version__model__team")
@@ -391,7 +392,7 @@ class ReplayViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.G
     lookup_value_regex = "[0-9]+"
     ordering = "-id"
     queryset = REPLAYS
-    filterset_fields = {"status": ["exact"], "host__name": ["exact"], "version__model__name": ["exact"]}
+    filterset_class = ReplayFilter
 
     def get_queryset(self):
         return scope_team_filter(Principal.of(self.request), self.queryset, "version__model__team")

@@ -11,6 +11,7 @@ from accounts.models import Team
 from modelyard.api import error_responses
 from modelyard.errors import Forbidden, InvalidInput
 from promotions import services, webhooks
+from promotions.api.filters import PromotionEvaluationFilter, PromotionPolicyFilter
 from promotions.api.serializers import (
     PromotionEvaluationSerializer,
     PromotionPolicySerializer,
@@ -46,7 +47,7 @@ class PromotionPolicyViewSet(
     serializer_class = PromotionPolicySerializer
     queryset = PromotionPolicy.objects.select_related("model", "created_by").order_by("id")
     ordering = "id"
-    filterset_fields = {"model__name": ["exact"], "enabled": ["exact"]}
+    filterset_class = PromotionPolicyFilter
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self):
@@ -124,7 +125,7 @@ class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
     serializer_class = PromotionEvaluationSerializer
     queryset = EVALUATIONS.order_by("-id")
     ordering = "-id"
-    filterset_fields = {"policy": ["exact"], "decision": ["exact"], "policy__model__name": ["exact"]}
+    filterset_class = PromotionEvaluationFilter
 
     def get_queryset(self):
         """Evaluations of the models the principal may read."""

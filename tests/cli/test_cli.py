@@ -187,3 +187,6 @@ def test_capture_is_set_shown_and_turned_off_from_the_cli(cli):
     assert bad.returncode == 1 and "less than or equal to 1" in bad.stderr
     unit = cli("capture", "set", "iris", "--max-bytes", "12parsecs")
     assert unit.returncode == 1 and "--max-bytes '12parsecs' must be a number" in unit.stderr
+    ignored = cli("capture", "off", "iris", "--fraction", "0.5")
+    assert ignored.returncode == 1 and "capture off takes no --fraction" in ignored.stderr
+    assert RegisteredModel.objects.get(name="iris").capture_fraction == 0
