@@ -203,6 +203,7 @@ def start_deployment(
         BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
         Conflict: the version's format cannot be served by a chosen host's runtime, or a canary's
             host cannot split traffic (``canaries.check_canary_hosts``).
+        ServiceUnavailable: the task queue does not answer; nothing was written.
     """
     from deployments.canaries import check_canary_hosts, check_percent
     from deployments.placement import choose_hosts
@@ -276,6 +277,7 @@ def create_rollout(
     Raises:
         InvalidInput: no hosts, a batch size below 1, an unknown policy, or bad overrides.
         Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT.
+        ServiceUnavailable: the task queue does not answer (``modelyard.celery.require_broker``); nothing written.
     """
     from deployments.tasks import advance_rollout_task
 
@@ -299,6 +301,9 @@ def create_rollout(
     serving = {t.host_id: t.deployment.version for t in serving_now(host__in=hosts,
                                                                      deployment__model=model_version.model)}
     served_names = {host.pk: host_served_name(host, model_version.model) for host in hosts}
+    from modelyard.celery import require_broker
+
+    require_broker("the deployment")
     with transaction.atomic():
         # delete_version locks the same row: a version deleted since get_version is not deployed.
         status = ModelVersion.objects.select_for_update().filter(pk=model_version.pk).values_list(
@@ -335,7 +340,9 @@ def create_rollout(
             from deployments.canaries import end_canaries_replaced
 
             end_canaries_replaced(model_version, hosts, by=deployment)
-        transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk))
+        # Robust: should the queue stop answering after the check above, the deployment stays RUNNING and the
+        # reconciler's next pass (advance_running_rollouts) takes its first step instead.
+        transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk), robust=True)
     return deployment
 
 

@@ -28,3 +28,28 @@ def broker(**options):
     import redis
 
     return redis.Redis.from_url(app.conf.broker_url, **options)
+
+
+# How long a request waits for the task queue's Redis before it is answered 503.
+BROKER_CHECK_TIMEOUT = 2.0
+
+
+def require_broker(work: str) -> None:
+    """Refuse ``work`` (words for a message: "the deployment") before anything is written when the task queue
+    cannot take it: the broker's Redis does not answer a PING within ``BROKER_CHECK_TIMEOUT`` seconds. Nothing
+    is checked when tasks run eagerly (no broker).
+
+    Raises:
+        ServiceUnavailable: the broker does not answer (HTTP 503 through the API, a form error on the pages).
+    """
+    import redis
+
+    from modelyard.errors import ServiceUnavailable
+
+    if app.conf.task_always_eager:
+        return
+    try:
+        broker(socket_connect_timeout=BROKER_CHECK_TIMEOUT, socket_timeout=BROKER_CHECK_TIMEOUT).ping()
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"the task queue (Redis) does not answer ({exc}), so {work} was not started and "
+                                 "nothing was recorded; try again once it is back") from exc

@@ -232,3 +232,52 @@ def test_host_urls_are_stored_normalised(api_client):
     assert answer.status_code == 201, answer.content
     assert answer.json()["inference_url"] == "http://gpu-0.example"
     assert answer.json()["metrics_url"] == "http://127.0.0.1:8002/metrics"
+
+
+@pytest.fixture
+def queue_down():
+    """The task queue's address pointed at a port where no Redis listens (a refused connection, for real)."""
+    from modelyard.celery import app
+    from tests.fixtures.services import free_port
+
+    kept = app.conf.broker_url
+    app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"
+    yield
+    app.conf.broker_url = kept
+
+
+def test_with_the_task_queue_down_a_deployment_is_a_503_that_writes_nothing(api_client, version, queue_down):
+    from audit.models import AuditEvent
+
+    ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
+                             format="json")
+    assert answer.status_code == 503, answer.content
+    assert "task queue (Redis) does not answer" in answer.json()["detail"]
+    assert "nothing was recorded" in answer.json()["detail"]
+    assert not Deployment.objects.exists() and not AuditEvent.objects.filter(action="deployment.created").exists()
+
+
+def test_a_queue_that_stops_after_the_check_leaves_a_running_deployment_for_the_reconciler(
+        api_client, version, monkeypatch, django_capture_on_commit_callbacks, caplog):
+    """The check passed, then the publish on commit failed: the answer is still the 201 of what was recorded,
+    and the reconciler's pass over running rollouts is what takes its first step."""
+    from kombu.exceptions import OperationalError
+
+    from deployments.rollouts import advance_running_rollouts
+    from deployments.tasks import advance_rollout_task
+
+    def queue_gone(*args, **kwargs):  # the queue stopped between the check and the publish: no way to time it
+        raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    monkeypatch.setattr(advance_rollout_task, "delay", queue_gone)
+    ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
+                                 format="json")
+    assert answer.status_code == 201, answer.content
+    assert any(record.exc_info for record in caplog.records)  # Django logged the failed publish
+    deployment = Deployment.objects.get()
+    assert deployment.status == "running" and deployment.targets.get().dispatched_at is None
+    assert advance_running_rollouts() == 1
+    assert deployment.targets.get().dispatched_at is not None  # its first batch went out
