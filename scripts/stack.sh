@@ -571,6 +571,10 @@ write_stack_env() {
         printf 'export CELERY_BROKER_URL=%q\n' "$CELERY_BROKER_URL"
         printf 'export MODELYARD_S3_ENDPOINT_URL=%q\n' "$MODELYARD_S3_ENDPOINT_URL"
         printf 'export MODELYARD_PROMETHEUS_URL=%q\n' "$MODELYARD_PROMETHEUS_URL"
+        # The CLI's and the README's curl examples' settings; the token is read when the file is sourced.
+        printf 'export MODELYARD_URL=%q\n' "http://127.0.0.1:$WEB_PORT"
+        printf 'export MODELYARD_TOKEN="$(cat %q 2>/dev/null)"\n' "$TOKEN_FILE"
+        printf 'export TOKEN="$MODELYARD_TOKEN" API=%q\n' "http://127.0.0.1:$WEB_PORT/api/v1"
     } >"$STACK_ENV_FILE"
 }
 
