@@ -6,10 +6,15 @@ versions 1 and 2 deployed by the host agent's own code (``TritonHostAgent.deploy
 gateway (``runtimes.gateway.TritonGateway``: Debian's nginx with its Lua module) in front of it.
 
 1. **Overhead.** Triton's own perf_analyzer, at the same concurrency, straight to Triton and through the
-   gateway (with no route: passed as sent; with a 50 % route: rewritten by the Lua module; and with the
-   model's request capture on at 10 %, which keeps a route to the serving version), ``--rounds``
-   alternated rounds each; medians compared. Targets: added p50 ≤ 0.2 ms, added p99 ≤ 1 ms,
-   throughput ≥ 0.9× straight to Triton. Measured on two models: ``iris`` as the demo builds it (about
+   gateway (with no route: passed as sent; with a 50 % route: drawn and rewritten by the Lua module; and
+   with the model's request capture on at 10 %, which keeps a route to the serving version), ``--rounds``
+   alternated rounds each; each side is compared with straight to Triton in the same round, and the
+   median of those differences is judged. The route and the capture name the version Triton serves a
+   request that names none (the newest), so every side reaches the same model instance. Targets: added
+   p50 ≤ 0.2 ms, added p99 ≤ 1 ms, throughput ≥ 0.9× straight to Triton. A reference side in the same
+   rounds, **bare nginx** (the same Debian nginx with nothing but ``proxy_pass`` to the same kept-alive
+   upstream: no Lua, no routes), gives what one proxy hop costs on the machine, so the gateway's own
+   cost is its difference from that. Measured on two models: ``iris`` as the demo builds it (about
    0.4 ms, all of it on the CPUs that perf_analyzer and nginx share), and ``iris_device``, the same model
    waiting ``--device-ms`` (2 ms) in each execution first: the time a GPU model spends on its device,
    when the host's CPUs are free for the gateway.
@@ -62,8 +67,54 @@ def iris_body() -> dict:
                         "data": [float(x) for row in SAMPLE_INPUT for x in row]}], "outputs": [{"name": "label"}]}
 
 DEVICE_MODEL = "iris_device"
-# The paths each overhead round measures, straight to Triton first (the baseline of the others).
-SIDES = ("triton", "gateway", "gateway_routed", "gateway_captured")
+# The paths each overhead round measures, straight to Triton first (the baseline of the others); the bare nginx
+# side is a reference and not judged.
+SIDES = ("triton", "nginx_bare", "gateway", "gateway_routed", "gateway_captured")
+JUDGED = ("gateway", "gateway_routed", "gateway_captured")
+SERVED = 2  # the version each side reaches: the newest, which Triton serves a request that names none
+
+# The reference proxy: Debian's nginx as the gateway runs it, with nothing between the client and Triton's
+# kept-alive upstream but proxy_pass.
+_BARE_NGINX = """\
+worker_processes {workers};
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 4096; }}
+http {{
+    access_log off;
+    keepalive_timeout 75s;
+    keepalive_requests 100000;
+    client_max_body_size 0;
+{temp_paths}
+    upstream triton {{
+        server {triton} max_fails=0;
+        keepalive 64;
+    }}
+    server {{
+        listen {listen} backlog=4096;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_request_buffering off;
+        location = /healthz {{ return 200 "ok\\n"; }}
+        location / {{ proxy_pass http://triton; }}
+    }}
+}}
+"""
+
+
+def bare_nginx(directory: Path, triton: str, workers: str):
+    """A started reference nginx at a free loopback port passing everything to ``triton`` (host:port); its
+    ``NginxProcess`` (call ``stop()``)."""
+    from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
+
+    class BareNginx(NginxProcess):
+        def main_config(self) -> str:
+            return _BARE_NGINX.format(workers=workers, dir=self.dir, temp_paths=TEMP_PATHS.format(dir=self.dir),
+                                      triton=triton, listen=self.listen)
+
+    proxy = BareNginx(directory, free_port(), "127.0.0.1")
+    proxy.ensure_running()
+    return proxy
 TARGETS = {"added_p50_ms": 0.2, "added_p99_ms": 1.0, "throughput_ratio": 0.9, "split_points": 2.0, "rate": 100}
 
 
@@ -181,6 +232,7 @@ def run(args: argparse.Namespace) -> dict:
 
     gateway_url = f"http://127.0.0.1:{free_port()}"
     gateway = triton_gateway(gateway_url)
+    bare = bare_nginx(workdir / "bare-nginx", triton.http_url.removeprefix("http://"), gateway.workers)
     agent = TritonHostAgent()
     workdir.chmod(0o711)  # nginx's workers (nobody, under root) write the capture below it
     try:
@@ -207,8 +259,7 @@ def run(args: argparse.Namespace) -> dict:
             deploy(2, model, canary_percent=0)
         input_file = workdir / "input.json"
         input_file.write_text(json.dumps({"data": [{"input": {"content": row, "shape": [4]}} for row in SAMPLE_INPUT]}))
-        direct_address = triton.http_url.removeprefix("http://")
-        gateway_address = gateway_url.removeprefix("http://")
+        addresses = {"triton": triton.http_url.removeprefix("http://"), "nginx_bare": f"127.0.0.1:{bare.listen_port}"}
 
         # 1. Overhead, alternated rounds, per model.
         overhead = []
@@ -218,11 +269,11 @@ def run(args: argparse.Namespace) -> dict:
                 for round_number in range(args.rounds):
                     log(NAME, f"overhead of {model} at concurrency {concurrency}, round {round_number + 1}")
                     for side in SIDES:
-                        address = direct_address if side == "triton" else gateway_address
+                        address = addresses.get(side, gateway_url.removeprefix("http://"))
                         if side == "gateway_routed":
-                            gateway.set_route(model, stable=1, canary=2, percent=50)
+                            gateway.set_route(model, stable=SERVED, canary=SERVED, percent=50)
                         elif side == "gateway_captured":
-                            gateway.set_route(model, stable=1)
+                            gateway.set_route(model, stable=SERVED)
                             gateway.set_capture(model, fraction=0.1, max_bytes=256 << 20, retention_seconds=3600)
                         else:
                             gateway.remove_route(model)
@@ -234,11 +285,15 @@ def run(args: argparse.Namespace) -> dict:
                 medians = {side: {key: statistics.median(r[key] for r in rows)
                                   for key in ("throughput", "p50_ms", "p99_ms")} for side, rows in rounds.items()}
                 row = {"model": model, "concurrency": concurrency, "medians": medians, "rounds": rounds}
+                # Paired within each round (the side against straight to Triton minutes apart, not across the
+                # whole run), then the median over rounds: slow drift of the shared machine cancels out.
                 for side in SIDES[1:]:
+                    pairs = list(zip(rounds[side], rounds["triton"], strict=True))
                     row[side] = {
-                        "added_p50_ms": round(medians[side]["p50_ms"] - medians["triton"]["p50_ms"], 4),
-                        "added_p99_ms": round(medians[side]["p99_ms"] - medians["triton"]["p99_ms"], 4),
-                        "throughput_ratio": round(medians[side]["throughput"] / medians["triton"]["throughput"], 3)}
+                        "added_p50_ms": round(statistics.median(a["p50_ms"] - b["p50_ms"] for a, b in pairs), 4),
+                        "added_p99_ms": round(statistics.median(a["p99_ms"] - b["p99_ms"] for a, b in pairs), 4),
+                        "throughput_ratio": round(statistics.median(a["throughput"] / b["throughput"]
+                                                                    for a, b in pairs), 3)}
                 overhead.append(row)
 
         # 2. Split accuracy.
@@ -295,6 +350,7 @@ def run(args: argparse.Namespace) -> dict:
                    "failures": len(reload_failures), "failure_samples": reload_failures[:10]}
     finally:
         gateway.stop()
+        bare.stop()
         served.shutdown()
         triton.stop()
         if not args.keep:
@@ -303,9 +359,9 @@ def run(args: argparse.Namespace) -> dict:
     checks = []
     for model in archives:
         rows = [row for row in overhead if row["model"] == model]
-        worst = {key: max(row[side][key] for row in rows for side in SIDES[1:])
+        worst = {key: max(row[side][key] for row in rows for side in JUDGED)
                  for key in ("added_p50_ms", "added_p99_ms")}
-        worst_ratio = min(row[side]["throughput_ratio"] for row in rows for side in SIDES[1:])
+        worst_ratio = min(row[side]["throughput_ratio"] for row in rows for side in JUDGED)
         checks += [
             (worst["added_p50_ms"] <= TARGETS["added_p50_ms"], f"{model}: added p50 at most "
              f"{worst['added_p50_ms']:.3f} ms (target ≤ {TARGETS['added_p50_ms']} ms)"),
@@ -314,6 +370,17 @@ def run(args: argparse.Namespace) -> dict:
             (worst_ratio >= TARGETS["throughput_ratio"], f"{model}: throughput at least {worst_ratio}× straight "
              f"to Triton (target ≥ {TARGETS['throughput_ratio']}×)"),
         ]
+    # Not judged: what a proxy hop costs here (bare nginx against straight to Triton), and what the gateway adds
+    # to that hop (the gateway's sides against bare nginx).
+    reference = []
+    for model in archives:
+        rows = [row for row in overhead if row["model"] == model]
+        hop = {key: max(row["nginx_bare"][key] for row in rows) for key in ("added_p50_ms", "added_p99_ms")}
+        own = max(row[side]["added_p50_ms"] - row["nginx_bare"]["added_p50_ms"] for row in rows for side in JUDGED)
+        reference.append(
+            f"{model}: bare nginx adds at most {hop['added_p50_ms']:.3f} ms p50 and {hop['added_p99_ms']:.3f} ms "
+            f"p99, at least {min(row['nginx_bare']['throughput_ratio'] for row in rows)}× throughput; the "
+            f"gateway's sides add at most {own:.3f} ms p50 to bare nginx")
     worst_split = max(abs(a["error_points"]) for a in accuracy)
     checks += [
         (worst_split <= TARGETS["split_points"], f"split within {worst_split:.2f} points "
@@ -326,7 +393,7 @@ def run(args: argparse.Namespace) -> dict:
     ]
     return {"benchmark": NAME, "machine": machine(), "verdict": "PASS" if all(ok for ok, _ in checks) else "FAIL",
             "verdict_reason": "; ".join(reason for _, reason in checks), "checks": [
-                {"passed": ok, "what": reason} for ok, reason in checks], "targets": TARGETS,
+                {"passed": ok, "what": reason} for ok, reason in checks], "reference": reference, "targets": TARGETS,
             "window_ms": args.window_ms, "stability": args.stability, "rounds": args.rounds,
             "device_ms": args.device_ms, "overhead": overhead, "split": accuracy, "swaps": swaps, "reloads": reloads}
 
@@ -334,18 +401,25 @@ def run(args: argparse.Namespace) -> dict:
 def markdown(r: dict) -> str:
     lines = [f"# {NAME}", "", f"**Verdict: {r['verdict']}**", ""]
     lines += [f"- {'PASS' if check['passed'] else 'FAIL'}: {check['what']}" for check in r["checks"]]
+    lines += [f"- reference, not judged: {line}" for line in r.get("reference", [])]
     lines += ["", f"Machine: {r['machine']} (Triton, nginx, perf_analyzer and the clients share its CPUs). "
               f"perf_analyzer windows of {r['window_ms']} ms (twice that where a level was not stable) with its "
-              f"stability rule ({r['stability']} % over 3 windows); medians of {r['rounds']} alternated rounds.", "",
+              f"stability rule ({r['stability']} % over 3 windows); {r['rounds']} alternated rounds: the infer/s and "
+              "latency columns are medians over rounds, the added and ratio columns medians of each round's "
+              "difference from straight to Triton in that round.", "",
               "## Overhead: perf_analyzer straight to Triton and through the gateway", "",
               f"`iris` is the demo model as built (its time is all on the CPUs nginx shares); `{DEVICE_MODEL}` "
               f"waits {r['device_ms']:g} ms in each execution first, as a GPU model's kernels keep it waiting "
-              "with the CPUs free. \"capture 10 %\" is the model's request capture on at fraction 0.1 (with the "
-              "route to the serving version that capture keeps).", "",
+              "with the CPUs free. \"50 % route\" draws each request for a canary and rewrites it to a version (both "
+              "halves to the version straight-to-Triton requests reach, so all sides use the same model instance); "
+              "\"capture 10 %\" is the model's request capture on at fraction 0.1 (with the route to the serving "
+              "version that capture keeps). \"bare nginx\" is the same nginx with only `proxy_pass` (no Lua): what "
+              "one proxy hop costs on this machine.", "",
               "| model | concurrency | path | infer/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
               "| throughput ratio |",
               "|---|---|---|---|---|---|---|---|---|"]
-    labels = {"triton": "straight to Triton", "gateway": "gateway, no route", "gateway_routed": "gateway, 50 % route",
+    labels = {"triton": "straight to Triton", "nginx_bare": "bare nginx (reference)",
+              "gateway": "gateway, no route", "gateway_routed": "gateway, 50 % route",
               "gateway_captured": "gateway, capture 10 %"}
     for row in r["overhead"]:
         for side, label in labels.items():
@@ -383,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser, name=NAME, database="modelyard_bench_gateway")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4], help="perf_analyzer levels")
-    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds per level (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternated rounds per level (default 5)")
     parser.add_argument("--window-ms", type=int, default=3000, help="perf_analyzer measurement window")
     parser.add_argument("--stability", type=int, default=50, help=(
         "perf_analyzer's stability percentage (the comparison rests on medians of alternated rounds, not on it)"))
