@@ -16,17 +16,16 @@ host at a time. The card's figures feed:
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
+from deployments import agent_jobs
 from deployments.choices import ACTIVE_PROFILE_STATES, PROFILE_TRANSITIONS, RUNTIME_FORMATS, ProfileStatus
 from deployments.models import Profile, ServingHost
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
 from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
 from modelyard_agent.profiling.card import measured, pareto_front
@@ -36,6 +35,11 @@ from registry.models import ModelVersion
 from registry.services import get_version
 
 logger = logging.getLogger(__name__)
+
+PROFILE_JOBS = agent_jobs.JobKind(
+    name="profile", model=Profile, active=ACTIVE_PROFILE_STATES, queued=ProfileStatus.QUEUED,
+    cancelled=ProfileStatus.CANCELLED, failed=ProfileStatus.FAILED, cancel_action=AuditAction.PROFILE_CANCELLED,
+    budget_fields=("sweep",), budget=lambda profile: float(profile.sweep.get("time_budget_s") or 0))
 
 
 def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, slo_p99_ms: float | None = None,
@@ -139,30 +143,7 @@ def cancel_profile(profile_id: int, *, actor=None) -> Profile:
         Conflict: it has ended already.
         ServiceUnavailable: the broker cannot be reached (nothing changed).
     """
-    import redis
-
-    from modelyard.celery import broker
-    from modelyard_agent.profiling import control
-
-    with transaction.atomic():
-        profile = Profile.objects.select_for_update().select_related("version__model").filter(pk=profile_id).first()
-        if profile is None:
-            raise NotFound(f"no profile {profile_id}")
-        if profile.status not in ACTIVE_PROFILE_STATES:
-            raise Conflict(f"profile {profile_id} is {profile.status}; only a queued or running one can be cancelled")
-        try:
-            control.request_stop(broker(), profile.pk)
-        except redis.exceptions.RedisError as exc:
-            raise ServiceUnavailable(f"the broker cannot be reached to stop profile {profile_id}: {exc}") from exc
-        if profile.status == ProfileStatus.QUEUED:
-            profile.status, profile.finished_at = ProfileStatus.CANCELLED, timezone.now()
-            profile.message = "cancelled before its host's agent started it"
-        else:
-            profile.step = "stopping"
-        profile.save(update_fields=["status", "finished_at", "message", "step", "updated_at"])
-        record_audit_event(action=AuditAction.PROFILE_CANCELLED, actor=actor, obj_type="profile", obj_id=profile.pk,
-                           model=profile.version.model, data={"version": profile.version.version})
-    return profile
+    return agent_jobs.cancel(PROFILE_JOBS, profile_id, actor=actor)
 
 
 def record_profile_report(profile_id: int, report: dict) -> bool:
@@ -202,17 +183,7 @@ def fail_stalled_profiles(*, now=None) -> list[int]:
     Returns:
         The ids of the profiles failed.
     """
-    now = now or timezone.now()
-    failed = []
-    for profile in Profile.objects.filter(status__in=ACTIVE_PROFILE_STATES).only("pk", "sweep", "updated_at"):
-        budget = float(profile.sweep.get("time_budget_s") or 0) + settings.PROFILE_STALL_GRACE
-        if profile.updated_at < now - timedelta(seconds=budget):
-            ended = Profile.objects.filter(pk=profile.pk, status__in=ACTIVE_PROFILE_STATES).update(
-                status=ProfileStatus.FAILED, finished_at=now, step="",
-                message=f"the host's agent sent no report for {budget:g} s; the profile was given up")
-            if ended:
-                failed.append(profile.pk)
-    return failed
+    return agent_jobs.fail_stalled(PROFILE_JOBS, now=now)
 
 
 def card_for(version: ModelVersion, host: ServingHost | None = None) -> Profile | None:

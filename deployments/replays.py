@@ -17,17 +17,16 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
+from deployments import agent_jobs
 from deployments.choices import ACTIVE_REPLAY_STATES, REPLAY_TRANSITIONS, ReplayStatus, Runtime
 from deployments.models import Replay, ServingHost
-from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import REPLAY_PROTOCOL
 from modelyard_agent.replay.compare import Tolerances
 from registry.choices import VersionStatus
@@ -35,6 +34,11 @@ from registry.models import ModelVersion
 from registry.services import get_version, resolve_alias
 
 logger = logging.getLogger(__name__)
+
+REPLAY_JOBS = agent_jobs.JobKind(
+    name="replay", model=Replay, active=ACTIVE_REPLAY_STATES, queued=ReplayStatus.QUEUED,
+    cancelled=ReplayStatus.CANCELLED, failed=ReplayStatus.FAILED, cancel_action=AuditAction.REPLAY_CANCELLED,
+    budget_fields=("time_budget_s",), budget=lambda replay: float(replay.time_budget_s))
 
 DEFAULT_MAX_REQUESTS = 1000
 MAX_REQUESTS_LIMIT = 100_000
@@ -213,30 +217,7 @@ def cancel_replay(replay_id: int, *, actor=None) -> Replay:
         Conflict: it has ended already.
         ServiceUnavailable: the broker cannot be reached (nothing changed).
     """
-    import redis
-
-    from modelyard.celery import broker
-    from modelyard_agent.profiling import control
-
-    with transaction.atomic():
-        replay = Replay.objects.select_for_update().select_related("version__model").filter(pk=replay_id).first()
-        if replay is None:
-            raise NotFound(f"no replay {replay_id}")
-        if replay.status not in ACTIVE_REPLAY_STATES:
-            raise Conflict(f"replay {replay_id} is {replay.status}; only a queued or running one can be cancelled")
-        try:
-            control.request_stop(broker(), replay.pk, "replay")
-        except redis.exceptions.RedisError as exc:
-            raise ServiceUnavailable(f"the broker cannot be reached to stop replay {replay_id}: {exc}") from exc
-        if replay.status == ReplayStatus.QUEUED:
-            replay.status, replay.finished_at = ReplayStatus.CANCELLED, timezone.now()
-            replay.message = "cancelled before its host's agent started it"
-        else:
-            replay.step = "stopping"
-        replay.save(update_fields=["status", "finished_at", "message", "step", "updated_at"])
-        record_audit_event(action=AuditAction.REPLAY_CANCELLED, actor=actor, obj_type="replay", obj_id=replay.pk,
-                           model=replay.version.model, data={"version": replay.version.version})
-    return replay
+    return agent_jobs.cancel(REPLAY_JOBS, replay_id, actor=actor)
 
 
 def record_replay_report(replay_id: int, report: dict) -> bool:
@@ -277,17 +258,7 @@ def fail_stalled_replays(*, now=None) -> list[int]:
     Returns:
         The ids of the replays failed.
     """
-    now = now or timezone.now()
-    failed = []
-    for replay in Replay.objects.filter(status__in=ACTIVE_REPLAY_STATES).only("pk", "time_budget_s", "updated_at"):
-        budget = float(replay.time_budget_s) + settings.PROFILE_STALL_GRACE
-        if replay.updated_at < now - timedelta(seconds=budget):
-            ended = Replay.objects.filter(pk=replay.pk, status__in=ACTIVE_REPLAY_STATES).update(
-                status=ReplayStatus.FAILED, finished_at=now, step="",
-                message=f"the host's agent sent no report for {budget:g} s; the replay was given up")
-            if ended:
-                failed.append(replay.pk)
-    return failed
+    return agent_jobs.fail_stalled(REPLAY_JOBS, now=now)
 
 
 def latest_replay(candidate: ModelVersion, against: ModelVersion, *, since=None, tolerances: dict | None = None,
