@@ -46,7 +46,7 @@ class ServingHostAdminForm(FullLengthModelForm):
         return self._url("metrics_url")
 
     def clean_config_overrides(self) -> dict:
-        from deployments.services import check_host_overrides
+        from deployments.hosts import check_host_overrides
 
         try:
             return check_host_overrides(self.cleaned_data.get("config_overrides"))

@@ -20,8 +20,9 @@ import uuid
 
 from django.conf import settings
 
+from deployments.hosts import get_host
 from deployments.lifecycle import serving_target
-from deployments.services import get_host, host_served_name
+from deployments.services import host_served_name
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from modelyard_agent.contract import AgentTask
 from modelyard_agent.inference import InferenceRefused, infer

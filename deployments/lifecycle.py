@@ -20,8 +20,9 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
+from deployments.hosts import get_host
 from deployments.models import Deployment, DeploymentTarget
-from deployments.services import create_rollout, get_host, serving_now, transition
+from deployments.services import create_rollout, serving_now, transition
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
 from registry.services import get_model

@@ -19,15 +19,13 @@ from deployments.choices import (
     TargetState,
 )
 from deployments.forms import CaptureForm, ProfileForm, RolloutForm, ServingHostForm, TryItForm
+from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import Deployment, DeploymentTarget, Profile, Replay, ServingHost
 from deployments.services import (
     BreakingSignature,
-    delete_host,
     get_deployment,
-    get_host,
-    register_host,
     served_owners,
     serving_now,
     start_deployment,

@@ -19,6 +19,7 @@ from django.db import transaction
 
 from accounts.tokens import issue_token
 from demo.iris import build_iris_archive
+from deployments import hosts
 from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
@@ -56,7 +57,7 @@ def fuzz_world(s3_endpoint, start_prometheus_with_config, tmp_path, settings) ->
     version = registry_services.register_version(
         model=registry_services.get_model("iris"), artifact_path=archive, filename="iris.tar.gz", actor=staff)
     registry_services.set_alias(model_name="iris", alias="production", version=version.version, actor=staff)
-    deployment_services.register_host(name="local", inference_url=f"http://127.0.0.1:{free_port()}", actor=staff)
+    hosts.register_host(name="local", inference_url=f"http://127.0.0.1:{free_port()}", actor=staff)
     deployment = deployment_services.start_deployment(model_name="iris", version=1, host_names=["local"],
                                                       actor=staff)
     DeploymentTarget.objects.filter(deployment=deployment).update(state=TargetState.READY)  # "served" by local

@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from demo.iris import build_iris_archive
-from deployments import rollouts
+from deployments import hosts, rollouts
 from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
@@ -38,9 +38,9 @@ def iris_v1(s3_endpoint, tmp_path):
 
 def test_objects_with_no_creator_and_events_with_no_model_answer_as_the_schema_says(token, iris_v1):
     registry_services.set_alias(model_name="iris", alias="production", version=1)
-    deployment_services.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
+    hosts.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
     deployment = deployment_services.create_rollout(
-        model_version=iris_v1, hosts=[deployment_services.get_host("gpu-1")], trigger="reconciler")
+        model_version=iris_v1, hosts=[hosts.get_host("gpu-1")], trigger="reconciler")
 
     audit = call_and_check("GET", "/api/v1/audit/", token=token).json()["results"]
     assert any(event["model"] is None for event in audit)  # the host's registration
@@ -64,7 +64,7 @@ def test_a_deployment_id_that_is_not_a_number_is_not_found(token):
 
 
 def test_a_rollback_answers_the_list_of_rollback_deployments_as_documented(token, iris_v1):
-    deployment_services.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
+    hosts.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
     first = deployment_services.start_deployment(model_name="iris", version=1, host_names=["gpu-1"])
     DeploymentTarget.objects.filter(deployment=first).update(state=TargetState.READY)
     rollouts.cancel_rollout(first.pk)

@@ -9,7 +9,7 @@ from rest_framework.views import APIView
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
 from accounts.permissions import AdminCanWrite, TokenScopePermission
-from deployments import canaries, lifecycle, profiles, replays, rollouts, services
+from deployments import canaries, hosts, lifecycle, profiles, replays, rollouts, services
 from deployments.api.filters import DeploymentFilter, ProfileFilter, ReplayFilter
 from deployments.api.serializers import (
     CaptureSerializer,
@@ -54,7 +54,7 @@ class ServingHostViewSet(
     def create(self, request, *args, **kwargs):
         data = self.get_serializer(data=request.data)
         data.is_valid(raise_exception=True)
-        host = services.register_host(actor=request.user, **data.validated_data)
+        host = hosts.register_host(actor=request.user, **data.validated_data)
         return Response(self.get_serializer(host).data, status=status.HTTP_201_CREATED)
 
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
@@ -64,11 +64,11 @@ class ServingHostViewSet(
     def partial_update(self, request, *args, **kwargs):
         data = ServingHostUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        host = services.update_host(name=self.kwargs["name"], actor=request.user, **data.validated_data)
+        host = hosts.update_host(name=self.kwargs["name"], actor=request.user, **data.validated_data)
         return Response(self.get_serializer(host).data)
 
     def destroy(self, request, *args, **kwargs):
-        services.delete_host(name=self.kwargs["name"], actor=request.user)
+        hosts.delete_host(name=self.kwargs["name"], actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: ModelUnloadSerializer, **error_responses(403, 404, 409)})

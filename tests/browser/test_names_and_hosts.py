@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from audit.models import AuditEvent
+from deployments.hosts import register_host
 from deployments.models import ServingHost
-from deployments.services import register_host
 from registry.models import Alias, ModelVersion, RegisteredModel
 from tests.browser.conftest import PASSWORD
 from tests.factories import team_member
