@@ -167,7 +167,8 @@ def set_traffic(deployment_id: int, *, canary_percent=None, shadow_percent=None,
                                           "from": before, "to": after, "hosts": [t.host.name for t in targets]})
         payloads = [(t.host.name, route_payload(t, deployment.canary_percent or 0, deployment.shadow_percent))
                     for t in targets]
-        transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads])
+        transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads],
+                              robust=True)  # resend_routes sends it again
     return deployment
 
 

@@ -104,7 +104,8 @@ def on_capture_changed(sender, model, before, after, actor=None, **kwargs) -> li
             warnings.append(reason)
         else:
             payloads.append((target.host.name, capture_route(target)))
-    transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads])
+    transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads],
+                          robust=True)  # resend_capture sends it again
     return warnings
 
 

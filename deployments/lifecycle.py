@@ -23,6 +23,7 @@ from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetStat
 from deployments.hosts import get_host
 from deployments.models import Deployment, DeploymentTarget
 from deployments.services import create_rollout, serving_now, transition
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
 from registry.services import get_model
@@ -83,11 +84,13 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
     Raises:
         NotFound: the host serves no version of the model.
         Conflict: a rollout of the model is in progress on that host.
+        ServiceUnavailable: the task queue does not answer; nothing changed.
     """
     from deployments.tasks import send_to_host
 
     target = serving_target(host_name, model_name)
     host, model, version = target.host, target.deployment.model, target.deployment.version
+    require_broker("the unload")
     with transaction.atomic():
         busy = DeploymentTarget.objects.select_for_update().filter(
             host=host, deployment__model=model, state__in=ACTIVE_TARGET_STATES)

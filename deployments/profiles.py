@@ -25,6 +25,7 @@ from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
 from deployments.choices import ACTIVE_PROFILE_STATES, PROFILE_TRANSITIONS, RUNTIME_FORMATS, ProfileStatus
 from deployments.models import Profile, ServingHost
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
 from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
@@ -91,6 +92,7 @@ def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, 
         checked = parse_sweep(sweep, max_batch_size=_max_batch_size(model_version), runtime=host.runtime)
     except SweepError as exc:
         raise InvalidInput(f"sweep: {exc}") from exc
+    require_broker("the profile")
     with transaction.atomic():
         ServingHost.objects.select_for_update().get(pk=host.pk)  # one profile per host: serialise the check
         running = Profile.objects.filter(host=host, status__in=ACTIVE_PROFILE_STATES).first()

@@ -26,6 +26,7 @@ from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
 from deployments.choices import ACTIVE_REPLAY_STATES, REPLAY_TRANSITIONS, ReplayStatus, Runtime
 from deployments.models import Replay, ServingHost
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import REPLAY_PROTOCOL
 from modelyard_agent.replay.compare import Tolerances
@@ -75,6 +76,27 @@ def _captured_requests(host: ServingHost, model: str) -> int:
     gateway = (host.heartbeat or {}).get("gateway") or {}
     entry = (gateway.get("capture") or {}).get(model) or {}
     return int(entry.get("requests") or 0) if gateway.get("live") else 0
+
+
+def _check_outputs(candidate: ModelVersion, names: list[str]) -> None:
+    """Refuse argmax output names the candidate's model config does not declare (a typo would otherwise
+    compare those outputs element by element, silently). A version without a parsable config is not checked.
+
+    Raises:
+        InvalidInput: naming the unknown outputs and the declared ones.
+    """
+    from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
+
+    if not names or not candidate.config_text:
+        return
+    try:
+        declared = [output.name for output in parse_model_config(candidate.config_text).output]
+    except ModelConfigError:
+        return
+    unknown = sorted(set(names) - set(declared))
+    if unknown:
+        raise InvalidInput(f"argmax_outputs names output(s) {', '.join(unknown)} that {candidate} does not have; "
+                           f"its outputs: {', '.join(declared) or 'none declared'}")
 
 
 def replay_hosts(against: ModelVersion) -> list[ServingHost]:
@@ -147,6 +169,7 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     if candidate.status != VersionStatus.READY:
         raise InvalidInput(f"{candidate} is {candidate.status}; only a READY version can be replayed")
     checked = check_tolerances(tolerances)
+    _check_outputs(candidate, checked["argmax_outputs"])
     count = DEFAULT_MAX_REQUESTS if max_requests is None else max_requests
     if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_REQUESTS_LIMIT:
         raise InvalidInput(f"max_requests must be a whole number from 1 to {MAX_REQUESTS_LIMIT}; got {count!r}")
@@ -165,13 +188,19 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     else:
         hosts = [h for h in replay_hosts(against_version) if _why_not(h, against_version) is None]
         if not hosts:
-            raise Conflict(f"no host serves {model_name} v{against_version.version} through a gateway holding "
-                           f"captured requests of {model_name} with an agent of protocol {REPLAY_PROTOCOL} or newer: "
-                           "turn the model's request capture on and let it serve for a while")
+            serving = [h.name for h in ServingHost.objects.filter(runtime=Runtime.TRITON).order_by("name")
+                       if against_version.version in _served_versions(h, model_name)]
+            verbs = ("serves", "holds") if len(serving) == 1 else ("serve", "hold")
+            hint = (f"{', '.join(serving)} {verbs[0]} it but {verbs[1]} no captured requests "
+                    f"of {model_name} (or run an agent older than protocol {REPLAY_PROTOCOL}): turn the model's "
+                    "request capture on and let it serve for a while" if serving else
+                    "no Triton host serves it now: replay against the version that serves (its production alias)")
+            raise Conflict(f"no host can replay against {model_name} v{against_version.version}: {hint}")
         host = hosts[0]
     if authorize is not None:
         authorize(candidate, [host])
     budget = count / rate * 2 + BUDGET_ALLOWANCE_SECONDS + float(host.load_deadline_seconds or 0)
+    require_broker("the replay")
     with transaction.atomic():
         ServingHost.objects.select_for_update().get(pk=host.pk)  # one replay per host: serialise the check
         running = Replay.objects.filter(host=host, status__in=ACTIVE_REPLAY_STATES).first()

@@ -179,7 +179,8 @@ def resume_rollout(deployment_id: int, *, actor=None) -> Deployment:
         # The failures that paused it stay recorded on their targets; resuming accepts them.
         set_status(deployment, DeploymentStatus.RUNNING, actor=actor, message="resumed by an operator")
         _audit(deployment, "resumed", actor)
-        transaction.on_commit(lambda: advance_rollout_task.delay(deployment_id))
+        # Robust: a lost publish leaves it RUNNING, which the reconciler's advance_running_rollouts takes on.
+        transaction.on_commit(lambda: advance_rollout_task.delay(deployment_id), robust=True)
     return deployment
 
 

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
+from kombu.exceptions import OperationalError as KombuOperationalError
 from rest_framework import pagination, serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
@@ -60,13 +61,20 @@ def api_not_found(request) -> JsonResponse:
 
 
 def exception_handler(exc, context):
-    """Turn a service's ``DomainError`` into ``{"detail": message}`` with its HTTP status.
+    """Turn a service's ``DomainError`` into ``{"detail": message}`` with its HTTP status, and a task queue lost
+    after the check of ``modelyard.celery.require_broker`` into a 503 of the same shape.
 
     Everything else goes to DRF's own handler (validation errors keep their
     per-field shape).
     """
     if isinstance(exc, DomainError):
         return Response({"detail": exc.message}, status=exc.status_code)
+    if isinstance(exc, KombuOperationalError):
+        # The task queue stopped answering between a service's check (modelyard.celery.require_broker) and its
+        # publish on commit: what the request wrote is recorded, its work not queued.
+        return Response({"detail": f"the task queue (Redis) stopped answering ({exc}) after the change was "
+                                   "recorded; its work was not queued: check the change and retry once the queue "
+                                   "is back"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
     if isinstance(exc, RequestDataTooBig):  # Django's own limit on form fields, which it answers in HTML
         return Response({"detail": f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} "
                                    "bytes, the limit for fields other than uploaded files"},

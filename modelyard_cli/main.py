@@ -218,9 +218,11 @@ def _labels(pairs: list[str] | None) -> dict[str, str]:
 
 def cmd_deploy(client: Client, args) -> int:
     if (args.version is None) == (args.alias is None):
-        raise CLIError("give a version number or --alias ALIAS (to follow it), not both")
+        raise CLIError("give a version number or --alias ALIAS (to follow it), not both" if args.alias
+                       else "give a version number or --alias ALIAS (to follow it)")
     if bool(args.host) == bool(args.selector):
-        raise CLIError("choose hosts with --host (repeatable) or --selector LABEL=VALUE, not both")
+        raise CLIError("choose hosts with --host (repeatable) or --selector LABEL=VALUE, not both" if args.host
+                       else "choose hosts: --host NAME (repeatable) or --selector LABEL=VALUE")
     request = {"model": args.model, "batch_size": args.batch_size, "failure_policy": args.on_failure}
     request.update({"version": args.version} if args.version is not None else {"alias": args.alias})
     request.update({"hosts": args.host} if args.host else {"selector": _labels(args.selector)})

@@ -20,6 +20,7 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from audit.services import acting_user
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, DomainError, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
@@ -277,10 +278,12 @@ def request_evaluation(policy_id: int, *, actor=None,
 
     Raises:
         NotFound: no such policy.
+        ServiceUnavailable: the task queue does not answer; nothing was recorded.
     """
     from promotions.tasks import run_evaluation
 
     policy = get_policy(policy_id)
+    require_broker("the evaluation")
     with transaction.atomic():
         evaluation = PromotionEvaluation.objects.create(policy=policy, trigger=trigger,
                                                         requested_by=acting_user(actor))

@@ -24,6 +24,18 @@ def _test_broker():
 
 
 @pytest.fixture
+def queue_down():
+    """The task queue's address pointed at a port where no Redis listens (a refused connection, for real)."""
+    from modelyard.celery import app
+    from tests.fixtures.services import free_port
+
+    kept = app.conf.broker_url
+    app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"
+    yield
+    app.conf.broker_url = kept
+
+
+@pytest.fixture
 def broker():
     """A client of the test broker's Redis database, flushed before and after the test (queued tasks, locks,
     claims)."""

@@ -234,18 +234,6 @@ def test_host_urls_are_stored_normalised(api_client):
     assert answer.json()["metrics_url"] == "http://127.0.0.1:8002/metrics"
 
 
-@pytest.fixture
-def queue_down():
-    """The task queue's address pointed at a port where no Redis listens (a refused connection, for real)."""
-    from modelyard.celery import app
-    from tests.fixtures.services import free_port
-
-    kept = app.conf.broker_url
-    app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"
-    yield
-    app.conf.broker_url = kept
-
-
 def test_with_the_task_queue_down_a_deployment_is_a_503_that_writes_nothing(api_client, version, queue_down):
     from audit.models import AuditEvent
 
@@ -281,3 +269,15 @@ def test_a_queue_that_stops_after_the_check_leaves_a_running_deployment_for_the_
     assert deployment.status == "running" and deployment.targets.get().dispatched_at is None
     assert advance_running_rollouts() == 1
     assert deployment.targets.get().dispatched_at is not None  # its first batch went out
+
+
+def test_with_the_task_queue_down_an_unload_is_a_503_that_changes_nothing(api_client, version, queue_down):
+    from audit.models import AuditEvent
+
+    host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
+    deployment = Deployment.objects.create(model=version.model, version=version, status="succeeded")
+    target = DeploymentTarget.objects.create(deployment=deployment, host=host, state=TargetState.READY)
+    answer = api_client.post("/api/v1/hosts/gpu-0/models/iris/unload/")
+    assert answer.status_code == 503 and "the unload was not started" in answer.json()["detail"]
+    target.refresh_from_db()
+    assert target.state == TargetState.READY and not AuditEvent.objects.filter(action="host_model.unloaded").exists()

@@ -297,6 +297,15 @@ def test_bad_input_is_a_400_that_writes_nothing(world):
     assert not Profile.objects.exists()
 
 
+def test_with_the_task_queue_down_a_profile_is_a_503_that_writes_nothing(world, queue_down):
+    from audit.models import AuditEvent
+
+    client, _, _ = world
+    answer = client.post(URL, {"host": "staging", "sweep": "quick"}, format="json")
+    assert answer.status_code == 503 and "the profile was not started" in answer.json()["detail"]
+    assert not Profile.objects.exists() and not AuditEvent.objects.filter(action="profile.started").exists()
+
+
 def test_one_profile_at_a_time_runs_on_a_host(world):
     client, _, _ = world
     first = client.post(URL, {"host": "staging"}, format="json")

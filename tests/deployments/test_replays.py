@@ -95,7 +95,28 @@ def test_without_a_host_that_captured_the_served_version_the_replay_is_a_409(wor
     users, _, host = world
     ServingHost.objects.filter(pk=host.pk).update(heartbeat=heartbeat(captured=0))
     answer = users["maintainer"].post(URL, {"against": "production"}, format="json")
-    assert answer.status_code == 409 and "no host serves thr v1 through a gateway" in answer.json()["detail"]
+    assert answer.status_code == 409
+    assert "edge serves it but holds no captured requests of thr" in answer.json()["detail"]
+    ServingHost.objects.filter(pk=host.pk).update(heartbeat=heartbeat(serves=2))
+    unserved = users["maintainer"].post(URL, {"against": "1"}, format="json")
+    assert unserved.status_code == 409 and "no Triton host serves it now" in unserved.json()["detail"]
+
+
+def test_argmax_outputs_the_candidate_does_not_have_are_a_400(world):
+    users, versions, _ = world
+    ModelVersion.objects.filter(pk=versions[1].pk).update(config_text=(
+        'name: "thr"\nbackend: "python"\nmax_batch_size: 8\n'
+        'input [{ name: "x" data_type: TYPE_FP32 dims: [4] }]\n'
+        'output [{ name: "label" data_type: TYPE_INT64 dims: [1] }, '
+        '{ name: "scores" data_type: TYPE_FP32 dims: [3] }]\n'))
+    typo = users["maintainer"].post(URL, {"against": "production", "tolerances": {"argmax_outputs": ["score"]}},
+                                    format="json")
+    assert typo.status_code == 400, typo.content
+    assert "output(s) score that" in typo.json()["detail"] and "its outputs: label, scores" in typo.json()["detail"]
+    assert not Replay.objects.exists()
+    fine = users["maintainer"].post(URL, {"against": "production", "tolerances": {"argmax_outputs": ["scores"]}},
+                                    format="json")
+    assert fine.status_code == 202, fine.content
 
 
 def test_bad_input_is_a_4xx_that_writes_nothing(world):
@@ -110,6 +131,15 @@ def test_bad_input_is_a_4xx_that_writes_nothing(world):
     assert client.post(URL, {"against": "1", "host": "nowhere"}, format="json").status_code == 404
     assert client.post("/api/v1/models/thr/versions/9/replays/", {"against": "1"}, format="json").status_code == 404
     assert not Replay.objects.exists()
+
+
+def test_with_the_task_queue_down_a_replay_is_a_503_that_writes_nothing(world, queue_down):
+    from audit.models import AuditEvent
+
+    users, _, _ = world
+    answer = users["maintainer"].post(URL, {"against": "production"}, format="json")
+    assert answer.status_code == 503 and "the replay was not started" in answer.json()["detail"]
+    assert not Replay.objects.exists() and not AuditEvent.objects.filter(action="replay.started").exists()
 
 
 def test_one_replay_at_a_time_runs_on_a_host(world):

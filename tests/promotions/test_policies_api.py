@@ -136,3 +136,10 @@ def test_webhooks_of_every_team_are_for_administrators_and_internal_addresses_ar
     moved = admin_api.patch(f"/api/v1/webhooks/{hook_id}/", {"url": "http://192.168.0.2/"}, format="json")
     assert moved.status_code == 400 and Webhook.objects.get(pk=hook_id).url == hook["url"]
     assert admin_api.get(f"/api/v1/webhooks/{hook_id}/deliveries/").json() == []
+
+
+def test_with_the_task_queue_down_running_a_policy_is_a_503_that_writes_nothing(admin_api, iris, queue_down):
+    policy_id = admin_api.post("/api/v1/promotion-policies/", POLICY, format="json").json()["id"]
+    answer = admin_api.post(f"/api/v1/promotion-policies/{policy_id}/run/")
+    assert answer.status_code == 503 and "the evaluation was not started" in answer.json()["detail"]
+    assert not PromotionEvaluation.objects.exists()
