@@ -1,5 +1,6 @@
 """REST API wiring shared by the apps: the error handler and upload helpers."""
 
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -8,7 +9,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import JsonResponse
+from django.http import Http404, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from kombu.exceptions import OperationalError as KombuOperationalError
 from rest_framework import pagination, serializers, status
@@ -17,6 +18,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from modelyard.errors import DomainError
+
+_DEFAULT_NOT_FOUND = re.compile(r"No .+ matches the given query\.")
 
 
 class RefuseUnknownFields:
@@ -69,6 +72,14 @@ def exception_handler(exc, context):
     """
     if isinstance(exc, DomainError):
         return Response({"detail": exc.message}, status=exc.status_code)
+    if isinstance(exc, Http404) and _DEFAULT_NOT_FOUND.fullmatch(str(exc)) and (view := context.get("view")):
+        # get_object_or_404's "No Replay matches the given query.": name what was looked for instead.
+        queryset, lookup = getattr(view, "queryset", None), getattr(view, "lookup_url_kwarg", None) or getattr(
+            view, "lookup_field", "pk")
+        key = getattr(view, "kwargs", {}).get(lookup)
+        if queryset is not None and key is not None:
+            return Response({"detail": f"no {queryset.model._meta.verbose_name} {key}"},
+                            status=status.HTTP_404_NOT_FOUND)
     if isinstance(exc, KombuOperationalError):
         # The task queue stopped answering between a service's check (modelyard.celery.require_broker) and its
         # publish on commit: what the request wrote is recorded, its work not queued.

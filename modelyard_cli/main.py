@@ -329,7 +329,8 @@ def cmd_profiles(client: Client, args) -> int:
     return wait_for_profile(client, args.profile, args.timeout)
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "kb": 1000, "mb": 1000**2, "gb": 1000**3}
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "kb": 1000, "mb": 1000**2,
+               "gb": 1000**3, "tb": 1000**4}
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -346,8 +347,11 @@ def parse_quantity(text: str, units: dict[str, int], what: str) -> int:
         value = float(number)
     except ValueError:
         value = -1
+    known = ", ".join(u for u in units if u)
+    if unit not in units and value >= 0:
+        raise CLIError(f"{what} {text!r}: unknown unit {unit!r}; the units are {known}")
     if unit not in units or value < 0:
-        raise CLIError(f"{what} {text!r} must be a number with one of the units {', '.join(u for u in units if u)}")
+        raise CLIError(f"{what} {text!r} must be a number with one of the units {known}")
     return round(value * units[unit])
 
 

@@ -50,3 +50,10 @@ def test_host_filters_agent_jobs(two_models, path):
     on_a = client.get(f"/api/v1/{path}/?host=a").json()["results"]
     assert [row["host"] for row in on_a] == ["a"]
     assert client.get(f"/api/v1/{path}/?model=iris&host=b").json()["results"] == []
+
+
+@pytest.mark.parametrize(("path", "name"), [("deployments", "deployment"), ("profiles", "profile"),
+                                            ("replays", "replay"), ("promotion-evaluations", "promotion evaluation")])
+def test_an_unknown_id_is_a_404_naming_what_was_looked_for(two_models, path, name):
+    answer = two_models.get(f"/api/v1/{path}/999/")
+    assert answer.status_code == 404 and answer.json() == {"detail": f"no {name} 999"}

@@ -186,7 +186,11 @@ def test_capture_is_set_shown_and_turned_off_from_the_cli(cli):
     bad = cli("capture", "set", "iris", "--fraction", "1.5")
     assert bad.returncode == 1 and "less than or equal to 1" in bad.stderr
     unit = cli("capture", "set", "iris", "--max-bytes", "12parsecs")
-    assert unit.returncode == 1 and "--max-bytes '12parsecs' must be a number" in unit.stderr
+    assert unit.returncode == 1
+    assert "--max-bytes '12parsecs': unknown unit 'parsecs'; the units are b, kib" in unit.stderr
+    nonsense = cli("capture", "set", "iris", "--retention", "soon")
+    assert nonsense.returncode == 1
+    assert "--retention 'soon' must be a number with one of the units s, m" in nonsense.stderr
     ignored = cli("capture", "off", "iris", "--fraction", "0.5")
     assert ignored.returncode == 1 and "capture off takes no --fraction" in ignored.stderr
     assert RegisteredModel.objects.get(name="iris").capture_fraction == 0
