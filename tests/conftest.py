@@ -25,13 +25,14 @@ def _test_broker():
 
 @pytest.fixture
 def queue_down():
-    """The task queue's address pointed at a port where no Redis listens (a refused connection, for real)."""
+    """The task queue's address pointed at a port where no Redis listens (a refused connection, for real); yields
+    the real address, to bring the queue back within a test."""
     from modelyard.celery import app
     from tests.fixtures.services import free_port
 
     kept = app.conf.broker_url
     app.conf.broker_url = f"redis://127.0.0.1:{free_port()}/0"
-    yield
+    yield kept
     app.conf.broker_url = kept
 
 

@@ -292,7 +292,7 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
         InvalidInput: parts are missing, of the wrong size, or differ from their declared MD5 (by
             ETag), or ``sha256`` is malformed or contradicts the declared one.
         Conflict: the upload was aborted or has failed.
-        ServiceUnavailable: S3 could not be asked.
+        ServiceUnavailable: S3 could not be asked, or the task queue does not answer (the upload stays open).
     """
     if upload.status in (UploadStatus.VERIFYING, UploadStatus.COMPLETED):
         return upload
@@ -318,6 +318,9 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     problems = part_digests.part_problems(upload, parts, declared, by_etag=by_etag)
     if problems:
         raise InvalidInput("; ".join(problems[:20]) + "; send those parts again and complete again")
+    from modelyard.celery import require_broker
+
+    require_broker("the upload's verification")  # the upload stays open: complete it again once the queue is back
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
             from registry.tasks import verify_upload_task

@@ -94,6 +94,19 @@ def test_a_failed_part_can_be_sent_again_and_the_upload_then_completes(api_clien
     assert Upload.objects.get(pk=upload_id).version.artifact_sha256 == sha256_of(large_archive)
 
 
+def test_completing_while_the_task_queue_is_down_is_a_503_and_the_upload_stays_open(
+        api_client, s3_endpoint, iris, large_archive, queue_down):
+    from modelyard.celery import app
+
+    upload_id = start(api_client, large_archive).json()["id"]
+    put_parts(api_client, upload_id, large_archive, [1, 2, 3])
+    refused = api_client.post(f"/api/v1/uploads/{upload_id}/complete/", {}, format="json")
+    assert refused.status_code == 503 and "the upload's verification was not started" in refused.json()["detail"]
+    assert api_client.get(f"/api/v1/uploads/{upload_id}/").json()["status"] == "open"
+    app.conf.broker_url = queue_down  # the queue is back: completing again goes on as usual
+    assert api_client.post(f"/api/v1/uploads/{upload_id}/complete/", {}, format="json").status_code == 202
+
+
 def test_a_part_sent_twice_replaces_the_first_copy(api_client, s3_endpoint, iris, large_archive):
     upload_id = start(api_client, large_archive).json()["id"]
     urls = api_client.post(f"/api/v1/uploads/{upload_id}/parts/", {"part_numbers": [1]}, format="json").json()
