@@ -73,18 +73,15 @@ SIDES = ("triton", "nginx_bare", "gateway", "gateway_routed", "gateway_captured"
 JUDGED = ("gateway", "gateway_routed", "gateway_captured")
 SERVED = 2  # the version each side reaches: the newest, which Triton serves a request that names none
 
-# The reference proxy: Debian's nginx as the gateway runs it, with nothing between the client and Triton's
-# kept-alive upstream but proxy_pass.
+# The reference proxy: Debian's nginx with the gateway's own client and proxy settings, and nothing between the
+# client and Triton's kept-alive upstream but proxy_pass.
 _BARE_NGINX = """\
 worker_processes {workers};
 pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
-    keepalive_timeout 75s;
-    keepalive_requests 100000;
-    client_max_body_size 0;
+{client_settings}
 {temp_paths}
     upstream triton {{
         server {triton} max_fails=0;
@@ -92,9 +89,7 @@ http {{
     }}
     server {{
         listen {listen} backlog=4096;
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
-        proxy_request_buffering off;
+{proxy_settings}
         location = /healthz {{ return 200 "ok\\n"; }}
         location / {{ proxy_pass http://triton; }}
     }}
@@ -105,16 +100,20 @@ http {{
 def bare_nginx(directory: Path, triton: str, workers: str):
     """A started reference nginx at a free loopback port passing everything to ``triton`` (host:port); its
     ``NginxProcess`` (call ``stop()``)."""
+    from modelyard_agent.runtimes.gateway import CLIENT_SETTINGS, PROXY_SETTINGS
     from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
 
     class BareNginx(NginxProcess):
         def main_config(self) -> str:
             return _BARE_NGINX.format(workers=workers, dir=self.dir, temp_paths=TEMP_PATHS.format(dir=self.dir),
+                                      client_settings=CLIENT_SETTINGS, proxy_settings=PROXY_SETTINGS,
                                       triton=triton, listen=self.listen)
 
     proxy = BareNginx(directory, free_port(), "127.0.0.1")
     proxy.ensure_running()
     return proxy
+
+
 TARGETS = {"added_p50_ms": 0.2, "added_p99_ms": 1.0, "throughput_ratio": 0.9, "split_points": 2.0, "rate": 100}
 
 

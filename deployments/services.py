@@ -23,6 +23,7 @@ from deployments.choices import (
 )
 from deployments.hosts import check_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard.states import IllegalTransition
 from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
@@ -202,8 +203,6 @@ def create_rollout(
     serving = {t.host_id: t.deployment.version for t in serving_now(host__in=hosts,
                                                                      deployment__model=model_version.model)}
     served_names = {host.pk: host_served_name(host, model_version.model) for host in hosts}
-    from modelyard.celery import require_broker
-
     require_broker("the deployment")
     with transaction.atomic():
         # delete_version locks the same row: a version deleted since get_version is not deployed.

@@ -77,6 +77,19 @@ CAPTURE_BODY_LIMIT = 1 << 20
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
 
+# The client side and the proxying of the gateway's http block, also what bench/gateway.py's bare nginx reference
+# runs with: kept-alive clients, and kept-alive upstream connections that stream request bodies.
+CLIENT_SETTINGS = """\
+    access_log off;
+    keepalive_timeout 75s;
+    keepalive_requests 100000;
+    # Triton enforces its own request size limit.
+    client_max_body_size 0;"""
+PROXY_SETTINGS = """\
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_request_buffering off;"""
+
 _MAIN_CONF = """\
 {load_modules}
 {user}worker_processes {workers};
@@ -85,11 +98,7 @@ pid {dir}/nginx.pid;
 error_log {dir}/error.log warn;
 events {{ worker_connections 4096; }}
 http {{
-    access_log off;
-    keepalive_timeout 75s;
-    keepalive_requests 100000;
-    # Triton enforces its own request size limit.
-    client_max_body_size 0;
+{client_settings}
 {temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
@@ -106,10 +115,8 @@ http {{
     }}
     server {{
         listen {listen} backlog=4096;
-        proxy_http_version 1.1;
-        proxy_set_header Connection "";
+{proxy_settings}
         proxy_read_timeout 300s;
-        proxy_request_buffering off;
 {drain_server}        location = /healthz {{ return 200 "ok\\n"; }}
         location = /v2 {{ proxy_pass http://modelyard_triton; }}
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
@@ -230,7 +237,8 @@ class TritonGateway(RouteControl, NginxProcess):
 
     def main_config(self) -> str:
         return _MAIN_CONF.format(
-            load_modules=load_modules(), workers=self.workers,
+            load_modules=load_modules(), workers=self.workers, client_settings=CLIENT_SETTINGS,
+            proxy_settings=PROXY_SETTINGS,
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
                           "            client_body_in_single_buffer on;"),

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import record_audit_event
+from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard.states import IllegalTransition, StateMachine
 from registry.choices import UploadStatus
@@ -318,8 +319,6 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     problems = part_digests.part_problems(upload, parts, declared, by_etag=by_etag)
     if problems:
         raise InvalidInput("; ".join(problems[:20]) + "; send those parts again and complete again")
-    from modelyard.celery import require_broker
-
     require_broker("the upload's verification")  # the upload stays open: complete it again once the queue is back
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
