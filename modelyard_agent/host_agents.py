@@ -6,12 +6,20 @@ same for Triton and BentoML hosts. Each adapter reads its host-side paths from t
 settings (``modelyard_agent.config``).
 """
 
+from __future__ import annotations
+
+import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from modelyard_agent.config import current as settings
 from modelyard_agent.contract import Runtime
+
+if TYPE_CHECKING:
+    from modelyard_agent.runtimes.gateway import TritonGateway
+
+logger = logging.getLogger(__name__)
 
 
 def load_deadline(payload: dict) -> float:
@@ -82,6 +90,29 @@ def direct(payload: dict) -> dict:
     return {**payload, "inference_url": settings().triton_url} if settings().triton_url else payload
 
 
+def drain_routed(gateway: TritonGateway, model: str, route: dict | None, *, kept: list[int],
+                 timeout: float) -> list[str]:
+    """Wait until no request that ``route`` (the gateway's route of ``model`` before a change, or None) gave a
+    version outside ``kept`` is still on its way to Triton; call it once the gateway holds the new route, before
+    those versions unload. ``timeout``: seconds per version.
+
+    Returns:
+        What did not drain in time, one message per version (empty when every request ended).
+    """
+    from modelyard_agent.runtimes.base import ServingRuntimeError
+
+    if route is None:
+        return []
+    leaving = {v for v in (route["stable"], route.get("canary"), route.get("shadow")) if v is not None} - set(kept)
+    problems = []
+    for version in sorted(leaving):
+        try:
+            gateway.wait_idle(model, version, timeout=timeout)
+        except ServingRuntimeError as exc:
+            problems.append(exc.message)
+    return problems
+
+
 class TritonHostAgent:
     """Triton: a model repository on disk, explicit load and unload over gRPC (over HTTP without a gRPC
     address), ``modelyard_agent.triton_host``; with ``--triton-url``, the host's gateway in front of it."""
@@ -121,18 +152,25 @@ class TritonHostAgent:
             stable = route["stable"] if route and route["stable"] in previous else max(previous)
             return [stable]
 
+        drain_errors: list[str] = []
+
         def before_cutover(kept: list[int]) -> None:
             if kept:
                 gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent or 0),
                                   shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
             elif route is not None or captured:
                 gateway.set_route(model, stable=version)
+            # A request the old route gave a version that now unloads may still be on its way to Triton.
+            drain_errors.extend(drain_routed(gateway, model, route, kept=[*kept, version],
+                                             timeout=unload_deadline(payload)))
 
         result = deploy_triton_version(
             direct(payload), model_repository=Path(settings().model_repository), report=report,
             load_timeout=load_deadline(payload), unload_timeout=unload_deadline(payload),
             grpc_url=settings().triton_grpc_url, staging_dir=settings().staging_dir,
             keep=keep, before_cutover=before_cutover if gateway is not None else None)
+        if drain_errors:
+            result["details"]["drain_error"] = "; ".join(drain_errors)
         if gateway is not None and result["state"] == "ready":
             try:
                 if not result["details"].get("kept_versions") and route is not None and not captured:
@@ -232,7 +270,10 @@ class TritonHostAgent:
 
         gateway = triton_gateway(payload["inference_url"])
         if gateway is not None and gateway.master_pid() is not None:
+            route = gateway.routes().get(payload["model"])
             gateway.remove_route(payload["model"])
+            for problem in drain_routed(gateway, payload["model"], route, kept=[], timeout=unload_deadline(payload)):
+                logger.warning("unloading %s with requests in flight: %s", payload["model"], problem)
         payload = direct(payload)
         runtime = TritonRuntime(payload["inference_url"], load_timeout=unload_deadline(payload),
                                 grpc_url=settings().triton_grpc_url)

@@ -31,7 +31,10 @@ Routes are held in nginx's shared memory by a small Lua module (``modelyard_gate
 Unix control socket, so changing a percent, promoting or rolling back never reloads nginx. A reload
 closes idle keep-alive connections, and a client that sends on one at that moment loses its request
 (see ``runtimes.nginx.NginxFront``); without reloads keep-alive stays on. ``routes.json`` holds the same
-routes on disk: nginx reads it when it starts, so a restarted gateway routes as before. The gateway's
+routes on disk: nginx reads it when it starts, so a restarted gateway routes as before. Each request a route
+gives a version (and each shadow copy) counts in flight on that version until its log phase (``GET /inflight``
+on the control socket, ``RouteControl.wait_idle``): after a route change the agent unloads a version the
+route no longer gives only once no request is still on its way to it through nginx. The gateway's
 config itself changes only with the agent's settings (an upgrade, gRPC turned on); such a reload is
 preceded by a drain (``modelyard_drain.lua``): for ``DRAIN_SECONDS`` every request is answered with
 ``Connection: close``, so no busy kept-alive client sits on an idle connection when the old workers
@@ -102,6 +105,7 @@ http {{
 {temp_paths}
     lua_package_path "{lua_dir}/?.lua;;";
     lua_shared_dict modelyard_routes 4m;
+    lua_shared_dict modelyard_inflight 1m;
     lua_shared_dict modelyard_capture 1m;
     lua_shared_dict modelyard_drain 16k;
     init_by_lua_block {{
@@ -123,6 +127,8 @@ http {{
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
             set $modelyard_version "";
             set $modelyard_shadow "";
+            set $modelyard_counted "";
+            set $modelyard_shadow_counted "";
             set $modelyard_capture "";
             rewrite_by_lua_block {{
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
@@ -130,7 +136,10 @@ http {{
             }}
             add_header {version_header} $modelyard_version always;
 {capture_body}
-            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model) }}
+            log_by_lua_block {{
+                require("modelyard_gateway").done()
+                require("modelyard_capture").log(ngx.var.modelyard_model)
+            }}
             proxy_pass http://modelyard_triton;
         }}
         # Only a request drawn for its model's shadow comes here (route() jumps), so the others make no
@@ -140,7 +149,10 @@ http {{
             mirror /_modelyard_shadow;
             mirror_request_body on;
 {capture_body}
-            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model) }}
+            log_by_lua_block {{
+                require("modelyard_gateway").done()
+                require("modelyard_capture").log(ngx.var.modelyard_model)
+            }}
             proxy_pass http://modelyard_triton;
         }}
         # A request that names its version: passed as sent, and captured like the others.
@@ -168,6 +180,7 @@ http {{
 {grpc_server}    server {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
+        location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location / {{ return 404; }}

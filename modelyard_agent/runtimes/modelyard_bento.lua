@@ -4,14 +4,13 @@
 -- it to that version's port. Ports come with the route, so starting a canary, changing its percent,
 -- promoting or rolling it back needs no reload.
 --
--- In-flight requests are counted per version in the shared dict "modelyard_inflight" ("<model>/<version>"),
--- from the moment a request is given a version until its log phase (a shadow copy counts for the shadow's
--- version until the request it copies ends), so the agent can stop a version once nothing is on its way to it.
+-- In-flight requests are counted per version (modelyard_routes.lua's claim; a shadow copy counts for the
+-- shadow's version until the request it copies ends), so the agent stops a version once nothing is on its
+-- way to it.
 local routes = require("modelyard_routes")
 local balancer = require("ngx.balancer")
 
 local M = {}
-local inflight = ngx.shared.modelyard_inflight
 local VERSION_REQUEST = "http_x_modelyard_version_request"
 
 local function port_of(route, version)
@@ -30,30 +29,6 @@ local function refuse(status, ...)
     return ngx.exit(status)
 end
 
--- Count one request on the version `choose(route)` gives (nil: none), under a route that did not change
--- meanwhile: a request counted under an old route is counted again under the new one, so once the agent
--- changed a route and reads a version's count as 0, no request can still be given that version.
--- Returns the route, the version and its counter's key, or nil when `model` has no route or choose gave nil.
-local function claim(model, choose)
-    while true do
-        local generation = routes.generation()
-        local route = routes.current(model)
-        if not route then
-            return nil
-        end
-        local version = choose(route)
-        if version == nil then
-            return route
-        end
-        local key = model .. "/" .. string.format("%d", version)
-        inflight:incr(key, 1, 0)
-        if routes.generation() == generation then
-            return route, version, key
-        end
-        inflight:incr(key, -1, 0)
-    end
-end
-
 -- rewrite_by_lua of location /<model>/: pick the version (the one X-Modelyard-Version-Request names, or the
 -- route's pick), strip the /<model> prefix and leave the port for balance().
 function M.route(model)
@@ -62,7 +37,7 @@ function M.route(model)
     if asked and asked ~= "" and not (pinned and pinned >= 1 and pinned % 1 == 0) then
         return refuse(400, "X-Modelyard-Version-Request must be a version number, got ", asked)
     end
-    local route, version, key = claim(model, function(route)
+    local route, version, key = routes.claim(model, function(route)
         if pinned then
             return serves(route, pinned) and pinned or nil
         end
@@ -92,7 +67,7 @@ end
 -- its answer, so a client never sees it. Otherwise the subrequest ends here (204, no upstream).
 function M.shadow(model)
     local served = tonumber(ngx.var.modelyard_version)
-    local route, version, key = claim(model, function(route)
+    local route, version, key = routes.claim(model, function(route)
         if served and routes.takes_shadow(route, served) and port_of(route, route.shadow) then
             return route.shadow
         end
@@ -129,24 +104,11 @@ end
 
 -- log_by_lua of location /<model>/: the request (and its shadow copy) no longer counts.
 function M.done()
-    local key = ngx.ctx.modelyard_counted
-    if key then
-        inflight:incr(key, -1, 0)
-    end
-    local shadow = ngx.var.modelyard_shadow
-    if shadow and shadow ~= "" then
-        inflight:incr(shadow, -1, 0)
-    end
+    routes.release(ngx.ctx.modelyard_counted)
+    routes.release(ngx.var.modelyard_shadow)
 end
 
--- content_by_lua of GET /inflight on the control socket: {"<model>/<version>": requests in flight}.
-function M.counts()
-    local out = {}
-    for _, key in ipairs(inflight:get_keys(0)) do
-        out[key] = inflight:get(key)
-    end
-    ngx.header["Content-Type"] = "application/json"
-    ngx.say(next(out) and require("cjson.safe").encode(out) or "{}")
-end
+-- GET /inflight, where a front started from an earlier agent's config still calls it here (until its reload).
+M.counts = routes.counts
 
 return M

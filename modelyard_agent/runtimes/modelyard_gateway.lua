@@ -1,18 +1,20 @@
 -- Routing of a Triton host's gateway (modelyard_agent/runtimes/gateway.py writes the nginx config that
 -- loads this module). The routes, their store in the shared dict "modelyard_routes", routes.json, the
--- control socket and the sticky pick are modelyard_routes.lua's, shared with the BentoML front.
+-- control socket, the sticky pick and the in-flight counts are modelyard_routes.lua's, shared with the
+-- BentoML front.
 local routes = require("modelyard_routes")
 
 local M = {}
 
 -- rewrite_by_lua for /v2/models/<model>/infer: a request that names no version goes to the version its
--- model's route picks, under /v2/models/<model>/versions/<v>/infer. Models without a route pass as sent.
+-- model's route picks, under /v2/models/<model>/versions/<v>/infer, and counts in flight on that version
+-- until done(). Models without a route pass as sent.
 function M.route(model)
-    local route = routes.current(model)
+    local route, version, key = routes.claim(model, routes.pick)
     if not route then
         return
     end
-    local version = routes.pick(route)
+    ngx.var.modelyard_counted = key
     ngx.var.modelyard_version = version
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
     -- A share of the requests is mirrored to the shadow (never the ones that went to that version itself):
@@ -24,13 +26,29 @@ function M.route(model)
 end
 
 -- rewrite_by_lua of the mirror subrequest of a request route() drew for its model's shadow: the copy goes to
--- /v2/models/<model>/versions/<shadow>/infer; nginx discards the answer, so a client never sees it.
+-- /v2/models/<model>/versions/<shadow>/infer, counted in flight on the shadow until the request it copies
+-- ends; nginx discards the answer, so a client never sees it. When the route no longer has that shadow, no
+-- copy is made.
 function M.shadow()
-    local model, shadow = ngx.var.modelyard_model, ngx.var.modelyard_shadow
-    if not model or not shadow or shadow == "" then
+    local model, drawn = ngx.var.modelyard_model, tonumber(ngx.var.modelyard_shadow)
+    if not model or not drawn then
         return ngx.exit(204)
     end
-    ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. shadow .. "/infer")
+    local _, version, key = routes.claim(model, function(route)
+        return route.shadow == drawn and drawn or nil
+    end)
+    if not version then
+        return ngx.exit(204)
+    end
+    -- The mirror subrequest shares its request's variables, so the request's log phase sees this key.
+    ngx.var.modelyard_shadow_counted = key
+    ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
+end
+
+-- log_by_lua of a routed request: it (and its shadow copy) no longer counts in flight.
+function M.done()
+    routes.release(ngx.var.modelyard_counted)
+    routes.release(ngx.var.modelyard_shadow_counted)
 end
 
 return M

@@ -5,10 +5,15 @@
 -- (canary and shadow may be null; "ports", the loopback port serving each version, only on the BentoML front).
 -- They come from <nginx dir>/routes.json when nginx starts and from POST /routes on its control socket
 -- afterwards, so a change of percent, a promotion or a rollback needs no reload.
+--
+-- Requests a route gave a version are counted in flight per version in the shared dict "modelyard_inflight"
+-- ("<model>/<version>"), from the moment they are given it until their log phase, so the agent stops or
+-- unloads a version only once nothing is on its way to it (GET /inflight on the control socket).
 local cjson = require("cjson.safe")
 
 local M = {}
 local routes = ngx.shared.modelyard_routes
+local inflight = ngx.shared.modelyard_inflight
 local GENERATION = "\0generation"  -- bumped by every apply; not a model name (names have no NUL)
 
 -- Each worker keeps the routes decoded, and decodes them again only when the generation changed.
@@ -143,6 +148,48 @@ end
 function M.takes_shadow(route, version)
     return type(route.shadow) == "number" and route.shadow ~= version
         and math.random() * 100 < (route.shadow_percent or 0)
+end
+
+-- Count one request on the version `choose(route)` gives (nil: none), under a route that did not change
+-- meanwhile: a request counted under an old route is counted again under the new one, so once the agent
+-- changed a route and reads a version's count as 0, no request can still be given that version.
+-- Returns the route, the version and its counter's key (for `release`), or nil when `model` has no route
+-- or choose gave nil.
+function M.claim(model, choose)
+    while true do
+        local generation = M.generation()
+        local route = M.current(model)
+        if not route then
+            return nil
+        end
+        local version = choose(route)
+        if version == nil then
+            return route
+        end
+        local key = model .. "/" .. string.format("%d", version)
+        inflight:incr(key, 1, 0)
+        if M.generation() == generation then
+            return route, version, key
+        end
+        inflight:incr(key, -1, 0)
+    end
+end
+
+-- The request counted under `key` by `claim` ended (its log phase); nil or "" counts nothing.
+function M.release(key)
+    if key and key ~= "" then
+        inflight:incr(key, -1, 0)
+    end
+end
+
+-- content_by_lua of GET /inflight on the control socket: {"<model>/<version>": requests in flight}.
+function M.counts()
+    local out = {}
+    for _, key in ipairs(inflight:get_keys(0)) do
+        out[key] = inflight:get(key)
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(next(out) and cjson.encode(out) or "{}")
 end
 
 -- Every route, as a JSON object.

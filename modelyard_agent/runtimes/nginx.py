@@ -123,7 +123,7 @@ _CONTROL_SERVER = """\
     server {{
         listen unix:{dir}/control.sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
-        location = /inflight {{ content_by_lua_block {{ require("modelyard_bento").counts() }} }}
+        location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location / {{ return 404; }}
     }}"""
@@ -492,29 +492,6 @@ class NginxFront(RouteControl, NginxProcess):
             "locations": _SPLIT_LOCATION.format(model=model, version_header=VERSION_HEADER,
                                                 shadow_header=SHADOW_HEADER),
         }, timeout)
-
-    def inflight(self) -> dict[str, int]:
-        """Requests of split models in flight now, ``{"<model>/<version>": count}`` (shadow copies included).
-
-        Raises:
-            ServingRuntimeError: the control socket does not answer (retryable).
-        """
-        return self._control("GET", path="/inflight")
-
-    def wait_idle(self, model: str, version: int, timeout: float, poll: float = 0.02) -> None:
-        """Wait until no request of a split ``model`` is on its way to ``version`` (call it once the route no
-        longer gives that version: no new request can then be counted on it).
-
-        Raises:
-            ServingRuntimeError: requests still in flight after ``timeout`` seconds (retryable).
-        """
-        key = f"{model}/{int(version)}"
-        deadline = time.monotonic() + timeout
-        while (count := int(self.inflight().get(key) or 0)) > 0:
-            if time.monotonic() > deadline:
-                raise ServingRuntimeError(f"{count} request(s) to {model} v{version} still in flight after "
-                                          f"{timeout:g} s", retryable=True)
-            time.sleep(poll)
 
     def upstream_port(self, model: str) -> int | None:
         """The backend port the model's upstream file names, or None when it has none."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import socket
+import time
 from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
@@ -152,6 +153,30 @@ class RouteControl:
                 routes[model] = route
             _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
             return self._control("POST", routes)
+
+    def inflight(self) -> dict[str, int]:
+        """Requests a route gave a version, in flight now, ``{"<model>/<version>": count}`` (shadow copies included).
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/inflight")
+
+    def wait_idle(self, model: str, version: int, timeout: float, poll: float = 0.02) -> None:
+        """Wait until no request a route gave ``version`` of ``model`` is on its way to it (call it once the
+        route no longer gives that version: no new request can then be counted on it); ``timeout`` and
+        ``poll`` in seconds.
+
+        Raises:
+            ServingRuntimeError: requests still in flight after ``timeout`` seconds (retryable).
+        """
+        key = f"{model}/{int(version)}"
+        deadline = time.monotonic() + timeout
+        while (count := int(self.inflight().get(key) or 0)) > 0:
+            if time.monotonic() > deadline:
+                raise ServingRuntimeError(f"{count} request(s) to {model} v{version} still in flight after "
+                                          f"{timeout:g} s", retryable=True)
+            time.sleep(poll)
 
     def _set_draining(self, draining: bool, expires: float = 0.0) -> bool:
         """As ``NginxProcess._set_draining``, through the control socket's ``/drain`` (``modelyard_drain.lua``);

@@ -1,5 +1,6 @@
 """The gateway of a Triton host: real nginx (with its Lua module) in front of a real tritonserver."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,8 @@ from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
-from tests.fixtures.clients import KeptAliveLoad
-from tests.fixtures.services import free_port
+from tests.fixtures.clients import HeldRequest, KeptAliveLoad
+from tests.fixtures.services import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -112,6 +113,7 @@ def test_changing_routes_reloads_nothing_and_fails_no_keep_alive_client(gateway)
     assert closes(clients) == []
     assert set(_workers(gateway)) == workers_before
     assert gateway.routes() == {}
+    assert set(gateway.inflight().values()) <= {0}  # every routed request ended and was counted out
 
 
 def test_a_reload_drains_first_so_no_kept_alive_client_loses_a_request(gateway):
@@ -187,6 +189,23 @@ def test_a_shadow_gets_a_copy_of_its_share_and_no_client_ever_sees_its_answer(ga
     # 800 draws at p = 0.25: one standard deviation is 12 copies.
     assert 150 <= _successes(gateway, 2) - before <= 250
     assert gateway.routes()[MODEL] == route(1, None, 0, shadow=2, shadow_percent=25)
+    assert set(gateway.inflight().values()) == {0}  # requests and their copies were counted out
+
+
+def test_a_routed_request_counts_in_flight_on_its_version_until_it_ends(gateway):
+    """What a rollback waits on before the canary unloads: a request the old route gave the canary, still on
+    its way to Triton after the route changed."""
+    gateway.set_route(MODEL, stable=1, canary=2, percent=100)
+    held = HeldRequest(gateway.url, f"/v2/models/{MODEL}/infer", json.dumps(BODY).encode())
+    wait_for(lambda: gateway.inflight().get(f"{MODEL}/2") == 1, timeout=10, what="the held request counted on v2")
+    gateway.set_route(MODEL, stable=1)
+    with pytest.raises(ServingRuntimeError, match=r"1 request\(s\) to iris v2 still in flight"):
+        gateway.wait_idle(MODEL, 2, timeout=0.3)
+    gateway.wait_idle(MODEL, 1, timeout=0.3)  # nothing on its way to v1
+    status, answer = held.finish()
+    assert status == 200 and answer["model_version"] == "2"
+    gateway.wait_idle(MODEL, 2, timeout=10)
+    assert gateway.inflight()[f"{MODEL}/2"] == 0
 
 
 @pytest.fixture

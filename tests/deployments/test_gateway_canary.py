@@ -1,6 +1,9 @@
 """A Triton host agent with its gateway: a canary deployed beside the stable version, its percent changed,
 promoted and rolled back, on a real Triton behind real nginx, with clients sending all along."""
 
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
@@ -12,8 +15,8 @@ from modelyard_agent.runtimes.gateway import VERSION_HEADER
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY, route
 from tests.deployments.triton_host import agent_payload, artifacts
-from tests.fixtures.clients import KeptAliveLoad
-from tests.fixtures.services import free_port
+from tests.fixtures.clients import HeldRequest, KeptAliveLoad
+from tests.fixtures.services import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 __all__ = ["artifacts"]  # fixture
@@ -97,6 +100,26 @@ def test_a_rollback_sends_every_request_to_the_stable_version_before_the_canary_
     assert clients.failures == [] and {"1", "2"} <= set(clients.answers[:after])
     assert set(clients.answers[after:]) == {"1"}
     assert rolled_back["details"]["route"] is None and host.triton.ready_versions("iris") == [1]
+
+
+def test_a_rollback_keeps_the_canary_loaded_until_a_request_on_its_way_to_it_arrives(host):
+    """A request the canary's route took, whose body is still on its way when the rollback routes everything
+    to the stable version: the canary unloads only once that request was answered (CI once saw one answered
+    'version 2 is not at ready state' when the canary unloaded right after the route changed)."""
+    host.deploy(1)
+    host.deploy(2, canary_percent=100)
+    held = HeldRequest(host.url, "/v2/models/iris/infer", json.dumps(BODY).encode())
+    wait_for(lambda: host.gateway.inflight().get("iris/2") == 1, timeout=10, what="the held request counted on v2")
+    with ThreadPoolExecutor(1) as pool:
+        rollback = pool.submit(host.deploy, 1)
+        wait_for(lambda: host.gateway.routes().get("iris", {}).get("canary") is None, timeout=60,
+                 what="the rollback's route")
+        time.sleep(0.5)
+        assert host.triton.ready_versions("iris") == [1, 2]
+        status, answer = held.finish()
+        rolled_back = rollback.result(timeout=120)
+    assert status == 200 and answer["model_version"] == "2"
+    assert "drain_error" not in rolled_back["details"] and host.triton.ready_versions("iris") == [1]
 
 
 def test_a_newer_canary_replaces_the_old_one_and_keeps_the_stable_version(host):
