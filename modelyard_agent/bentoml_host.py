@@ -96,8 +96,9 @@ def front_for(root: Path, inference_url: str) -> NginxFront:
 def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance | None:
     """Leave exactly one instance of ``model`` serving, after a crash or at any time; returns it.
 
-    The instance kept is the one nginx routes to when it is ready, else the recorded ``serving``
-    one when it is ready (nginx is pointed back at it); every other recorded instance is stopped.
+    The instance kept is the one nginx's files route to when it is ready, else the recorded ``serving``
+    one when it is ready (nginx is pointed back at it, and reloaded onto it after any swap cut short);
+    every other recorded instance is stopped.
     A serving instance whose ``bentoml serve`` arbiter died while an orphaned worker still answers
     is replaced blue/green first (``_replace_orphan``), so no request finds nothing behind nginx.
     """
@@ -111,7 +112,10 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
     orphan = roles.get("serving")
     if keep is None and orphan is not None and orphan.port == routed and serve.is_ready(orphan):
         keep = _replace_orphan(root, front, model, orphan)
-    if keep is not None and routed != keep.port:
+    # A swap cut short may have written nginx's files without the reload that serves them: then the files say
+    # ``keep`` while the running nginx still sends requests to an instance stopped below. Reload to be sure.
+    interrupted = any(role != "serving" for role in roles)
+    if keep is not None and (routed != keep.port or interrupted):
         front.wait_drained(front.switch(model, keep.port, keep.version), timeout=front.shutdown_timeout)
     for role, instance in roles.items():
         if keep is None or instance.home != keep.home:

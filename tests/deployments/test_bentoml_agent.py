@@ -129,16 +129,22 @@ def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos,
 
 
 _AGENT_SCRIPT = """
-import json, sys
+import json, sys, time
 from modelyard_agent.bentoml_host import deploy_bentoml_version
+from modelyard_agent.runtimes.nginx import NginxFront
 payload, root = json.loads(sys.argv[1]), sys.argv[2]
+if sys.argv[3] == "reloading":  # held once nginx's files name the new version, before nginx reloads them
+    def held(self, *args, **kwargs):
+        print("reloading", flush=True)
+        time.sleep(600)
+    NginxFront._reload = held
 deploy_bentoml_version(payload, root=root, report=lambda step: print(step, flush=True))
 print("done", flush=True)
 """
 
 
 @pytest.mark.parametrize("recovery", ["redelivery", "heartbeat"])
-@pytest.mark.parametrize("kill_at", ["loading", "cutting_over"])
+@pytest.mark.parametrize("kill_at", ["loading", "cutting_over", "reloading"])
 def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_recovery(
     bentos, artifact_server, agent_root, agent_settings, kill_at, recovery
 ):
@@ -147,8 +153,8 @@ def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_
     assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
     payload = make_payload(bentos["v2"], base_url, url, 2)
     agent = subprocess.Popen(
-        [sys.executable, "-c", _AGENT_SCRIPT, json.dumps(payload), str(root)], stdout=subprocess.PIPE, text=True,
-        cwd=Path(__file__).parents[2],
+        [sys.executable, "-c", _AGENT_SCRIPT, json.dumps(payload), str(root), kill_at], stdout=subprocess.PIPE,
+        text=True, cwd=Path(__file__).parents[2],
     )
     for line in agent.stdout:
         if line.strip() == kill_at:
