@@ -1,9 +1,14 @@
-"""Helpers shared by the end-to-end tests: API calls that wait, and a client that keeps sending requests."""
+"""Helpers shared by the end-to-end tests: API calls that wait, a client that keeps sending requests, and a
+Triton host behind its agent's gateway."""
 
+import contextlib
+import shutil
 import tarfile
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -126,3 +131,56 @@ class Heartbeats:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(timeout=30)
+
+
+@dataclass
+class GatewayStack:
+    """A Triton host registered through the API, whose agent (a Celery worker on the host's queue) runs its
+    gateway in front of a real Triton: ``client`` (an admin's API client), ``triton``, ``gateway_url``
+    (the host's ``inference_url``) and the agent's ``staging`` directory."""
+
+    client: APIClient
+    triton: object
+    gateway_url: str
+    staging: Path
+
+
+@contextlib.contextmanager
+def gateway_stack(host: str, *, versions: int, s3_endpoint: str, start_triton: Callable,
+                  start_celery_worker: Callable, tmp_path: Path) -> Iterator[GatewayStack]:
+    """Start the workers, register iris versions 1..``versions`` and the host ``host``; stop the gateway after
+    (nginx runs as a daemon of its own). The agent's files live in a directory nginx's workers may traverse
+    (they run as nobody under a root agent)."""
+    from django.contrib.auth import get_user_model
+
+    from demo.iris import build_iris_archive
+    from modelyard_agent.runtimes.gateway import TritonGateway
+    from tests.factories import token_for
+    from tests.fixtures.services import free_port
+
+    triton = start_triton()
+    port = free_port()
+    home = Path(tempfile.mkdtemp(prefix="modelyard-e2e-gateway-"))
+    home.chmod(0o711)
+    start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
+    start_celery_worker(f"host.{host}", concurrency=2, env={
+        "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
+        "MODELYARD_AGENT_STAGING_DIR": str(home / "staging"),
+        "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url, "MODELYARD_AGENT_TRITON_URL": triton.http_url,
+    })
+    user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
+    assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
+    for version in range(1, versions + 1):
+        assert upload(client, build_iris_archive(tmp_path / f"iris-{version}.tar.gz", name="iris")) == version
+    gateway_url = f"http://127.0.0.1:{port}"
+    assert client.post("/api/v1/hosts/", {
+        "name": host, "inference_url": gateway_url,
+        "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)}},
+    }, format="json").status_code == 201
+    try:
+        yield GatewayStack(client, triton, gateway_url, home / "staging")
+    finally:
+        TritonGateway(home / "staging" / "gateway", port, triton="").stop()
+        shutil.rmtree(home, ignore_errors=True)

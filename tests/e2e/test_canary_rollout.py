@@ -3,18 +3,13 @@ of a real Triton, and clients sending through the gateway while the canary start
 promoted, and while a second canary is rolled back. No request fails."""
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from demo.iris import build_iris_archive
 from deployments.models import ServingHost
-from modelyard_agent.config import default_staging_dir
-from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.e2e.support import Heartbeats, Traffic, upload, wait_deployment
-from tests.factories import token_for
-from tests.fixtures.services import free_port, wait_for
+from tests.e2e.support import Heartbeats, Traffic, gateway_stack, wait_deployment
+from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -24,27 +19,10 @@ HOST = "canary-host"
 @pytest.fixture
 def stack(s3_endpoint, start_triton, start_celery_worker, tmp_path):
     """(API client, Triton, the gateway's URL): iris versions 1-3 registered, the host's agent running its
-    gateway in front of Triton; the gateway is stopped afterwards (nginx runs as a daemon of its own)."""
-    triton = start_triton()
-    port = free_port()
-    start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    start_celery_worker(f"host.{HOST}", concurrency=2, env={
-        "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
-        "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url, "MODELYARD_AGENT_TRITON_URL": triton.http_url,
-    })
-    user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
-    assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
-    for version in (1, 2, 3):
-        assert upload(client, build_iris_archive(tmp_path / f"iris-{version}.tar.gz", name="iris")) == version
-    gateway_url = f"http://127.0.0.1:{port}"
-    assert client.post("/api/v1/hosts/", {
-        "name": HOST, "inference_url": gateway_url,
-        "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)}},
-    }, format="json").status_code == 201
-    yield client, triton, gateway_url
-    TritonGateway(default_staging_dir(triton.model_repository) / "gateway", port, triton="").stop()
+    gateway in front of Triton."""
+    with gateway_stack(HOST, versions=3, s3_endpoint=s3_endpoint, start_triton=start_triton,
+                       start_celery_worker=start_celery_worker, tmp_path=tmp_path) as stack:
+        yield stack.client, stack.triton, stack.gateway_url
 
 
 def deploy(client: APIClient, version: int, **fields) -> dict:

@@ -3,24 +3,18 @@ the host's agent, its gateway (real nginx in front of a real Triton) captures cl
 reports it, and a replay started through the API sends the captured requests to a candidate on that host.
 Turning capture off deletes what was captured."""
 
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
-from django.contrib.auth import get_user_model
 from django.test import override_settings
 from rest_framework.test import APIClient
 
-from demo.iris import SAMPLE_INPUT, build_iris_archive
+from demo.iris import SAMPLE_INPUT
 from deployments.models import ServingHost
-from modelyard_agent.runtimes.gateway import TritonGateway
-from tests.e2e.support import Heartbeats, upload, wait_deployment
-from tests.factories import token_for
-from tests.fixtures.services import free_port, wait_for
+from tests.e2e.support import Heartbeats, gateway_stack, wait_deployment
+from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -30,33 +24,11 @@ REQUESTS = 60
 
 @pytest.fixture
 def stack(s3_endpoint, start_triton, start_celery_worker, tmp_path):
-    """(API client, the gateway's URL, the agent's staging directory): iris versions 1 and 2 registered and
-    the host's agent running its gateway in front of a real Triton, in a directory nginx's workers may
-    traverse (they run as nobody under a root agent)."""
-    triton = start_triton()
-    port = free_port()
-    home = Path(tempfile.mkdtemp(prefix="modelyard-e2e-capture-"))
-    home.chmod(0o711)
-    start_celery_worker("default", env={"MODELYARD_S3_ENDPOINT_URL": s3_endpoint})
-    start_celery_worker(f"host.{HOST}", concurrency=2, env={
-        "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
-        "MODELYARD_AGENT_STAGING_DIR": str(home / "staging"),
-        "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url, "MODELYARD_AGENT_TRITON_URL": triton.http_url,
-    })
-    user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
-    assert client.post("/api/v1/models/", {"name": "iris"}, format="json").status_code == 201
-    for version in (1, 2):
-        assert upload(client, build_iris_archive(tmp_path / f"iris-{version}.tar.gz", name="iris")) == version
-    gateway_url = f"http://127.0.0.1:{port}"
-    assert client.post("/api/v1/hosts/", {
-        "name": HOST, "inference_url": gateway_url,
-        "config_overrides": {"parameters": {"EXECUTION_ENV_PATH": str(triton.execution_env)}},
-    }, format="json").status_code == 201
-    yield client, gateway_url, home / "staging"
-    TritonGateway(home / "staging" / "gateway", port, triton="").stop()
-    shutil.rmtree(home, ignore_errors=True)
+    """(API client, the gateway's URL, the agent's staging directory): iris versions 1 and 2 registered and the
+    host's agent running its gateway in front of a real Triton."""
+    with gateway_stack(HOST, versions=2, s3_endpoint=s3_endpoint, start_triton=start_triton,
+                       start_celery_worker=start_celery_worker, tmp_path=tmp_path) as stack:
+        yield stack.client, stack.gateway_url, stack.staging
 
 
 def host_capture(client: APIClient) -> dict:
