@@ -97,7 +97,7 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
     """Leave exactly one instance of ``model`` serving, after a crash or at any time; returns it.
 
     The instance kept is the one nginx's files route to when it is ready, else the recorded ``serving``
-    one when it is ready (nginx is pointed back at it, and reloaded onto it after any swap cut short);
+    one when it is ready (nginx is pointed back at it, and reloaded onto it after a swap cut short);
     every other recorded instance is stopped.
     A serving instance whose ``bentoml serve`` arbiter died while an orphaned worker still answers
     is replaced blue/green first (``_replace_orphan``), so no request finds nothing behind nginx.
@@ -112,10 +112,10 @@ def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance |
     orphan = roles.get("serving")
     if keep is None and orphan is not None and orphan.port == routed and serve.is_ready(orphan):
         keep = _replace_orphan(root, front, model, orphan)
-    # A swap cut short may have written nginx's files without the reload that serves them: then the files say
-    # ``keep`` while the running nginx still sends requests to an instance stopped below. Reload to be sure.
-    interrupted = any(role != "serving" for role in roles)
-    if keep is not None and (routed != keep.port or interrupted):
+    # A swap cut short (a ``starting`` instance recorded) may have written nginx's files without the reload that
+    # serves them: then the files say ``keep`` while the running nginx still sends requests to an instance
+    # stopped below. Reload to be sure.
+    if keep is not None and (routed != keep.port or "starting" in roles):
         front.wait_drained(front.switch(model, keep.port, keep.version), timeout=front.shutdown_timeout)
     for role, instance in roles.items():
         if keep is None or instance.home != keep.home:
@@ -137,6 +137,10 @@ def _recover_split(root: Path, front: NginxFront, model: str,
         deployment of the model switches nginx to a plain location again).
     """
     state = ServeState(root)
+    if "starting" in roles:
+        # A first canary cut short may have made the files split without the reload that serves them: the
+        # running nginx would keep its plain location, and a later promotion stop the process it names.
+        front.reload()
     alive = {role: instance for role in ("serving", "canary")
              if (instance := roles.get(role)) is not None and serve.is_running(instance) and serve.is_ready(instance)}
     stable = alive.get("serving") or alive.get("canary")

@@ -9,6 +9,7 @@ settings (``modelyard_agent.config``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -90,27 +91,37 @@ def direct(payload: dict) -> dict:
     return {**payload, "inference_url": settings().triton_url} if settings().triton_url else payload
 
 
-def drain_routed(gateway: TritonGateway, model: str, route: dict | None, *, kept: list[int],
-                 timeout: float) -> list[str]:
-    """Wait until no request that ``route`` (the gateway's route of ``model`` before a change, or None) gave a
-    version outside ``kept`` is still on its way to Triton; call it once the gateway holds the new route, before
-    those versions unload. ``timeout``: seconds per version.
+def drain_routed(gateway: TritonGateway, model: str, *, kept: list[int], timeout: float,
+                 poll: float = 0.02) -> list[str]:
+    """Wait until no request a route gave a version of ``model`` outside ``kept`` is still on its way to Triton
+    through the gateway; call it once the gateway holds the new route (which gives no such version), before
+    those versions unload. ``timeout`` and ``poll`` in seconds, one deadline for every version.
 
     Returns:
-        What did not drain in time, one message per version (empty when every request ended).
+        What did not drain in time, one message per version (empty when every request ended, or when the
+        running gateway counts nothing: one started from an earlier agent's config, which its next start
+        replaces). A control socket that does not answer is asked again until the deadline.
     """
     from modelyard_agent.runtimes.base import ServingRuntimeError
 
-    if route is None:
-        return []
-    leaving = {v for v in (route["stable"], route.get("canary"), route.get("shadow")) if v is not None} - set(kept)
-    problems = []
-    for version in sorted(leaving):
+    deadline = time.monotonic() + timeout
+    busy: dict[str, int] = {}
+    problem = ""
+    while True:
         try:
-            gateway.wait_idle(model, version, timeout=timeout)
+            busy = {key: count for key, count in gateway.inflight().items()
+                    if count > 0 and key.split("/")[0] == model and int(key.split("/")[1]) not in kept}
+            problem = ""
         except ServingRuntimeError as exc:
-            problems.append(exc.message)
-    return problems
+            if not exc.retryable:
+                return []
+            problem = exc.message
+        if not busy and not problem:
+            return []
+        if time.monotonic() > deadline:
+            return [problem] if problem else [f"{count} request(s) to {key.replace('/', ' v')} still in flight after "
+                                              f"{timeout:g} s" for key, count in sorted(busy.items())]
+        time.sleep(poll)
 
 
 class TritonHostAgent:
@@ -161,8 +172,7 @@ class TritonHostAgent:
             elif route is not None or captured:
                 gateway.set_route(model, stable=version)
             # A request the old route gave a version that now unloads may still be on its way to Triton.
-            drain_errors.extend(drain_routed(gateway, model, route, kept=[*kept, version],
-                                             timeout=unload_deadline(payload)))
+            drain_errors.extend(drain_routed(gateway, model, kept=[*kept, version], timeout=unload_deadline(payload)))
 
         result = deploy_triton_version(
             direct(payload), model_repository=Path(settings().model_repository), report=report,
@@ -270,9 +280,8 @@ class TritonHostAgent:
 
         gateway = triton_gateway(payload["inference_url"])
         if gateway is not None and gateway.master_pid() is not None:
-            route = gateway.routes().get(payload["model"])
             gateway.remove_route(payload["model"])
-            for problem in drain_routed(gateway, payload["model"], route, kept=[], timeout=unload_deadline(payload)):
+            for problem in drain_routed(gateway, payload["model"], kept=[], timeout=unload_deadline(payload)):
                 logger.warning("unloading %s with requests in flight: %s", payload["model"], problem)
         payload = direct(payload)
         runtime = TritonRuntime(payload["inference_url"], load_timeout=unload_deadline(payload),

@@ -111,6 +111,9 @@ http {{
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
         require("modelyard_capture").load("{dir}")
+        -- Loaded here, so the workers run the modules of this config even when newer files are installed.
+        require("modelyard_gateway")
+        require("modelyard_drain")
     }}
     init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
     upstream modelyard_triton {{

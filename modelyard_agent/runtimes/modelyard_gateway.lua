@@ -14,7 +14,9 @@ function M.route(model)
     if not route then
         return
     end
-    ngx.var.modelyard_counted = key
+    if key then
+        ngx.var.modelyard_counted = key
+    end
     ngx.var.modelyard_version = version
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
     -- A share of the requests is mirrored to the shadow (never the ones that went to that version itself):
@@ -41,7 +43,9 @@ function M.shadow()
         return ngx.exit(204)
     end
     -- The mirror subrequest shares its request's variables, so the request's log phase sees this key.
-    ngx.var.modelyard_shadow_counted = key
+    if key then
+        ngx.var.modelyard_shadow_counted = key
+    end
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
 end
 

@@ -152,7 +152,8 @@ end
 
 -- Count one request on the version `choose(route)` gives (nil: none), under a route that did not change
 -- meanwhile: a request counted under an old route is counted again under the new one, so once the agent
--- changed a route and reads a version's count as 0, no request can still be given that version.
+-- changed a route and reads a version's count as 0, no request can still be given that version. Counts are
+-- kept per worker ("<model>/<version>/<worker pid>"), so the agent ignores those of a worker that died.
 -- Returns the route, the version and its counter's key (for `release`), or nil when `model` has no route
 -- or choose gave nil.
 function M.claim(model, choose)
@@ -163,10 +164,10 @@ function M.claim(model, choose)
             return nil
         end
         local version = choose(route)
-        if version == nil then
-            return route
+        if version == nil or not inflight then  -- no dict: an nginx started from a config without one
+            return route, version
         end
-        local key = model .. "/" .. string.format("%d", version)
+        local key = model .. "/" .. string.format("%d", version) .. "/" .. string.format("%d", ngx.worker.pid())
         inflight:incr(key, 1, 0)
         if M.generation() == generation then
             return route, version, key
@@ -177,15 +178,15 @@ end
 
 -- The request counted under `key` by `claim` ended (its log phase); nil or "" counts nothing.
 function M.release(key)
-    if key and key ~= "" then
+    if key and key ~= "" and inflight then
         inflight:incr(key, -1, 0)
     end
 end
 
--- content_by_lua of GET /inflight on the control socket: {"<model>/<version>": requests in flight}.
+-- content_by_lua of GET /inflight on the control socket: {"<model>/<version>/<worker pid>": requests in flight}.
 function M.counts()
     local out = {}
-    for _, key in ipairs(inflight:get_keys(0)) do
+    for _, key in ipairs(inflight and inflight:get_keys(0) or {}) do
         out[key] = inflight:get(key)
     end
     ngx.header["Content-Type"] = "application/json"

@@ -100,7 +100,12 @@ _SPLIT_HTTP = """\
     lua_shared_dict modelyard_routes 4m;
     lua_shared_dict modelyard_inflight 1m;
     lua_shared_dict modelyard_drain 16k;
-    init_by_lua_block {{ require("modelyard_routes").load("{dir}/routes.json") }}
+    init_by_lua_block {{
+        require("modelyard_routes").load("{dir}/routes.json")
+        -- Loaded here, so the workers run the modules of this config even when newer files are installed.
+        require("modelyard_bento")
+        require("modelyard_drain")
+    }}
     init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
     upstream modelyard_split {{
         server 0.0.0.1;  # never used: the balancer picks the port

@@ -155,12 +155,21 @@ class RouteControl:
             return self._control("POST", routes)
 
     def inflight(self) -> dict[str, int]:
-        """Requests a route gave a version, in flight now, ``{"<model>/<version>": count}`` (shadow copies included).
+        """Requests a route gave a version, in flight now, ``{"<model>/<version>": count}`` (shadow copies
+        included), summed over the nginx workers that still run: a worker that died cannot end its requests,
+        so what it counted is left out.
 
         Raises:
-            ServingRuntimeError: the control socket does not answer (retryable).
+            ServingRuntimeError: the control socket does not answer (retryable), or this nginx counts nothing
+                (a config from before the counts: not retryable).
         """
-        return self._control("GET", path="/inflight")
+        totals: dict[str, int] = {}
+        for key, count in self._control("GET", path="/inflight").items():
+            model, version, *worker = key.split("/")
+            if worker and not Path(f"/proc/{worker[0]}").exists():
+                continue
+            totals[f"{model}/{version}"] = totals.get(f"{model}/{version}", 0) + int(count)
+        return totals
 
     def wait_idle(self, model: str, version: int, timeout: float, poll: float = 0.02) -> None:
         """Wait until no request a route gave ``version`` of ``model`` is on its way to it (call it once the

@@ -178,7 +178,38 @@ def test_an_agent_killed_during_a_swap_leaves_exactly_one_serving_version_after_
         assert [(m["name"], m["state"]) for m in report["models"]] == [(MODEL, "READY")]
     kept = ServeState(root).read()[MODEL]
     assert set(kept) == {"serving"} and serving_homes(root) == [kept["serving"].home]
-    assert classify(url).status_code == 200
+    answer = classify(url)
+    assert answer.status_code == 200 and answer.headers["X-Modelyard-Version"] == str(kept["serving"].version)
+
+
+def test_a_first_canary_killed_before_nginx_reloaded_its_split_is_recovered_onto_the_split(
+    bentos, artifact_server, agent_root
+):
+    """The agent wrote the split location of a model's first canary and was killed before the reload that serves
+    it: the running nginx still had the plain location. Recovery reloads, so the canary that follows takes its
+    share and its promotion stops the old version without a 502 (the plain location named its process)."""
+    root, url = agent_root
+    _, base_url = artifact_server
+    assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"
+    payload = {**make_payload(bentos["v2"], base_url, url, 2), "canary_percent": 100}
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _AGENT_SCRIPT, json.dumps(payload), str(root), "reloading"], stdout=subprocess.PIPE,
+        text=True, cwd=Path(__file__).parents[2],
+    )
+    for line in agent.stdout:
+        if line.strip() == "reloading":
+            agent.send_signal(signal.SIGKILL)
+            break
+    agent.wait()
+    assert agent.returncode == -signal.SIGKILL
+
+    redelivered = deploy_bentoml_version(payload, root=root)
+    assert redelivered["state"] == "ready", redelivered
+    assert classify(url).headers["X-Modelyard-Version"] == "2"  # 100 %: the split serves
+    promoted = deploy_bentoml_version(make_payload(bentos["v2"], base_url, url, 2), root=root)
+    assert promoted["state"] == "ready", promoted
+    answer = classify(url)
+    assert answer.status_code == 200 and answer.headers["X-Modelyard-Version"] == "2"
 
 
 def test_a_truncated_or_corrupt_archive_is_refused_with_a_clear_error(bentos, tmp_path):

@@ -1,12 +1,15 @@
 """The gateway of a Triton host: real nginx (with its Lua module) in front of a real tritonserver."""
 
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import requests
 
 from demo.iris import sample_input
+from modelyard_agent.host_agents import drain_routed
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -206,6 +209,21 @@ def test_a_routed_request_counts_in_flight_on_its_version_until_it_ends(gateway)
     assert status == 200 and answer["model_version"] == "2"
     gateway.wait_idle(MODEL, 2, timeout=10)
     assert gateway.inflight()[f"{MODEL}/2"] == 0
+
+
+def test_what_a_worker_that_died_counted_in_flight_no_longer_holds_a_version(gateway):
+    gateway.set_route(MODEL, stable=1, canary=2, percent=100)
+    held = HeldRequest(gateway.url, f"/v2/models/{MODEL}/infer", json.dumps(BODY).encode())
+    wait_for(lambda: gateway.inflight().get(f"{MODEL}/2") == 1, timeout=10, what="the held request counted on v2")
+    gateway.set_route(MODEL, stable=1)
+    assert drain_routed(gateway, MODEL, kept=[1], timeout=0.3) == [
+        "1 request(s) to iris v2 still in flight after 0.3 s"]
+    (worker,) = {int(key.rsplit("/", 1)[1]) for key, count in gateway._control("GET", path="/inflight").items()
+                 if key.startswith(f"{MODEL}/2/") and count}
+    os.kill(worker, signal.SIGKILL)  # its request is lost with it, and so is its count
+    wait_for(lambda: not Path(f"/proc/{worker}").exists(), timeout=10, what="the worker gone")
+    assert drain_routed(gateway, MODEL, kept=[1], timeout=0.3) == []
+    held.connection.close()
 
 
 @pytest.fixture
