@@ -51,6 +51,15 @@ def test_the_page_shows_each_host_batch_and_step_and_polls_while_running(browser
     assert fragment.startswith('<div id="rollout-progress"') and "<html" not in fragment
 
 
+def test_a_host_whose_old_version_left_with_requests_in_flight_says_so(browser, deployment):
+    target = deployment.targets.get(host__name="gpu-0")
+    target.details = {"drain_error": "6 request(s) to iris v5 still in flight after 1 s"}
+    target.save(update_fields=["details"])
+    page = browser.get(f"/deployments/{deployment.pk}/").content.decode()
+    assert "left with requests still in flight: 6 request(s) to iris v5 still in flight after 1 s" in page
+    assert page.count("left with requests still in flight") == 1  # gpu-1 drained cleanly
+
+
 def test_pause_then_cancel_after_a_confirmation(browser, deployment):
     answer = browser.post(f"/deployments/{deployment.pk}/pause/", follow=True)
     assert "Rollout paused" in answer.content.decode()
