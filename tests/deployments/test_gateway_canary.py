@@ -2,8 +2,11 @@
 promoted and rolled back, on a real Triton behind real nginx, with clients sending all along."""
 
 import json
+import tarfile
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -120,6 +123,44 @@ def test_a_rollback_keeps_the_canary_loaded_until_a_request_on_its_way_to_it_arr
         rolled_back = rollback.result(timeout=120)
     assert status == 200 and answer["model_version"] == "2"
     assert "drain_error" not in rolled_back["details"] and host.triton.ready_versions("iris") == [1]
+
+
+def test_a_rollback_whose_canary_unloads_past_the_deadline_still_serves_the_stable_version(host, artifacts,
+                                                                                         triton_server):
+    """A request inside the canary outlasts the host's unload deadline: the rollback is still a success (the stable
+    version serves everything, Triton finishes the unload on its own), not a failure after which the control
+    plane would hold the canary as served and redeploy it."""
+    root, base_url = artifacts
+    slow = build_slow_execute_archive(root / "slow.tar.gz", seconds=3)
+    host.deploy(1)
+    canary = {**agent_payload(slow, base_url, triton_server, model="iris", version=2), "inference_url": host.url,
+              "canary_percent": 100}
+    assert host.agent.deploy(canary, report=lambda state: None)["state"] == "ready"
+    with ThreadPoolExecutor(1) as pool:  # straight to Triton: inside v2 for 3 s, and not counted by the gateway
+        inside = pool.submit(requests.post, f"{triton_server.http_url}/v2/models/iris/versions/2/infer", json=BODY,
+                             timeout=30)
+        time.sleep(0.5)
+        rolled_back = host.deploy(1, unload_deadline=1)
+        assert inside.result(timeout=30).status_code == 200
+    assert "still loaded or unloading after 1 s" in rolled_back["details"]["unload_error"]
+    assert "cutover_seconds" not in rolled_back["details"]
+    wait_for(lambda: host.triton.ready_versions("iris") == [1], timeout=30, what="v2 unloaded by Triton")
+
+
+def build_slow_execute_archive(out_path: Path, *, seconds: float) -> Path:
+    """iris whose every inference takes ``seconds`` longer."""
+    from demo.iris import build_iris_model_dir
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = build_iris_model_dir(Path(tmp), name="iris")
+        source = model_dir / "1" / "model.py"
+        marker = "    def execute(self, requests):\n"
+        assert marker in source.read_text()
+        slowed = source.read_text().replace(marker, f"{marker}        __import__('time').sleep({seconds!r})\n")
+        source.write_text(slowed)
+        with tarfile.open(out_path, "w:gz") as archive:
+            archive.add(model_dir, arcname="iris")
+    return out_path
 
 
 def test_a_newer_canary_replaces_the_old_one_and_keeps_the_stable_version(host):

@@ -1,5 +1,6 @@
 """The rollout page, its htmx fragment and its controls."""
 
+import html
 import re
 from datetime import timedelta
 
@@ -53,10 +54,12 @@ def test_the_page_shows_each_host_batch_and_step_and_polls_while_running(browser
 
 def test_a_host_whose_old_version_left_with_requests_in_flight_says_so(browser, deployment):
     target = deployment.targets.get(host__name="gpu-0")
-    target.details = {"drain_error": "6 request(s) to iris v5 still in flight after 1 s"}
+    target.details = {"drain_error": "6 request(s) to iris v5 still in flight after 1 s",
+                      "unload_error": "model 'iris' versions [5] still loaded or unloading after 1 s"}
     target.save(update_fields=["details"])
-    page = browser.get(f"/deployments/{deployment.pk}/").content.decode()
+    page = html.unescape(browser.get(f"/deployments/{deployment.pk}/").content.decode())
     assert "left with requests still in flight: 6 request(s) to iris v5 still in flight after 1 s" in page
+    assert "still unloading at the host's unload deadline: model 'iris' versions [5]" in page
     assert page.count("left with requests still in flight") == 1  # gpu-1 drained cleanly
 
 
