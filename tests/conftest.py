@@ -8,6 +8,7 @@ from tests.factories import token_for
 
 pytest_plugins = [
     "tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions", "tests.fixtures.netns",
+    "tests.fixtures.wheels",
 ]
 
 

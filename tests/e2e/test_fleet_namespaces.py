@@ -1,8 +1,9 @@
 """The reference topology: two serving hosts, each in a network namespace of its own.
 
 Each namespace (``tests.fixtures.netns``) holds a real Triton and a host agent started with
-``modelyard-agent``, with an environment that holds no database or S3 settings. From inside a
-namespace only the broker and the S3 endpoint are reachable (both listen on the bridge's address
+``modelyard-agent`` as a serving host installs it (the built wheel in a virtualenv of its own,
+``tests.fixtures.wheels.installed_agent``), with an environment that holds no database or S3
+settings. From inside a namespace only the broker and the S3 endpoint are reachable (both listen on the bridge's address
 in this namespace); PostgreSQL is not. The orchestrator worker, the API and the clients stay in
 this namespace, as the control plane and the users would. Under steady client load from outside:
 
@@ -65,7 +66,7 @@ for target in sys.argv[1:]:
 
 
 @pytest.fixture
-def fleet(request, network_namespaces, start_triton, start_celery_worker, tmp_path, settings):
+def fleet(request, network_namespaces, start_triton, start_celery_worker, installed_agent, tmp_path, settings):
     subnet = network_namespaces(len(HOSTS))
     gateway = subnet.gateway
     services = []
@@ -98,15 +99,19 @@ def fleet(request, network_namespaces, start_triton, start_celery_worker, tmp_pa
     namespaces = dict(zip(HOSTS, subnet.namespaces, strict=True))
     tritons = {name: start_triton(netns=namespaces[name]) for name in HOSTS}
     agents = {}
+    # Started outside the checkout, with nothing pointing back at its sources: the agent runs the wheel's code.
+    agent_env = {k: v for k, v in _without_service_credentials(os.environ).items() if k != "PYTHONPATH"}
+    where = subprocess.run([str(installed_agent.python), "-c", "import modelyard_agent as a; print(a.__file__)"],
+                           cwd=tmp_path, env=agent_env, capture_output=True, text=True, timeout=60)
+    assert where.stdout.startswith(str(installed_agent.root)), where.stdout + where.stderr
 
     def start_agent(name: str):
         ns = namespaces[name]
-        command = ns.command([str(BIN / "modelyard-agent"), "--host", name, "--runtime", "triton",
+        command = ns.command([str(installed_agent.bin / "modelyard-agent"), "--host", name, "--runtime", "triton",
                               "--broker-url", broker, "--model-repository", str(tritons[name].model_repository),
                               "--triton-grpc-url", tritons[name].grpc_url, "--concurrency", "2",
                               "--heartbeat-interval", str(HEARTBEAT_S)])
-        agent = _spawn(f"agent-{name}", command, tmp_path, env=_without_service_credentials(os.environ),
-                       inherit=False)
+        agent = _spawn(f"agent-{name}", command, tmp_path, env=agent_env, inherit=False, cwd=tmp_path)
         services.append(agent.process)
         wait_for(lambda: " ready." in agent.log_text() or agent.process.poll() is not None, timeout=60,
                  what=f"the agent of {name}")
