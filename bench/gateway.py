@@ -100,13 +100,13 @@ http {{
 def bare_nginx(directory: Path, triton: str, workers: str):
     """A started reference nginx at a free loopback port passing everything to ``triton`` (host:port); its
     ``NginxProcess`` (call ``stop()``)."""
-    from modelyard_agent.runtimes.gateway import CLIENT_SETTINGS, PROXY_SETTINGS
+    from modelyard_agent.runtimes.gateway import PROXY_SETTINGS, client_settings
     from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
 
     class BareNginx(NginxProcess):
         def main_config(self) -> str:
             return _BARE_NGINX.format(workers=workers, dir=self.dir, temp_paths=TEMP_PATHS.format(dir=self.dir),
-                                      client_settings=CLIENT_SETTINGS, proxy_settings=PROXY_SETTINGS,
+                                      client_settings=client_settings(), proxy_settings=PROXY_SETTINGS,
                                       triton=triton, listen=self.listen)
 
     proxy = BareNginx(directory, free_port(), "127.0.0.1")

@@ -6,6 +6,7 @@ from deployments.choices import FailurePolicy, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS
 from modelyard.forms import KeepEveryCharacter
 from modelyard.jsonobject import parse_json_object
+from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
 
 
 class ServingHostForm(KeepEveryCharacter, forms.Form):
@@ -76,6 +77,10 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
     config_overrides = _json_object_field(
         "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
         '"dynamic_batching": {"max_queue_delay_microseconds": 100}}')
+    max_request_bytes = forms.IntegerField(
+        required=False, min_value=MIN_REQUEST_BYTES, max_value=MAX_REQUEST_BYTES, label="Request body limit (bytes)",
+        help_text="the most an infer request body may hold at the hosts' gateways (413 beyond); empty: derived "
+                  "from the version's signature")
     confirm_breaking = forms.BooleanField(
         required=False, label="Roll out although it breaks the signature",
         help_text="needed when the version's inputs, outputs or batching break the clients of the version it "

@@ -128,8 +128,9 @@ def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
     with transaction.atomic():
         deployment = create_rollout(model_version=unloaded.deployment.version, hosts=[host],
                                     config_overrides=unloaded.deployment.config_overrides,
-                                    autoscale=unloaded.deployment.autoscale, trigger=RolloutTrigger.RELOAD,
-                                    actor=actor)
+                                    autoscale=unloaded.deployment.autoscale,
+                                    max_request_bytes=unloaded.deployment.max_request_bytes,
+                                    trigger=RolloutTrigger.RELOAD, actor=actor)
         record_audit_event(action=AuditAction.MODEL_RELOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": unloaded.deployment.version.version,
                                               "deployment": deployment.pk})

@@ -166,6 +166,10 @@ class Deployment(models.Model):
         help_text="0-100: the share of requests naming no version mirrored to this version, its answers discarded; "
                   "empty: no shadow")
     canary_state = models.CharField(max_length=16, choices=CanaryState.choices, blank=True)
+    max_request_bytes = models.PositiveBigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1024)],
+        help_text="bytes: the most an infer request body may hold at the hosts' gateways; empty: the bound of the "
+                  "version's signature (the host's default where its dims vary)")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

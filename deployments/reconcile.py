@@ -133,6 +133,7 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         deployment = create_rollout(
             model_version=stable or target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
+            max_request_bytes=target.deployment.max_request_bytes,
             trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
         logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
@@ -170,6 +171,7 @@ def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now
         deployment = create_rollout(
             model_version=target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
+            max_request_bytes=target.deployment.max_request_bytes,
             trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
         logger.warning("reconcile: %s; redeploying version %s (deployment %s)", reason,

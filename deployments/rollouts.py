@@ -258,7 +258,9 @@ def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment
         rollbacks.append(create_rollout(
             model_version=previous, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
             failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
-            autoscale=deployment.autoscale, rollback_of=deployment, trigger=RolloutTrigger.ROLLBACK, actor=actor,
+            autoscale=deployment.autoscale,
+            max_request_bytes=deployment.max_request_bytes, rollback_of=deployment, trigger=RolloutTrigger.ROLLBACK,
+            actor=actor,
         ))
     set_status(deployment, DeploymentStatus.ROLLED_BACK, actor=actor, message=reason)
     if deployment.canary_state == CanaryState.ACTIVE:
@@ -333,6 +335,7 @@ def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
             model_version=version, hosts=hosts, batch_size=current.batch_size,
             failure_policy=current.failure_policy, config_overrides=current.config_overrides,
             follow_alias=alias, selector=current.selector, autoscale=current.autoscale,
+            max_request_bytes=current.max_request_bytes,
             trigger=RolloutTrigger.ALIAS, actor=actor,
         )
 

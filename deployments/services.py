@@ -26,6 +26,7 @@ from deployments.models import Deployment, DeploymentTarget, ServingHost, Target
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard.states import IllegalTransition
+from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
 from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
@@ -65,7 +66,7 @@ def start_deployment(
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
     actor=None, authorize=None, config: str = "", confirm_breaking: bool = False, canary_percent=None,
-    shadow_percent=None,
+    shadow_percent=None, max_request_bytes: int | None = None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -85,6 +86,9 @@ def start_deployment(
         autoscale: bounds for the autoscaler (see ``check_autoscale``); None or {} for none.
         config: ``"recommended"``: serve with the config the version's performance card recommends
             (``deployments.profiles.recommended_overrides``), instead of ``config_overrides``.
+        max_request_bytes: the most bytes an infer request body may hold at each host's gateway (1024 or
+            more, capped there by the host's ``--max-request-bytes``); None: derived from the version's
+            signature (``modelyard_agent.formats.request_limits``).
         actor: the requesting user.
         authorize: ``authorize(model_version, hosts)``, called once the hosts are chosen and before
             anything is written; it raises (e.g. ``Forbidden``) to refuse the rollout. The API and
@@ -155,6 +159,7 @@ def start_deployment(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,
         actor=actor, canary_percent=canary_percent, shadow_percent=shadow_percent,
+        max_request_bytes=max_request_bytes,
     )
 
 
@@ -164,7 +169,7 @@ def create_rollout(
     selector: dict | None = None, rollback_of: Deployment | None = None,
     prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
     trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None, canary_percent: float | None = None,
-    shadow_percent: float | None = None,
+    shadow_percent: float | None = None, max_request_bytes: int | None = None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -194,6 +199,10 @@ def create_rollout(
     except ModelConfigError as exc:
         raise InvalidInput(str(exc)) from exc
     limits = check_autoscale(autoscale, version=model_version)
+    if max_request_bytes is not None and (isinstance(max_request_bytes, bool) or not isinstance(
+            max_request_bytes, int) or not MIN_REQUEST_BYTES <= max_request_bytes <= MAX_REQUEST_BYTES):
+        raise InvalidInput(f"max_request_bytes must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
+                           f"{MAX_REQUEST_BYTES}, got {max_request_bytes!r}")
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
@@ -219,6 +228,7 @@ def create_rollout(
             config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
             autoscale=limits, trigger=trigger, canary_percent=canary_percent, shadow_percent=shadow_percent,
             canary_state=CanaryState.ACTIVE if canary_percent is not None else "",
+            max_request_bytes=max_request_bytes,
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,
@@ -528,6 +538,7 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
                            if target.deployment.canary_state == CanaryState.ACTIVE else None),
         "shadow_percent": (target.deployment.shadow_percent
                            if target.deployment.canary_state == CanaryState.ACTIVE else None),
+        "max_request_bytes": target.deployment.max_request_bytes,
     }
 
 

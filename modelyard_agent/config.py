@@ -17,6 +17,7 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--triton-grpc-url`` | ``MODELYARD_AGENT_TRITON_GRPC_URL`` | empty: loads go over HTTP |
 | ``--triton-url`` | ``MODELYARD_AGENT_TRITON_URL`` | empty: ``inference_url`` is Triton itself (no gateway) |
 | ``--gateway-grpc-listen`` | ``MODELYARD_AGENT_GATEWAY_GRPC_LISTEN`` | empty: the gateway takes no gRPC |
+| ``--max-request-bytes`` | ``MODELYARD_AGENT_MAX_REQUEST_BYTES`` | 67108864 (64 MiB): the gateway's body ceiling |
 | ``--load-deadline`` | ``MODELYARD_AGENT_LOAD_TIMEOUT`` | 600 s, when the host sets none |
 | ``--unload-deadline`` | ``MODELYARD_AGENT_UNLOAD_TIMEOUT`` | 120 s, when the host sets none |
 | ``--heartbeat-interval`` | ``MODELYARD_HEARTBEAT_INTERVAL`` | 30 s between reports during long work |
@@ -45,7 +46,7 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from modelyard_agent.contract import MAX_DEADLINE_SECONDS, Runtime
+from modelyard_agent.contract import MAX_DEADLINE_SECONDS, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
 from modelyard_agent.formats.names import NAME_PATTERN, NAME_RULE
 
 MAX_SECONDS = float(MAX_DEADLINE_SECONDS)
@@ -89,6 +90,10 @@ SETTINGS = (
     Setting("gateway_grpc_listen", "MODELYARD_AGENT_GATEWAY_GRPC_LISTEN", "",
             "[host:]port where the gateway passes Triton's gRPC protocol to --triton-grpc-url, such as 8011 "
             "(empty: no gRPC through the gateway); needs --triton-url and --triton-grpc-url"),
+    Setting("max_request_bytes", "MODELYARD_AGENT_MAX_REQUEST_BYTES", "67108864",
+            "the most bytes of a request body the gateway passes to Triton: the limit of a model whose signature "
+            "has a variable dimension or BYTES input, and the ceiling of every model's (a model with fixed dims "
+            "gets the bound of its signature; a deployment may set its own)"),
     Setting("load_deadline", "MODELYARD_AGENT_LOAD_TIMEOUT", "600", "seconds a load may take, unless the host sets it"),
     Setting("unload_deadline", "MODELYARD_AGENT_UNLOAD_TIMEOUT", "120",
             "seconds an unload may take, unless the host sets it"),
@@ -126,6 +131,7 @@ class AgentConfig:
         triton_grpc_url: ``host:port``, or empty.
         triton_url: Triton's own HTTP base URL behind the gateway, or empty (no gateway).
         gateway_grpc_listen: ``[host:]port`` where the gateway takes gRPC, or empty.
+        max_request_bytes: the gateway's request body ceiling in bytes (``runtimes.gateway``).
         load_deadline, unload_deadline: default deadlines in seconds (a host's own come in payloads).
         heartbeat_interval: seconds between heartbeats sent while a task works.
         lock_wait: seconds a deployment waits for its (host, model) lock.
@@ -146,6 +152,7 @@ class AgentConfig:
     triton_grpc_url: str = ""
     triton_url: str = ""
     gateway_grpc_listen: str = ""
+    max_request_bytes: int = 64 * 1024 * 1024
     load_deadline: float = 600.0
     unload_deadline: float = 120.0
     heartbeat_interval: float = 30.0
@@ -189,6 +196,7 @@ class AgentConfig:
             triton_grpc_url=_host_port("triton_grpc_url", raw["triton_grpc_url"].strip()),
             triton_url=_http_url("triton_url", raw["triton_url"].strip()),
             gateway_grpc_listen=_listen("gateway_grpc_listen", raw["gateway_grpc_listen"].strip()),
+            max_request_bytes=_bytes("max_request_bytes", raw["max_request_bytes"].strip()),
             load_deadline=_seconds("load_deadline", raw["load_deadline"]),
             unload_deadline=_seconds("unload_deadline", raw["unload_deadline"]),
             heartbeat_interval=_seconds("heartbeat_interval", raw["heartbeat_interval"], minimum=0.5),
@@ -216,6 +224,7 @@ class AgentConfig:
             "model_repository": str(self.model_repository), "staging_dir": str(self.staging_dir),
             "bentoml_root": str(self.bentoml_root), "triton_grpc_url": self.triton_grpc_url,
             "triton_url": self.triton_url, "gateway_grpc_listen": self.gateway_grpc_listen,
+            "max_request_bytes": str(self.max_request_bytes),
             "load_deadline": f"{self.load_deadline:g}", "unload_deadline": f"{self.unload_deadline:g}",
             "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",
             "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
@@ -316,6 +325,13 @@ def _seconds(name: str, value: str, *, minimum: float = 1.0, maximum: float = MA
 def _count(name: str, value: str, maximum: int = 64) -> int:
     if not value.isdigit() or not 1 <= int(value) <= maximum:
         raise ConfigError(f"{_flag(name)} must be a whole number from 1 to {maximum}; got {value!r}")
+    return int(value)
+
+
+def _bytes(name: str, value: str) -> int:
+    if not value.isdigit() or not MIN_REQUEST_BYTES <= int(value) <= MAX_REQUEST_BYTES:
+        raise ConfigError(f"{_flag(name)} must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
+                          f"{MAX_REQUEST_BYTES}; got {value!r}")
     return int(value)
 
 

@@ -51,6 +51,9 @@ CAPTURE_PROTOCOL = 5
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
 MAX_DEADLINE_SECONDS = 86_400
+# Bounds of a request body limit at a host's gateway, in bytes (the host's --max-request-bytes and a
+# deployment's max_request_bytes).
+MIN_REQUEST_BYTES, MAX_REQUEST_BYTES = 1024, 1 << 32
 
 ORCHESTRATOR_QUEUE = "default"
 HOST_QUEUE_PREFIX = "host."
@@ -174,6 +177,9 @@ class DeployPayload(TypedDict):
     canary_percent: NotRequired[float | None]
     # 0-100: also mirror this share of those requests to this version (its answers are discarded).
     shadow_percent: NotRequired[float | None]
+    # bytes: the most an infer request body to this model may hold at the host's gateway; absent or None:
+    # derived from the version's signature (``formats.request_limits``).
+    max_request_bytes: NotRequired[int | None]
 
 
 class CaptureSettings(TypedDict):

@@ -82,7 +82,22 @@ def triton_gateway(inference_url: str):
     state_dir = AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir
     return TritonGateway(state_dir / "gateway", port, triton=settings().triton_url.split("://", 1)[1],
                          listen_host=listen_host, grpc_listen=settings().gateway_grpc_listen,
-                         triton_grpc=settings().triton_grpc_url)
+                         triton_grpc=settings().triton_grpc_url, max_request_bytes=settings().max_request_bytes)
+
+
+def gateway_request_limit(gateway: TritonGateway, payload: dict):
+    """The body limit of ``payload``'s version on ``gateway`` (``formats.request_limits.RequestLimit``): the
+    deployment's ``max_request_bytes``, else its signature's bound, else the host's ``--max-request-bytes``
+    (also when the config does not parse: the load then reports why)."""
+    from modelyard_agent.formats.request_limits import RequestLimit, request_limit
+    from modelyard_agent.formats.triton_config import ModelConfigError
+
+    try:
+        return request_limit(payload.get("config_text") or "", overrides=payload.get("config_overrides"),
+                             host_default=gateway.max_request_bytes,
+                             deployment_limit=payload.get("max_request_bytes"))
+    except ModelConfigError:
+        return RequestLimit(gateway.max_request_bytes, "host")
 
 
 def direct(payload: dict) -> dict:
@@ -145,7 +160,7 @@ class TritonHostAgent:
             return {"state": "failed", "retryable": False, "details": {}, "error": (
                 "a canary or shadow needs the host's gateway: run this host's agent with --triton-url "
                 "(MODELYARD_AGENT_TRITON_URL) and register the gateway's address as the host's inference_url")}
-        route, captured = None, False
+        route, captured, limit, held_limit = None, False, None, None
         if gateway is not None:
             try:
                 gateway.ensure_running()
@@ -153,6 +168,10 @@ class TritonHostAgent:
                 # A captured model keeps a route to the version that serves, so each captured request
                 # names the version that answered it.
                 captured = model in gateway.capture()
+                limit = gateway_request_limit(gateway, payload)
+                held_limit = gateway.request_limits()["models"].get(model)
+                # While the versions overlap either may answer, so the larger of their limits holds.
+                gateway.set_request_limit(model, max(limit.bytes, held_limit or 0))
             except ServingRuntimeError as exc:
                 return {"state": "failed", "retryable": exc.retryable, "details": {},
                         "error": f"the host's gateway: {exc.message}"}
@@ -166,6 +185,7 @@ class TritonHostAgent:
         drain_errors: list[str] = []
 
         def before_cutover(kept: list[int]) -> None:
+            gateway.set_request_limit(model, max(limit.bytes, held_limit or 0) if kept else limit.bytes)
             if kept:
                 gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent or 0),
                                   shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
@@ -181,7 +201,13 @@ class TritonHostAgent:
             keep=keep, before_cutover=before_cutover if gateway is not None else None)
         if drain_errors:
             result["details"]["drain_error"] = "; ".join(drain_errors)
+        if gateway is not None and result["state"] != "ready":
+            try:
+                gateway.set_request_limit(model, held_limit)  # the versions from before serve, with their limit
+            except ServingRuntimeError as exc:
+                result["details"]["request_limit_error"] = exc.message
         if gateway is not None and result["state"] == "ready":
+            result["details"]["request_limit"] = {"bytes": limit.bytes, "basis": limit.basis}
             try:
                 if not result["details"].get("kept_versions") and route is not None and not captured:
                     gateway.remove_route(model)

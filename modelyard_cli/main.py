@@ -236,6 +236,8 @@ def cmd_deploy(client: Client, args) -> int:
         request["config"] = args.config
     if args.canary is not None:
         request["canary_percent"] = args.canary
+    if args.max_request_bytes is not None:
+        request["max_request_bytes"] = parse_quantity(args.max_request_bytes, _SIZE_UNITS, "--max-request-bytes")
     if args.shadow is not None:
         request["shadow_percent"] = args.shadow
     body = client.request("POST", "deployments/", json=request)
@@ -647,6 +649,9 @@ def build_parser() -> argparse.ArgumentParser:
     deploy.add_argument("--shadow", type=float, metavar="PERCENT",
                         help="mirror this share (0-100) of the requests that name no version to the new one, its "
                              "answers discarded (without --canary: a shadow, which serves no client)")
+    deploy.add_argument("--max-request-bytes", metavar="SIZE",
+                        help="the most an infer request body may hold at the hosts' gateways, such as 4MiB (413 "
+                             "beyond; default: derived from the version's signature)")
     deploy.add_argument("--wait", action="store_true", help="wait; exit 1 unless the rollout succeeds")
     deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     deploy.set_defaults(func=cmd_deploy)

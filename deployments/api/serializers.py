@@ -17,6 +17,7 @@ from deployments.models import (
 )
 from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
+from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
 
 
 class ServingHostUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
@@ -134,8 +135,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = ["id", "model", "version", "status", "trigger", "batch_size", "failure_policy", "follow_alias",
                   "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "canary_percent",
-                  "shadow_percent", "canary_state", "canary", "targets", "events", "created_by", "created_at",
-                  "finished_at"]
+                  "shadow_percent", "canary_state", "canary", "max_request_bytes", "targets", "events", "created_by",
+                  "created_at", "finished_at"]
         read_only_fields = fields
 
     def get_canary(self, deployment: Deployment) -> dict | None:
@@ -196,6 +197,11 @@ class DeploymentCreateSerializer(_NoBooleans, RefuseUnknownFields, serializers.S
     shadow_percent = serializers.FloatField(min_value=0, max_value=100, required=False, help_text=(
         "0-100: mirror this share of the requests that name no version to the new one, its answers discarded "
         "(nginx's mirror); without canary_percent, a shadow deployment (canary_percent 0)"))
+    max_request_bytes = serializers.IntegerField(
+        min_value=MIN_REQUEST_BYTES, max_value=MAX_REQUEST_BYTES, required=False, allow_null=True, help_text=(
+            "bytes: the most an infer request body may hold at each host's gateway (413 beyond), capped by the "
+            "host's --max-request-bytes; default: derived from the version's signature (max_batch_size x dims x "
+            "data type, and a bound per JSON element), the host's default where its dims vary"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

@@ -80,18 +80,39 @@ CAPTURE_BODY_LIMIT = 1 << 20
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
 
-# The client side and the proxying of the gateway's http block, also what bench/gateway.py's bare nginx reference
-# runs with: kept-alive clients, and kept-alive upstream connections that stream request bodies.
-CLIENT_SETTINGS = """\
+# What a host takes by default (--max-request-bytes): the most bytes of a request body to a model without a
+# limit of its own, and the ceiling of every model's (Triton's own HTTP input limit is 64 MiB as well).
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+# Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
+# Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
+CLIENT_HEADER_TIMEOUT_S = 15
+CLIENT_BODY_TIMEOUT_S = 30
+
+
+def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> str:
+    """The client side of the gateway's http block, also what bench/gateway.py's bare nginx reference runs
+    with: kept-alive clients; headers of at most 16 KiB a line (4 such buffers, nginx's 400 or 414 beyond);
+    a client that pauses more than ``CLIENT_HEADER_TIMEOUT_S`` / ``CLIENT_BODY_TIMEOUT_S`` seconds in its
+    headers or body is answered 408; bodies over ``max_body_bytes`` bytes 413."""
+    return f"""\
     access_log off;
     keepalive_timeout 75s;
     keepalive_requests 100000;
-    # Triton enforces its own request size limit.
-    client_max_body_size 0;"""
+    client_header_buffer_size 4k;
+    large_client_header_buffers 4 16k;
+    client_header_timeout {CLIENT_HEADER_TIMEOUT_S}s;
+    client_body_timeout {CLIENT_BODY_TIMEOUT_S}s;
+    send_timeout 60s;
+    client_max_body_size {int(max_body_bytes)};"""
+
+
+# The proxying: kept-alive upstream connections; each request body is read whole before it is passed
+# (in memory up to client_body_buffer_size, then in tmp/), so it reaches Triton with a Content-Length and
+# never chunked (a few MB of tiny chunks overflow the stack of tritonservers before 25.07, CVE-2025-23310).
 PROXY_SETTINGS = """\
         proxy_http_version 1.1;
         proxy_set_header Connection "";
-        proxy_request_buffering off;"""
+        proxy_request_buffering on;"""
 
 _MAIN_CONF = """\
 {load_modules}
@@ -108,8 +129,10 @@ http {{
     lua_shared_dict modelyard_inflight 1m;
     lua_shared_dict modelyard_capture 1m;
     lua_shared_dict modelyard_drain 16k;
+    lua_shared_dict modelyard_limits 1m;
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
+        require("modelyard_limits").load("{dir}/limits.json", {max_body})
         require("modelyard_capture").load("{dir}")
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
         require("modelyard_gateway")
@@ -124,6 +147,12 @@ http {{
         listen {listen} backlog=4096;
 {proxy_settings}
         proxy_read_timeout 300s;
+        # nginx's own 413 (a body past client_max_body_size), in the JSON the per-model check answers.
+        error_page 413 @modelyard_too_large;
+        location @modelyard_too_large {{
+            default_type application/json;
+            return 413 '{too_large}';
+        }}
 {drain_server}        location = /healthz {{ return 200 "ok\\n"; }}
         location = /v2 {{ proxy_pass http://modelyard_triton; }}
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
@@ -134,6 +163,7 @@ http {{
             set $modelyard_shadow_counted "";
             set $modelyard_capture "";
             rewrite_by_lua_block {{
+                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
                 require("modelyard_gateway").route(ngx.var.modelyard_model)
             }}
@@ -161,7 +191,10 @@ http {{
         # A request that names its version: passed as sent, and captured like the others.
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
             set $modelyard_capture "";
-            rewrite_by_lua_block {{ require("modelyard_capture").draw(ngx.var.modelyard_model) }}
+            rewrite_by_lua_block {{
+                require("modelyard_limits").check(ngx.var.modelyard_model)
+                require("modelyard_capture").draw(ngx.var.modelyard_model)
+            }}
 {capture_body}
             log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
             proxy_pass http://modelyard_triton;
@@ -186,6 +219,7 @@ http {{
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
+        location = /limits {{ content_by_lua_block {{ require("modelyard_limits").control() }} }}
         location / {{ return 404; }}
     }}
 }}
@@ -231,6 +265,8 @@ class TritonGateway(RouteControl, NginxProcess):
         workers: nginx worker processes (``auto``: one per CPU).
         grpc_listen: ``[host:]port`` where the gateway takes gRPC, or empty (no gRPC through the gateway).
         triton_grpc: ``host:port`` of Triton's own gRPC endpoint; needed with ``grpc_listen``.
+        max_request_bytes: the most bytes of a request body (HTTP and gRPC) the gateway passes, and of an
+            infer request to a model without a limit of its own (``set_request_limit``).
 
     Raises:
         ValueError: ``grpc_listen`` without ``triton_grpc``.
@@ -240,7 +276,7 @@ class TritonGateway(RouteControl, NginxProcess):
 
     def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
                  shutdown_timeout: float = 120.0, workers: str = "auto", grpc_listen: str = "",
-                 triton_grpc: str = ""):
+                 triton_grpc: str = "", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
         super().__init__(directory, listen_port, listen_host, shutdown_timeout)
         if grpc_listen and not triton_grpc:
             raise ValueError("gRPC through the gateway needs Triton's own gRPC address (--triton-grpc-url)")
@@ -250,10 +286,15 @@ class TritonGateway(RouteControl, NginxProcess):
         self.routes_file = self.dir / "routes.json"
         self.control_socket = self.dir / "control.sock"
         self.capture_file = self.dir / "capture.json"
+        self.limits_file = self.dir / "limits.json"
+        self.max_request_bytes = int(max_request_bytes)
 
     def main_config(self) -> str:
         return _MAIN_CONF.format(
-            load_modules=load_modules(), workers=self.workers, client_settings=CLIENT_SETTINGS,
+            load_modules=load_modules(), workers=self.workers, client_settings=client_settings(self.max_request_bytes),
+            max_body=self.max_request_bytes, too_large=json.dumps({
+                "error": f"request body over the limit of {self.max_request_bytes} bytes (the default of this host)",
+                "limit_bytes": self.max_request_bytes}),
             proxy_settings=PROXY_SETTINGS,
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
@@ -264,6 +305,41 @@ class TritonGateway(RouteControl, NginxProcess):
             grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
                                             methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
         )
+
+    # Request body limits (modelyard_limits.lua; formats.request_limits derives them).
+
+    def request_limits(self) -> dict:
+        """The limits the running gateway holds: ``{"default": bytes, "models": {model: bytes}}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/limits")
+
+    def set_request_limit(self, model: str, limit: int | None) -> dict:
+        """Refuse ``model``'s infer request bodies over ``limit`` bytes (None: the host's default) with 413,
+        from the next request, with no reload; kept in ``limits.json`` for the next start. Idempotent.
+
+        Returns:
+            ``request_limits()`` after the change.
+
+        Raises:
+            ValueError: a limit below 1 byte, or not a model name.
+            ServingRuntimeError: the gateway refused the limits or does not answer.
+        """
+        if "/" in model or model in (".", "..") or not model:
+            raise ValueError(f"{model!r} is not a model name")
+        if limit is not None and int(limit) < 1:
+            raise ValueError(f"a request limit is 1 byte or more; got {limit!r}")
+        with self._lock():
+            held = read_json_file(self.limits_file)
+            if limit is None:
+                held.pop(model, None)
+            else:
+                held[model] = min(int(limit), self.max_request_bytes)
+            _atomic_write(self.limits_file, json.dumps(held, indent=1, sort_keys=True))
+            self._control("POST", held, path="/limits")
+        return self.request_limits()
 
     # Request capture (the file format is the capture contract, docs/architecture.md).
 
