@@ -108,14 +108,8 @@ end
 -- content_by_lua of the control socket: GET /limits answers {"default": bytes, "models": {model: bytes}}, POST
 -- /limits replaces the models' with the JSON object it carries ({model: bytes}).
 function M.control()
-    if ngx.req.get_method() == "POST" then
-        ngx.req.read_body()
-        local count, err = M.apply(cjson.decode(ngx.req.get_body_data() or ""))
-        if not count then
-            ngx.status = 400
-            ngx.say(err)
-            return
-        end
+    if not routes.replace_from_request(M.apply) then
+        return
     end
     local models = {}
     for _, model in ipairs(limits:get_keys(0)) do

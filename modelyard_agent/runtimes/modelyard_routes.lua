@@ -204,16 +204,26 @@ function M.encoded()
     return next(out) and cjson.encode(out) or "{}"
 end
 
+-- For a control socket's POST: give `apply` the JSON object the request carries; false (having answered 400
+-- with `apply`'s message) when it refused it. Other methods change nothing and return true.
+function M.replace_from_request(apply)
+    if ngx.req.get_method() ~= "POST" then
+        return true
+    end
+    ngx.req.read_body()
+    local count, err = apply(cjson.decode(ngx.req.get_body_data() or ""))
+    if not count then
+        ngx.status = 400
+        ngx.say(err)
+        return false
+    end
+    return true
+end
+
 -- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them.
 function M.control()
-    if ngx.req.get_method() == "POST" then
-        ngx.req.read_body()
-        local count, err = M.apply(cjson.decode(ngx.req.get_body_data() or ""))
-        if not count then
-            ngx.status = 400
-            ngx.say(err)
-            return
-        end
+    if not M.replace_from_request(M.apply) then
+        return
     end
     ngx.header["Content-Type"] = "application/json"
     ngx.say(M.encoded())
