@@ -46,7 +46,13 @@ from functools import cache
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
-from modelyard_agent.contract import MAX_DEADLINE_SECONDS, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
+from modelyard_agent.contract import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    MAX_DEADLINE_SECONDS,
+    MAX_REQUEST_BYTES,
+    MIN_REQUEST_BYTES,
+    Runtime,
+)
 from modelyard_agent.formats.names import NAME_PATTERN, NAME_RULE
 
 MAX_SECONDS = float(MAX_DEADLINE_SECONDS)
@@ -90,7 +96,7 @@ SETTINGS = (
     Setting("gateway_grpc_listen", "MODELYARD_AGENT_GATEWAY_GRPC_LISTEN", "",
             "[host:]port where the gateway passes Triton's gRPC protocol to --triton-grpc-url, such as 8011 "
             "(empty: no gRPC through the gateway); needs --triton-url and --triton-grpc-url"),
-    Setting("max_request_bytes", "MODELYARD_AGENT_MAX_REQUEST_BYTES", "67108864",
+    Setting("max_request_bytes", "MODELYARD_AGENT_MAX_REQUEST_BYTES", str(DEFAULT_MAX_REQUEST_BYTES),
             "the most bytes of a request body the gateway passes to Triton: the limit of a model whose signature "
             "has a variable dimension or BYTES input, and the ceiling of every model's (a model with fixed dims "
             "gets the bound of its signature; a deployment may set its own)"),
@@ -152,7 +158,7 @@ class AgentConfig:
     triton_grpc_url: str = ""
     triton_url: str = ""
     gateway_grpc_listen: str = ""
-    max_request_bytes: int = 64 * 1024 * 1024
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     load_deadline: float = 600.0
     unload_deadline: float = 120.0
     heartbeat_interval: float = 30.0

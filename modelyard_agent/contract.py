@@ -52,8 +52,9 @@ CAPTURE_PROTOCOL = 5
 # day; a deadline longer than that is a host that is down, not a load that is slow.
 MAX_DEADLINE_SECONDS = 86_400
 # Bounds of a request body limit at a host's gateway, in bytes (the host's --max-request-bytes and a
-# deployment's max_request_bytes).
+# deployment's max_request_bytes), and the host's default (Triton's own HTTP input limit is 64 MiB as well).
 MIN_REQUEST_BYTES, MAX_REQUEST_BYTES = 1024, 1 << 32
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 ORCHESTRATOR_QUEUE = "default"
 HOST_QUEUE_PREFIX = "host."

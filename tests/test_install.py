@@ -1,7 +1,9 @@
 """What users install is what works: the agent's wheel on a serving host, and the web application
 as its image installs it, each in a virtualenv of its own, importing nothing from the checkout."""
 
+import json
 import os
+import subprocess
 
 import pytest
 
@@ -35,8 +37,6 @@ def _source_modules() -> set[str]:
 
 
 def test_the_agents_wheel_installs_and_imports_every_module_of_the_checkout(installed_agent, tmp_path):
-    import json
-
     done = installed_agent.run("-c", _IMPORT_INSTALLED, cwd=tmp_path, env={"PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout)
@@ -54,8 +54,6 @@ def test_the_installed_agent_command_starts_and_checks_its_settings(installed_ag
     bad = installed_agent.run("-c", "import sys; from modelyard_agent.cli import main; sys.exit(main())",
                               cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "MODELYARD_AGENT_HOST": "GPU/0"})
     assert bad.returncode == 2 and "must be a registry name" in bad.stderr, bad.stderr
-    import subprocess
-
     shown = subprocess.run([agent, "--host", "gpu-0", "--print-config"], cwd=tmp_path, capture_output=True, text=True,
                            timeout=60, env={"PATH": "/usr/bin:/bin"})
     assert shown.returncode == 0 and "MODELYARD_AGENT_HOST=gpu-0\n" in shown.stdout, shown.stderr

@@ -61,6 +61,7 @@ import pwd
 import shutil
 from pathlib import Path
 
+from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
@@ -80,9 +81,6 @@ CAPTURE_BODY_LIMIT = 1 << 20
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
 
-# What a host takes by default (--max-request-bytes): the most bytes of a request body to a model without a
-# limit of its own, and the ceiling of every model's (Triton's own HTTP input limit is 64 MiB as well).
-DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 # Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
 # Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
 CLIENT_HEADER_TIMEOUT_S = 15
