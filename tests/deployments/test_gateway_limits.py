@@ -4,8 +4,11 @@ which a 12 MB JSON body whose data is longer than its shape crashes with SIGSEGV
 import http.client
 import http.server
 import json
+import shutil
 import socket
+import tempfile
 import threading
+from pathlib import Path
 
 import pytest
 import requests
@@ -29,11 +32,11 @@ CRASHING = json.dumps({"inputs": [{"name": "input", "shape": [1, 4], "datatype":
 
 
 @pytest.fixture
-def shielded(triton_server, tmp_path):
+def shielded(triton_server, tmp_path, gateway_dir):
     """iris v1 on a real Triton behind a running gateway, which holds iris's limit as a deployment sets it."""
     put_iris(triton_server.model_repository, tmp_path, versions=[1])
     TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1]))
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+    front = TritonGateway(gateway_dir, free_port(), triton=triton_server.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1")
     front.ensure_running()
     config_text = (triton_server.model_repository / MODEL / "config.pbtxt").read_text()
@@ -43,6 +46,16 @@ def shielded(triton_server, tmp_path):
     front.config_text = config_text
     yield front
     front.stop()
+
+
+@pytest.fixture
+def gateway_dir():
+    """A directory for a gateway's files that nginx's workers can reach (they run as nobody under a root
+    agent, and read and write request bodies over client_body_buffer_size in its tmp/)."""
+    home = Path(tempfile.mkdtemp(prefix="modelyard-gateway-limits-"))
+    home.chmod(0o711)
+    yield home / "gateway"
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def _good(url: str) -> requests.Response:
@@ -111,10 +124,10 @@ def test_a_chunked_body_over_the_limit_is_refused_too_and_one_within_it_is_answe
     assert triton_server.process.poll() is None and _good(shielded.url).status_code == 200
 
 
-def test_a_model_without_a_limit_of_its_own_takes_the_hosts(triton_server, tmp_path):
+def test_a_model_without_a_limit_of_its_own_takes_the_hosts(triton_server, tmp_path, gateway_dir):
     put_iris(triton_server.model_repository, tmp_path, versions=[1])
     TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1]))
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+    front = TritonGateway(gateway_dir, free_port(), triton=triton_server.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1", max_request_bytes=1 << 20)
     front.ensure_running()
     try:
