@@ -7,9 +7,25 @@ from rest_framework.test import APIClient
 from tests.factories import token_for
 
 pytest_plugins = [
-    "tests.fixtures.triton", "tests.fixtures.services", "tests.fixtures.expositions", "tests.fixtures.netns",
-    "tests.fixtures.wheels",
+    "tests.fixtures.services", "tests.fixtures.triton", "tests.fixtures.bentos", "tests.fixtures.expositions",
+    "tests.fixtures.netns", "tests.fixtures.wheels", "tests.plugins.census", "tests.plugins.tiers",
+    "tests.plugins.timing",
 ]
+
+@pytest.fixture(autouse=True, scope="session")
+def shipped_password_hashers() -> list[str]:
+    """Hash test passwords with MD5 and yield the hashers the project ships (Django's defaults).
+
+    The shipped PBKDF2 hasher spends ~0.3-0.6 s per hash on a 2-core machine, and the suite creates and
+    logs in users thousands of times. The login form, the backend and the token checks stay real;
+    ``test_passwords_are_kept_with_the_shipped_hasher_and_a_user_logs_in_with_one`` puts the shipped
+    hashers back to check them."""
+    from django.conf import settings
+
+    shipped = list(settings.PASSWORD_HASHERS)
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    yield shipped
+    settings.PASSWORD_HASHERS = shipped
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -66,3 +66,17 @@ def test_every_page_and_endpoint_but_the_documented_ones_needs_a_login(client, u
 @pytest.mark.parametrize("url", ["/healthz", "/login/", "/api/schema/", "/api/docs/", "/api/docs/?script="])
 def test_the_documented_open_urls_answer_without_a_login(client, url):
     assert client.get(url).status_code == 200
+
+
+def test_passwords_are_kept_with_the_shipped_hasher_and_a_user_logs_in_with_one(client, db, settings,
+                                                                                 shipped_password_hashers):
+    # The suite hashes with MD5 for speed (tests/conftest.py); this test puts back what the project ships.
+    from django.contrib.auth import get_user_model
+
+    settings.PASSWORD_HASHERS = shipped_password_hashers
+    assert "MD5" not in shipped_password_hashers[0]
+    user = get_user_model().objects.create_user(username="shipped", password="a-long-test-password")
+    assert user.password.startswith("pbkdf2_sha256$"), user.password.split("$")[0]
+    answer = client.post("/login/", {"username": "shipped", "password": "a-long-test-password"})
+    assert answer.status_code == 302, answer.content[:300]
+    assert client.get("/models/").status_code == 200

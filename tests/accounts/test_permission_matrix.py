@@ -199,7 +199,8 @@ def world(db) -> dict:
     for alias in ("staging", "production"):
         Alias.objects.create(model=model, name=alias, version=versions[0])
     for name, production in (("gpu-dev", False), ("gpu-prod", True), ("gpu-spare", False)):
-        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000", production=production)
+        # A refused port, not an unresolvable name: the name's DNS lookup costs ~5 s per call on this machine.
+        ServingHost.objects.create(name=name, inference_url="http://127.0.0.1:1", production=production)
     ids = {
         "dev": start_deployment(model_name="resnet", version=1, host_names=["gpu-dev"], actor=people["owner"]).pk,
         "prod": start_deployment(model_name="resnet", version=1, host_names=["gpu-prod"], actor=people["owner"]).pk,

@@ -1,8 +1,8 @@
 """Browser fixtures: headless Debian Chromium driven by Playwright against pytest-django's live server.
 
 - ``fleet``: a real Prometheus holding an hour of synthetic Triton and BentoML history and
-  scraping the live expositions every 5 s, as the shipped config does; one per module.
-- ``browser``: one headless Chromium per module (``/usr/bin/chromium``, installed by
+  scraping the live expositions every 5 s, as the shipped config does; one for the package.
+- ``browser``: one headless Chromium for the package (``/usr/bin/chromium``, installed by
   ``make install``; Playwright's own browser download is not used).
 - ``deployed``: the registry rows of iris v1 and v2 on the Triton host ``gpu-a`` and bento-iris v1
   on ``bento-a``, committed so the live server sees them, with ``PROMETHEUS_URL`` on ``fleet``.
@@ -34,9 +34,10 @@ USERNAME, PASSWORD = "engineer", "a-long-test-password"
 IRIS_V2_FOOTPRINT = {"gpu": 1_500_000_000, "cpu": 200_000_000}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def fleet(tmp_path_factory):
-    """A Prometheus with an hour of history that is also scraping both live expositions."""
+    """A Prometheus with an hour of history that is also scraping both live expositions; one backfill for
+    every browser module (the tests only read it)."""
     started = time.time() - HISTORY_SECONDS - 60
     running = start_fleet(tmp_path_factory.mktemp("browser-fleet"), started=started,
                           history_seconds=HISTORY_SECONDS, scrape_seconds=5)
@@ -44,9 +45,9 @@ def fleet(tmp_path_factory):
     running.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser() -> Browser:
-    """One headless Chromium for the module."""
+    """One headless Chromium for every browser module (each test opens its own context)."""
     if not CHROMIUM.exists():
         pytest.fail(f"{CHROMIUM} is missing: run 'make install' (it installs Debian's chromium)")
     with pytest.MonkeyPatch.context() as patch, sync_playwright() as playwright:
@@ -152,12 +153,10 @@ def watch(live_server) -> PageWatch:
 
 
 @pytest.fixture
-def logged_in(browser, live_server, watch, settings):
+def logged_in(browser, live_server, watch):
     """Factory: ``logged_in(username, password, timeout_ms=15_000)`` opens a page on the live server
     (1280x900) whose events ``watch`` collects, and logs in through the login form; the pages'
     browser contexts close when the test ends."""
-    # The default hasher spends ~0.6 s per hash here, twice per test; the form and backend stay real.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     contexts = []
 
     def open_page(username: str, password: str, timeout_ms: int = 15_000) -> Page:
