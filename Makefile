@@ -5,7 +5,8 @@
 #   make run       install, then start the whole local stack (scripts/stack.sh)
 #   make stop      stop what `make run` started
 #   make status    one line per service, up or down
-#   make test      install, then lint and the test suite (scripts/test.sh)
+#   make test      install, then lint and the whole test suite (scripts/test.sh), as CI runs it
+#   make test-fast lint and the fast tier: unit and database tests, no servers (scripts/test.sh --fast)
 #   make lint      ruff, the import layers (lint-imports) and the migrations check
 #   make bench     benchmarks (bench/run.sh), when present
 #   make screenshots  the fleet, model, compare and version pages at 1440 and 390 px into var/screenshots/
@@ -19,7 +20,7 @@ PYTHON := $(VENV)/bin/python
 # Rebuilt whenever a requirements file is newer than the last install.
 VENV_MARKER := $(VENV)/.requirements-installed
 
-.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-localstack install-browser run stop status test lint bench screenshots
+.PHONY: help install install-python install-prometheus install-nginx install-triton install-perf-analyzer install-localstack install-browser run stop status test test-fast lint bench screenshots
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -90,6 +91,9 @@ status:
 
 test: install
 	scripts/test.sh
+
+test-fast: install-python
+	scripts/test.sh --fast
 
 lint: install-python
 	$(PYTHON) -m ruff check .

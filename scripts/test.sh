@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# The CI suite: guard rails (ruff, migrations check) and the whole pytest suite.
+# The CI suite: guard rails (ruff, import layers, migrations check) and the whole pytest suite.
 #
-#   scripts/test.sh [PYTEST_ARGS...]
+#   scripts/test.sh [--fast] [PYTEST_ARGS...]
 #
 # Makes sure PostgreSQL and Redis answer (starting them the way the machine's own
-# services are started when they do not), that Prometheus and Triton are installed,
-# then runs the checks against PostgreSQL. pytest's exit status is this script's;
-# "no tests collected" (5) counts as a failure.
+# services are started when they do not), that Prometheus, nginx, Triton, perf_analyzer and
+# LocalStack are installed, then runs the checks against PostgreSQL. pytest runs in
+# MODELYARD_TEST_WORKERS pytest-xdist workers (2; 0 runs in this process), one test module to
+# a worker at a time, each with its own test database, broker database and ports (docs/testing.md).
+# --fast runs the fast tier only (-m "not integration": unit and database tests) and installs no
+# server. pytest's exit status is this script's; "no tests collected" (5) counts as a failure.
 set -euo pipefail
+
+FAST=0
+if [[ "${1:-}" == --fast ]]; then
+    FAST=1
+    shift
+fi
+WORKERS="${MODELYARD_TEST_WORKERS:-2}"
+[[ "$WORKERS" =~ ^[0-9]+$ ]] || { printf '[test] error: MODELYARD_TEST_WORKERS must be a number, not %q\n' "$WORKERS" >&2; exit 2; }
 
 REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
@@ -46,6 +57,9 @@ if [[ "$(redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null)" != PONG ]]; then
     wait_for Redis 15 redis-cli -h 127.0.0.1 -p 6379 ping
 fi
 
+if ((FAST)); then
+    :  # the fast tier starts no server
+else
 if ! command -v prometheus >/dev/null 2>&1; then
     log "installing Prometheus (Debian package)"
     apt-get update && apt-get install -y --no-install-recommends prometheus
@@ -61,6 +75,7 @@ scripts/install_triton.sh
 scripts/install_perf_analyzer.sh
 # LocalStack's S3, which checks part checksums on arrival (moto does not); marker in .stack/.
 scripts/install_localstack.sh
+fi
 
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/modelyard}"
 
@@ -71,9 +86,12 @@ log "lint-imports (layers and forbidden imports: pyproject.toml [tool.importlint
 log "manage.py makemigrations --check --dry-run"
 "$PY" manage.py makemigrations --check --dry-run
 
-log "pytest $*"
+args=()
+((WORKERS > 0)) && args+=(-n "$WORKERS" --dist loadfile)
+((FAST)) && args+=(-m "not integration")
+log "pytest ${args[*]} $*"
 rc=0
-"$PY" -m pytest "$@" || rc=$?
+"$PY" -m pytest "${args[@]}" "$@" || rc=$?
 if ((rc == 5)); then
     die "pytest collected no tests (exit 5)"
 fi
