@@ -23,6 +23,13 @@ DEADLINE = 3.0
 SLOW_LOAD = 15.0
 
 
+@pytest.fixture
+def triton_server(start_triton):
+    """A server of this module's own: its tests leave a load running past the test's end, which would hold
+    the session's shared server (tests/fixtures/triton.py) until it finished."""
+    return start_triton()
+
+
 def deploy(triton, body: dict, load_timeout: float = 60.0, grpc: bool = True) -> dict:
     return deploy_triton_version(body, model_repository=triton.model_repository, load_timeout=load_timeout,
                                  unload_timeout=30, grpc_url=triton.grpc_url if grpc else "")
