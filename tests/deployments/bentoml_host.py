@@ -1,5 +1,6 @@
-"""Fixtures for BentoML host agent tests: Bentos built by BentoML, an artifact server, an agent root
-with its nginx, and payloads as ``build_agent_payload`` writes them."""
+"""Fixtures for BentoML host agent tests: an artifact server for the session's Bentos
+(``tests/fixtures/bentos.py``), an agent root with its nginx, and payloads as ``build_agent_payload``
+writes them."""
 
 import functools
 import http.server
@@ -15,30 +16,15 @@ from modelyard_agent.runtimes import bentoml as serve
 from registry.choices import ArtifactFormat
 from registry.formats import archive_limits
 from registry.formats.bento import prepare_bentoml_archive
+from tests.fixtures.bentos import MODEL
 from tests.fixtures.services import free_port
-from tests.registry.format_builders import build_bentoml_exports
 
-MODEL = "clf"
 SAMPLE = {"features": [[0.0, 1.0]]}
-
-
-@pytest.fixture(scope="module")
-def bentos(tmp_path_factory) -> dict[str, Path]:
-    """Three exports of model ``clf`` built by BentoML: ``v1``, ``v2`` and ``refuses`` (a service that
-    raises while it initialises), served over HTTP from one directory."""
-    root = tmp_path_factory.mktemp("bentos")
-    built = {}
-    for name, refuse in (("v1", False), ("v2", False), ("refuses", True)):
-        out = root / name
-        out.mkdir()
-        bentomodel, bento = build_bentoml_exports(out, MODEL, refuse_to_start=refuse)
-        built[name], built[f"{name}-model"] = bento, bentomodel
-    return built
 
 
 @pytest.fixture
 def artifact_server(bentos):
-    """A plain HTTP server for the artifacts (what a presigned S3 URL is to the agent)."""
+    """A plain HTTP server for the session's Bentos (what a presigned S3 URL is to the agent)."""
     root = next(iter(bentos.values())).parent.parent
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)

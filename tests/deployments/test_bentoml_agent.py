@@ -31,14 +31,13 @@ from tests.deployments.bentoml_host import (
     SAMPLE,
     agent_root,
     artifact_server,
-    bentos,
     make_payload,
     serving_homes,
 )
 from tests.fixtures.services import wait_for
 
 pytestmark = pytest.mark.integration
-__all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
+__all__ = ["agent_root", "artifact_server"]  # fixtures
 
 
 def classify(url: str, session=None) -> requests.Response:

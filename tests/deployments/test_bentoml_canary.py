@@ -28,14 +28,13 @@ from tests.deployments.bentoml_host import (
     SAMPLE,
     agent_root,
     artifact_server,
-    bentos,
     make_payload,
     serving_homes,
 )
 from tests.fixtures.clients import KeptAliveLoad
 
 pytestmark = pytest.mark.integration
-__all__ = ["agent_root", "artifact_server", "bentos"]  # fixtures
+__all__ = ["agent_root", "artifact_server"]  # fixtures
 
 PIN_HEADER = "X-Modelyard-Version-Request"
 

@@ -14,13 +14,13 @@ from rest_framework.test import APIClient
 
 from deployments.models import DeploymentTarget, ServingHost
 from modelyard_agent.worker import report_heartbeat
-from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, bentos, serving_homes
+from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, serving_homes
 from tests.e2e.support import Heartbeats, wait_deployment
 from tests.factories import token_for
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-__all__ = ["agent_root", "bentos"]  # fixtures
+__all__ = ["agent_root"]  # fixtures
 
 
 HOST = "bento-1"

@@ -20,21 +20,11 @@ from tests.deployments.bentoml_host import MODEL, SAMPLE, agent_root, artifact_s
 from tests.factories import page_with_panels, team_member, token_for
 from tests.fixtures.services import local_prometheus_config, wait_for
 from tests.monitoring.synthetic import deploy_version
-from tests.registry.format_builders import build_bentoml_exports
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 __all__ = ["agent_root", "artifact_server"]  # fixtures
 
 HOST = "bento-m"
-
-
-@pytest.fixture(scope="module")
-def bentos(tmp_path_factory) -> dict:
-    """One Bento of model ``clf`` built by BentoML (``artifact_server`` serves it)."""
-    out = tmp_path_factory.mktemp("metrics-bentos") / "v1"
-    out.mkdir()
-    _, bento = build_bentoml_exports(out, MODEL)
-    return {"v1": bento}
 
 
 def prometheus_value(prometheus_url: str, query: str) -> float:
