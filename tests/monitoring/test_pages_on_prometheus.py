@@ -20,18 +20,19 @@ from tests.monitoring.synthetic import deploy_version, start_fleet
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 WINDOW = 30  # seconds: the shortest rate window; the module's Prometheus holds more data than that
+HISTORY_SECONDS = WINDOW + 15  # backfilled, one sample a second, so a full window is there from the start
 
 
 @pytest.fixture(scope="module")
 def fleet_prometheus(tmp_path_factory):
     """Expositions for a Triton host and a BentoML process, and a real Prometheus scraping them
-    every second, started once per module and given a full rate window of data."""
+    every second, started once per module with a full rate window of backfilled data before its
+    first scrape (start_fleet returns once the live scrapes continue it)."""
     # counters as if serving for a minute already
-    fleet = start_fleet(tmp_path_factory.mktemp("fleet-prometheus"), started=time.time() - 60)
-    first_scrape = time.time()
+    fleet = start_fleet(tmp_path_factory.mktemp("fleet-prometheus"), started=time.time() - 60,
+                        history_seconds=HISTORY_SECONDS)
     wait_for(lambda: len(PrometheusClient(fleet.prometheus.url).instant(promql.throughput({}, WINDOW))) == 3,
              timeout=40, what="Prometheus to have rates for both runtimes", interval=0.5)
-    time.sleep(max(0.0, first_scrape + WINDOW + 2 - time.time()))
     yield fleet
     fleet.stop()
 
