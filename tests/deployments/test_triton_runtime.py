@@ -52,7 +52,9 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_it_reports_a_live_server_its_version_and_its_repository(triton_server, tmp_path):
+def test_it_reports_a_live_server_its_version_and_its_repository(start_triton, tmp_path):
+    # A server of its own: Triton's index keeps the models a shared server once loaded, as UNAVAILABLE.
+    triton_server = start_triton()
     put_iris(triton_server.model_repository, tmp_path, versions=[1])
     runtime = TritonRuntime(triton_server.http_url, timeout=10)
 
