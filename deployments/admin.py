@@ -4,6 +4,7 @@ from django import forms
 from django.contrib import admin
 
 from deployments.endpoints import normalise_url
+from deployments.hosts import check_host_overrides
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from modelyard.errors import InvalidInput
 from modelyard.forms import FullLengthModelForm
@@ -46,7 +47,6 @@ class ServingHostAdminForm(FullLengthModelForm):
         return self._url("metrics_url")
 
     def clean_config_overrides(self) -> dict:
-        from deployments.hosts import check_host_overrides
 
         try:
             return check_host_overrides(self.cleaned_data.get("config_overrides"))

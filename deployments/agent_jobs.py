@@ -17,7 +17,9 @@ from django.db import models, transaction
 from django.utils import timezone
 
 from audit.services import record_audit_event
+from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound, ServiceUnavailable
+from modelyard_agent.profiling import control
 
 
 @dataclass(frozen=True)
@@ -56,8 +58,6 @@ def cancel(kind: JobKind, job_id: int, *, actor=None):
     """
     import redis
 
-    from modelyard.celery import broker
-    from modelyard_agent.profiling import control
 
     with transaction.atomic():
         job = kind.model.objects.select_for_update().select_related("version__model").filter(pk=job_id).first()

@@ -21,6 +21,7 @@ from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger
 from deployments.models import DeploymentTarget
 from deployments.services import create_rollout, serving_now
 from modelyard_agent.formats.triton_config import instance_groups_of
+from monitoring.readings import queue_ms_per_host_model
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,6 @@ def autoscale_fleet(*, now=None, client=None) -> list[ScaleDecision]:
     Raises:
         ServiceUnavailable: Prometheus could not be asked (nothing changes then).
     """
-    from monitoring.readings import queue_ms_per_host_model
 
     now = now or timezone.now()
     window = int(settings.AUTOSCALE_WINDOW)

@@ -33,7 +33,10 @@ from django.db import transaction
 from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import CanaryState, DeploymentStatus, TargetState
+from deployments.enqueue import send_to_host
 from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.services import create_rollout, serving_now
+from modelyard.celery import broker
 from modelyard.errors import Conflict, InvalidInput
 from modelyard_agent.contract import CANARY_PROTOCOL, AgentTask, Runtime
 
@@ -60,7 +63,6 @@ def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
             another active canary of the model (promote or roll that back first); the message names each such
             host and what to do.
     """
-    from deployments.services import serving_now
 
     model = model_version.model
     serving = {target.host_id: target.deployment.version_id
@@ -142,7 +144,6 @@ def set_traffic(deployment_id: int, *, canary_percent=None, shadow_percent=None,
         InvalidInput: a share outside 0-100, or neither given.
         Conflict: the deployment has no active canary, or its rollout was cancelled or rolled back.
     """
-    from deployments.tasks import send_to_host
 
     if canary_percent is None and shadow_percent is None:
         raise InvalidInput("give canary_percent, shadow_percent or both")
@@ -182,7 +183,6 @@ def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
     Raises:
         Conflict: no active canary, or its rollout has not reached any host.
     """
-    from deployments.services import create_rollout
 
     with transaction.atomic():
         deployment = _active(deployment_id)
@@ -264,8 +264,6 @@ def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
         The (host, model) pairs a route was sent to.
     """
     from deployments.capture import capture_differs, why_no_capture
-    from deployments.tasks import send_to_host
-    from modelyard.celery import broker
 
     sent = []
     canaries = (Deployment.objects.filter(canary_state=CanaryState.ACTIVE)

@@ -18,7 +18,10 @@ from django.db import transaction
 
 from deployments.canaries import reported_route, route_payload
 from deployments.choices import CanaryState
+from deployments.enqueue import send_to_host
 from deployments.models import DeploymentTarget, ServingHost
+from deployments.services import serving_now
+from modelyard.celery import broker
 from modelyard_agent.contract import CAPTURE_PROTOCOL, AgentTask, Runtime
 
 SETTINGS = ("fraction", "max_bytes", "retention_seconds")
@@ -73,7 +76,6 @@ def capture_route(target: DeploymentTarget) -> dict:
 
 
 def _serving_targets(model=None, hosts=None) -> list[DeploymentTarget]:
-    from deployments.services import serving_now
 
     filters = {"host__runtime": Runtime.TRITON}
     if model is not None:
@@ -90,8 +92,6 @@ def on_capture_changed(sender, model, before, after, actor=None, **kwargs) -> li
     """Receiver of ``registry.signals.capture_changed``: send the new settings to every Triton host serving
     ``model`` that can capture, on commit; returns a warning per serving host that cannot (see
     ``why_no_capture``), and one naming the BentoML hosts serving it (only Triton gateways capture)."""
-    from deployments.services import serving_now
-    from deployments.tasks import send_to_host
 
     warnings, payloads = [], []
     bento_hosts = sorted({t.host.name for t in serving_now(host__runtime=Runtime.BENTOML, deployment__model=model)})
@@ -127,8 +127,6 @@ def resend_capture(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
     Returns:
         The (host, model) pairs a route was sent to.
     """
-    from deployments.tasks import send_to_host
-    from modelyard.celery import broker
 
     sent = []
     for target in _serving_targets():

@@ -11,7 +11,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, Runtime
 from deployments.endpoints import endpoint_key, normalise_url
-from deployments.models import ServingHost
+from deployments.models import MAX_DEADLINE_SECONDS, ServingHost
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.formats.names import InvalidName, validate_name
 
@@ -131,7 +131,6 @@ def _check_deadlines(**deadlines) -> dict:
     Raises:
         InvalidInput: naming the field and the range.
     """
-    from deployments.models import MAX_DEADLINE_SECONDS
 
     for field, value in deadlines.items():
         if value is None:

@@ -20,9 +20,11 @@ import uuid
 
 from django.conf import settings
 
+from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
 from deployments.lifecycle import serving_target
 from deployments.services import host_served_name
+from modelyard.celery import broker
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from modelyard_agent.contract import AgentTask
 from modelyard_agent.inference import InferenceRefused, infer
@@ -78,8 +80,6 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
 
 def _through_agent(host: str, request: dict) -> dict:
     """Send the request to ``host``'s agent and wait for its reply on a list of the broker's."""
-    from deployments.tasks import send_to_host
-    from modelyard.celery import broker
 
     reply_to = f"modelyard:try-it:{uuid.uuid4().hex}"
     wait = TRY_TIMEOUT_S + 5  # the host's own timeout, and time for the broker both ways

@@ -20,12 +20,15 @@ from django.utils import timezone
 from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
+from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
 from deployments.models import Deployment, DeploymentTarget
 from deployments.services import create_rollout, serving_now, transition
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
+from monitoring.readings import requests_per_host_model
+from registry.models import RegisteredModel
 from registry.services import get_model
 
 logger = logging.getLogger(__name__)
@@ -58,8 +61,6 @@ def request_unload(host, model_name: str, *, reason: str) -> bool:
     Returns:
         False when the model is not registered (nothing of the registry's to unload), else True.
     """
-    from deployments.tasks import send_to_host
-    from registry.models import RegisteredModel
 
     holder = (DeploymentTarget.objects.filter(host=host, served_name=model_name)
               .select_related("deployment__model").order_by("-id").first())
@@ -86,7 +87,6 @@ def unload_model(*, host_name: str, model_name: str, actor=None, reason: str = "
         Conflict: a rollout of the model is in progress on that host.
         ServiceUnavailable: the task queue does not answer; nothing changed.
     """
-    from deployments.tasks import send_to_host
 
     target = serving_target(host_name, model_name)
     host, model, version = target.host, target.deployment.model, target.deployment.version
@@ -148,7 +148,6 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     Raises:
         ServiceUnavailable: Prometheus could not be asked (nothing is unloaded then).
     """
-    from monitoring.readings import requests_per_host_model
 
     window = settings.IDLE_UNLOAD_AFTER
     if not window:

@@ -15,6 +15,7 @@ from deployments.choices import (
     TargetState,
 )
 from modelyard_agent.contract import MAX_DEADLINE_SECONDS, host_queue
+from modelyard_agent.profiling.card import recommend
 from registry.models import ModelVersion, RegisteredModel
 
 
@@ -303,7 +304,6 @@ class Profile(models.Model):
     def recommended(self) -> dict | None:
         """The config with the highest throughput whose p99 meets ``slo_p99_ms``, and its concurrency
         (``modelyard_agent.profiling.card.recommend``); None when no row meets it."""
-        from modelyard_agent.profiling.card import recommend
 
         return recommend(self.rows, self.slo_p99_ms)
 

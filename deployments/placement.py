@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.profiles import card_gpu_bytes
 from modelyard.errors import InvalidInput, ServiceUnavailable
+from monitoring.readings import host_memory
 from registry.models import ModelVersion
 
 logger = logging.getLogger(__name__)
@@ -68,7 +69,6 @@ def measured_footprint(version: ModelVersion) -> int | None:
 
 def free_gpu_memory(hosts: list[ServingHost]) -> dict[str, int | None]:
     """Free GPU memory per host in bytes, from Prometheus, else from each host's last heartbeat."""
-    from monitoring.readings import host_memory
 
     names = [h.name for h in hosts]
     try:

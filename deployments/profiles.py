@@ -24,14 +24,16 @@ from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
 from deployments.choices import ACTIVE_PROFILE_STATES, PROFILE_TRANSITIONS, RUNTIME_FORMATS, ProfileStatus
+from deployments.enqueue import Job, job
 from deployments.models import Profile, ServingHost
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
 from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
-from modelyard_agent.profiling.card import measured, pareto_front
+from modelyard_agent.profiling.card import measured, pareto_front, throughput_at
 from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_sweep
 from registry.choices import VersionStatus
+from registry.formats import archive_limits
 from registry.models import ModelVersion
 from registry.services import get_version
 
@@ -65,7 +67,6 @@ def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, 
         Conflict: the host's runtime cannot serve the version, its agent is too old or never
             reported, or another profile runs on the host.
     """
-    from deployments.tasks import dispatch_profile
 
     model_version = get_version(model_name, version)
     host = ServingHost.objects.filter(name=host_name).first()
@@ -105,7 +106,7 @@ def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, 
                            model=model_version.model,
                            data={"version": model_version.version, "host": host.name, "runs": checked.runs,
                                  "preset": checked.request.get("preset"), "slo_p99_ms": slo_p99_ms})
-        transaction.on_commit(lambda: dispatch_profile.delay(profile.pk))
+        transaction.on_commit(lambda: job(Job.DISPATCH_PROFILE, profile.pk))
     return profile
 
 
@@ -121,7 +122,6 @@ def _max_batch_size(version: ModelVersion) -> int:
 def build_profile_payload(profile: Profile, *, download_url: str) -> dict:
     """The ``modelyard_agent.contract.ProfilePayload`` for ``profile`` (the artifact from a presigned
     URL, checked against its size in bytes and sha256 on the host)."""
-    from registry.formats import archive_limits
 
     version, host = profile.version, profile.host
     return {
@@ -231,7 +231,6 @@ def profile_comparison(candidate: ModelVersion, target: ModelVersion) -> dict:
         "target_throughput", "candidate_throughput"}`` (inferences/s), or ``{"missing": sentence}``
         saying which card or measurement is lacking.
     """
-    from modelyard_agent.profiling.card import throughput_at
 
     target_card = card_for(target)
     best = target_card.recommended if target_card else None

@@ -22,9 +22,17 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
+from deployments.canaries import resend_routes
+from deployments.capture import resend_capture
+from deployments.choices import ACTIVE_TARGET_STATES, CanaryState, RolloutTrigger, TargetState
+from deployments.lifecycle import request_unload
 from deployments.models import DeploymentTarget, ServingHost
+from deployments.profiles import fail_stalled_profiles
+from deployments.replays import fail_stalled_replays
+from deployments.rollouts import advance_running_rollouts
 from deployments.services import create_rollout, record_target_progress, serving_now
+from modelyard.celery import broker
+from modelyard_agent.claims import CANCELLED, claim_key, claim_target
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +68,6 @@ def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
 
 def _canary_stable(target: DeploymentTarget):
     """The stable version (a ModelVersion) beside which ``target``'s version runs as an active canary, or None."""
-    from deployments.choices import CanaryState
 
     deployment = target.deployment
     if deployment.canary_state != CanaryState.ACTIVE or not target.previous_version_id \
@@ -153,7 +160,6 @@ def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now
     host page says. Once per ``RECONCILE_BACKOFF`` seconds per (host, model), and never while a
     rollout of the model is in progress there.
     """
-    from deployments.lifecycle import request_unload
 
     repairs = []
     for stuck in host.stuck_versions(now=now):
@@ -184,7 +190,6 @@ def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now
 def _first_repair_in_backoff(host: str, model: str) -> bool:
     """True once per ``RECONCILE_BACKOFF`` seconds for a (host, model): a key set in the broker's Redis
     with that expiry, so every orchestrator worker shares it."""
-    from modelyard.celery import broker
 
     return bool(broker().set(f"modelyard:repair-stuck:{host}:{model}", "1", nx=True,
                            ex=max(1, int(settings.RECONCILE_BACKOFF))))
@@ -243,8 +248,6 @@ def fail_stalled_targets(*, now=None) -> list[Repair]:
 def _claimed_for_failing(target: DeploymentTarget) -> bool:
     """Claim a dispatched pending target as cancelled so its agent never acts on it; False when the
     agent claimed it first (it has started: its reports will say how it goes)."""
-    from modelyard.celery import broker
-    from modelyard_agent.claims import CANCELLED, claim_key, claim_target
 
     return claim_target(broker(), claim_key(target.pk, target.dispatched_at), CANCELLED) == CANCELLED
 
@@ -254,11 +257,6 @@ def reconcile_fleet() -> list[Repair]:
     not hold (``canaries.resend_routes``) and capture settings it does not hold (``capture.resend_capture``),
     then reconcile every host. Returns the repairs (profiles failed
     and routes sent are logged, not counted)."""
-    from deployments.canaries import resend_routes
-    from deployments.capture import resend_capture
-    from deployments.profiles import fail_stalled_profiles
-    from deployments.replays import fail_stalled_replays
-    from deployments.rollouts import advance_running_rollouts
 
     for profile_id in fail_stalled_profiles():
         logger.warning("profile %s failed: its host's agent stopped reporting", profile_id)

@@ -21,16 +21,20 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from accounts.access import Action, check
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
 from deployments.choices import ACTIVE_REPLAY_STATES, REPLAY_TRANSITIONS, ReplayStatus, Runtime
+from deployments.enqueue import Job, job
 from deployments.models import Replay, ServingHost
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import REPLAY_PROTOCOL
+from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 from modelyard_agent.replay.compare import Tolerances
 from registry.choices import VersionStatus
+from registry.formats import archive_limits
 from registry.models import ModelVersion
 from registry.services import get_version, resolve_alias
 
@@ -85,7 +89,6 @@ def _check_outputs(candidate: ModelVersion, names: list[str]) -> None:
     Raises:
         InvalidInput: naming the unknown outputs and the declared ones.
     """
-    from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 
     if not names or not candidate.config_text:
         return
@@ -157,7 +160,6 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
             the named one does not, or its agent is older than ``REPLAY_PROTOCOL``), or another replay
             runs on the host.
     """
-    from deployments.tasks import dispatch_replay
 
     candidate = get_version(model_name, version)
     if authorize is not None:
@@ -214,14 +216,13 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
                            model=candidate.model,
                            data={"version": candidate.version, "against": against_version.version,
                                  "host": host.name, "max_requests": count, "tolerances": checked})
-        transaction.on_commit(lambda: dispatch_replay.delay(replay.pk))
+        transaction.on_commit(lambda: job(Job.DISPATCH_REPLAY, replay.pk))
     return replay
 
 
 def build_replay_payload(replay: Replay, *, download_url: str) -> dict:
     """The ``modelyard_agent.contract.ReplayPayload`` for ``replay`` (the candidate's artifact from a
     presigned URL, checked against its size in bytes and sha256 on the host)."""
-    from registry.formats import archive_limits
 
     version, host = replay.version, replay.host
     return {
@@ -311,7 +312,6 @@ def latest_replay(candidate: ModelVersion, against: ModelVersion, *, since=None,
 def may_read_captured(principal, model) -> bool:
     """Whether ``principal`` may read what replays show of captured requests (the worst disagreements: both
     versions' answers to users' inputs): owners of ``model``'s team (``accounts.access.Action.READ_CAPTURED``)."""
-    from accounts.access import Action, check
 
     return check(principal, Action.READ_CAPTURED, model=model) is None
 

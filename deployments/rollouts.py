@@ -35,9 +35,16 @@ from deployments.choices import (
     RolloutTrigger,
     TargetState,
 )
+from deployments.enqueue import Job, job, send_to_host
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent
+from deployments.services import build_agent_payload, create_rollout, serving_now, transition
 from deployments.signals import rollout_finished
+from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound
+from modelyard_agent.claims import CANCELLED, claim_key, claim_target
+from modelyard_agent.contract import AgentTask
+from registry.models import EnsembleMember
+from registry.services import resolve_alias
 
 logger = logging.getLogger(__name__)
 
@@ -68,10 +75,9 @@ def set_status(deployment: Deployment, to_status: str, *, actor=None, message: s
             actor_label=getattr(actor, "username", "") or "system", message=message,
         )
         if finished and deployment.prerequisite_for_id:
-            from deployments.tasks import advance_rollout_task
 
             parent = deployment.prerequisite_for_id
-            transaction.on_commit(lambda: advance_rollout_task.delay(parent))
+            transaction.on_commit(lambda: job(Job.ADVANCE_ROLLOUT, parent))
         if to_status == DeploymentStatus.SUCCEEDED:
             transaction.on_commit(lambda pk=deployment.pk: _check_ensembles_after(pk))
         if to_status in TERMINAL_DEPLOYMENT_STATUSES:
@@ -96,7 +102,6 @@ def advance_rollout(deployment_id: int) -> str:
     Raises:
         NotFound: no such deployment.
     """
-    from deployments.tasks import dispatch_target
 
     with transaction.atomic():
         deployment = _locked(deployment_id)
@@ -142,7 +147,7 @@ def advance_rollout(deployment_id: int) -> str:
         now = timezone.now()
         for target in (t for t in waiting if t.batch == batch):
             DeploymentTarget.objects.filter(pk=target.pk, dispatched_at__isnull=True).update(dispatched_at=now)
-            transaction.on_commit(lambda pk=target.pk: dispatch_target.delay(pk))
+            transaction.on_commit(lambda pk=target.pk: job(Job.DISPATCH_TARGET, pk))
         logger.info("deployment %s: dispatching batch %s", deployment.pk, batch)
         return deployment.status
 
@@ -170,7 +175,6 @@ def resume_rollout(deployment_id: int, *, actor=None) -> Deployment:
         NotFound: no such deployment.
         Conflict: the rollout is not paused.
     """
-    from deployments.tasks import advance_rollout_task
 
     with transaction.atomic():
         deployment = _locked(deployment_id)
@@ -180,7 +184,7 @@ def resume_rollout(deployment_id: int, *, actor=None) -> Deployment:
         set_status(deployment, DeploymentStatus.RUNNING, actor=actor, message="resumed by an operator")
         _audit(deployment, "resumed", actor)
         # Robust: a lost publish leaves it RUNNING, which the reconciler's advance_running_rollouts takes on.
-        transaction.on_commit(lambda: advance_rollout_task.delay(deployment_id), robust=True)
+        transaction.on_commit(lambda: job(Job.ADVANCE_ROLLOUT, deployment_id), robust=True)
     return deployment
 
 
@@ -228,9 +232,6 @@ def _cancel_waiting(deployment: Deployment) -> None:
     """Cancel every target no host agent has started: those not dispatched, and those dispatched but
     still queued on their host, whose agent then finds the cancel's claim and never acts
     (``modelyard_agent.claims``). A target whose agent claimed it first is left to finish."""
-    from deployments.services import transition
-    from modelyard.celery import broker
-    from modelyard_agent.claims import CANCELLED, claim_key, claim_target
 
     for target in deployment.targets.filter(state=TargetState.PENDING):
         if target.dispatched_at is None:
@@ -241,7 +242,6 @@ def _cancel_waiting(deployment: Deployment) -> None:
 
 
 def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment]:
-    from deployments.services import create_rollout
 
     if deployment.status == DeploymentStatus.ROLLED_BACK:
         raise Conflict(f"deployment {deployment.pk} was rolled back already")
@@ -295,10 +295,9 @@ def advance_running_rollouts() -> int:
 
 def on_alias_moved(sender, *, model, alias: str, version, actor=None, **kwargs) -> None:
     """Receiver of ``registry.signals.alias_moved``: roll out to deployments that follow the alias, on commit."""
-    from deployments.tasks import follow_alias_task
 
     if Deployment.objects.filter(model=model, follow_alias=alias).exists():
-        transaction.on_commit(lambda: follow_alias_task.delay(model.pk, alias, getattr(actor, "pk", None)))
+        transaction.on_commit(lambda: job(Job.FOLLOW_ALIAS, model.pk, alias, getattr(actor, "pk", None)))
 
 
 def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
@@ -314,8 +313,6 @@ def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
     Raises:
         NotFound: the alias no longer exists.
     """
-    from deployments.services import create_rollout
-    from registry.services import resolve_alias
 
     newest = (Deployment.objects.filter(model_id=model_id, follow_alias=alias, rollback_of__isnull=True)
               .select_related("model", "version").order_by("-created_at", "-id").first())
@@ -344,10 +341,6 @@ def _check_ensembles_after(deployment_id: int) -> None:
     """After a model was swapped on some hosts, have each host check every ensemble it serves that
     composes that model, and reload one that is not READY (Triton reloads dependants itself, so
     usually nothing needs doing)."""
-    from deployments.services import build_agent_payload, serving_now
-    from deployments.tasks import send_to_host
-    from modelyard_agent.contract import AgentTask
-    from registry.models import EnsembleMember
 
     deployment = Deployment.objects.select_related("model").get(pk=deployment_id)
     hosts = list(deployment.targets.filter(state=TargetState.READY).values_list("host_id", flat=True))

@@ -21,15 +21,21 @@ from deployments.choices import (
     RolloutTrigger,
     TargetState,
 )
+from deployments.enqueue import Job, job
 from deployments.hosts import check_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
+from deployments.placement import choose_hosts
+from deployments.profiles import card_instance_bounds, recommended_overrides
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard.states import IllegalTransition
+from modelyard_agent.claims import claim_key
 from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
-from modelyard_agent.formats.triton_config import ModelConfigError, check_config_overrides
+from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
+from registry.access import visible_model_names
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
+from registry.formats import archive_limits
 from registry.models import ModelVersion, RegisteredModel
 from registry.services import get_version, resolve_alias
 
@@ -112,7 +118,6 @@ def start_deployment(
         ServiceUnavailable: the task queue does not answer; nothing was written.
     """
     from deployments.canaries import check_canary_hosts, check_percent
-    from deployments.placement import choose_hosts
 
     if shadow_percent is not None:
         shadow_percent = check_percent(shadow_percent, "shadow_percent")
@@ -126,7 +131,6 @@ def start_deployment(
         raise InvalidInput("give either a version or an alias to follow, not both")
     model_version = resolve_alias(model_name, alias) if alias else get_version(model_name, version)
     if config:
-        from deployments.profiles import recommended_overrides
 
         if config != "recommended":
             raise InvalidInput(f'config must be "recommended" (the performance card\'s), got {config!r}')
@@ -186,7 +190,6 @@ def create_rollout(
         Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT.
         ServiceUnavailable: the task queue does not answer (``modelyard.celery.require_broker``); nothing written.
     """
-    from deployments.tasks import advance_rollout_task
 
     if not hosts:
         raise InvalidInput("a deployment needs at least one serving host")
@@ -252,7 +255,7 @@ def create_rollout(
             end_canaries_replaced(model_version, hosts, by=deployment)
         # Robust: should the queue stop answering after the check above, the deployment stays RUNNING and the
         # reconciler's next pass (advance_running_rollouts) takes its first step instead.
-        transaction.on_commit(lambda: advance_rollout_task.delay(deployment.pk), robust=True)
+        transaction.on_commit(lambda: job(Job.ADVANCE_ROLLOUT, deployment.pk), robust=True)
     return deployment
 
 
@@ -292,13 +295,11 @@ def check_autoscale(autoscale: dict | None, *, version: ModelVersion | None = No
     Raises:
         InvalidInput: a missing or unknown key, or bounds that do not make sense.
     """
-    from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT
 
     if not autoscale:
         return {}
     bounds = ("min_instances", "max_instances")
     if isinstance(autoscale, dict) and version is not None and not set(bounds) & set(autoscale):
-        from deployments.profiles import card_instance_bounds
 
         if (card := card_instance_bounds(version)) is None:
             raise InvalidInput(f"autoscale needs min_instances and max_instances: {version} has no performance card "
@@ -487,7 +488,6 @@ def visible_report_rows(principal, host_id: int, rows: list[dict], owners: dict[
     model renamed away keeps its copies to its own team, and a new model that took the old name does
     not see them.
     """
-    from registry.access import visible_model_names
 
     names = visible_model_names(principal)
     if names is None:
@@ -506,11 +506,9 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
     ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there;
     ``claim`` names the key the agent and a cancel race for (``modelyard_agent.claims``);
     ``archive_limits`` are the registry's own, which the agent checks again before it unpacks.
-    The shape is ``modelyard_agent.contract.DeployPayload``; ``deployments.tasks.send_to_host``
+    The shape is ``modelyard_agent.contract.DeployPayload``; ``deployments.enqueue.send_to_host``
     stamps the protocol on it.
     """
-    from modelyard_agent.claims import claim_key
-    from registry.formats import archive_limits
 
     version: ModelVersion = target.deployment.version
     return {

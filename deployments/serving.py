@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.utils import timezone
 
+from deployments.canaries import canary_summary
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, CanaryState, TargetState
 from deployments.models import Deployment, ServingHost
 from deployments.services import serving_now
@@ -93,7 +94,6 @@ def model_serving(model) -> dict:
         active rollouts with their targets and those targets' hosts, and the active traffic canaries
         with their targets, hosts and stable versions.
     """
-    from deployments.canaries import canary_summary
 
     aliases: dict[int, list[str]] = {}
     for name, version_id in model.aliases.order_by("name").values_list("name", "version_id"):

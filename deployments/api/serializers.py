@@ -5,6 +5,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounts.access import Principal
+from deployments.canaries import canary_summary
 from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, ProfileStatus, ReplayStatus, Runtime
 from deployments.models import (
     MAX_DEADLINE_SECONDS,
@@ -15,6 +16,8 @@ from deployments.models import (
     RolloutEvent,
     ServingHost,
 )
+from deployments.profiles import overrides_for, profile_progress
+from deployments.replays import may_read_captured
 from deployments.services import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
 from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
@@ -140,7 +143,6 @@ class DeploymentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_canary(self, deployment: Deployment) -> dict | None:
-        from deployments.canaries import canary_summary
 
         return canary_summary(deployment)
 
@@ -292,7 +294,6 @@ class ProfileSerializer(serializers.ModelSerializer):
     @extend_schema_field({"type": "object", "properties": {
         "done": {"type": "integer"}, "total": {"type": "integer"}, "step": {"type": "string"}}})
     def get_progress(self, profile: Profile) -> dict:
-        from deployments.profiles import profile_progress
 
         return profile_progress(profile)
 
@@ -300,7 +301,6 @@ class ProfileSerializer(serializers.ModelSerializer):
         "the config with the highest throughput whose p99 meets slo_p99_ms: config, concurrency, throughput, "
         "p99_ms, memory_bytes, and config_overrides that serve with it")})
     def get_recommended(self, profile: Profile) -> dict | None:
-        from deployments.profiles import overrides_for
 
         best = profile.recommended
         return {**best, "config_overrides": overrides_for(profile.version, best["config"])} if best else None
@@ -400,7 +400,6 @@ class ReplaySerializer(serializers.ModelSerializer):
         "the worst disagreements, worst first: id (the captured request's), max_abs_diff, max_rel_diff, output, "
         "reason, serving and candidate outputs (cut to a byte bound); null unless you own the model's team")})
     def get_worst(self, replay: Replay) -> list | None:
-        from deployments.replays import may_read_captured
 
         request = self.context.get("request")
         if request is None or not may_read_captured(Principal.of(request), replay.version.model):

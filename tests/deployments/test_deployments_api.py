@@ -253,12 +253,12 @@ def test_a_queue_that_stops_after_the_check_leaves_a_running_deployment_for_the_
     from kombu.exceptions import OperationalError
 
     from deployments.rollouts import advance_running_rollouts
-    from deployments.tasks import advance_rollout_task
+    from modelyard.celery import app
 
     def queue_gone(*args, **kwargs):  # the queue stopped between the check and the publish: no way to time it
         raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
-    monkeypatch.setattr(advance_rollout_task, "delay", queue_gone)
+    monkeypatch.setattr(app, "send_task", queue_gone)  # deployments.enqueue publishes through it
     ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
     with django_capture_on_commit_callbacks(execute=True):
         answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 1, "hosts": ["gpu-0"]},
