@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from deployments.canaries import resend_routes
@@ -105,21 +106,39 @@ def dropped_targets(host_name: str) -> list[tuple[int, datetime]]:
 def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
     """Redeploy every model version this host should serve but does not, per its last report.
 
+    Runs under a row lock on the host, so two passes at the same moment (the scheduled one and one
+    after a heartbeat, or two orchestrator workers) act once: the second sees the first one's
+    deployment as in progress. A model the report shows work under way on (``agent.working_on``)
+    is left alone: that report was collected while it changed.
+
     Returns:
         The repairs started (possibly none).
     """
     now = now or timezone.now()
-    if not host.is_online(now=now):
-        return []
+    with transaction.atomic():
+        host = ServingHost.objects.select_for_update().filter(pk=host.pk).first()
+        if host is None or not host.is_online(now=now):
+            return []
+        return _reconcile_locked_host(host, now=now)
+
+
+def _models_at_work(report: dict) -> set[str]:
+    """The models a heartbeat report says its agent was working on when it was collected."""
+    agent = report.get("agent") or {}
+    return {row.get("model") for row in agent.get("working_on") or [] if isinstance(row, dict)}
+
+
+def _reconcile_locked_host(host: ServingHost, *, now) -> list[Repair]:
     reported = {(m.get("name"), m.get("version")): m.get("state") for m in host.heartbeat.get("models", [])}
     served = {key for key, state in reported.items() if state == "READY"}
     desired, active, newest = _desired_and_active(host)
+    busy = active | _models_at_work(host.heartbeat)
     backoff = timedelta(seconds=settings.RECONCILE_BACKOFF)
     repairs = []
     for model, target in sorted(desired.items()):
         version = target.deployment.version.version
         stable = _canary_stable(target)
-        if (model, version) in served and (stable is None or (model, stable.version) in served) or model in active:
+        if (model, version) in served and (stable is None or (model, stable.version) in served) or model in busy:
             continue
         if host.last_heartbeat_at <= target.updated_at:
             continue  # the report predates the deployment it would be compared with

@@ -54,7 +54,7 @@ def dispatch_target(target_id: int) -> None:
         )
         rollouts.advance_rollout(target.deployment_id)  # as after an agent's report: pause, fail or roll back now
         return
-    payload = build_agent_payload(target, download_url=store.presigned_download_url(key))
+    payload = build_agent_payload(target, download_url=ArtifactStore.for_hosts().presigned_download_url(key))
     send_to_host(target.host.name, AgentTask.DEPLOY, payload)
 
 
@@ -86,7 +86,7 @@ def resend_target(target_id: int, dispatched_at: str) -> bool:
     if not DeploymentTarget.objects.filter(pk=target.pk, dispatched_at=seen).update(dispatched_at=now):
         return False
     target.dispatched_at = now
-    url = ArtifactStore().presigned_download_url(target.deployment.version.artifact_key)
+    url = ArtifactStore.for_hosts().presigned_download_url(target.deployment.version.artifact_key)
     send_to_host(target.host.name, AgentTask.DEPLOY, build_agent_payload(target, download_url=url))
     logger.warning("target %s (%s on %s, %s) was dropped by a restarted agent; sent again", target.pk,
                    target.deployment.version, target.host.name, target.state)
@@ -133,11 +133,19 @@ def request_heartbeats() -> int:
 
 @shared_task(name=OrchestratorTask.HOST_HEARTBEAT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_host_heartbeat(host_name: str, report: dict) -> None:
-    """Orchestrator: store a host agent's report, then send again what a restarted agent dropped
-    (``reconcile.dropped_targets``)."""
+    """Orchestrator: store a host agent's report, send again what a restarted agent dropped
+    (``reconcile.dropped_targets``), then reconcile that host at once (``reconcile.reconcile_host``).
+
+    Reconciling here rather than only on the fleet-wide schedule is what brings back a restarted
+    runtime's models within one heartbeat interval plus their load time: a Triton that crashed
+    and came back empty is repaired at the first report that shows it live again.
+    """
     if record_heartbeat(host_name, report):
         for target_id, dispatched_at in reconciling.dropped_targets(host_name):
             resend_target.delay(target_id, dispatched_at.isoformat())
+        host = ServingHost.objects.filter(name=host_name).first()
+        if host is not None:
+            reconciling.reconcile_host(host)  # each repair is logged there
 
 
 @shared_task(name="deployments.reconcile")
@@ -187,7 +195,7 @@ def dispatch_profile(profile_id: int) -> bool:
     profile = Profile.objects.select_related("host", "version__model").get(pk=profile_id)
     if profile.status != ProfileStatus.QUEUED:
         return False
-    url = ArtifactStore().presigned_download_url(profile.version.artifact_key)
+    url = ArtifactStore.for_hosts().presigned_download_url(profile.version.artifact_key)
     send_to_host(profile.host.name, AgentTask.PROFILE, profiles.build_profile_payload(profile, download_url=url))
     return True
 
@@ -208,7 +216,7 @@ def dispatch_replay(replay_id: int) -> bool:
     replay = Replay.objects.select_related("host", "version__model", "against").get(pk=replay_id)
     if replay.status != ReplayStatus.QUEUED:
         return False
-    url = ArtifactStore().presigned_download_url(replay.version.artifact_key)
+    url = ArtifactStore.for_hosts().presigned_download_url(replay.version.artifact_key)
     send_to_host(replay.host.name, AgentTask.REPLAY, replays.build_replay_payload(replay, download_url=url))
     return True
 

@@ -235,3 +235,45 @@ def test_heartbeats_keep_the_time_a_version_entered_loading(host):
     assert ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]["since"] == first
     record_heartbeat(host.name, {"runtime_live": True, "models": [{"name": "iris", "version": 2, "state": "READY"}]})
     assert "since" not in ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]
+
+
+def test_a_heartbeat_that_shows_a_lost_version_starts_its_repair_at_once(host, django_capture_on_commit_callbacks):
+    from deployments.tasks import record_host_heartbeat
+
+    deploy(host, 1, age_seconds=900)
+    with django_capture_on_commit_callbacks(execute=False):
+        record_host_heartbeat(host.name, {"runtime_live": True, "models": []})  # a Triton back with nothing loaded
+    repair = Deployment.objects.get(trigger="reconciler")
+    assert repair.version.version == 1
+    created = AuditEvent.objects.get(action="deployment.created", object_id=str(repair.pk))
+    assert created.data["reason"] == "gpu-0 reported iris version 1 missing"
+    with django_capture_on_commit_callbacks(execute=False):
+        record_host_heartbeat(host.name, {"runtime_live": True, "models": []})  # the repair is under way
+    assert Deployment.objects.filter(trigger="reconciler").count() == 1
+
+
+def test_a_heartbeat_of_a_dead_runtime_starts_nothing(host):
+    from deployments.tasks import record_host_heartbeat
+
+    deploy(host, 1, age_seconds=900)
+    record_host_heartbeat(host.name, {"runtime_live": False, "models": []})
+    assert not Deployment.objects.filter(trigger="reconciler").exists()
+
+
+def test_a_model_the_report_shows_its_agent_working_on_is_left_alone(host):
+    deploy(host, 2, age_seconds=600)
+    report(host, [{"name": "iris", "version": 1, "state": "READY"}])
+    host.heartbeat["agent"] = {"working_on": [{"task": "deploy", "model": "iris", "target_id": 99, "since": 0}]}
+    host.save()
+    assert reconcile_host(host) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_passes_at_the_same_moment_start_one_repair(host):
+    from tests.fixtures.concurrency import at_once
+
+    deploy(host, 1, age_seconds=900)
+    report(host, [])
+    found, errors = at_once(lambda: reconcile_host(ServingHost.objects.get(pk=host.pk)), 2, timeout=30)
+    assert errors == [] and sorted(len(repairs) for repairs in found) == [0, 1]
+    assert Deployment.objects.filter(trigger="reconciler").count() == 1

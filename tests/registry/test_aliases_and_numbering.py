@@ -1,7 +1,5 @@
 """Aliases (set, move, resolve, delete, audit) and version numbers under concurrency."""
 
-import threading
-
 import pytest
 from django.db import connection
 
@@ -9,6 +7,7 @@ from audit.models import AuditEvent
 from registry import services
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from tests.fixtures.concurrency import at_once
 
 
 def _versions(model: RegisteredModel, count: int) -> None:
@@ -86,23 +85,7 @@ def test_twenty_parallel_registrations_get_twenty_distinct_consecutive_numbers(s
     if connection.vendor != "postgresql":
         pytest.skip("row locks are only exercised on PostgreSQL")
     model = RegisteredModel.objects.create(name="iris")
-    numbers, errors = [], []
-    barrier = threading.Barrier(20)
-
-    def register():
-        try:
-            barrier.wait()
-            numbers.append(services.register_version(model=model, artifact_path=iris_archive).version)
-        except Exception as exc:  # any failure is the finding
-            errors.append(repr(exc))
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=register) for _ in range(20)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
+    numbers, errors = at_once(lambda: services.register_version(model=model, artifact_path=iris_archive).version, 20)
     assert errors == []
     assert sorted(numbers) == list(range(1, 21))
     model.refresh_from_db()
