@@ -1,10 +1,13 @@
 """Shared fixtures: users and API clients, plus the service fixtures in tests/fixtures."""
 
+from pathlib import Path
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 from tests.factories import token_for
+from tests.fixtures.services import traversable
 
 pytest_plugins = [
     "tests.fixtures.services", "tests.fixtures.triton", "tests.fixtures.bentos", "tests.fixtures.expositions",
@@ -26,6 +29,12 @@ def shipped_password_hashers() -> list[str]:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     yield shipped
     settings.PASSWORD_HASHERS = shipped
+
+
+@pytest.fixture
+def tmp_path(tmp_path: Path) -> Path:
+    """pytest's own per-test directory, made ``traversable``."""
+    return traversable(tmp_path)
 
 
 @pytest.fixture(autouse=True, scope="session")

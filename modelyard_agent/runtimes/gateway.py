@@ -63,7 +63,7 @@ from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write
+from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write, closed_to_others
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,
@@ -87,19 +87,21 @@ CLIENT_HEADER_TIMEOUT_S = 15
 CLIENT_BODY_TIMEOUT_S = 30
 
 
-def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES) -> str:
+def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *,
+                    header_timeout: int = CLIENT_HEADER_TIMEOUT_S, body_timeout: int = CLIENT_BODY_TIMEOUT_S) -> str:
     """The client side of the gateway's http block, also what bench/gateway.py's bare nginx reference runs
     with: kept-alive clients; headers of at most 16 KiB a line (4 such buffers, nginx's 400 or 414 beyond);
-    a client that pauses more than ``CLIENT_HEADER_TIMEOUT_S`` / ``CLIENT_BODY_TIMEOUT_S`` seconds in its
-    headers or body is answered 408; bodies over ``max_body_bytes`` bytes 413."""
+    a client that pauses more than ``header_timeout`` / ``body_timeout`` seconds between two reads of its
+    headers or its body is cut off (nginx's 408: the connection is closed and nothing reaches Triton);
+    bodies over ``max_body_bytes`` bytes 413."""
     return f"""\
     access_log off;
     keepalive_timeout 75s;
     keepalive_requests 100000;
     client_header_buffer_size 4k;
     large_client_header_buffers 4 16k;
-    client_header_timeout {CLIENT_HEADER_TIMEOUT_S}s;
-    client_body_timeout {CLIENT_BODY_TIMEOUT_S}s;
+    client_header_timeout {int(header_timeout)}s;
+    client_body_timeout {int(body_timeout)}s;
     send_timeout 60s;
     client_max_body_size {int(max_body_bytes)};"""
 
@@ -265,6 +267,8 @@ class TritonGateway(RouteControl, NginxProcess):
         triton_grpc: ``host:port`` of Triton's own gRPC endpoint; needed with ``grpc_listen``.
         max_request_bytes: the most bytes of a request body (HTTP and gRPC) the gateway passes, and of an
             infer request to a model without a limit of its own (``set_request_limit``).
+        client_header_timeout, client_body_timeout: seconds a client may pause while it sends its headers
+            or its body before it is cut off (``client_settings``).
 
     Raises:
         ValueError: ``grpc_listen`` without ``triton_grpc``.
@@ -274,8 +278,11 @@ class TritonGateway(RouteControl, NginxProcess):
 
     def __init__(self, directory: Path, listen_port: int, *, triton: str, listen_host: str = "",
                  shutdown_timeout: float = 120.0, workers: str = "auto", grpc_listen: str = "",
-                 triton_grpc: str = "", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
+                 triton_grpc: str = "", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+                 client_header_timeout: int = CLIENT_HEADER_TIMEOUT_S,
+                 client_body_timeout: int = CLIENT_BODY_TIMEOUT_S):
         super().__init__(directory, listen_port, listen_host, shutdown_timeout)
+        self.client_timeouts = {"header_timeout": client_header_timeout, "body_timeout": client_body_timeout}
         if grpc_listen and not triton_grpc:
             raise ValueError("gRPC through the gateway needs Triton's own gRPC address (--triton-grpc-url)")
         self.triton = triton
@@ -289,7 +296,8 @@ class TritonGateway(RouteControl, NginxProcess):
 
     def main_config(self) -> str:
         return _MAIN_CONF.format(
-            load_modules=load_modules(), workers=self.workers, client_settings=client_settings(self.max_request_bytes),
+            load_modules=load_modules(), workers=self.workers,
+            client_settings=client_settings(self.max_request_bytes, **self.client_timeouts),
             max_body=self.max_request_bytes, too_large=json.dumps({
                 "error": f"request body over the limit of {self.max_request_bytes} bytes (the default of this host)",
                 "limit_bytes": self.max_request_bytes}),
@@ -415,9 +423,7 @@ class TritonGateway(RouteControl, NginxProcess):
         """
         root = os.geteuid() == 0
         if root:
-            here = self.dir.resolve()
-            closed = next((path for path in (here, *here.parents)
-                           if path.exists() and not os.stat(path).st_mode & 0o001), None)
+            closed = closed_to_others(self.dir)
             if closed is not None:
                 raise ServingRuntimeError(
                     f"request capture: nginx's workers run as {WORKER_USER} and cannot reach {self.dir}, since "

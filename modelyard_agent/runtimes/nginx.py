@@ -227,6 +227,14 @@ def _children(pid: int) -> dict[int, str]:
     return found
 
 
+def closed_to_others(directory: Path) -> Path | None:
+    """The first of ``directory`` and its parents that exists and that others may not search (no ``o+x``),
+    or None when nginx's workers, which a root master runs as an unprivileged user, can reach it."""
+    here = Path(directory).resolve()
+    return next((path for path in (here, *here.parents) if path.exists() and not os.stat(path).st_mode & 0o001),
+                None)
+
+
 class NginxProcess:
     """One nginx master run by the host agent as a plain process, with its config under ``directory``.
 
@@ -280,8 +288,17 @@ class NginxProcess:
         A changed main config is checked and applied with a graceful reload.
 
         Raises:
-            ServingRuntimeError: nginx refused the config or does not answer within ``timeout`` s.
+            ServingRuntimeError: nginx refused the config or does not answer within ``timeout`` s; or
+                the agent runs as root and a directory above ``directory`` is closed to others, so the
+                workers (an unprivileged user) could not write the request bodies they spool to
+                ``tmp/`` and would answer 500 to each one over their in-memory buffer (not retryable).
         """
+        if os.geteuid() == 0 and (closed := closed_to_others(self.dir)) is not None:
+            raise ServingRuntimeError(
+                f"nginx's workers run as an unprivileged user and cannot reach {self.dir}/tmp, where they "
+                f"spool request bodies, since {closed} is closed to others (mode "
+                f"{os.stat(closed).st_mode & 0o777:o}); make it traversable (chmod o+x {closed}) or give "
+                "the agent a state directory under one that is", retryable=False)
         for sub in self.SUBDIRS:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         text = self.main_config()

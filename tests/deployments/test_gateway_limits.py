@@ -201,3 +201,41 @@ def test_a_chunked_client_body_reaches_the_runtime_with_a_content_length(tmp_pat
     finally:
         front.stop()
         server.shutdown()
+
+
+def _stalled(port: int, request: bytes, wait: float) -> bytes:
+    """Send ``request`` (a head, or a head and part of a body), then nothing; return what the gateway sends
+    back before it closes the connection (b"" for a plain close), within ``wait`` seconds."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait) as client:
+        client.sendall(request)
+        received = b""
+        while chunk := client.recv(4096):
+            received += chunk
+        return received
+
+
+def test_a_client_that_stalls_in_its_headers_or_its_body_is_cut_off_before_anything_reaches_triton(tmp_path):
+    """With 1-s client timeouts (30 s and 15 s by default), a client that stops sending is cut off by nginx,
+    and the runtime sees no request at all; a client that keeps sending is answered."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), type("Recorder", (_Recorder,), {"seen": []}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=f"127.0.0.1:{server.server_address[1]}",
+                          listen_host="127.0.0.1", client_header_timeout=1, client_body_timeout=1)
+    front.ensure_running()
+    path = f"/v2/models/{MODEL}/infer"
+    try:
+        # A read timeout of 20 s is longer than the cut-off configured here but not than the 30-s default:
+        # a socket.timeout below means the setting did not take.
+        head_only = _stalled(front.listen_port, f"POST {path} HTTP/1.1\r\nHost: gateway\r\n".encode(), wait=20)
+        part_body = _stalled(front.listen_port, (f"POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Length: 1000"
+                                                 "\r\nContent-Type: application/json\r\n\r\n{\"inputs\"").encode(),
+                             wait=20)
+        for received in (head_only, part_body):
+            assert received == b"" or received.startswith(b"HTTP/1.1 408"), received
+        assert server.RequestHandlerClass.seen == []
+        body = json.dumps(BODY).encode()
+        status, _ = _chunked("127.0.0.1", front.listen_port, path, body, chunk=len(body))
+        assert status == 200 and len(server.RequestHandlerClass.seen) == 1
+    finally:
+        front.stop()
+        server.shutdown()

@@ -3,12 +3,14 @@ in for two versions' ``bentoml serve`` processes: with client keep-alive on, eac
 the drain before each reload keeps every kept-alive client's requests answered."""
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
+from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx import NginxFront
 from modelyard_agent.runtimes.routes import lua_available
 from tests.fixtures.services import free_port
@@ -94,3 +96,27 @@ def test_swaps_reload_under_kept_alive_clients_and_fail_no_request(front):
     with requests.Session() as session:  # keep-alive is back after the last reload
         answer = session.post(nginx.url, json={}, timeout=10)
         assert answer.json() == {"version": 1} and answer.headers.get("Connection", "").lower() != "close"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="nginx's workers run as the agent's own user when it is not root")
+def test_a_root_front_under_a_closed_directory_is_refused_and_spools_bodies_once_it_is_open(tmp_path):
+    """A root master runs its workers as ``nobody``; a body over the in-memory buffer goes to ``tmp/``,
+    which they must reach, or nginx answers 500. The front refuses to start rather than fail that way."""
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o700)
+    nginx = NginxFront(closed / "bentoml", free_port(), listen_host="127.0.0.1")
+    with pytest.raises(ServingRuntimeError, match=rf"chmod o\+x {closed}") as refused:
+        nginx.ensure_running()
+    assert not refused.value.retryable and nginx.master_pid() is None
+
+    closed.chmod(0o711)
+    server = version_server(1)
+    try:
+        nginx.ensure_running()
+        nginx.switch(MODEL, server.server_address[1], 1)
+        answer = requests.post(f"http://127.0.0.1:{nginx.listen_port}/{MODEL}/classify",
+                               data=b"x" * (512 << 10), timeout=30)  # over the 16-KiB buffer, so spooled to tmp/
+        assert answer.status_code == 200 and answer.json() == {"version": 1}
+    finally:
+        nginx.stop()
+        server.shutdown()
