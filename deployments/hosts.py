@@ -5,6 +5,9 @@ selects on, a production flag, per-host load and unload deadlines and model-conf
 model loaded there. No two hosts share an endpoint (``deployments.endpoints``).
 """
 
+import logging
+
+import redis
 from django.db import IntegrityError, transaction
 
 from audit.choices import AuditAction
@@ -12,8 +15,12 @@ from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, Runtime
 from deployments.endpoints import endpoint_key, normalise_url
 from deployments.models import MAX_DEADLINE_SECONDS, ServingHost
+from modelyard.celery import broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
+from modelyard_agent.contract import host_broker_patterns
 from modelyard_agent.formats.names import InvalidName, validate_name
+
+logger = logging.getLogger(__name__)
 
 
 def get_host(name: str) -> ServingHost:
@@ -202,7 +209,8 @@ def update_host(*, name: str, production: bool | None = None, labels: dict | Non
 def delete_host(*, name: str, actor=None) -> None:
     """Remove a serving host and its deployment targets (the deployments stay, as does the audit log).
 
-    Its agent's queue is no longer served; Prometheus stops scraping it at the next discovery.
+    Its agent's queue is no longer served; Prometheus stops scraping it at the next discovery. Once the
+    deletion commits, its keys in the broker go too (``forget_in_broker``).
 
     Raises:
         NotFound: no such host.
@@ -221,3 +229,22 @@ def delete_host(*, name: str, actor=None) -> None:
         record_audit_event(action=AuditAction.HOST_DELETED, actor=actor, obj_type="host", obj_id=host.pk,
                            data={"name": host.name, "inference_url": host.inference_url})
         host.delete()
+        transaction.on_commit(lambda: forget_in_broker(name))
+
+
+def forget_in_broker(name: str) -> int:
+    """Delete every broker key of host ``name`` (``contract.host_broker_patterns``: its queue and what
+    its agent and the orchestrator keep for it), so a host registered later under the same name starts
+    clean and nothing of a deleted host stays in Redis. A broker that cannot be reached is logged: the
+    keys then stay, and a later deletion of the same name removes them.
+
+    Returns:
+        The number of keys deleted.
+    """
+    try:
+        client = broker()
+        keys = [key for pattern in host_broker_patterns(name) for key in client.scan_iter(match=pattern, count=500)]
+        return client.delete(*keys) if keys else 0
+    except redis.RedisError as exc:
+        logger.warning("host %s deleted, but its broker keys stay: %s", name, exc)
+        return 0

@@ -256,6 +256,10 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("MODELYARD_CELERY_EAGER", False)
 
 # S3 artifact store. Locally an S3 stand-in listens on 127.0.0.1:9000.
 S3_ENDPOINT_URL = env_str("MODELYARD_S3_ENDPOINT_URL", "http://127.0.0.1:9000")
+# The endpoint serving hosts download artifacts from: their presigned URLs name it. Empty: the one
+# above, which is right only when hosts reach S3 at the same address as the control plane (not a
+# loopback address with hosts on other machines).
+S3_HOST_ENDPOINT_URL = env_str("MODELYARD_S3_HOST_ENDPOINT_URL", "")
 S3_BUCKET = env_str("MODELYARD_S3_BUCKET", "modelyard-artifacts")
 S3_REGION = env_str("MODELYARD_S3_REGION", "us-east-1")
 S3_ACCESS_KEY_ID = env_str("MODELYARD_S3_ACCESS_KEY_ID", "modelyard")

@@ -66,6 +66,19 @@ def host_queue(host: str) -> str:
     return f"{HOST_QUEUE_PREFIX}{host}"
 
 
+def host_broker_patterns(host: str) -> tuple[str, ...]:
+    """Redis ``SCAN MATCH`` patterns of every broker key that belongs to host ``host`` alone: its queue
+    (with the priority lists and binding sets of Celery's Redis transport), its agent's (host, model)
+    locks, start time, work under way and profile and replay locks, and the orchestrator's repair
+    back-offs for it. Glob characters in the name are escaped (host names cannot hold them today)."""
+    name = "".join(f"\\{char}" if char in "*?[]\\" else char for char in host)
+    queue = f"{HOST_QUEUE_PREFIX}{name}"
+    return (queue, f"{queue}\x06\x16*", f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}",
+            f"modelyard:lock:{name}:*",
+            f"modelyard:agent:{name}:*", f"modelyard:profile-lock:{name}", f"modelyard:replay-lock:{name}",
+            f"modelyard:repair-stuck:{name}:*", f"modelyard:route-repair:{name}:*")
+
+
 class AgentTask(StrEnum):
     """Tasks an agent runs, sent by the orchestrator to ``host_queue(host)``; each takes one payload."""
 

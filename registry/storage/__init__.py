@@ -348,8 +348,16 @@ class ArtifactStore:
                 written.result()
         return digest.hexdigest(), seen
 
+    @classmethod
+    def for_hosts(cls) -> "ArtifactStore":
+        """The bucket as serving hosts reach it: at ``settings.S3_HOST_ENDPOINT_URL`` when set, else at
+        ``S3_ENDPOINT_URL``. For the download URLs sent to host agents; presigning makes no request, and
+        SigV4 signs the host name, so the URL must be signed for the endpoint that will be called."""
+        return cls(endpoint_url=settings.S3_HOST_ENDPOINT_URL or None)
+
     def presigned_download_url(self, key: str, expires_in: int | None = None) -> str:
-        """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds."""
+        """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds (``S3_PRESIGN_SECONDS`` by default),
+        at this store's endpoint."""
         return self.client.generate_presigned_url(
             "get_object",
             Params={"Bucket": self.bucket, "Key": key},

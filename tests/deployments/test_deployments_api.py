@@ -281,3 +281,32 @@ def test_with_the_task_queue_down_an_unload_is_a_503_that_changes_nothing(api_cl
     assert answer.status_code == 503 and "the unload was not started" in answer.json()["detail"]
     target.refresh_from_db()
     assert target.state == TargetState.READY and not AuditEvent.objects.filter(action="host_model.unloaded").exists()
+
+
+def test_deleting_a_host_removes_its_broker_keys_and_keeps_the_other_hosts(api_client, broker,
+                                                                           django_capture_on_commit_callbacks):
+    """Each key is written by the code that writes it in production: the heartbeat request (the queue and
+    its binding), the agent's lock, work record and start time, its profile and replay locks, and the
+    reconciler's back-off."""
+    from deployments.reconcile import _first_repair_in_backoff
+    from deployments.tasks import request_heartbeats
+    from modelyard_agent import worker
+
+    for name, url in (("gpu-0", "http://gpu-0:8000"), ("gpu-1", "http://gpu-1:8000")):
+        ServingHost.objects.create(name=name, inference_url=url)
+    assert request_heartbeats() == 2
+    for name in ("gpu-0", "gpu-1"):
+        assert worker.host_model_lock(name, "iris").acquire(blocking=False)
+        assert worker._profile_lock(name, 60).acquire(blocking=False)
+        assert worker._replay_lock(name, 60).acquire(blocking=False)
+        assert _first_repair_in_backoff(name, "iris")
+        broker.hset(worker._working_key(name), "task-1", "{}")
+        broker.set(worker._started_key(name), "1")
+    before = {key.decode() for key in broker.keys("*")}
+    assert {"host.gpu-0", "_kombu.binding.host.gpu-0", "modelyard:lock:gpu-0:iris"} <= before
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert api_client.delete("/api/v1/hosts/gpu-0/").status_code == 204
+    after = {key.decode() for key in broker.keys("*")}
+    assert [key for key in after if "gpu-0" in key] == []
+    assert {key for key in before if "gpu-1" in key} <= after

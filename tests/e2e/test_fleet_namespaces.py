@@ -4,8 +4,10 @@ Each namespace (``tests.fixtures.netns``) holds a real Triton and a host agent s
 ``modelyard-agent`` as a serving host installs it (the built wheel in a virtualenv of its own,
 ``tests.fixtures.wheels.installed_agent``), with an environment that holds no database or S3
 settings. From inside a namespace only the broker and the S3 endpoint are reachable (both listen on the bridge's address
-in this namespace); PostgreSQL is not. The orchestrator worker, the API and the clients stay in
-this namespace, as the control plane and the users would. Under steady client load from outside:
+in this namespace); PostgreSQL is not. The control plane reaches S3 at a loopback address, which hosts cannot, so
+artifact URLs must name the hosts' endpoint (``MODELYARD_S3_HOST_ENDPOINT_URL``). The orchestrator worker, the
+API and the clients stay in this namespace, as the control plane and the users would.
+Under steady client load from outside:
 
 - a rolling update across both hosts fails no request;
 - an agent killed with SIGKILL in the middle of a load, then started again, finishes the rollout
@@ -78,21 +80,23 @@ def fleet(request, network_namespaces, start_triton, start_celery_worker, instal
          "--appendonly", "no", "--protected-mode", "no", "--logfile", str(redis_log)], start_new_session=True))
     broker = f"redis://{gateway}:{broker_port}/0"
     wait_for(lambda: _pings(broker), timeout=30, what="the fleet's broker")
-    s3 = _spawn("s3", [str(BIN / "moto_server"), "-H", gateway, "-p", str(s3_port)], tmp_path,
+    # One S3, at two addresses: the control plane's (loopback, as on `make run`) and the one hosts reach.
+    s3 = _spawn("s3", [str(BIN / "moto_server"), "-H", "0.0.0.0", "-p", str(s3_port)], tmp_path,
                 env={"MOTO_DISABLE_GLOBAL_CORS": "true"})
     services.append(s3.process)
-    s3_url = f"http://{gateway}:{s3_port}"
+    s3_url, s3_host_url = f"http://127.0.0.1:{s3_port}", f"http://{gateway}:{s3_port}"
     wait_for(lambda: _http_answers(s3_url), timeout=30, what="the fleet's S3 endpoint")
 
     from registry.storage import ArtifactStore
 
     settings.S3_ENDPOINT_URL = s3_url
+    settings.S3_HOST_ENDPOINT_URL = s3_host_url
     settings.CELERY_BROKER_URL = broker
     settings.HEARTBEAT_INTERVAL = HEARTBEAT_S
     settings.HOST_OFFLINE_AFTER = OFFLINE_AFTER_S
     ArtifactStore().ensure_bucket()
-    start_celery_worker("default", env={"CELERY_BROKER_URL": broker, "MODELYARD_S3_ENDPOINT_URL": s3_url},
-                        concurrency=2)
+    start_celery_worker("default", env={"CELERY_BROKER_URL": broker, "MODELYARD_S3_ENDPOINT_URL": s3_url,
+                                        "MODELYARD_S3_HOST_ENDPOINT_URL": s3_host_url}, concurrency=2)
     point_celery_at(broker)
     request.addfinalizer(lambda: point_celery_at(TEST_BROKER_URL))  # the shared test broker again, after
 
@@ -176,10 +180,14 @@ def test_two_namespaced_hosts_roll_out_recover_a_killed_agent_and_ride_out_a_los
     # The boundary: from inside a host only the broker and S3 answer; PostgreSQL does not.
     reach = subprocess.run(namespaces["ns-a"].command([
         sys.executable, "-c", _REACH, f"{gateway}:{fleet['broker_port']}", f"{gateway}:{fleet['s3_port']}",
-        f"{gateway}:5432", "127.0.0.1:5432"]), capture_output=True, text=True, timeout=60)
+        f"{gateway}:5432", "127.0.0.1:5432", f"127.0.0.1:{fleet['s3_port']}"]),
+        capture_output=True, text=True, timeout=60)
     lines = dict(line.split(" ", 1) for line in reach.stdout.splitlines())
     assert lines[f"{gateway}:{fleet['broker_port']}"] == "open" and lines[f"{gateway}:{fleet['s3_port']}"] == "open"
     assert lines[f"{gateway}:5432"].startswith("closed") and lines["127.0.0.1:5432"].startswith("closed"), lines
+    # The control plane's own S3 address (loopback) means nothing there: deployments work only because
+    # their download URLs name MODELYARD_S3_HOST_ENDPOINT_URL.
+    assert lines[f"127.0.0.1:{fleet['s3_port']}"].startswith("closed"), lines
     agent_env = open(f"/proc/{fleet['agents']['ns-a'].process.pid}/environ", "rb").read().split(b"\0")
     assert not [v for v in agent_env if v.startswith((b"DATABASE_URL=", b"MODELYARD_S3_", b"AWS_"))]
 
