@@ -16,6 +16,7 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--bentoml-root`` | ``MODELYARD_AGENT_BENTOML_ROOT`` | ``var/bentoml-agent`` (BentoML) |
 | ``--triton-grpc-url`` | ``MODELYARD_AGENT_TRITON_GRPC_URL`` | empty: loads go over HTTP |
 | ``--triton-url`` | ``MODELYARD_AGENT_TRITON_URL`` | empty: ``inference_url`` is Triton itself (no gateway) |
+| ``--gateway-listen`` | ``MODELYARD_AGENT_GATEWAY_LISTEN`` | empty: ``inference_url``'s port, every address |
 | ``--gateway-grpc-listen`` | ``MODELYARD_AGENT_GATEWAY_GRPC_LISTEN`` | empty: the gateway takes no gRPC |
 | ``--max-request-bytes`` | ``MODELYARD_AGENT_MAX_REQUEST_BYTES`` | 67108864 (64 MiB): the gateway's body ceiling |
 | ``--load-deadline`` | ``MODELYARD_AGENT_LOAD_TIMEOUT`` | 600 s, when the host sets none |
@@ -93,6 +94,9 @@ SETTINGS = (
             "Triton's own HTTP endpoint behind the host's gateway, such as http://127.0.0.1:8000: the agent then runs "
             "the gateway (nginx) at the host's inference_url (empty: inference_url is Triton itself, with no gateway "
             "and no canaries)"),
+    Setting("gateway_listen", "MODELYARD_AGENT_GATEWAY_LISTEN", "",
+            "[host:]port where the gateway takes HTTP, such as 10.0.0.5:8080 (empty: the port of the host's "
+            "registered inference_url on every address, or 127.0.0.1 for a loopback URL); needs --triton-url"),
     Setting("gateway_grpc_listen", "MODELYARD_AGENT_GATEWAY_GRPC_LISTEN", "",
             "[host:]port where the gateway passes Triton's gRPC protocol to --triton-grpc-url, such as 8011 "
             "(empty: no gRPC through the gateway); needs --triton-url and --triton-grpc-url"),
@@ -136,6 +140,7 @@ class AgentConfig:
         staging_dir: where Triton versions are downloaded and staged.
         triton_grpc_url: ``host:port``, or empty.
         triton_url: Triton's own HTTP base URL behind the gateway, or empty (no gateway).
+        gateway_listen: ``[host:]port`` where the gateway takes HTTP, or empty (from ``inference_url``).
         gateway_grpc_listen: ``[host:]port`` where the gateway takes gRPC, or empty.
         max_request_bytes: the gateway's request body ceiling in bytes (``runtimes.gateway``).
         load_deadline, unload_deadline: default deadlines in seconds (a host's own come in payloads).
@@ -157,6 +162,7 @@ class AgentConfig:
     bentoml_root: Path = Path("var/bentoml-agent")
     triton_grpc_url: str = ""
     triton_url: str = ""
+    gateway_listen: str = ""
     gateway_grpc_listen: str = ""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     load_deadline: float = 600.0
@@ -201,6 +207,7 @@ class AgentConfig:
             bentoml_root=Path(raw["bentoml_root"]),
             triton_grpc_url=_host_port("triton_grpc_url", raw["triton_grpc_url"].strip()),
             triton_url=_http_url("triton_url", raw["triton_url"].strip()),
+            gateway_listen=_listen("gateway_listen", raw["gateway_listen"].strip()),
             gateway_grpc_listen=_listen("gateway_grpc_listen", raw["gateway_grpc_listen"].strip()),
             max_request_bytes=_bytes("max_request_bytes", raw["max_request_bytes"].strip()),
             load_deadline=_seconds("load_deadline", raw["load_deadline"]),
@@ -215,6 +222,9 @@ class AgentConfig:
             perf_analyzer=raw["perf_analyzer"].strip() or "perf_analyzer",
             wrk=raw["wrk"].strip() or "wrk",
         )
+        if config.gateway_listen and not config.triton_url:
+            raise ConfigError(f"{_flag('gateway_listen')} needs {_flag('triton_url')}: without it the agent runs no "
+                              "gateway")
         if config.gateway_grpc_listen and not (config.triton_url and config.triton_grpc_url):
             raise ConfigError(f"{_flag('gateway_grpc_listen')} needs {_flag('triton_url')} (the gateway) and "
                               f"{_flag('triton_grpc_url')} (Triton's own gRPC address)")
@@ -229,7 +239,8 @@ class AgentConfig:
             "host": self.host, "runtime": self.runtime, "broker_url": self.broker_url,
             "model_repository": str(self.model_repository), "staging_dir": str(self.staging_dir),
             "bentoml_root": str(self.bentoml_root), "triton_grpc_url": self.triton_grpc_url,
-            "triton_url": self.triton_url, "gateway_grpc_listen": self.gateway_grpc_listen,
+            "triton_url": self.triton_url, "gateway_listen": self.gateway_listen,
+            "gateway_grpc_listen": self.gateway_grpc_listen,
             "max_request_bytes": str(self.max_request_bytes),
             "load_deadline": f"{self.load_deadline:g}", "unload_deadline": f"{self.unload_deadline:g}",
             "heartbeat_interval": f"{self.heartbeat_interval:g}", "lock_wait": f"{self.lock_wait:g}",

@@ -70,15 +70,16 @@ class HostAgent(Protocol):
 
 
 def triton_gateway(inference_url: str):
-    """The host's gateway (``runtimes.gateway.TritonGateway``) at the port of ``inference_url`` (its address,
-    for a loopback URL), in front of the agent's ``--triton-url``; None when the agent runs without one."""
+    """The host's gateway (``runtimes.gateway.TritonGateway``) at ``--gateway-listen``, else at the port of
+    ``inference_url`` (its address, for a loopback URL), in front of the agent's ``--triton-url``; None when the
+    agent runs without one."""
     from modelyard_agent.runtimes.gateway import TritonGateway
     from modelyard_agent.runtimes.nginx import listen_address
     from modelyard_agent.triton_host import AgentPaths
 
     if not settings().triton_url:
         return None
-    port, listen_host = listen_address(inference_url)
+    port, listen_host = listen_address(inference_url, settings().gateway_listen)
     state_dir = AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir
     return TritonGateway(state_dir / "gateway", port, triton=settings().triton_url.split("://", 1)[1],
                          listen_host=listen_host, grpc_listen=settings().gateway_grpc_listen,

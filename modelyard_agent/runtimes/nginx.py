@@ -192,9 +192,13 @@ location = /_modelyard_shadow/{model} {{
 """
 
 
-def listen_address(inference_url: str) -> tuple[int, str]:
+def listen_address(inference_url: str, listen: str = "") -> tuple[int, str]:
     """Where a host's nginx listens for ``inference_url``: (its port, 80 by default; ``127.0.0.1`` for a
-    loopback URL, else empty, which is every address)."""
+    loopback URL, else empty, which is every address). ``listen`` (``[host:]port``, as the agent's
+    ``--gateway-listen`` checks it), when given, says instead: its port, and its host or every address."""
+    if listen:
+        port = listen.rsplit(":", 1)[-1]
+        return int(port), listen[: -len(port) - 1].strip("[]") if ":" in listen else ""
     parts = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}")
     return parts.port or 80, "127.0.0.1" if parts.hostname in ("127.0.0.1", "localhost") else ""
 

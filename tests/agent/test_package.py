@@ -54,6 +54,10 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
                                        "triton_grpc_url": "127.0.0.1:8001", "gateway_grpc_listen": "0.0.0.0:8011"}, {})
     assert gateway.gateway_grpc_listen == "0.0.0.0:8011"
     assert AgentConfig.from_values({}, gateway.as_environ()) == gateway
+    listening = AgentConfig.from_values({"host": "gpu-0", "triton_url": "http://127.0.0.1:8000"},
+                                        {"MODELYARD_AGENT_GATEWAY_LISTEN": "10.0.0.5:08080"})
+    assert listening.gateway_listen == "10.0.0.5:8080"
+    assert AgentConfig.from_values({}, listening.as_environ()) == listening
 
 
 @pytest.mark.parametrize("values,says", [
@@ -70,6 +74,10 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
      "--gateway-grpc-listen (MODELYARD_AGENT_GATEWAY_GRPC_LISTEN) must be a port or host:port"),
     ({"host": "gpu-0", "gateway_grpc_listen": "70000"}, "must be a port or host:port"),
     ({"host": "gpu-0", "gateway_grpc_listen": "8011"}, "needs --triton-url (MODELYARD_AGENT_TRITON_URL)"),
+    ({"host": "gpu-0", "gateway_listen": "8080"},
+     "--gateway-listen (MODELYARD_AGENT_GATEWAY_LISTEN) needs --triton-url"),
+    ({"host": "gpu-0", "triton_url": "http://127.0.0.1:8000", "gateway_listen": "http://x:1"},
+     "--gateway-listen (MODELYARD_AGENT_GATEWAY_LISTEN) must be a port or host:port"),
     ({"host": "gpu-0", "broker_url": "redis://"}, "must be a Redis URL"),
     ({"host": "gpu-0", "broker_url": "redis://h:notaport/0"}, "must be a Redis URL"),
     ({"host": "gpu-0", "broker_url": "redis://h:6379/abc"}, "must end in a database number"),

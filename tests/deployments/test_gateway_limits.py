@@ -239,3 +239,23 @@ def test_a_client_that_stalls_in_its_headers_or_its_body_is_cut_off_before_anyth
     finally:
         front.stop()
         server.shutdown()
+
+
+def test_the_gateway_listens_where_gateway_listen_says_and_else_at_the_inference_urls_port(
+        agent_settings, tmp_path, triton_server):
+    from modelyard_agent.host_agents import triton_gateway
+
+    chosen = free_port()
+    agent_settings(model_repository=triton_server.model_repository, staging_dir=tmp_path / "staging",
+                   triton_url=triton_server.http_url, gateway_listen=f"127.0.0.1:{chosen}")
+    front = triton_gateway("http://gpu-0.internal:8000")  # the registered URL's port is not where it listens
+    assert (front.listen_port, front.listen) == (chosen, f"127.0.0.1:{chosen}")
+    front.ensure_running()
+    try:
+        assert requests.get(f"http://127.0.0.1:{chosen}/v2/health/live", timeout=10).status_code == 200
+    finally:
+        front.stop()
+    agent_settings(model_repository=triton_server.model_repository, staging_dir=tmp_path / "staging",
+                   triton_url=triton_server.http_url, gateway_listen="")
+    assert triton_gateway("http://gpu-0.internal:8000").listen == "8000"  # every address, the URL's port
+    assert triton_gateway("http://127.0.0.1:8000").listen == "127.0.0.1:8000"
