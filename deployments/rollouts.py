@@ -41,7 +41,7 @@ from deployments.services import build_agent_payload, create_rollout, serving_no
 from deployments.signals import rollout_finished
 from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound
-from modelyard_agent.claims import CANCELLED, claim_key, claim_target
+from modelyard_agent.claims import CANCELLED, STARTED, claim_key, claim_target, target_claim
 from modelyard_agent.contract import AgentTask
 from registry.models import EnsembleMember
 from registry.services import resolve_alias
@@ -192,16 +192,20 @@ def cancel_rollout(deployment_id: int, *, actor=None) -> Deployment:
     """Stop a rollout for good: hosts whose agent has not started are left as they are (CANCELLED),
     including those whose task is still queued on the host.
 
-    Hosts already moved, or moving, keep the new version; roll back to undo them.
+    A cancel never answers "cancelled" for work that goes on: while any host's agent has started its
+    part (staging or loading, or claimed from its queue), the cancel is refused and nothing changes:
+    pause the rollout instead (no further host starts), and roll it back once that load has ended.
+    Hosts already moved keep the new version; roll back to undo them.
 
     Raises:
         NotFound: no such deployment.
-        Conflict: the rollout has finished.
+        Conflict: the rollout has finished, or a host is staging or loading its version now.
     """
     with transaction.atomic():
         deployment = _locked(deployment_id)
         if deployment.status not in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
             raise Conflict(f"deployment {deployment_id} has finished ({deployment.get_status_display().lower()})")
+        _refuse_while_started(deployment)
         _cancel_waiting(deployment)
         set_status(deployment, DeploymentStatus.CANCELLED, actor=actor, message="cancelled by an operator")
         _audit(deployment, "cancelled", actor)
@@ -226,6 +230,22 @@ def rollback_rollout(deployment_id: int, *, actor=None) -> list[Deployment]:
         rollbacks = _roll_back(deployment, actor=actor, reason="rolled back by an operator")
         _audit(deployment, "rolled_back", actor, rollbacks=[d.pk for d in rollbacks])
     return rollbacks
+
+
+def _refuse_while_started(deployment: Deployment) -> None:
+    """Raise Conflict naming the first host whose agent has started its part of ``deployment``: a target
+    STAGING or LOADING, or one still PENDING whose claim its agent holds (``modelyard_agent.claims``)."""
+    version = deployment.version.version
+    for target in deployment.targets.filter(state__in=(TargetState.PENDING, TargetState.STAGING,
+                                                       TargetState.LOADING)).select_related("host"):
+        started = target.state != TargetState.PENDING or (
+            target.dispatched_at is not None
+            and target_claim(broker(), claim_key(target.pk, target.dispatched_at)) == STARTED)
+        if started:
+            doing = {TargetState.LOADING: "loading", TargetState.STAGING: "staging"}.get(target.state, "starting")
+            raise Conflict(f"host {target.host.name} is already {doing} {deployment.model.name} v{version}, which a "
+                           f"cancel cannot stop: pause the rollout (no further host starts), then roll it back once "
+                           f"that load has ended")
 
 
 def _cancel_waiting(deployment: Deployment) -> None:

@@ -1,4 +1,5 @@
-"""Cancel means cancelled: a target still queued on its host when its rollout is cancelled never starts.
+"""Cancel means cancelled: a target still queued on its host when its rollout is cancelled never starts, and a
+rollout whose host is loading is not cancelled at all (409), since the load would go on.
 
 Real components: API, S3 stand-in, orchestrator and a one-process host agent over Redis, real Triton.
 A slow load of another model keeps the agent busy, so the cancelled rollout's task waits in the
@@ -13,6 +14,7 @@ from demo.iris import build_iris_archive
 from deployments.models import DeploymentTarget
 from deployments.rollouts import cancel_rollout
 from modelyard.celery import broker
+from modelyard.errors import Conflict
 from modelyard_agent.claims import STARTED, claim_key, claim_target
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.e2e.support import build_slow_iris_archive, wait_deployment
@@ -53,6 +55,12 @@ def test_a_rollout_cancelled_while_its_task_is_queued_never_loads(s3_endpoint, s
              what="the second rollout's task to be dispatched to the busy host")
     assert DeploymentTarget.objects.get(deployment_id=queued).state == "pending"
 
+    # The loading one cannot be cancelled: 409, and it carries on.
+    refused = client.post(f"/api/v1/deployments/{slow}/cancel/")
+    assert refused.status_code == 409, refused.content
+    assert f"host {HOST} is already loading iris v1, which a cancel cannot stop" in refused.json()["detail"]
+    assert client.get(f"/api/v1/deployments/{slow}/").json()["status"] == "running"
+
     answer = client.post(f"/api/v1/deployments/{queued}/cancel/")
     assert answer.status_code == 200, answer.content
     assert answer.json()["status"] == "cancelled"
@@ -69,7 +77,7 @@ def test_a_rollout_cancelled_while_its_task_is_queued_never_loads(s3_endpoint, s
     assert "still queued" in target.events.get(to_state="cancelled").message
 
 
-def test_a_target_its_agent_claimed_first_is_left_to_finish(db):
+def test_a_cancel_after_the_agent_claimed_its_target_is_refused(db):
     from django.utils import timezone
 
     from deployments.models import Deployment, ServingHost
@@ -82,9 +90,10 @@ def test_a_target_its_agent_claimed_first_is_left_to_finish(db):
     host = ServingHost.objects.create(name="gpu-0", inference_url="http://gpu-0:8000")
     deployment = Deployment.objects.create(model=model, version=version)
     target = DeploymentTarget.objects.create(deployment=deployment, host=host, dispatched_at=timezone.now())
-    # the agent got there first
+    # the agent got there first: the cancel is refused, and nothing changes
     assert claim_target(broker(), claim_key(target.pk, target.dispatched_at), STARTED) == STARTED
-    cancel_rollout(deployment.pk)
+    with pytest.raises(Conflict, match="host gpu-0 is already starting iris v1, which a cancel cannot stop"):
+        cancel_rollout(deployment.pk)
     target.refresh_from_db()
     deployment.refresh_from_db()
-    assert deployment.status == "cancelled" and target.state == "pending"
+    assert deployment.status == "running" and target.state == "pending"
