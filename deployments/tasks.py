@@ -9,6 +9,7 @@ name, so it never touches the database and shares no code with these tasks but t
 """
 
 import logging
+from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -118,16 +119,35 @@ def request_heartbeats() -> int:
     or busy) is not sent another, so the queue of an agent that never comes back does not grow
     in Redis. Returns the number of hosts asked.
     """
-    hosts = list(ServingHost.objects.values_list("name", "inference_url", "metrics_url", "runtime"))
+    return _ask_to_report(ServingHost.objects.all(), expires=settings.HEARTBEAT_INTERVAL)
+
+
+@shared_task(name="deployments.request_recovery_heartbeats")
+def request_recovery_heartbeats() -> int:
+    """Orchestrator, on a short schedule (``RECOVERY_HEARTBEAT_INTERVAL``): ask again, between the
+    regular heartbeats, the hosts whose agent reported recently (within ``HOST_OFFLINE_AFTER``) that
+    its runtime was not live. The first report that shows the runtime back reconciles the host
+    (``record_host_heartbeat``), so a restarted Triton serves again within this interval plus the
+    loads, not a whole heartbeat interval. Returns the number of hosts asked.
+    """
+    recent = timezone.now() - timedelta(seconds=settings.HOST_OFFLINE_AFTER)
+    hosts = ServingHost.objects.filter(last_heartbeat_at__gte=recent, heartbeat__runtime_live=False)
+    return _ask_to_report(hosts, expires=settings.RECOVERY_HEARTBEAT_INTERVAL)
+
+
+def _ask_to_report(hosts, *, expires: float) -> int:
+    """Send a heartbeat request to each of ``hosts`` (a ServingHost queryset) whose queue is empty; each
+    request expires after ``expires`` seconds. Returns the number asked."""
     client = broker()
     asked = 0
-    for name, inference_url, metrics_url, runtime in hosts:
+    for name, inference_url, metrics_url, runtime in hosts.values_list("name", "inference_url", "metrics_url",
+                                                                       "runtime"):
         if client.llen(host_queue(name)):  # Celery's Redis transport keeps each queue as a list of that name
             continue
         asked += 1
         send_to_host(name, AgentTask.HEARTBEAT,
                      {"host": name, "inference_url": inference_url, "metrics_url": metrics_url, "runtime": runtime},
-                     expires=settings.HEARTBEAT_INTERVAL)
+                     expires=expires)
     return asked
 
 

@@ -222,6 +222,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 HEARTBEAT_INTERVAL = env_float("MODELYARD_HEARTBEAT_INTERVAL", 30.0)
 HOST_OFFLINE_AFTER = env_float("MODELYARD_HOST_OFFLINE_AFTER", 90.0)
+# Hosts whose agent reports in but whose runtime was not live are asked this often (seconds), so the
+# report that shows the runtime back, and with it the repair, comes within this much of its restart.
+RECOVERY_HEARTBEAT_INTERVAL = env_float("MODELYARD_RECOVERY_HEARTBEAT_INTERVAL", 5.0)
 # Unload a model from a host once it answered no request for this many seconds (0: never).
 IDLE_UNLOAD_AFTER = env_float("MODELYARD_IDLE_UNLOAD_AFTER", 0.0)
 # The autoscaler's window: the queue time it judges by, and the least time between two changes (seconds).
@@ -243,6 +246,8 @@ GC_GRACE_SECONDS = env_int("MODELYARD_GC_GRACE_SECONDS", 86_400)
 CELERY_BEAT_SCHEDULE = {
     # The orchestrator asks every host agent to report in, and repairs drift from the reports.
     "request-host-heartbeats": {"task": "deployments.request_heartbeats", "schedule": HEARTBEAT_INTERVAL},
+    "request-recovering-host-heartbeats": {"task": "deployments.request_recovery_heartbeats",
+                                           "schedule": RECOVERY_HEARTBEAT_INTERVAL},
     "reconcile-fleet": {"task": "deployments.reconcile", "schedule": RECONCILE_INTERVAL},
     # Checks every minute; does nothing while IDLE_UNLOAD_AFTER is 0.
     "unload-idle-models": {"task": "deployments.unload_idle_models", "schedule": 60.0},

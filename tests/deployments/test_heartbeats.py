@@ -68,3 +68,16 @@ def test_a_host_whose_agent_is_away_gets_one_pending_request_not_a_backlog(db, s
         assert broker.llen("host.ghost") == 1
     finally:
         broker.delete("host.ghost")
+
+
+def test_between_heartbeats_only_hosts_whose_runtime_was_down_are_asked_again(db, broker):
+    from deployments.tasks import request_recovery_heartbeats
+
+    for name, live, age in (("down", False, 10), ("up", True, 10), ("gone-quiet", False, 600), ("never", None, None)):
+        host = ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000")
+        if live is not None:
+            record_heartbeat(name, {**REPORT, "runtime_live": live})
+            ServingHost.objects.filter(pk=host.pk).update(last_heartbeat_at=timezone.now() - timedelta(seconds=age))
+    assert request_recovery_heartbeats() == 1
+    assert [key.decode() for key in broker.keys("host.*")] == ["host.down"]
+    assert request_recovery_heartbeats() == 0  # its request is still queued: not another
