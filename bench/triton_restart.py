@@ -66,10 +66,13 @@ def one_round(stack: RolloutStack, number: int) -> dict:
     runtime = TritonRuntime(triton.http_url)
     wait_until(lambda: runtime.ready_versions(MODEL) == [1], timeout=300, what="iris v1 READY again", interval=0.2)
     serving = time.monotonic()
-    repairs = Deployment.objects.filter(trigger="reconciler").count() - repairs_before
+    repairs = list(Deployment.objects.filter(trigger="reconciler").order_by("pk")[repairs_before:])
+    # The repair ends after its smoke inference; the next crash must not cut it short (a repair that fails
+    # is not retried for MODELYARD_RECONCILE_BACKOFF seconds).
+    statuses = [stack.wait_finished(repair.pk) for repair in repairs]
     row = {"round": number, "crash_to_shown_s": round(shown - killed, 1),
            "restart_s": round(live - shown, 1), "back_to_serving_s": round(serving - live, 1),
-           "repairs": repairs}
+           "repairs": len(repairs), "repair_statuses": statuses}
     log(NAME, f"round {number}: {row}")
     return row
 
@@ -93,7 +96,7 @@ def run(args: argparse.Namespace) -> dict:
                      "reconcile_interval_s": settings.RECONCILE_INTERVAL,
                      "host_offline_after_s": settings.HOST_OFFLINE_AFTER}
     worst = max(row["back_to_serving_s"] for row in rounds)
-    passed = worst <= TARGET_S and all(row["repairs"] == 1 for row in rounds)
+    passed = worst <= TARGET_S and all(row["repair_statuses"] == ["succeeded"] for row in rounds)
     return {
         "benchmark": NAME, "machine": machine(), "rounds": rounds, "settings": intervals,
         "back_to_serving_median_s": statistics.median(row["back_to_serving_s"] for row in rounds),
@@ -102,9 +105,9 @@ def run(args: argparse.Namespace) -> dict:
         "target_s": TARGET_S,
         "verdict": "PASS" if passed else "FAIL",
         "verdict_reason": (f"back to serving in at most {worst:g} s after Triton restarted (target ≤ {TARGET_S:g} s), "
-                           f"one reconciler redeployment per crash" if passed else
+                           f"one reconciler redeployment per crash, each succeeded" if passed else
                            f"worst back to serving {worst:g} s (target ≤ {TARGET_S:g} s), repairs "
-                           f"{[row['repairs'] for row in rounds]}"),
+                           f"{[row['repair_statuses'] for row in rounds]}"),
     }
 
 
