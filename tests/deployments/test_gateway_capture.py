@@ -142,6 +142,8 @@ def test_a_body_over_the_memory_bound_is_skipped_not_captured(gateway):
     with requests.Session() as session:
         answer = session.post(f"{gateway.url}/v2/models/{MODEL}/infer", json=big, timeout=30)
     assert answer.status_code == 200, answer.text
+    # The skip is counted in the log phase, after the client has its answer.
+    wait_for(lambda: gateway.capture()[MODEL]["skipped"] >= 1, timeout=5, what="the skip counted", interval=0.02)
     assert captured(gateway) == [] and gateway.capture()[MODEL]["skipped"] == 1
 
 
