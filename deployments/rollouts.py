@@ -105,6 +105,8 @@ def advance_rollout(deployment_id: int) -> str:
 
     with transaction.atomic():
         deployment = _locked(deployment_id)
+        if deployment.status == DeploymentStatus.ROLLED_BACK and not deployment.canary_state:  # plain rollouts
+            _send_back_late_arrivals(deployment)
         if deployment.status != DeploymentStatus.RUNNING:
             return deployment.status
         prerequisites = list(deployment.prerequisites.select_related("model").order_by("id"))
@@ -194,7 +196,7 @@ def cancel_rollout(deployment_id: int, *, actor=None) -> Deployment:
 
     A cancel never answers "cancelled" for work that goes on: while any host's agent has started its
     part (staging or loading, or claimed from its queue), the cancel is refused and nothing changes:
-    pause the rollout instead (no further host starts), and roll it back once that load has ended.
+    roll back instead, which sends such a host back once its load ends (``advance_rollout``).
     Hosts already moved keep the new version; roll back to undo them.
 
     Raises:
@@ -216,7 +218,9 @@ def rollback_rollout(deployment_id: int, *, actor=None) -> list[Deployment]:
     """Send every host this rollout moved back to the version it served before.
 
     Hosts not yet moved are cancelled. One rollback deployment is started per previous version
-    (usually one), as a rollout of its own in the same batch size, linked by ``rollback_of``.
+    (usually one), as a rollout of its own in the same batch size, linked by ``rollback_of``. A host
+    staging or loading now (a load cannot be stopped) gets a rollback of its own when it reaches READY
+    (``_send_back_late_arrivals``, from ``advance_rollout``).
 
     Returns:
         The rollback deployments started (none when no host had moved).
@@ -244,8 +248,8 @@ def _refuse_while_started(deployment: Deployment) -> None:
         if started:
             doing = {TargetState.LOADING: "loading", TargetState.STAGING: "staging"}.get(target.state, "starting")
             raise Conflict(f"host {target.host.name} is already {doing} {deployment.model.name} v{version}, which a "
-                           f"cancel cannot stop: pause the rollout (no further host starts), then roll it back once "
-                           f"that load has ended")
+                           f"cancel cannot stop: roll it back instead (a host still loading is sent back once its load "
+                           f"ends)")
 
 
 def _cancel_waiting(deployment: Deployment) -> None:
@@ -268,23 +272,38 @@ def _roll_back(deployment: Deployment, *, actor, reason: str) -> list[Deployment
     if deployment.status not in (DeploymentStatus.RUNNING, DeploymentStatus.PAUSED):
         _check_newest(deployment)
     _cancel_waiting(deployment)
-    back_to: dict[int, list] = defaultdict(list)
-    for target in deployment.targets.filter(state=TargetState.READY).select_related("host", "previous_version"):
-        if target.previous_version_id and target.previous_version_id != deployment.version_id:
-            back_to[target.previous_version_id].append(target)
-    rollbacks = []
-    for targets in back_to.values():
-        previous = targets[0].previous_version
-        rollbacks.append(create_rollout(
-            model_version=previous, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
-            failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
-            autoscale=deployment.autoscale,
-            max_request_bytes=deployment.max_request_bytes, rollback_of=deployment, trigger=RolloutTrigger.ROLLBACK,
-            actor=actor,
-        ))
+    rollbacks = _send_back(deployment, deployment.targets.filter(state=TargetState.READY), actor=actor)
     set_status(deployment, DeploymentStatus.ROLLED_BACK, actor=actor, message=reason)
     if deployment.canary_state == CanaryState.ACTIVE:
         Deployment.objects.filter(pk=deployment.pk).update(canary_state=CanaryState.ROLLED_BACK)
+    return rollbacks
+
+
+def _send_back(deployment: Deployment, targets, *, actor) -> list[Deployment]:
+    """Start one rollback rollout per previous version for those of ``targets`` (READY targets of
+    ``deployment``) that moved their host off another version; returns them."""
+    back_to: dict[int, list] = defaultdict(list)
+    for target in targets.select_related("host", "previous_version"):
+        if target.previous_version_id and target.previous_version_id != deployment.version_id:
+            back_to[target.previous_version_id].append(target)
+    return [create_rollout(
+        model_version=moved[0].previous_version, hosts=[t.host for t in moved], batch_size=deployment.batch_size,
+        failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
+        autoscale=deployment.autoscale, max_request_bytes=deployment.max_request_bytes, rollback_of=deployment,
+        trigger=RolloutTrigger.ROLLBACK, actor=actor,
+    ) for moved in back_to.values()]
+
+
+def _send_back_late_arrivals(deployment: Deployment) -> list[Deployment]:
+    """Roll back the hosts of a rolled-back ``deployment`` that reached READY after the rollback: they
+    were staging or loading then, and a load cannot be stopped. Each such host is sent back once (a host
+    already in one of its rollbacks is not sent again). The caller holds the deployment's row lock."""
+    sent = DeploymentTarget.objects.filter(deployment__rollback_of=deployment).values("host")
+    late = deployment.targets.filter(state=TargetState.READY).exclude(host__in=sent)
+    rollbacks = _send_back(deployment, late, actor=None)
+    for rollback in rollbacks:
+        logger.warning("deployment %s: a host finished loading after its rollback; rolling it back too "
+                       "(deployment %s)", deployment.pk, rollback.pk)
     return rollbacks
 
 

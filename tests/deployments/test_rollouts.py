@@ -274,3 +274,24 @@ def test_an_ensemble_rollout_fails_without_moving_a_host_when_a_composing_model_
     parent.refresh_from_db()
     assert "composing model(s) could not be deployed: iris" in parent.events.last().message
     assert list(parent.targets.values_list("state", flat=True)) == ["cancelled"]
+
+
+def test_a_host_that_finishes_loading_after_its_rollout_was_rolled_back_is_rolled_back_too(
+    model, hosts, django_capture_on_commit_callbacks
+):
+    first = start(django_capture_on_commit_callbacks, version=1, host_names=["gpu-0", "gpu-1"], batch_size=2)
+    with django_capture_on_commit_callbacks(execute=False):
+        finish(first, "gpu-0")
+        finish(first, "gpu-1")
+    second = start(django_capture_on_commit_callbacks, version=2, host_names=["gpu-0", "gpu-1"], batch_size=2)
+    with django_capture_on_commit_callbacks(execute=False):
+        finish(second, "gpu-0")
+        record_target_progress(second.targets.get(host__name="gpu-1").pk, TargetState.LOADING)
+        (early,) = rollouts.rollback_rollout(second.pk)  # gpu-1 is still loading v2: a load cannot be stopped
+    assert list(early.targets.values_list("host__name", flat=True)) == ["gpu-0"]
+    with django_capture_on_commit_callbacks(execute=False):
+        assert finish(second, "gpu-1") == DeploymentStatus.ROLLED_BACK
+        rollouts.advance_rollout(second.pk)  # a second report of the same end sends nothing more
+    late = Deployment.objects.filter(rollback_of=second).exclude(pk=early.pk)
+    assert [(d.version.version, list(d.targets.values_list("host__name", flat=True))) for d in late] == [
+        (1, ["gpu-1"])]
