@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from deployments.canaries import resend_routes
 from deployments.capture import resend_capture
@@ -122,6 +123,14 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
         return _reconcile_locked_host(host, now=now)
 
 
+def _failed_before_runtime_returned(host: ServingHost, target: DeploymentTarget) -> bool:
+    """True when ``target`` failed before the host's runtime last came back (``runtime_back_at``, stamped
+    by ``services.record_heartbeat``): a repair cut short by a runtime that died again says nothing
+    about the version, so the back-off does not hold it."""
+    back_at = parse_datetime(host.heartbeat.get("runtime_back_at") or "")
+    return back_at is not None and target.updated_at < back_at
+
+
 def _models_at_work(report: dict) -> set[str]:
     """The models a heartbeat report says its agent was working on when it was collected."""
     agent = report.get("agent") or {}
@@ -144,7 +153,8 @@ def _reconcile_locked_host(host: ServingHost, *, now) -> list[Repair]:
             continue  # the report predates the deployment it would be compared with
         latest = newest[model]
         retried = latest.pk != target.pk and latest.deployment.version_id == target.deployment.version_id
-        if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff:
+        if retried and latest.state == TargetState.FAILED and now - latest.updated_at < backoff \
+                and not _failed_before_runtime_returned(host, latest):
             continue  # redeploying this very version failed recently: do not loop
         if stable is not None:
             # A canary that lost a version (a restarted Triton) falls back to the stable version: the

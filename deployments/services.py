@@ -556,9 +556,21 @@ def record_heartbeat(host_name: str, report: dict) -> bool:
         host = ServingHost.objects.select_for_update().filter(name=host_name).only("heartbeat").first()
         if host is None:
             return False
-        report = _with_transition_times(host.heartbeat or {}, report, now)
+        report = _with_runtime_back_at(host.heartbeat or {}, _with_transition_times(host.heartbeat or {}, report, now),
+                                       now)
         ServingHost.objects.filter(pk=host.pk).update(last_heartbeat_at=now, heartbeat=report)
     return True
+
+
+def _with_runtime_back_at(previous: dict, report: dict, now) -> dict:
+    """Stamp ``runtime_back_at`` (ISO 8601): when a report first showed the runtime live after one that
+    showed it not live, kept from report to report. The reconciler does not hold a failed repair
+    against a version when the failure came before the runtime's last return (``reconcile_host``)."""
+    if report.get("runtime_live") and previous.get("runtime_live") is False:
+        return {**report, "runtime_back_at": now.isoformat()}
+    if report.get("runtime_live") and previous.get("runtime_back_at"):
+        return {**report, "runtime_back_at": previous["runtime_back_at"]}
+    return report
 
 
 # States a runtime passes through on the way to READY or gone; a version that stays in one is stuck.

@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from audit.models import AuditEvent
 from deployments.choices import TargetState
@@ -277,3 +278,29 @@ def test_two_passes_at_the_same_moment_start_one_repair(host):
     found, errors = at_once(lambda: reconcile_host(ServingHost.objects.get(pk=host.pk)), 2, timeout=30)
     assert errors == [] and sorted(len(repairs) for repairs in found) == [0, 1]
     assert Deployment.objects.filter(trigger="reconciler").count() == 1
+
+
+def test_a_repair_cut_short_by_a_runtime_that_died_again_is_retried_once_it_is_back(host):
+    from deployments.services import record_heartbeat
+
+    deploy(host, 2, age_seconds=900)
+    deploy(host, 2, state=TargetState.FAILED, age_seconds=60)  # its repair failed: Triton died during it
+    record_heartbeat(host.name, {"runtime_live": False, "models": []})
+    record_heartbeat(host.name, {"runtime_live": True, "models": []})  # back, after that failure
+    back_at = ServingHost.objects.get(pk=host.pk).heartbeat["runtime_back_at"]
+    record_heartbeat(host.name, {"runtime_live": True, "models": []})
+    assert ServingHost.objects.get(pk=host.pk).heartbeat["runtime_back_at"] == back_at  # kept while live
+    (repair,) = reconcile_host(host)
+    assert repair.version == 2
+
+
+def test_a_repair_that_failed_with_the_runtime_live_is_still_backed_off(host):
+    from deployments.services import record_heartbeat
+
+    record_heartbeat(host.name, {"runtime_live": False, "models": []})
+    record_heartbeat(host.name, {"runtime_live": True, "models": []})
+    deploy(host, 2, age_seconds=900)
+    repair = deploy(host, 2, state=TargetState.FAILED, age_seconds=0)  # failed after the runtime came back
+    assert repair.updated_at > parse_datetime(ServingHost.objects.get(pk=host.pk).heartbeat["runtime_back_at"])
+    record_heartbeat(host.name, {"runtime_live": True, "models": []})
+    assert reconcile_host(host) == []
