@@ -32,7 +32,9 @@ def parser() -> argparse.ArgumentParser:
     and ``--print-config``."""
     parse = argparse.ArgumentParser(
         prog="modelyard-agent", description="Run the Modelyard host agent of one serving host.",
-        epilog=f"Speaks orchestrator protocol {PROTOCOL_VERSION}. Needs no database or S3 credentials.")
+        epilog=f"Speaks orchestrator protocol {PROTOCOL_VERSION}. Needs no database or S3 credentials, but must "
+               "reach the broker and the S3 endpoint that the orchestrator signs download URLs for "
+               "(MODELYARD_S3_HOST_ENDPOINT_URL on the orchestrator, else its own MODELYARD_S3_ENDPOINT_URL).")
     for setting in SETTINGS:
         default = "required" if setting.name == "host" else f"default {setting.default or 'see above'}"
         parse.add_argument(f"--{setting.name.replace('_', '-')}", dest=setting.name, default=None,
