@@ -55,7 +55,7 @@ def dispatch_target(target_id: int) -> None:
         )
         rollouts.advance_rollout(target.deployment_id)  # as after an agent's report: pause, fail or roll back now
         return
-    payload = build_agent_payload(target, download_url=ArtifactStore.for_hosts().presigned_download_url(key))
+    payload = build_agent_payload(target, download_url=store.presigned_host_download_url(key))
     send_to_host(target.host.name, AgentTask.DEPLOY, payload)
 
 
@@ -87,7 +87,7 @@ def resend_target(target_id: int, dispatched_at: str) -> bool:
     if not DeploymentTarget.objects.filter(pk=target.pk, dispatched_at=seen).update(dispatched_at=now):
         return False
     target.dispatched_at = now
-    url = ArtifactStore.for_hosts().presigned_download_url(target.deployment.version.artifact_key)
+    url = ArtifactStore().presigned_host_download_url(target.deployment.version.artifact_key)
     send_to_host(target.host.name, AgentTask.DEPLOY, build_agent_payload(target, download_url=url))
     logger.warning("target %s (%s on %s, %s) was dropped by a restarted agent; sent again", target.pk,
                    target.deployment.version, target.host.name, target.state)
@@ -163,7 +163,7 @@ def record_host_heartbeat(host_name: str, report: dict) -> None:
     if record_heartbeat(host_name, report):
         for target_id, dispatched_at in reconciling.dropped_targets(host_name):
             resend_target.delay(target_id, dispatched_at.isoformat())
-        host = ServingHost.objects.filter(name=host_name).first()
+        host = ServingHost.objects.filter(name=host_name).only("pk").first()  # reconcile_host reads it locked
         if host is not None:
             reconciling.reconcile_host(host)  # each repair is logged there
 
@@ -215,7 +215,7 @@ def dispatch_profile(profile_id: int) -> bool:
     profile = Profile.objects.select_related("host", "version__model").get(pk=profile_id)
     if profile.status != ProfileStatus.QUEUED:
         return False
-    url = ArtifactStore.for_hosts().presigned_download_url(profile.version.artifact_key)
+    url = ArtifactStore().presigned_host_download_url(profile.version.artifact_key)
     send_to_host(profile.host.name, AgentTask.PROFILE, profiles.build_profile_payload(profile, download_url=url))
     return True
 
@@ -236,7 +236,7 @@ def dispatch_replay(replay_id: int) -> bool:
     replay = Replay.objects.select_related("host", "version__model", "against").get(pk=replay_id)
     if replay.status != ReplayStatus.QUEUED:
         return False
-    url = ArtifactStore.for_hosts().presigned_download_url(replay.version.artifact_key)
+    url = ArtifactStore().presigned_host_download_url(replay.version.artifact_key)
     send_to_host(replay.host.name, AgentTask.REPLAY, replays.build_replay_payload(replay, download_url=url))
     return True
 

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write, closed_to_others
+from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,
@@ -422,14 +422,7 @@ class TritonGateway(RouteControl, NginxProcess):
                 retryable).
         """
         root = os.geteuid() == 0
-        if root:
-            closed = closed_to_others(self.dir)
-            if closed is not None:
-                raise ServingRuntimeError(
-                    f"request capture: nginx's workers run as {WORKER_USER} and cannot reach {self.dir}, since "
-                    f"{closed} is closed to others (mode {os.stat(closed).st_mode & 0o777:o}); make it "
-                    f"traversable (chmod o+x {closed}) or give the agent a state directory under one that is",
-                    retryable=False)
+        self.refuse_closed_parents(f"request capture: nginx's workers ({WORKER_USER}) cannot reach {self.dir}")
         for path, mode, owner in ((self.dir / "capture", 0o711 if root else 0o700, "root" if root else None),
                                   (self.capture_directory(model), 0o700, WORKER_USER if root else None)):
             if path.is_symlink():

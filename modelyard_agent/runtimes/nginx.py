@@ -297,12 +297,7 @@ class NginxProcess:
                 workers (an unprivileged user) could not write the request bodies they spool to
                 ``tmp/`` and would answer 500 to each one over their in-memory buffer (not retryable).
         """
-        if os.geteuid() == 0 and (closed := closed_to_others(self.dir)) is not None:
-            raise ServingRuntimeError(
-                f"nginx's workers run as an unprivileged user and cannot reach {self.dir}/tmp, where they "
-                f"spool request bodies, since {closed} is closed to others (mode "
-                f"{os.stat(closed).st_mode & 0o777:o}); make it traversable (chmod o+x {closed}) or give "
-                "the agent a state directory under one that is", retryable=False)
+        self.refuse_closed_parents(f"nginx's workers cannot reach {self.dir}/tmp, where they spool request bodies")
         for sub in self.SUBDIRS:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         text = self.main_config()
@@ -318,6 +313,22 @@ class NginxProcess:
             if time.monotonic() > deadline:
                 raise ServingRuntimeError(f"nginx does not answer on port {self.listen_port}", retryable=True)
             time.sleep(0.05)
+
+    def refuse_closed_parents(self, what: str) -> None:
+        """Under a root agent, whose nginx runs its workers as an unprivileged user, raise when ``directory``
+        or a parent is closed to others (``closed_to_others``); ``what`` starts the message (what the
+        workers cannot do there). Does nothing for an agent that is not root: its workers are its own user.
+
+        Raises:
+            ServingRuntimeError: naming the closed directory, its mode and the ``chmod o+x`` that opens it
+                (not retryable).
+        """
+        if os.geteuid() != 0 or (closed := closed_to_others(self.dir)) is None:
+            return
+        raise ServingRuntimeError(
+            f"{what}: nginx's workers run as an unprivileged user, and {closed} is closed to others (mode "
+            f"{os.stat(closed).st_mode & 0o777:o}); make it traversable (chmod o+x {closed}) or give the agent a "
+            "state directory under one that is", retryable=False)
 
     def reload(self, timeout: float = 10.0) -> None:
         """Check the config on disk and reload gracefully: new workers take new connections, the old ones

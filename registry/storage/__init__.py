@@ -348,12 +348,15 @@ class ArtifactStore:
                 written.result()
         return digest.hexdigest(), seen
 
-    @classmethod
-    def for_hosts(cls) -> "ArtifactStore":
-        """The bucket as serving hosts reach it: at ``settings.S3_HOST_ENDPOINT_URL`` when set, else at
-        ``S3_ENDPOINT_URL``. For the download URLs sent to host agents; presigning makes no request, and
-        SigV4 signs the host name, so the URL must be signed for the endpoint that will be called."""
-        return cls(endpoint_url=settings.S3_HOST_ENDPOINT_URL or None)
+    def presigned_host_download_url(self, key: str) -> str:
+        """A presigned GET URL for ``key`` as serving hosts reach the bucket: at
+        ``settings.S3_HOST_ENDPOINT_URL`` when set, else at this store's own endpoint. For the download
+        URLs sent to host agents. SigV4 signs the host name, so the URL is signed by a client for the
+        endpoint that will be called (presigning makes no request)."""
+        endpoint = settings.S3_HOST_ENDPOINT_URL
+        if not endpoint or endpoint == self.client.meta.endpoint_url:
+            return self.presigned_download_url(key)
+        return ArtifactStore(endpoint_url=endpoint, bucket=self.bucket).presigned_download_url(key)
 
     def presigned_download_url(self, key: str, expires_in: int | None = None) -> str:
         """Return a presigned GET URL for ``key``, valid ``expires_in`` seconds (``S3_PRESIGN_SECONDS`` by default),
