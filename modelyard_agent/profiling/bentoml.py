@@ -90,6 +90,9 @@ def profile_bentoml_version(
     try:
         instance = serve.start_instance(instance)
         serve.wait_ready(instance, timeout=load_timeout)
+        # One request before the levels: a service's first answer pays for its lazy start (model
+        # load, first batch), which would otherwise fill a short level and measure nothing.
+        serve.smoke_request(instance, payload["sample_input"], signature, timeout=load_timeout)
         details["load_seconds"] = round(time.monotonic() - started, 3)
         base = {"config": config.as_dict(), "memory_bytes": _resident_bytes(instance), "memory_kind": "cpu"}
         script, body = workdir / "report.lua", workdir / "body.json"

@@ -112,15 +112,35 @@ def _reap(pid: int) -> None:
 
 
 def is_running(instance: Instance) -> bool:
-    """True while the instance's leader process is alive (a zombie child is reaped, not counted)."""
+    """True while the instance's leader process is alive (a zombie child is reaped, not counted).
+
+    The leader is known by its pid and by the BENTOML_HOME in its environment (a pid reused after
+    an agent restart names another home). A child of this process whose environment reads empty is
+    still in ``execve``: ``Popen`` returns once the exec has closed the child's descriptors, but the
+    kernel fills in the new image's environment (``mm->env_start``, set in ``create_elf_tables``)
+    only after that, so on a loaded host the first check can fall in between.
+    """
     if not instance.pid:
         return False
     _reap(instance.pid)
     try:
-        state = Path(f"/proc/{instance.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
+        fields = Path(f"/proc/{instance.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        state, parent = fields[0], int(fields[1])
+    except (OSError, IndexError, ValueError):
         return False
-    return state != "Z" and _home_of(instance.pid) == instance.home
+    if state == "Z":
+        return False
+    home = _home_of(instance.pid)
+    if home is None and parent == os.getpid() and _environ_is_empty(instance.pid):
+        return True
+    return home == instance.home
+
+
+def _environ_is_empty(pid: int) -> bool:
+    try:
+        return not Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
 
 
 def _home_of(pid: int) -> str | None:
