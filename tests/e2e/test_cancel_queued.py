@@ -67,8 +67,12 @@ def test_a_rollout_cancelled_while_its_task_is_queued_never_loads(s3_endpoint, s
     assert answer.json()["targets"][0]["state"] == "cancelled"
 
     assert wait_deployment(client, slow)["status"] == "succeeded"
+    def what_the_agent_did() -> str:
+        events = DeploymentTarget.objects.get(deployment_id=queued).events.values_list("to_state", "message")
+        return f"target events: {list(events)}\nagent log:\n{agent.log_text()[-6000:]}"
+
     wait_for(lambda: "was cancelled while queued; not starting it" in agent.log_text(), timeout=60,
-             what="the agent to reach the cancelled task")
+             what="the agent to reach the cancelled task", describe=what_the_agent_did)
     runtime = TritonRuntime(triton.http_url)
     assert runtime.ready_versions("other") == []
     assert not (triton.model_repository / "other").exists()
