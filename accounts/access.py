@@ -40,7 +40,8 @@ from django.conf import settings
 from django.db.models import QuerySet
 
 from accounts.choices import Role, Scope
-from accounts.models import ApiToken, Membership
+from accounts.models import ApiToken, Membership, Team
+from accounts.services import default_team
 from modelyard.errors import Forbidden, InvalidInput
 
 
@@ -161,8 +162,6 @@ class Principal:
         ids = Membership.objects.filter(user=self.user, role__in=roles)
         if self.team_limit is not None:
             if self.user.is_staff:
-                from accounts.models import Team
-
                 return Team.objects.filter(pk=self.team_limit).values("pk")
             ids = ids.filter(team_id=self.team_limit)
         return ids.values("team_id")
@@ -273,9 +272,6 @@ def team_for_new_model(principal: Principal, team_name: str = ""):
         InvalidInput: no such team, or the principal belongs to several and named none (HTTP 400).
         Forbidden: the principal may not create models in that team (HTTP 403).
     """
-    from accounts.models import Team
-    from accounts.services import default_team
-
     if team_name:
         team = Team.objects.filter(name=team_name).first()
         if team is None:

@@ -5,7 +5,10 @@ from django.db import transaction
 
 from accounts.choices import Role
 from accounts.models import ApiToken, Membership, Team
+from audit.choices import AuditAction
+from audit.services import record_audit_event
 from modelyard.errors import Conflict, InvalidInput, NotFound
+from modelyard_agent.formats.names import InvalidName, validate_name
 
 
 def default_team() -> Team:
@@ -48,9 +51,6 @@ def set_membership(*, team: Team, user, role: str, actor=None) -> Membership:
     Raises:
         InvalidInput: ``role`` is not a Role value.
     """
-    from audit.choices import AuditAction
-    from audit.services import record_audit_event
-
     if role not in Role.values:
         raise InvalidInput(f"role must be one of {', '.join(Role.values)}")
     with transaction.atomic():
@@ -68,9 +68,6 @@ def remove_membership(*, team: Team, user, actor=None) -> None:
     Raises:
         NotFound: the user is not a member.
     """
-    from audit.choices import AuditAction
-    from audit.services import record_audit_event
-
     with transaction.atomic():
         membership = Membership.objects.select_for_update().filter(team=team, user=user).first()
         if membership is None:
@@ -91,10 +88,6 @@ def create_team(*, name: str, description: str = "", actor=None) -> Team:
         InvalidInput: a bad name.
         Conflict: the name is taken.
     """
-    from audit.choices import AuditAction
-    from audit.services import record_audit_event
-    from modelyard_agent.formats.names import InvalidName, validate_name
-
     try:
         clean = validate_name(name, kind="team name")
     except InvalidName as exc:
@@ -118,9 +111,6 @@ def delete_team(*, team: Team, actor=None) -> None:
     Raises:
         Conflict: the team owns models, or usable API tokens are limited to it (HTTP 409).
     """
-    from audit.choices import AuditAction
-    from audit.services import record_audit_event
-
     with transaction.atomic():
         team = Team.objects.select_for_update().get(pk=team.pk)
         models = team.models.count()

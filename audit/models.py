@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 
 from audit.choices import AuditAction
+from audit.display import detail_items
 
 
 class AuditEvent(models.Model):
@@ -57,6 +58,4 @@ class AuditEvent(models.Model):
     @property
     def detail_items(self) -> list[tuple[str, str]]:
         """``data`` as (label, text) pairs for people; see :func:`audit.display.detail_items`."""
-        from audit.display import detail_items
-
         return detail_items(self.data)

@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> dict:
                        "MODELYARD_AGENT_STAGING_DIR": str(workdir / "staging"),
                        "MODELYARD_AGENT_TRITON_URL": triton.http_url})
     config.current.cache_clear()
-    from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+    from modelyard_agent.adapters.triton import TritonHostAgent, triton_gateway
 
     gateway_url = f"http://127.0.0.1:{free_port()}"
     gateway = triton_gateway(gateway_url)

@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from demo.iris import train_classifier
+
 SERVICE_SOURCE = Path(__file__).with_name("bento_service.py")
 CLASSIFIER_NAME = "iris-classifier"
 BUILD_TIMEOUT_S = 300
@@ -59,7 +61,6 @@ def _build_here(out_dir: Path, name: str, context: Path) -> Path:
     """Save, build and export in this process's BENTOML_HOME (``build_iris_bento`` sets a fresh one)."""
     import bentoml
 
-    from demo.iris import train_classifier
 
     bentoml.sklearn.save_model(CLASSIFIER_NAME, train_classifier(), signatures={"predict": {"batchable": True}})
     context.mkdir(parents=True)

@@ -38,6 +38,9 @@ from pathlib import Path
 
 import requests
 
+from demo import iris_bento
+from demo.iris import SAMPLE_INPUT, build_iris_archive
+
 REPO_DIR = Path(__file__).resolve().parent.parent
 HOST_NAME = "local"
 BENTO_HOST_NAME = "local-bento"
@@ -185,8 +188,6 @@ def latest_ready_version(api: Api, model: str) -> int | None:
 
 def upload_version(api: Api, model: str) -> int:
     """Build the iris archive and register it as a new version of ``model``; return its number."""
-    # Imported here: training and ONNX conversion pull in scikit-learn and skl2onnx.
-    from demo.iris import build_iris_archive
 
     return _upload(api, model, lambda tmp: build_iris_archive(tmp / f"{model}.tar.gz", name=model), {})
 
@@ -194,9 +195,8 @@ def upload_version(api: Api, model: str) -> int:
 def upload_bento_version(api: Api, model: str) -> int:
     """Build the iris Bento (named ``model``) and register it as a new version of ``model``; return its
     number. Its ``sample_input`` is sent to the new process before it takes traffic."""
-    from demo.iris_bento import SAMPLE_INPUT, build_iris_bento
-
-    return _upload(api, model, lambda tmp: build_iris_bento(tmp, name=model), {"sample_input": SAMPLE_INPUT})
+    return _upload(api, model, lambda tmp: iris_bento.build_iris_bento(tmp, name=model),
+                   {"sample_input": iris_bento.SAMPLE_INPUT})
 
 
 def _upload(api: Api, model: str, build: Callable[[Path], Path], metadata: dict) -> int:
@@ -272,8 +272,6 @@ def deploy(api: Api, model: str, version: int, host: str = HOST_NAME) -> None:
 
 def sample_rows() -> list[list[float]]:
     """Return the demo input rows (cm), one flower per row."""
-    from demo.iris import SAMPLE_INPUT
-
     return [[float(x) for x in row] for row in SAMPLE_INPUT]
 
 

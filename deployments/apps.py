@@ -8,21 +8,5 @@ class DeploymentsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from deployments.capture import on_capture_changed
-        from deployments.profiles import comparison_panel
-        from deployments.rollouts import on_alias_moved
-        from deployments.services import hosts_keeping_version
-        from deployments.serving import serving_by_model
-        from registry.signals import (
-            alias_moved,
-            capture_changed,
-            comparison_panels,
-            serving_lookup,
-            version_deletion_check,
-        )
-
-        alias_moved.connect(on_alias_moved, dispatch_uid="deployments.follow_alias")
-        version_deletion_check.connect(hosts_keeping_version, dispatch_uid="deployments.hosts_keeping_version")
-        serving_lookup.connect(serving_by_model, dispatch_uid="deployments.serving_by_model")
-        comparison_panels.connect(comparison_panel, dispatch_uid="deployments.comparison_panel")
-        capture_changed.connect(on_capture_changed, dispatch_uid="deployments.send_capture")
+        """Connect the app's receivers of the registry's signals (``deployments.receivers``)."""
+        from deployments import receivers  # noqa: F401 - connects on import; the models are loaded only now

@@ -9,6 +9,8 @@ import os
 from celery import Celery
 from django.db import InterfaceError, OperationalError
 
+from modelyard.errors import ServiceUnavailable
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "modelyard.settings")
 
 # A database connection dropped or refused (a terminated backend, a PostgreSQL restart or failover).
@@ -44,7 +46,6 @@ def require_broker(work: str) -> None:
     """
     import redis
 
-    from modelyard.errors import ServiceUnavailable
 
     if app.conf.task_always_eager:
         return

@@ -10,7 +10,8 @@ Django-free modules the agent checks them with (``formats``).
 Modules:
 
 - ``cli``: the ``modelyard-agent`` command; ``config``: its flags and environment.
-- ``worker``: the Celery app and its tasks; ``claims``: a target's claim, which a cancel races for.
-- ``host_agents``: one interface over the runtimes, implemented by ``triton_host`` and
-  ``bentoml_host``; ``runtimes``: clients of Triton, ``bentoml serve``, the Bento Store and nginx.
+- ``app``: the Celery app and its reports; ``coordination``: locks and the work under way, in the
+  broker's Redis; ``worker``: the tasks; ``claims``: a target's claim, which a cancel races for.
+- ``host_agents``: one interface over the runtimes, implemented in ``adapters`` over ``triton_host``
+  and ``bentoml_host``; ``runtimes``: clients of Triton, ``bentoml serve``, the Bento Store and nginx.
 """

@@ -33,12 +33,12 @@ from pathlib import Path
 
 from modelyard_agent.contract import BENTO, BENTO_MODEL, TargetState
 from modelyard_agent.runtimes import bentoml as serve
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
 from modelyard_agent.runtimes.nginx import NginxFront, listen_address
 from modelyard_agent.runtimes.routes import lua_available
 from modelyard_agent.steps import DeploySteps
-from modelyard_agent.triton_host import StagingError, _download
+from modelyard_agent.triton_host import _download
 
 logger = logging.getLogger(__name__)
 

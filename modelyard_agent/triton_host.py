@@ -42,7 +42,7 @@ from modelyard_agent.formats.triton_config import (
     sample_arrays,
 )
 from modelyard_agent.formats.triton_paths import check_version_files
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
 from modelyard_agent.steps import DeploySteps
 
@@ -51,19 +51,6 @@ logger = logging.getLogger(__name__)
 DOWNLOAD_CHUNK_BYTES = 1024 * 1024
 DISK_MARGIN_BYTES = 64 * 1024 * 1024
 BYTECODE_CACHE = "__pycache__"
-
-
-class StagingError(Exception):
-    """A version could not be placed in the model repository; the message says why.
-
-    Attributes:
-        retryable: True for network failures, False for bad content.
-    """
-
-    def __init__(self, message: str, *, retryable: bool = False):
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
 
 
 @dataclass(frozen=True)

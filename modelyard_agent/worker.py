@@ -18,158 +18,44 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import cache
-from importlib import metadata
+from dataclasses import dataclass
 
 import redis
-from celery import Celery
-from celery.signals import worker_ready
+from celery import Task
 
 from modelyard_agent import contract
+from modelyard_agent.adapters.common import load_deadline
+from modelyard_agent.app import app, report
 from modelyard_agent.claims import CANCELLED, STARTED, SUPERSEDED, claim_target, target_claim
 from modelyard_agent.config import current as settings
 from modelyard_agent.contract import AgentTask, OrchestratorTask, TargetState, UnsupportedProtocol
-from modelyard_agent.host_agents import host_agent, load_deadline
+from modelyard_agent.coordination import (
+    acquire_or_take_over,
+    agent_info,
+    broker,
+    host_job_lock,
+    host_model_lock,
+    release,
+    working_on,
+)
+from modelyard_agent.host_agents import HostAgent, host_agent
+from modelyard_agent.inference import InferenceRefused, infer
+from modelyard_agent.profiling import control
+from modelyard_agent.profiling.sweep import Sweep
 from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.triton_host import ensure_version_ready
 
 logger = logging.getLogger(__name__)
 
 LOCK_RETRY_SECONDS = 5
-# A report must outlive a broker restart or failover: publishing it is retried for about two
-# minutes (0, 0.5, 1, … then every 3 s) before the task gives up.
-REPORT_RETRY_POLICY = {"max_retries": 45, "interval_start": 0, "interval_step": 0.5, "interval_max": 3}
 
-# Not the process's current app: a process that also runs the orchestrator's app (its tests) keeps
-# that one as the app its shared tasks bind to.
-app = Celery("modelyard_agent", set_as_current=False)
-app.conf.update(
-    broker_url=settings().broker_url,
-    task_ignore_result=True,
-    task_serializer="json",
-    accept_content=["json"],
-    task_acks_late=True,
-    task_reject_on_worker_lost=True,
-    worker_prefetch_multiplier=1,
-    task_time_limit=settings().task_time_limit,
-    # A message a killed agent took but never acknowledged goes back to the queue after this many
-    # seconds; longer than any task may run, so a live task is never handed out twice.
-    broker_transport_options={"visibility_timeout": settings().visibility_timeout},
-    broker_connection_retry_on_startup=True,
-)
-
-
-def agent_version() -> str:
-    """The installed ``modelyard-agent`` distribution's version, or ``unknown`` when it is not installed."""
-    try:
-        return metadata.version("modelyard-agent")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
-def _broker() -> redis.Redis:
-    """A client of the broker's Redis (claims, locks and the working set live there), one connection
-    pool per broker URL and process: a task asks it several times."""
-    return _client(app.conf.broker_url)
-
-
-@cache
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)  # redis-py's pool reconnects in a forked worker process
+__all__ = ["app"]
 
 
 def _report(target_id: int, state: str, message: str = "", details: dict | None = None) -> None:
-    app.send_task(OrchestratorTask.TARGET_REPORT.value, args=[target_id, state, message, details or {}],
-                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
-
-
-def host_model_lock(host: str, model: str, load_deadline: float | None = None) -> redis.lock.Lock:
-    """The per-(host, model) lock: one load, swap or unload of a model on a host at a time.
-
-    Held in the broker's Redis, so it spans every agent process of the host; it expires after
-    three load deadlines (the host's, when longer than the agent's default), so a SIGKILLed holder
-    cannot block the model forever. Other models on the host take locks of their own, so they
-    never wait for this one.
-    """
-    seconds = max(float(load_deadline or 0), settings().load_deadline)
-    return _broker().lock(_lock_key(host, model), timeout=3 * seconds)
-
-
-def _lock_key(host: str, model: str) -> str:
-    return f"modelyard:lock:{host}:{model}"
-
-
-def _working_key(host: str) -> str:
-    return f"modelyard:agent:{host}:working"
-
-
-def _started_key(host: str) -> str:
-    return f"modelyard:agent:{host}:started"
-
-
-@contextmanager
-def working_on(task: str, payload: dict, task_id: str | None) -> Iterator[None]:
-    """Record in the broker's Redis that this agent works on ``payload`` for the block's length.
-
-    Heartbeats report the set (``AgentInfo.working_on``); an entry a SIGKILLed process left behind
-    is dropped when the agent starts again (``_forget_dropped_work``). Broker errors are logged
-    and never fail the work itself.
-    """
-    host, field = payload.get("host", ""), task_id or f"{task}:{payload.get('model')}"
-    entry = {"task": task, "model": payload.get("model"), "since": time.time()}
-    for key in ("target_id", "profile_id", "replay_id"):
-        if key in payload:
-            entry[key] = payload[key]
-    try:
-        _broker().hset(_working_key(host), field, json.dumps(entry))
-    except redis.exceptions.RedisError as exc:
-        logger.warning("could not record work on %s: %s", entry["model"], exc)
-    try:
-        yield
-    finally:
-        try:
-            _broker().hdel(_working_key(host), field)
-        except redis.exceptions.RedisError as exc:
-            logger.warning("could not clear the record of work on %s: %s", entry["model"], exc)
-
-
-@worker_ready.connect
-def _forget_dropped_work(**_) -> None:
-    """A starting agent holds no work yet: what the set lists was dropped by a killed predecessor.
-
-    Releases the (host, model) locks that work held (each under its task id), clears the set and
-    records the start time, which heartbeats report (``AgentInfo.started_at``): the orchestrator
-    sends again a target dispatched before then that this agent does not work on. One agent runs
-    per host; a second one started beside it would take the first one's work for dropped.
-    """
-    host = settings().host
-    if not host:
-        return
-    client = _broker()
-    for task_id, raw in client.hgetall(_working_key(host)).items():
-        model = json.loads(raw).get("model")
-        lock = _lock_key(host, model)
-        if client.get(lock) == task_id:
-            client.delete(lock)
-            logger.warning("released %s, held by task %s of the agent before this one", lock, task_id.decode())
-    client.delete(_working_key(host))
-    client.set(_started_key(host), f"{time.time():.6f}")
-
-
-def agent_info(host: str) -> dict:
-    """This agent's ``contract.AgentInfo``: version, protocol, start time (unix seconds, None when
-    unknown) and the work under way (oldest first)."""
-    client = _broker()
-    try:
-        rows = [json.loads(value) for value in client.hvals(_working_key(host))]
-        started = client.get(_started_key(host))
-    except redis.exceptions.RedisError as exc:
-        logger.warning("could not read what the agent works on: %s", exc)
-        rows, started = [], None
-    return {"version": agent_version(), "protocol": contract.PROTOCOL_VERSION,
-            "started_at": float(started) if started else None,
-            "working_on": sorted(rows, key=lambda row: row.get("since", 0))}
+    report(OrchestratorTask.TARGET_REPORT, target_id, state, message, details or {})
 
 
 @contextmanager
@@ -208,35 +94,6 @@ def heartbeats_meanwhile(payload: dict) -> Iterator[None]:
         thread.join(timeout=interval)
 
 
-def _release(lock: redis.lock.Lock, during: str) -> None:
-    """Release the (host, model) lock; one that expired, or a broker that cannot be reached (the
-    lock then expires by itself), is only logged, so the work's outcome is still reported."""
-    try:
-        lock.release()
-    except redis.exceptions.LockError:
-        logger.warning("%s expired %s", lock.name, during)
-    except redis.exceptions.RedisError as exc:
-        logger.warning("could not release %s %s (%s); it expires by itself", lock.name, during, exc)
-
-
-def _acquire_or_take_over(lock: redis.lock.Lock, task_id: str | None) -> bool:
-    """Take the lock, or take it over from an earlier delivery of this very task.
-
-    A worker killed mid-deployment leaves the lock held under its task id until it expires; the
-    broker hands the unacknowledged message out again with the same id, and that redelivery may
-    carry on at once instead of waiting out the lock (each step is idempotent).
-    """
-    token = (task_id or "").encode() or None
-    if lock.acquire(blocking=False, token=token):
-        return True
-    if token and lock.redis.get(lock.name) == token:
-        lock.local.token = token
-        lock.reacquire()
-        logger.warning("took over %s from an earlier delivery of task %s", lock.name, task_id)
-        return True
-    return False
-
-
 def _refused(payload: dict) -> str | None:
     """Why this agent will not act on ``payload`` (a newer protocol, a malformed one, or one for a host
     of another runtime than this agent's ``--runtime``), else None."""
@@ -265,6 +122,22 @@ def _stood_down(target_id: int, held: str | None) -> bool:
     return False
 
 
+def _lock_or_retry(task: Task, lock: redis.lock.Lock, give_up: Callable[[], None] | None = None) -> bool:
+    """Hold ``lock`` for ``task`` (taking it over from an earlier delivery of the same task), or retry the
+    task in ``LOCK_RETRY_SECONDS`` while another holds it. With ``give_up``, a task that has waited
+    ``lock_wait`` seconds calls it and returns False instead of retrying again.
+
+    Raises:
+        celery.exceptions.Retry: the lock is held elsewhere (Celery's retry, raised by ``task.retry``).
+    """
+    if acquire_or_take_over(lock, task.request.id):
+        return True
+    if give_up is not None and task.request.retries * LOCK_RETRY_SECONDS >= settings().lock_wait:
+        give_up()
+        return False
+    raise task.retry(countdown=LOCK_RETRY_SECONDS)
+
+
 @app.task(name=AgentTask.DEPLOY.value, acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Stage, load and cut over one model version, reporting each step.
@@ -282,19 +155,15 @@ def deploy_version_on_host(self, payload: dict) -> None:
         _report(target_id, TargetState.FAILED, refusal)
         return
     claim = payload.get("claim") or str(target_id)
-    if _stood_down(target_id, target_claim(_broker(), claim)):
+    if _stood_down(target_id, target_claim(broker(), claim)):
         return
     lock = host_model_lock(payload.get("host", ""), payload["model"], payload.get("load_deadline"))
-    if not _acquire_or_take_over(lock, self.request.id):
-        lock_wait = settings().lock_wait
-        if self.request.retries * LOCK_RETRY_SECONDS >= lock_wait:
-            _report(target_id, TargetState.FAILED,
-                    f"{payload['model']} stayed locked on this host by another deployment for {lock_wait:g} s")
-            return
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
-    held = claim_target(_broker(), claim, STARTED)
+    if not _lock_or_retry(self, lock, give_up=lambda: _report(target_id, TargetState.FAILED, (
+            f"{payload['model']} stayed locked on this host by another deployment for {settings().lock_wait:g} s"))):
+        return
+    held = claim_target(broker(), claim, STARTED)
     if held != STARTED:
-        _release(lock, f"for a {held} target")
+        release(lock, f"for a {held} target")
         _stood_down(target_id, held)
         return
     try:
@@ -305,7 +174,7 @@ def deploy_version_on_host(self, payload: dict) -> None:
         _report(target_id, TargetState.FAILED, f"host agent error: {exc}")
         return
     finally:
-        _release(lock, "before the deployment ended")
+        release(lock, "before the deployment ended")
     if result["state"] == TargetState.READY:
         _report(target_id, TargetState.READY, details=result["details"])
     else:
@@ -320,13 +189,12 @@ def report_heartbeat(request: dict) -> None:
 
 
 def _send_heartbeat(request: dict, errors: list[str] = ()) -> None:
-    report = host_agent(settings().runtime).heartbeat(request)  # this host's runtime, whatever was registered
-    report["agent"] = agent_info(request["host"])
-    report["errors"] = [*errors, *report.get("errors", [])]
+    beat = host_agent(settings().runtime).heartbeat(request)  # this host's runtime, whatever was registered
+    beat["agent"] = agent_info(request["host"])
+    beat["errors"] = [*errors, *beat.get("errors", [])]
     if refusal := _refused(request):
-        report["errors"] = [refusal, *report.get("errors", [])]
-    app.send_task(OrchestratorTask.HOST_HEARTBEAT.value, args=[request["host"], report],
-                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
+        beat["errors"] = [refusal, *beat.get("errors", [])]
+    report(OrchestratorTask.HOST_HEARTBEAT, request["host"], beat)
 
 
 @app.task(name=AgentTask.UNLOAD.value, acks_late=True, bind=True, max_retries=None)
@@ -337,8 +205,7 @@ def unload_model_on_host(self, payload: dict) -> None:
         logger.error("unload of %s refused: %s", payload.get("model"), refusal)
         return
     lock = host_model_lock(payload["host"], payload["model"])
-    if not _acquire_or_take_over(lock, self.request.id):
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    _lock_or_retry(self, lock)
     try:
         with working_on(AgentTask.UNLOAD, payload, self.request.id), heartbeats_meanwhile(payload):
             host_agent(payload.get("runtime")).unload(payload)
@@ -347,7 +214,7 @@ def unload_model_on_host(self, payload: dict) -> None:
         if exc.retryable and self.request.retries < 5:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
     finally:
-        _release(lock, "before the unload ended")
+        release(lock, "before the unload ended")
 
 
 @app.task(name=AgentTask.ROUTE.value, acks_late=True, bind=True, max_retries=None)
@@ -359,8 +226,7 @@ def route_model_on_host(self, payload: dict) -> None:
         logger.error("route of %s refused: %s", payload.get("model"), refusal)
         return
     lock = host_model_lock(payload["host"], payload["model"])
-    if not _acquire_or_take_over(lock, self.request.id):
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    _lock_or_retry(self, lock)
     errors = []
     try:
         with working_on(AgentTask.ROUTE, payload, self.request.id):
@@ -371,7 +237,7 @@ def route_model_on_host(self, payload: dict) -> None:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
         errors.append(f"route of {payload['model']}: {exc.message}")
     finally:
-        _release(lock, "before the route was set")
+        release(lock, "before the route was set")
     _send_heartbeat({key: payload.get(key, "") for key in ("host", "inference_url", "metrics_url", "runtime")},
                     errors=errors)
 
@@ -383,20 +249,17 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
     Reloads it with its config when it is not (under the (host, model) lock). Returns whether it
     was READY, or became so; False for a payload of a newer protocol (logged).
     """
-    from modelyard_agent.triton_host import ensure_version_ready
-
     if refusal := _refused(payload):
         logger.error("ensemble check of %s refused: %s", payload.get("model"), refusal)
         return False
     lock = host_model_lock(payload["host"], payload["model"], payload.get("load_deadline"))
-    if not _acquire_or_take_over(lock, self.request.id):
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    _lock_or_retry(self, lock)
     try:
         with working_on(AgentTask.CHECK_ENSEMBLE, payload, self.request.id), heartbeats_meanwhile(payload):
             return ensure_version_ready(payload, load_timeout=load_deadline(payload),
                                         grpc_url=settings().triton_grpc_url)
     finally:
-        _release(lock, "during the ensemble check")
+        release(lock, "during the ensemble check")
 
 
 @app.task(name=AgentTask.INFER.value, acks_late=False)
@@ -404,8 +267,6 @@ def infer_on_host(payload: dict) -> None:
     """Run one "Try it" request on this host's runtime and push the ``contract.InferReply`` onto the
     payload's reply list. Not acknowledged late: a request whose agent died is not run twice (the
     web tier has stopped waiting by then)."""
-    from modelyard_agent.inference import InferenceRefused, infer
-
     if refusal := _refused(payload):
         reply = {"ok": False, "error": refusal, "retryable": False}
     else:
@@ -417,137 +278,124 @@ def infer_on_host(payload: dict) -> None:
                 timeout=float(payload.get("timeout") or 10))}
         except InferenceRefused as exc:
             reply = {"ok": False, "error": exc.message, "retryable": exc.retryable}
-    client = _broker()
+    client = broker()
     client.rpush(payload["reply_to"], json.dumps(reply))
     client.expire(payload["reply_to"], contract.REPLY_SECONDS)
 
 
-def _profile_lock(host: str, budget_seconds: float) -> redis.lock.Lock:
-    """The host's profile lock: one profile at a time on a host (each load copy and load generator
-    competes with serving for the host's devices). Expires after twice the profile's budget."""
-    return _broker().lock(f"modelyard:profile-lock:{host}", timeout=2 * budget_seconds + 600)
+@dataclass(frozen=True)
+class HostJob:
+    """A whole-host job an agent runs beside what the host serves (a profile, a replay): what differs
+    between kinds, for ``_run_host_job``.
 
-
-def _report_profile(profile_id: int, report: dict) -> None:
-    app.send_task(OrchestratorTask.PROFILE_REPORT.value, args=[profile_id, report],
-                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
-
-
-@app.task(name=AgentTask.PROFILE.value, acks_late=True, bind=True, max_retries=None)
-def profile_version_on_host(self, payload: dict) -> None:
-    """Measure a model version's performance card on this host (``modelyard_agent.profiling``).
-
-    Runs under the host's profile lock (a second profile waits for it, retried every
-    ``LOCK_RETRY_SECONDS`` up to ``lock_wait``). Reports ``running`` with the rows measured so far
-    after each step (at most once a second), then the outcome. A stop requested by the
-    orchestrator (``profiling.control``) is seen within a quarter of a second and reported
-    ``cancelled``; a profile stopped before it started reports ``cancelled`` and touches nothing.
+    Attributes:
+        kind: ``"profile"`` or ``"replay"``: its lock (``coordination.host_job_lock``) and its stop flag
+            (``profiling.control``).
+        task: the agent task that runs it; id_key: the payload field naming the job (``profile_id``).
+        report_task: where its reports go; statuses: its status words (``contract.ProfileStatus``, …).
+        empty: the fields of a report that measured nothing.
+        budget: the payload's time budget, seconds.
+        run: runs the job on the host agent with ``(agent, payload, send, should_stop)``, where ``send``
+            reports progress; returns the final report. Never raises, as ``HostAgent.profile``.
     """
-    from modelyard_agent.profiling import control
-    from modelyard_agent.profiling.sweep import Sweep
 
-    profile_id = int(payload["profile_id"])
-    if refusal := _refused(payload):
-        logger.error("profile %s refused: %s", profile_id, refusal)
-        _report_profile(profile_id, {"status": contract.ProfileStatus.FAILED, "rows": [], "message": refusal})
-        return
-    client = _broker()
-    if control.stop_requested(client, profile_id):
-        _report_profile(profile_id, {"status": contract.ProfileStatus.CANCELLED, "rows": [],
-                                     "message": "cancelled before it started"})
-        return
-    budget = float(Sweep.from_dict(payload["sweep"]).time_budget_s)
-    lock = _profile_lock(payload["host"], budget)
-    if not _acquire_or_take_over(lock, self.request.id):
-        if self.request.retries * LOCK_RETRY_SECONDS >= settings().lock_wait:
-            _report_profile(profile_id, {"status": contract.ProfileStatus.FAILED, "rows": [], "message": (
-                f"another profile held this host for {settings().lock_wait:g} s")})
-            return
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
+    kind: str
+    task: AgentTask
+    id_key: str
+    report_task: OrchestratorTask
+    statuses: type[contract.ProfileStatus] | type[contract.ReplayStatus]
+    empty: dict
+    budget: Callable[[dict], float]
+    run: Callable[[HostAgent, dict, Callable[[dict], None], Callable[[], str | None]], dict]
+
+
+def _at_most_once_a_second(send: Callable[[dict], None]) -> Callable[[dict, bool], None]:
+    """``send`` throttled to one report a second; a call with ``now=True`` always goes through."""
     last_sent = [0.0]
 
-    def progress(rows: list[dict], step: str) -> None:
-        if time.monotonic() - last_sent[0] >= 1.0 or not rows:
+    def throttled(progress: dict, now: bool = False) -> None:
+        if now or time.monotonic() - last_sent[0] >= 1.0:
             last_sent[0] = time.monotonic()
-            _report_profile(profile_id, {"status": contract.ProfileStatus.RUNNING, "rows": list(rows), "step": step})
+            send(progress)
+
+    return throttled
+
+
+def _run_profile(agent: HostAgent, payload: dict, send: Callable[[dict], None], should_stop) -> dict:
+    throttled = _at_most_once_a_second(send)
+    return agent.profile(payload, should_stop=should_stop, progress=lambda rows, step: throttled(
+        {"status": contract.ProfileStatus.RUNNING, "rows": list(rows), "step": step}, now=not rows))
+
+
+def _run_replay(agent: HostAgent, payload: dict, send: Callable[[dict], None], should_stop) -> dict:
+    throttled = _at_most_once_a_second(send)
+    return agent.replay(payload, should_stop=should_stop, progress=throttled)
+
+
+PROFILE = HostJob(kind="profile", task=AgentTask.PROFILE, id_key="profile_id",
+                  report_task=OrchestratorTask.PROFILE_REPORT, statuses=contract.ProfileStatus, empty={"rows": []},
+                  budget=lambda payload: float(Sweep.from_dict(payload["sweep"]).time_budget_s), run=_run_profile)
+REPLAY = HostJob(kind="replay", task=AgentTask.REPLAY, id_key="replay_id",
+                 report_task=OrchestratorTask.REPLAY_REPORT, statuses=contract.ReplayStatus,
+                 empty={"done": 0, "total": 0, "summary": {}},
+                 budget=lambda payload: float(payload.get("time_budget_s") or 3600), run=_run_replay)
+
+
+def _run_host_job(task: Task, payload: dict, job: HostJob) -> None:
+    """Run one whole-host job: refuse a payload this agent must not act on, report a job stopped before it
+    started as cancelled, take the host's lock of its kind (retried every ``LOCK_RETRY_SECONDS`` up to
+    ``lock_wait``, then failed), run it while reporting the host in, and report the outcome. A stop the
+    orchestrator asks for (``profiling.control``) is seen within a quarter of a second; an unforeseen
+    error is reported as the job's failure, never swallowed."""
+    job_id = int(payload[job.id_key])
+
+    def send(progress: dict) -> None:
+        report(job.report_task, job_id, progress)
+
+    def fail(message: str) -> None:
+        send({"status": job.statuses.FAILED, **job.empty, "message": message})
+
+    if refusal := _refused(payload):
+        logger.error("%s %s refused: %s", job.kind, job_id, refusal)
+        fail(refusal)
+        return
+    client = broker()
+    if control.stop_requested(client, job_id, job.kind):
+        send({"status": job.statuses.CANCELLED, **job.empty, "message": "cancelled before it started"})
+        return
+    lock = host_job_lock(job.kind, payload["host"], job.budget(payload))
+    if not _lock_or_retry(task, lock, give_up=lambda: fail(
+            f"another {job.kind} held this host for {settings().lock_wait:g} s")):
+        return
 
     def should_stop() -> str | None:
         try:
-            return "the profile was cancelled" if control.stop_requested(client, profile_id) else None
-        except redis.exceptions.RedisError:
-            return None  # the broker is away for a moment; the deadline still bounds the run
-
-    try:
-        with working_on(AgentTask.PROFILE, payload, self.request.id), heartbeats_meanwhile(payload):
-            result = host_agent(payload.get("runtime")).profile(payload, progress=progress, should_stop=should_stop)
-    except Exception as exc:  # the orchestrator must hear of every failure
-        logger.exception("profile %s failed", profile_id)
-        result = {"status": contract.ProfileStatus.FAILED, "rows": [], "message": f"host agent error: {exc}"}
-    finally:
-        _release(lock, "before the profile ended")
-    _report_profile(profile_id, result)
-
-
-def _replay_lock(host: str, budget_seconds: float) -> redis.lock.Lock:
-    """The host's replay lock: one replay at a time on a host (each sends requests to the serving version).
-    Expires after twice the replay's budget."""
-    return _broker().lock(f"modelyard:replay-lock:{host}", timeout=2 * budget_seconds + 600)
-
-
-def _report_replay(replay_id: int, report: dict) -> None:
-    app.send_task(OrchestratorTask.REPLAY_REPORT.value, args=[replay_id, report],
-                  queue=contract.ORCHESTRATOR_QUEUE, retry=True, retry_policy=REPORT_RETRY_POLICY)
-
-
-@app.task(name=AgentTask.REPLAY.value, acks_late=True, bind=True, max_retries=None)
-def replay_version_on_host(self, payload: dict) -> None:
-    """Replay a model's captured requests against a candidate version on this host (``modelyard_agent.replay``).
-
-    Runs under the host's replay lock (a second replay waits for it, retried every ``LOCK_RETRY_SECONDS``
-    up to ``lock_wait``). Reports ``running`` with the summary so far at most once a second, then the
-    outcome (``contract.ReplayReport``). A stop requested by the orchestrator (``profiling.control``,
-    kind ``replay``) is seen within a quarter of a second and reported ``cancelled``; a replay stopped
-    before it started reports ``cancelled`` and touches nothing. The candidate's copy is always removed.
-    """
-    from modelyard_agent.profiling import control
-
-    replay_id = int(payload["replay_id"])
-    empty = {"done": 0, "total": 0, "summary": {}}
-    if refusal := _refused(payload):
-        logger.error("replay %s refused: %s", replay_id, refusal)
-        _report_replay(replay_id, {"status": contract.ReplayStatus.FAILED, **empty, "message": refusal})
-        return
-    client = _broker()
-    if control.stop_requested(client, replay_id, "replay"):
-        _report_replay(replay_id, {"status": contract.ReplayStatus.CANCELLED, **empty,
-                                   "message": "cancelled before it started"})
-        return
-    lock = _replay_lock(payload["host"], float(payload.get("time_budget_s") or 3600))
-    if not _acquire_or_take_over(lock, self.request.id):
-        if self.request.retries * LOCK_RETRY_SECONDS >= settings().lock_wait:
-            _report_replay(replay_id, {"status": contract.ReplayStatus.FAILED, **empty, "message": (
-                f"another replay held this host for {settings().lock_wait:g} s")})
-            return
-        raise self.retry(countdown=LOCK_RETRY_SECONDS)
-    last_sent = [0.0]
-
-    def progress(report: dict) -> None:
-        if time.monotonic() - last_sent[0] >= 1.0:
-            last_sent[0] = time.monotonic()
-            _report_replay(replay_id, report)
-
-    def should_stop() -> str | None:
-        try:
-            return "the replay was cancelled" if control.stop_requested(client, replay_id, "replay") else None
+            return f"the {job.kind} was cancelled" if control.stop_requested(client, job_id, job.kind) else None
         except redis.exceptions.RedisError:
             return None  # the broker is away for a moment; the time budget still bounds the run
 
     try:
-        with working_on(AgentTask.REPLAY, payload, self.request.id), heartbeats_meanwhile(payload):
-            result = host_agent(payload.get("runtime")).replay(payload, progress=progress, should_stop=should_stop)
+        with working_on(job.task, payload, task.request.id), heartbeats_meanwhile(payload):
+            result = job.run(host_agent(payload.get("runtime")), payload, send, should_stop)
     except Exception as exc:  # the orchestrator must hear of every failure
-        logger.exception("replay %s failed", replay_id)
-        result = {"status": contract.ReplayStatus.FAILED, **empty, "message": f"host agent error: {exc}"}
+        logger.exception("%s %s failed", job.kind, job_id)
+        result = {"status": job.statuses.FAILED, **job.empty, "message": f"host agent error: {exc}"}
     finally:
-        _release(lock, "before the replay ended")
-    _report_replay(replay_id, result)
+        release(lock, f"before the {job.kind} ended")
+    send(result)
+
+
+@app.task(name=AgentTask.PROFILE.value, acks_late=True, bind=True, max_retries=None)
+def profile_version_on_host(self, payload: dict) -> None:
+    """Measure a model version's performance card on this host (``modelyard_agent.profiling``), under the
+    host's profile lock (``_run_host_job``). Reports ``running`` with the rows measured so far after each
+    step (at most once a second), then the outcome (``contract.ProfileReport``)."""
+    _run_host_job(self, payload, PROFILE)
+
+
+@app.task(name=AgentTask.REPLAY.value, acks_late=True, bind=True, max_retries=None)
+def replay_version_on_host(self, payload: dict) -> None:
+    """Replay a model's captured requests against a candidate version on this host (``modelyard_agent.replay``),
+    under the host's replay lock (``_run_host_job``). Reports ``running`` with the summary so far at most once
+    a second, then the outcome (``contract.ReplayReport``). The candidate's copy is always removed."""
+    _run_host_job(self, payload, REPLAY)

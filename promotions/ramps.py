@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import math
 
+from deployments.canaries import promote_canary, set_traffic
+from deployments.choices import CanaryState
+from deployments.models import Deployment
+from deployments.rollouts import rollback_rollout
 from modelyard.errors import InvalidInput
 
 MAX_STEPS = 20
@@ -66,9 +70,6 @@ def next_step(steps: list[float], percent: float | None) -> float | None:
 
 def active_canary(model, version):
     """The newest active traffic canary of ``version`` (a ModelVersion) of ``model``, or None."""
-    from deployments.choices import CanaryState
-    from deployments.models import Deployment
-
     return (Deployment.objects.filter(model=model, version=version, canary_state=CanaryState.ACTIVE)
             .order_by("-created_at", "-id").first())
 
@@ -82,8 +83,6 @@ def take_step(deployment_id: int, to: float, *, actor) -> dict:
     Raises:
         Conflict: the canary is no longer active (promoted, rolled back, cancelled).
     """
-    from deployments.canaries import promote_canary, set_traffic
-
     if to >= 100:
         return {"deployment": deployment_id, "to": 100.0, "promotion": promote_canary(deployment_id, actor=actor).pk}
     set_traffic(deployment_id, canary_percent=to, actor=actor)
@@ -96,6 +95,4 @@ def roll_back(deployment_id: int, *, actor) -> list[int]:
     Raises:
         Conflict: it was rolled back already, or a later rollout moved its hosts.
     """
-    from deployments.rollouts import rollback_rollout
-
     return [d.pk for d in rollback_rollout(deployment_id, actor=actor)]

@@ -20,18 +20,23 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from audit.services import acting_user
+from deployments.choices import ReplayStatus
+from deployments.models import Replay
+from deployments.profiles import profile_comparison
+from deployments.replays import latest_replay, start_replay
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, DomainError, InvalidInput, NotFound, ServiceUnavailable
 from modelyard_agent.formats.names import InvalidName, validate_alias
 from monitoring.services import version_gate_metrics
 from promotions import gates, ramps
 from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, WebhookEvent
+from promotions.enqueue import Job, job
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
 from registry.models import Alias
 from registry.services import alias_is_protected, get_model, set_alias
 
-EVALUATE_TASK = "promotions.evaluate_policy"
+EVALUATE_TASK = Job.EVALUATE_POLICY.value
 MIN_WINDOW_SECONDS = 60
 MAX_WINDOW_SECONDS = 7 * 86400
 POLICY_NAME_MAX_LENGTH = PromotionPolicy._meta.get_field("name").max_length
@@ -280,14 +285,12 @@ def request_evaluation(policy_id: int, *, actor=None,
         NotFound: no such policy.
         ServiceUnavailable: the task queue does not answer; nothing was recorded.
     """
-    from promotions.tasks import run_evaluation
-
     policy = get_policy(policy_id)
     require_broker("the evaluation")
     with transaction.atomic():
         evaluation = PromotionEvaluation.objects.create(policy=policy, trigger=trigger,
                                                         requested_by=acting_user(actor))
-        transaction.on_commit(lambda: run_evaluation.delay(evaluation.pk))
+        transaction.on_commit(lambda: job(Job.RUN_EVALUATION, evaluation.pk))
     return evaluation
 
 
@@ -393,8 +396,6 @@ def evaluate(evaluation_id: int, *, client=None) -> PromotionEvaluation:
             metrics["replay"] = replay
         profiles = None
         if policy.max_profile_regression is not None and target is not None:
-            from deployments.profiles import profile_comparison
-
             profiles = profile_comparison(candidate, target)
             metrics["profiles"] = profiles
         checks = gates.judge(
@@ -446,7 +447,6 @@ def _replay_evidence(policy: PromotionPolicy, candidate, target) -> dict:
     """
     from datetime import timedelta
 
-    from deployments.replays import latest_replay, start_replay
 
     tolerances = replay_tolerances(policy)
     since = timezone.now() - timedelta(seconds=policy.window_seconds)
@@ -482,9 +482,6 @@ def _replay_evidence(policy: PromotionPolicy, candidate, target) -> dict:
 def _last_failed_replay(policy: PromotionPolicy, candidate, target):
     """The replay this policy's last evaluation of ``candidate`` against ``target`` started or judged, when it
     has failed since (None otherwise): its message is why the policy keeps holding."""
-    from deployments.choices import ReplayStatus
-    from deployments.models import Replay
-
     previous = (policy.evaluations.filter(candidate_version=candidate, target_version=target,
                                           metrics__replay__id__isnull=False).order_by("-id")
                 .values_list("metrics__replay__id", flat=True).first())

@@ -4,16 +4,17 @@ from celery import shared_task
 
 from modelyard.errors import NotFound
 from promotions import services, webhooks
+from promotions.enqueue import Job
 
 
-@shared_task(name="promotions.evaluate_policy", acks_late=True)
+@shared_task(name=Job.EVALUATE_POLICY.value, acks_late=True)
 def evaluate_policy(policy_id: int) -> str | None:
     """Beat's task: evaluate a policy now (nothing when it was paused or deleted); returns the decision."""
     evaluation = services.evaluate_scheduled(policy_id)
     return evaluation.decision if evaluation is not None else None
 
 
-@shared_task(name="promotions.run_evaluation", acks_late=True)
+@shared_task(name=Job.RUN_EVALUATION.value, acks_late=True)
 def run_evaluation(evaluation_id: int) -> str | None:
     """Make a queued ("run now") evaluation; idempotent once decided. Returns the decision, or None
     when the evaluation was deleted (with its policy) before a worker got to it."""
@@ -23,7 +24,7 @@ def run_evaluation(evaluation_id: int) -> str | None:
         return None
 
 
-@shared_task(name="promotions.deliver_webhook", acks_late=True, bind=True, max_retries=None)
+@shared_task(name=Job.DELIVER_WEBHOOK.value, acks_late=True, bind=True, max_retries=None)
 def deliver_webhook(self, delivery_id: int) -> None:
     """One attempt at a webhook delivery; retried with backoff until delivered or out of attempts."""
     retry_in = webhooks.attempt_delivery(delivery_id)

@@ -7,7 +7,9 @@ from django.db.models.functions import RowNumber
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from accounts.access import Action
+from accounts.access import Action, Principal
+from deployments.models import Replay
+from deployments.replays import may_read_captured, replay_view
 from modelyard.errors import DomainError
 from modelyard.views import found_or_404
 from promotions import services
@@ -63,10 +65,6 @@ def _attach_replays(request, model, evaluations: list[PromotionEvaluation]) -> N
     """Give each evaluation that judged or started a replay (``metrics["replay"]["id"]``) ``replay_shown``:
     ``{"replay": Replay, "view": deployments.replays.replay_view}``, with the worst disagreements for
     owners of the model's team only. One query for all of them."""
-    from accounts.access import Principal
-    from deployments.models import Replay
-    from deployments.replays import may_read_captured, replay_view
-
     ids = {(e.metrics or {}).get("replay", {}).get("id") for e in evaluations}
     ids = {i for i in ids if isinstance(i, int)}
     if not ids:

@@ -33,6 +33,7 @@ from audit.services import record_audit_event
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, DeploymentStatus
 from modelyard.errors import InvalidInput, NotFound
 from promotions.choices import DeliveryStatus, WebhookEvent
+from promotions.enqueue import Job, job
 from promotions.models import Webhook, WebhookDelivery
 
 logger = logging.getLogger(__name__)
@@ -243,15 +244,13 @@ def emit(event: str, *, model, data: dict) -> list[WebhookDelivery]:
     Returns:
         The deliveries written.
     """
-    from promotions.tasks import deliver_webhook
-
     hooks = (Webhook.objects.filter(enabled=True).filter(Q(model__isnull=True) | Q(model=model))
              .filter(Q(team__isnull=True) | Q(team_id=model.team_id)))
     deliveries = []
     for hook in hooks:
         if event in hook.events:
             delivery = WebhookDelivery.objects.create(webhook=hook, event=event, payload=data)
-            transaction.on_commit(lambda pk=delivery.pk: deliver_webhook.delay(pk))
+            transaction.on_commit(lambda pk=delivery.pk: job(Job.DELIVER_WEBHOOK, pk))
             deliveries.append(delivery)
     return deliveries
 

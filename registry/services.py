@@ -25,7 +25,13 @@ from registry.formats import PreparedArtifact, prepare_artifact
 from registry.formats.triton import resolve_ensemble_members
 from registry.locks import artifact_in_use
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
-from registry.signals import alias_moved, model_tags_changed, version_deleted, version_registered
+from registry.signals import (
+    alias_moved,
+    model_tags_changed,
+    version_deleted,
+    version_deletion_check,
+    version_registered,
+)
 from registry.storage import ArtifactStore, StorageError, artifact_key
 
 logger = logging.getLogger(__name__)
@@ -485,8 +491,6 @@ def _version_in_use(version: ModelVersion) -> list[str]:
     """What keeps ``version`` from being deleted: live ensembles composing it, and whatever the
     receivers of ``registry.signals.version_deletion_check`` name (the deployments app: hosts that
     serve it or are deploying it). Returns one phrase per reason."""
-    from registry.signals import version_deletion_check
-
     reasons = []
     ensembles = (
         version.used_by.exclude(ensemble__status=VersionStatus.DELETED)

@@ -190,6 +190,7 @@ def render_load_config(
         raise ModelConfigError("at least one model version must be given to load")
     if any(int(v) < 1 for v in versions):
         raise ModelConfigError(f"model versions must be 1 or more, got {sorted(versions)}")
+    # triton_paths reads this module's errors and platform names at import, so it is imported here.
     from modelyard_agent.formats.triton_paths import check_confined_paths
 
     cfg = parse_model_config(config_text)

@@ -19,7 +19,7 @@ import re
 
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
-from modelyard_agent.formats.triton_config import ModelConfigError
+from modelyard_agent.formats.triton_config import ENSEMBLE_PLATFORM, ModelConfigError
 
 # Parameters that name paths on the serving host: a host sets them, an upload never does.
 HOST_PARAMETERS = frozenset({"EXECUTION_ENV_PATH"})
@@ -197,8 +197,6 @@ def check_version_files(cfg: ModelConfig, files: list[str] | tuple[str, ...], ve
     Raises:
         ModelConfigError: as those two checks.
     """
-    from modelyard_agent.formats.triton_config import ENSEMBLE_PLATFORM
-
     check_confined_paths(cfg)
     if cfg.platform != ENSEMBLE_PLATFORM:
         check_model_file_present(cfg, files, version_dir)

@@ -25,7 +25,7 @@ from modelyard_agent.formats.names import PROFILE_INFIX
 from modelyard_agent.profiling import perf_analyzer, wrk
 from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
 from modelyard_agent.profiling.sweep import Sweep
-from modelyard_agent.profiling.triton import profile_model_name
+from modelyard_agent.profiling.triton import profile_id_of, profile_model_name
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import BentoStore
@@ -139,8 +139,6 @@ def stop_stale_instances(root: Path, active: set[int], timeout: float = 30.0) ->
     Returns:
         The instance homes removed.
     """
-    from modelyard_agent.profiling.triton import profile_id_of
-
     removed = []
     for home in sorted((Path(root) / "instances").glob(f"*{PROFILE_INFIX}*")):
         model = home.name.rsplit("-v", 1)[0]

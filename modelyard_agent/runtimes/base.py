@@ -1,11 +1,14 @@
 """What the runtime clients (``runtimes.triton``, ``runtimes.bentoml``, ``runtimes.nginx``) share:
-their one error type and the state of a model version.
+their error types (a runtime call that failed, a version that could not be staged) and the state of a
+model version.
 
 The interface a host agent drives, whatever the runtime, is ``modelyard_agent.host_agents.HostAgent``
 (deploy, heartbeat, unload); each runtime's client below it speaks that runtime's own protocol.
 """
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 class ServingRuntimeError(Exception):
@@ -31,6 +34,19 @@ class ServingRuntimeError(Exception):
         return f"ServingRuntimeError({self.message!r}, retryable={self.retryable})"
 
 
+class StagingError(Exception):
+    """A version could not be placed in the model repository; the message says why.
+
+    Attributes:
+        retryable: True for network failures, False for bad content.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
 @dataclass(frozen=True)
 class ModelVersionState:
     """One row of a runtime's model repository index.
@@ -48,3 +64,15 @@ class ModelVersionState:
     version: int | None
     state: str
     reason: str
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a sibling ``.<name>.partial`` file and a rename, so a reader (nginx
+    reloading, a Lua worker reading routes) sees the old file or the new one, never half of one.
+
+    Raises:
+        OSError: the directory is not writable.
+    """
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from modelyard_agent.triton_host import StagingError
+from modelyard_agent.runtimes.base import StagingError
 
 IMPORT_TIMEOUT_SECONDS = 600.0
 

@@ -62,8 +62,8 @@ import shutil
 from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
-from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess, _atomic_write
+from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
+from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,
@@ -343,7 +343,7 @@ class TritonGateway(RouteControl, NginxProcess):
                 held.pop(model, None)
             else:
                 held[model] = min(int(limit), self.max_request_bytes)
-            _atomic_write(self.limits_file, json.dumps(held, indent=1, sort_keys=True))
+            atomic_write(self.limits_file, json.dumps(held, indent=1, sort_keys=True))
             self._control("POST", held, path="/limits")
         return self.request_limits()
 
@@ -392,7 +392,7 @@ class TritonGateway(RouteControl, NginxProcess):
                 self._prepare_capture_directory(model)
             else:
                 settings.pop(model, None)
-            _atomic_write(self.capture_file, json.dumps(settings, indent=1, sort_keys=True))
+            atomic_write(self.capture_file, json.dumps(settings, indent=1, sort_keys=True))
             held = self._control("POST", settings, path="/capture")
             if fraction == 0:
                 shutil.rmtree(self.capture_directory(model), ignore_errors=True)

@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.routes import LUA_DIR, SHADOW_HEADER, VERSION_HEADER, RouteControl, lua_available
 from modelyard_agent.runtimes.routes import load_modules as _load_modules
 
@@ -209,12 +209,6 @@ def metrics_path(model: str, version: int) -> str:
     return f"{METRICS_PREFIX}/{model}/{int(version)}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
 def _children(pid: int) -> dict[int, str]:
     """{pid: command line} of the live processes whose parent is ``pid``."""
     found = {}
@@ -303,7 +297,7 @@ class NginxProcess:
         text = self.main_config()
         with self._lock():
             if not self.conf.exists() or self.conf.read_text() != text:
-                _atomic_write(self.conf, text)
+                atomic_write(self.conf, text)
                 if self.master_pid() is not None:
                     self._reload(timeout)
             if self.master_pid() is None:
@@ -432,7 +426,7 @@ class NginxProcess:
             if text is None:
                 path.unlink(missing_ok=True)
             else:
-                _atomic_write(path, text)
+                atomic_write(path, text)
 
     def wait_drained(self, old_workers: set[int], timeout: float) -> None:
         """Wait until the given (old) workers have finished their requests and exited.

@@ -18,7 +18,7 @@ import socket
 import time
 from pathlib import Path
 
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
@@ -143,15 +143,13 @@ class RouteControl:
         self._change(model, None)
 
     def _change(self, model: str, route: dict | None) -> dict[str, dict]:
-        from modelyard_agent.runtimes.nginx import _atomic_write
-
         with self._lock():
             routes = self._read_file()
             if route is None:
                 routes.pop(model, None)
             else:
                 routes[model] = route
-            _atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
+            atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
             return self._control("POST", routes)
 
     def inflight(self) -> dict[str, int]:

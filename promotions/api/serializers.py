@@ -6,6 +6,7 @@ from accounts.models import Team
 from modelyard.api import RefuseUnknownFields
 from promotions.choices import Decision, DeliveryStatus, WebhookEvent
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
+from promotions.services import is_final
 from registry.models import RegisteredModel
 
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",
@@ -110,8 +111,6 @@ class PromotionEvaluationSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_final(self, evaluation: PromotionEvaluation) -> bool:
-        from promotions.services import is_final
-
         return is_final(evaluation)
 
 

@@ -17,7 +17,8 @@ import yaml
 from modelyard.errors import InvalidInput
 from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, scan_archive
 from registry.choices import ArtifactFormat
-from registry.formats import PreparedArtifact
+from registry.formats.prepared import PreparedArtifact
+from registry.formats.single_file import parse_signature
 
 __all__ = ["prepare_bentoml_archive"]
 
@@ -126,8 +127,6 @@ def _reason(exc: Exception) -> str:
 
 
 def _describe_model(info, signature) -> dict:
-    from registry.formats.single_file import parse_signature
-
     inputs, outputs = parse_signature(signature) if signature is not None else ([], [])
     methods = [
         {"name": name, "batchable": bool(sig.batchable), "batch_dim": list(sig.batch_dim)}

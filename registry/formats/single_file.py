@@ -25,7 +25,7 @@ from modelyard_agent.formats.triton_config import (
     parse_model_config,
 )
 from registry.choices import ArtifactFormat
-from registry.formats import PreparedArtifact
+from registry.formats.prepared import PreparedArtifact
 
 __all__ = ["parse_signature", "read_onnx_tensors", "wrap_single_file"]
 

@@ -15,7 +15,7 @@ from modelyard_agent.formats.triton_config import (
 )
 from modelyard_agent.formats.triton_paths import check_version_files
 from registry.choices import ArtifactFormat, VersionStatus
-from registry.formats import PreparedArtifact
+from registry.formats.prepared import PreparedArtifact
 from registry.models import ModelVersion
 
 __all__ = ["prepare_triton_archive", "resolve_ensemble_members"]

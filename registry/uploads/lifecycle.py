@@ -29,6 +29,7 @@ from registry.storage import (
     StorageError,
     UploadedPart,
 )
+from registry.tasks import verify_upload_task
 from registry.uploads import part_digests
 
 logger = logging.getLogger(__name__)
@@ -322,8 +323,6 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     require_broker("the upload's verification")  # the upload stays open: complete it again once the queue is back
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
-            from registry.tasks import verify_upload_task
-
             upload_id = str(upload.pk)
             transaction.on_commit(lambda: verify_upload_task.apply_async(args=[upload_id], queue="default"))
             logger.info("upload %s of %s complete by %s; verifying", upload.pk, upload.model.name, actor)

@@ -14,6 +14,7 @@ from registry.formats import RANGED, STREAMED, prepare_stored_archive, stored_ar
 from registry.models import Upload
 from registry.services import register_version
 from registry.storage import ArtifactStore, StorageError
+from registry.tasks import verify_version_bytes_task
 from registry.uploads import part_digests
 from registry.uploads.lifecycle import _discard_staging, fail_upload, transition
 
@@ -160,8 +161,6 @@ def _register(upload: Upload, store: ArtifactStore, **artifact) -> Upload:
     """Register the upload's version under the upload's row lock and mark it COMPLETED, or FAILED
     with ``register_version``'s refusal; ``artifact`` is what ``register_version`` takes of it.
     A version whose sha256 the server has not checked yet gets its background re-hash on commit."""
-    from registry.tasks import verify_version_bytes_task
-
     fields = upload.version_fields or {}
     with transaction.atomic():
         upload = (Upload.objects.select_for_update(of=("self",)).select_related("model", "created_by")

@@ -321,7 +321,7 @@ def test_a_serving_process_whose_arbiter_is_killed_is_replaced_blue_green_withou
     bentos, artifact_server, agent_root
 ):
     from modelyard_agent.bentoml_host import tidy_models
-    from modelyard_agent.worker import host_model_lock
+    from modelyard_agent.coordination import host_model_lock
 
     root, url = agent_root
     assert deploy(bentos, artifact_server, agent_root, "v1", 1)["state"] == "ready"

@@ -290,18 +290,18 @@ def test_deleting_a_host_removes_its_broker_keys_and_keeps_the_other_hosts(api_c
     reconciler's back-off."""
     from deployments.reconcile import _first_repair_in_backoff
     from deployments.tasks import request_heartbeats
-    from modelyard_agent import worker
+    from modelyard_agent import coordination
 
     for name, url in (("gpu-0", "http://gpu-0:8000"), ("gpu-1", "http://gpu-1:8000")):
         ServingHost.objects.create(name=name, inference_url=url)
     assert request_heartbeats() == 2
     for name in ("gpu-0", "gpu-1"):
-        assert worker.host_model_lock(name, "iris").acquire(blocking=False)
-        assert worker._profile_lock(name, 60).acquire(blocking=False)
-        assert worker._replay_lock(name, 60).acquire(blocking=False)
+        assert coordination.host_model_lock(name, "iris").acquire(blocking=False)
+        assert coordination.host_job_lock("profile", name, 60).acquire(blocking=False)
+        assert coordination.host_job_lock("replay", name, 60).acquire(blocking=False)
         assert _first_repair_in_backoff(name, "iris")
-        broker.hset(worker._working_key(name), "task-1", "{}")
-        broker.set(worker._started_key(name), "1")
+        broker.hset(coordination.working_key(name), "task-1", "{}")
+        broker.set(coordination.started_key(name), "1")
     before = {key.decode() for key in broker.keys("*")}
     assert {"host.gpu-0", "_kombu.binding.host.gpu-0", "modelyard:lock:gpu-0:iris"} <= before
 

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from demo.iris import sample_input
-from modelyard_agent.host_agents import drain_routed
+from modelyard_agent.adapters.triton import drain_routed
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from demo.iris import build_iris_archive
-from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+from modelyard_agent.adapters.triton import TritonHostAgent, triton_gateway
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import VERSION_HEADER
 from modelyard_agent.runtimes.triton import TritonRuntime

@@ -210,7 +210,7 @@ def test_settings_survive_a_restart_and_bad_settings_are_refused(gateway):
 def host(triton_server, artifacts, agent_settings):
     """A Triton host agent with its gateway, whose state directory nginx's workers may traverse."""
     from demo.iris import build_iris_archive
-    from modelyard_agent.host_agents import TritonHostAgent, triton_gateway
+    from modelyard_agent.adapters.triton import TritonHostAgent, triton_gateway
     from tests.deployments.triton_host import agent_payload
 
     root, base_url = artifacts

@@ -14,9 +14,9 @@ import pytest
 import requests
 
 from demo.iris import MAX_BATCH_SIZE, build_iris_model_dir
+from modelyard_agent.adapters.triton import gateway_request_limit
 from modelyard_agent.formats.request_limits import ENVELOPE_BYTES, RequestLimit, request_limit, signature_bound
 from modelyard_agent.formats.triton_config import parse_model_config
-from modelyard_agent.host_agents import gateway_request_limit
 from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
@@ -243,7 +243,7 @@ def test_a_client_that_stalls_in_its_headers_or_its_body_is_cut_off_before_anyth
 
 def test_the_gateway_listens_where_gateway_listen_says_and_else_at_the_inference_urls_port(
         agent_settings, tmp_path, triton_server):
-    from modelyard_agent.host_agents import triton_gateway
+    from modelyard_agent.adapters.triton import triton_gateway
 
     chosen = free_port()
     agent_settings(model_repository=triton_server.model_repository, staging_dir=tmp_path / "staging",

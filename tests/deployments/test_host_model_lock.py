@@ -3,7 +3,8 @@
 import base64
 import json
 
-from modelyard_agent.worker import deploy_version_on_host, host_model_lock
+from modelyard_agent.coordination import host_model_lock
+from modelyard_agent.worker import deploy_version_on_host
 
 
 def _reports(client) -> list[list]:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from modelyard_agent.formats.archives.limits import ArchiveError, ArchiveLimits, _reading, _show
+from modelyard_agent.formats.archives.readers import CHUNK_BYTES
 
 if TYPE_CHECKING:
     from modelyard_agent.formats.archives.readers import _Reader
@@ -94,8 +95,6 @@ def _copy_member(reader, entry: _Entry, out, limits: ArchiveLimits, total_so_far
     Raises:
         ArchiveError: more or fewer bytes than declared, a bad CRC, a limit passed.
     """
-    from modelyard_agent.formats.archives.readers import CHUNK_BYTES
-
     produced = 0
     with _reading():
         source = reader.open(entry.ref)

@@ -1,0 +1,1 @@
+"""The host adapters, one per serving runtime, behind ``modelyard_agent.host_agents.HostAgent``."""
