@@ -12,7 +12,7 @@ raises ``kombu.exceptions.OperationalError`` from the publish.
 
 from enum import StrEnum
 
-from modelyard.celery import app
+from modelyard.celery import app, send_by_name
 from modelyard_agent.contract import PROTOCOL_VERSION, AgentTask, host_queue
 
 
@@ -27,13 +27,8 @@ class Job(StrEnum):
     DISPATCH_REPLAY = "deployments.dispatch_replay"
 
 
-def job(name: Job, *args: int | str | None) -> None:
-    """Queue the orchestrator task ``name`` with positional ``args`` (JSON values: ids, ISO 8601 times).
-
-    Raises:
-        kombu.exceptions.OperationalError: the broker does not take the message.
-    """
-    app.send_task(str(name), args=list(args))
+#: Queue the task ``name`` (a ``Job``) with positional ``args``; see ``modelyard.celery.send_by_name``.
+job = send_by_name
 
 
 def send_to_host(host: str, task: AgentTask, payload: dict, **options) -> None:

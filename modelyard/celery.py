@@ -23,6 +23,17 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 
+def send_by_name(name: str, *args: int | str | None) -> None:
+    """Queue the task registered as ``name`` on the ``default`` queue with positional ``args`` (JSON values:
+    ids, ISO 8601 times), without importing the module that defines it: the bottom layer every app's
+    enqueue module (``deployments.enqueue``, ``promotions.enqueue``) sends through, so imports run one way.
+
+    Raises:
+        kombu.exceptions.OperationalError: the broker does not take the message.
+    """
+    app.send_task(str(name), args=list(args))
+
+
 def broker(**options):
     """A client of the Redis that carries the tasks, the one both the orchestrator and the host
     agents reach (claims and locks live there too): ``redis.Redis``, with ``options`` passed on

@@ -7,7 +7,7 @@ imports ``promotions.tasks`` (the Celery entry points, which import them). Calle
 
 from enum import StrEnum
 
-from modelyard.celery import app
+from modelyard.celery import send_by_name
 
 
 class Job(StrEnum):
@@ -18,10 +18,5 @@ class Job(StrEnum):
     DELIVER_WEBHOOK = "promotions.deliver_webhook"
 
 
-def job(name: Job, *args: int | str | None) -> None:
-    """Queue the promotions task ``name`` with positional ``args`` (JSON values: ids).
-
-    Raises:
-        kombu.exceptions.OperationalError: the broker does not take the message.
-    """
-    app.send_task(str(name), args=list(args))
+#: Queue the task ``name`` (a ``Job``) with positional ``args``; see ``modelyard.celery.send_by_name``.
+job = send_by_name
