@@ -7,7 +7,9 @@
 # services are started when they do not), that Prometheus, nginx, Triton, perf_analyzer and
 # LocalStack are installed, then runs the checks against PostgreSQL. pytest runs in
 # MODELYARD_TEST_WORKERS pytest-xdist workers (2; 0 runs in this process), one test module to
-# a worker at a time, each with its own test database, broker database and ports (docs/testing.md).
+# a worker at a time, each with its own test database, broker database and ports (docs/testing.md),
+# the longest modules handed out first (tests/plugins/order.py; pytest-xdist's own reorder, by test
+# count, is turned off).
 # --fast runs the fast tier only (-m "not integration": unit and database tests) and installs no
 # server. pytest's exit status is this script's; "no tests collected" (5) counts as a failure.
 set -euo pipefail
@@ -87,7 +89,7 @@ log "manage.py makemigrations --check --dry-run"
 "$PY" manage.py makemigrations --check --dry-run
 
 args=()
-((WORKERS > 0)) && args+=(-n "$WORKERS" --dist loadfile)
+((WORKERS > 0)) && args+=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 ((FAST)) && args+=(-m "not integration")
 log "pytest ${args[*]} $*"
 rc=0
