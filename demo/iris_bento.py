@@ -65,8 +65,10 @@ def _build_here(out_dir: Path, name: str, context: Path) -> Path:
     bentoml.sklearn.save_model(CLASSIFIER_NAME, train_classifier(), signatures={"predict": {"batchable": True}})
     context.mkdir(parents=True)
     shutil.copyfile(SERVICE_SOURCE, context / "service.py")
+    # Not locked: the demo's Bento is imported into a local store, never built into an image, so
+    # resolving its requirements against a package index (BentoML runs uv for it) buys nothing.
     bento = bentoml.bentos.build("service:IrisClassifier", name=name, build_ctx=str(context),
-                                 labels={"source": "demo.iris_bento"})
+                                 labels={"source": "demo.iris_bento"}, python={"lock_packages": False})
     path = out_dir / f"{name}.bento"
     path.unlink(missing_ok=True)
     bentoml.bentos.export_bento(bento.tag, str(path))

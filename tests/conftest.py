@@ -72,8 +72,23 @@ def broker():
 
     client = redis.Redis.from_url(TEST_BROKER_URL)
     client.flushdb()
+    _forget_declared_queues()
     yield client
     client.flushdb()
+    _forget_declared_queues()
+
+
+def _forget_declared_queues() -> None:
+    """Drop the connections and producers kombu pooled, and with them its memory of the queues it
+    declared: after a flush it would otherwise skip re-declaring them and never write their
+    ``_kombu.binding.*`` keys again, so what a test sees would hang on which test ran before it."""
+    import kombu.pools
+
+    from modelyard.celery import app
+
+    kombu.pools.reset()
+    app._pool = None
+    app.amqp._producer_pool = None
 
 
 @pytest.fixture

@@ -123,9 +123,13 @@ class PageWatch:
             self.foreign_requests.append(request.url)
 
     def on_request_failed(self, request: Request) -> None:
-        # The icon loads after the load event, so the next navigation may abort it.
-        if "favicon" not in request.url:
-            self.failed_requests.append(f"{request.method} {request.url}: {request.failure}")
+        # The icon loads after the load event, so the next navigation may abort it; so may an htmx
+        # fragment the page was still fetching when the test moved on (Chromium: ERR_ABORTED).
+        if "favicon" in request.url:
+            return
+        if request.failure == "net::ERR_ABORTED" and request.headers.get("hx-request") == "true":
+            return
+        self.failed_requests.append(f"{request.method} {request.url}: {request.failure}")
 
     def on_response(self, response: Response) -> None:
         if response.status >= 400 and "favicon" not in response.url:

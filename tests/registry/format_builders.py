@@ -162,7 +162,9 @@ class Classifier:
     def classify(self, features: np.ndarray) -> np.ndarray:
         return bentoml.sklearn.load_model(self.model_ref).predict(features)
 ''' % (name, refuse))
-bento = bentoml.bentos.build("service:Classifier", name=name, build_ctx=out)
+# Not locked: locking resolves the requirements against a package index with uv, which these builds,
+# imported straight into a local store, have no use for.
+bento = bentoml.bentos.build("service:Classifier", name=name, build_ctx=out, python={"lock_packages": False})
 bentoml.bentos.export_bento(bento.tag, f"{out}/{name}.bento")
 print(model.tag, bento.tag)
 """
