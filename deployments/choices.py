@@ -36,51 +36,24 @@ class TargetState(models.TextChoices):
     UNLOADED = contract.TargetState.UNLOADED.value, "Unloaded (by hand or for idleness)"
 
 
-class ProfileStatus(models.TextChoices):
-    """Where a performance profile stands (the values are ``modelyard_agent.contract.ProfileStatus``'s)."""
+class JobStatus(models.TextChoices):
+    """Where an agent job (a profile, a replay: ``deployments.agent_jobs``) stands; the values are
+    ``modelyard_agent.contract.JobStatus``'s."""
 
-    QUEUED = contract.ProfileStatus.QUEUED.value, "Queued for the host's agent"
-    RUNNING = contract.ProfileStatus.RUNNING.value, "Measuring"
-    SUCCEEDED = contract.ProfileStatus.SUCCEEDED.value, "Done"
-    FAILED = contract.ProfileStatus.FAILED.value, "Failed"
-    CANCELLED = contract.ProfileStatus.CANCELLED.value, "Cancelled"
-
-
-ACTIVE_PROFILE_STATES = frozenset({ProfileStatus.QUEUED, ProfileStatus.RUNNING})
-# A report may arrive after the orchestrator ended a profile (a cancel of a queued profile, a
-# stalled one failed by the reconciler): only these moves are taken, the rest are ignored.
-PROFILE_TRANSITIONS: dict[str, frozenset[str]] = {
-    ProfileStatus.QUEUED: frozenset({ProfileStatus.RUNNING, ProfileStatus.SUCCEEDED, ProfileStatus.FAILED,
-                                     ProfileStatus.CANCELLED}),
-    ProfileStatus.RUNNING: frozenset({ProfileStatus.RUNNING, ProfileStatus.SUCCEEDED, ProfileStatus.FAILED,
-                                      ProfileStatus.CANCELLED}),
-    ProfileStatus.SUCCEEDED: frozenset(),
-    ProfileStatus.FAILED: frozenset(),
-    ProfileStatus.CANCELLED: frozenset(),
-}
+    QUEUED = contract.JobStatus.QUEUED.value, "Queued for the host's agent"
+    RUNNING = contract.JobStatus.RUNNING.value, "Running"
+    SUCCEEDED = contract.JobStatus.SUCCEEDED.value, "Done"
+    FAILED = contract.JobStatus.FAILED.value, "Failed"
+    CANCELLED = contract.JobStatus.CANCELLED.value, "Cancelled"
 
 
-class ReplayStatus(models.TextChoices):
-    """Where a replay stands (the values are ``modelyard_agent.contract.ReplayStatus``'s)."""
-
-    QUEUED = contract.ReplayStatus.QUEUED.value, "Queued for the host's agent"
-    RUNNING = contract.ReplayStatus.RUNNING.value, "Replaying"
-    SUCCEEDED = contract.ReplayStatus.SUCCEEDED.value, "Done"
-    FAILED = contract.ReplayStatus.FAILED.value, "Failed"
-    CANCELLED = contract.ReplayStatus.CANCELLED.value, "Cancelled"
-
-
-ACTIVE_REPLAY_STATES = frozenset({ReplayStatus.QUEUED, ReplayStatus.RUNNING})
-# As for profiles: a late report never moves an ended replay.
-REPLAY_TRANSITIONS: dict[str, frozenset[str]] = {
-    ReplayStatus.QUEUED: frozenset({ReplayStatus.RUNNING, ReplayStatus.SUCCEEDED, ReplayStatus.FAILED,
-                                    ReplayStatus.CANCELLED}),
-    ReplayStatus.RUNNING: frozenset({ReplayStatus.RUNNING, ReplayStatus.SUCCEEDED, ReplayStatus.FAILED,
-                                     ReplayStatus.CANCELLED}),
-    ReplayStatus.SUCCEEDED: frozenset(),
-    ReplayStatus.FAILED: frozenset(),
-    ReplayStatus.CANCELLED: frozenset(),
-}
+ACTIVE_JOB_STATES = frozenset({JobStatus.QUEUED, JobStatus.RUNNING})
+# A report may arrive after the orchestrator ended a job (a cancel of a queued one, a stalled one
+# failed by the reconciler): only these moves are taken, the rest are ignored.
+JOB_MACHINE = StateMachine(name="agent job", field="status", moves={
+    JobStatus.QUEUED: frozenset({JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
+    JobStatus.RUNNING: frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}),
+})
 
 
 STEP_ORDER = (TargetState.PENDING, TargetState.STAGING, TargetState.LOADING, TargetState.VERIFYING,

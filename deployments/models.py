@@ -8,8 +8,7 @@ from deployments.choices import (
     CanaryState,
     DeploymentStatus,
     FailurePolicy,
-    ProfileStatus,
-    ReplayStatus,
+    JobStatus,
     RolloutTrigger,
     Runtime,
     TargetState,
@@ -258,7 +257,30 @@ class RolloutEvent(models.Model):
         return f"{self.deployment_id}: {self.from_status} -> {self.to_status}"
 
 
-class Profile(models.Model):
+class AgentJob(models.Model):
+    """What every agent job (``deployments.agent_jobs``) records: the host whose agent runs it, where it
+    stands (``status``, moved by ``choices.JOB_MACHINE``), what the agent does now (``step``), the
+    outcome's ``message`` and ``details``, who asked for it and when it was created, started, finished
+    and last reported on (``updated_at``, which stall detection reads)."""
+
+    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="%(class)ss")
+    status = models.CharField(max_length=16, choices=JobStatus.choices, default=JobStatus.QUEUED)
+    step = models.CharField(max_length=200, blank=True)
+    message = models.TextField(blank=True)
+    details = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+
+
+class Profile(AgentJob):
     """A performance card: one model version measured on one host under a sweep of serving configs.
 
     The host's agent loads a copy of the version under a name of its own for each config of
@@ -270,22 +292,10 @@ class Profile(models.Model):
     """
 
     version = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="profiles")
-    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="profiles")
-    status = models.CharField(max_length=16, choices=ProfileStatus.choices, default=ProfileStatus.QUEUED)
     sweep = models.JSONField(help_text="the checked sweep: configs, concurrency levels, measurement settings")
     slo_p99_ms = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.001)],
                                    help_text="client p99 latency target, milliseconds")
     rows = models.JSONField(default=list, blank=True)
-    step = models.CharField(max_length=200, blank=True)
-    message = models.TextField(blank=True)
-    details = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -308,7 +318,7 @@ class Profile(models.Model):
         return recommend(self.rows, self.slo_p99_ms)
 
 
-class Replay(models.Model):
+class Replay(AgentJob):
     """Captured requests of a model replayed on one host against a candidate version and the version served.
 
     The host's agent loads ``version`` (the candidate) as a copy of its own and sends each captured
@@ -324,8 +334,6 @@ class Replay(models.Model):
                                 help_text="the candidate version")
     against = models.ForeignKey(ModelVersion, on_delete=models.CASCADE, related_name="+",
                                 help_text="the version the host serves, whose answers are the reference")
-    host = models.ForeignKey(ServingHost, on_delete=models.CASCADE, related_name="replays")
-    status = models.CharField(max_length=16, choices=ReplayStatus.choices, default=ReplayStatus.QUEUED)
     tolerances = models.JSONField(help_text="atol, rtol, argmax_outputs")
     max_requests = models.PositiveIntegerField()
     pace = models.FloatField(help_text="captured requests replayed per second")
@@ -333,16 +341,6 @@ class Replay(models.Model):
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     summary = models.JSONField(default=dict, blank=True)
-    step = models.CharField(max_length=200, blank=True)
-    message = models.TextField(blank=True)
-    details = models.JSONField(default=dict, blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

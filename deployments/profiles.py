@@ -18,30 +18,33 @@ from __future__ import annotations
 import logging
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
-from deployments.choices import ACTIVE_PROFILE_STATES, PROFILE_TRANSITIONS, RUNTIME_FORMATS, ProfileStatus
+from deployments.choices import ACTIVE_JOB_STATES, RUNTIME_FORMATS, JobStatus
 from deployments.enqueue import Job, job
 from deployments.models import Profile, ServingHost
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from modelyard_agent.contract import PROFILE_PROTOCOL, Runtime
+from modelyard_agent.contract import PROFILE_PROTOCOL, AgentTask, Runtime
 from modelyard_agent.formats.triton_config import ModelConfigError, instance_groups_of, parse_model_config
 from modelyard_agent.profiling.card import measured, pareto_front, throughput_at
 from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_sweep
 from registry.choices import VersionStatus
-from registry.formats import archive_limits
 from registry.models import ModelVersion
 from registry.services import get_version
 
 logger = logging.getLogger(__name__)
 
+def _report_fields(profile: Profile, report: dict, ended: bool) -> dict:
+    """A profile report's own columns: every row measured so far, and at the end its ``details``."""
+    return {"rows": list(report.get("rows") or []), **({"details": dict(report.get("details") or {})} if ended else {})}
+
+
 PROFILE_JOBS = agent_jobs.JobKind(
-    name="profile", model=Profile, active=ACTIVE_PROFILE_STATES, queued=ProfileStatus.QUEUED,
-    cancelled=ProfileStatus.CANCELLED, failed=ProfileStatus.FAILED, cancel_action=AuditAction.PROFILE_CANCELLED,
+    name="profile", model=Profile, task=AgentTask.PROFILE, related=(), payload=lambda profile: {"sweep": profile.sweep},
+    report_fields=_report_fields, cancel_action=AuditAction.PROFILE_CANCELLED,
     budget_fields=("sweep",), budget=lambda profile: float(profile.sweep.get("time_budget_s") or 0))
 
 
@@ -96,7 +99,7 @@ def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, 
     require_broker("the profile")
     with transaction.atomic():
         ServingHost.objects.select_for_update().get(pk=host.pk)  # one profile per host: serialise the check
-        running = Profile.objects.filter(host=host, status__in=ACTIVE_PROFILE_STATES).first()
+        running = Profile.objects.filter(host=host, status__in=ACTIVE_JOB_STATES).first()
         if running is not None:
             raise Conflict(f"profile {running.pk} ({running.version}) is {running.status} on {host.name!r}; "
                            "a host runs one profile at a time (cancel it, or wait)")
@@ -120,20 +123,8 @@ def _max_batch_size(version: ModelVersion) -> int:
 
 
 def build_profile_payload(profile: Profile, *, download_url: str) -> dict:
-    """The ``modelyard_agent.contract.ProfilePayload`` for ``profile`` (the artifact from a presigned
-    URL, checked against its size in bytes and sha256 on the host)."""
-
-    version, host = profile.version, profile.host
-    return {
-        "profile_id": profile.pk, "host": host.name, "runtime": host.runtime, "format": version.format,
-        "model": version.model.name, "version": version.version, "artifact_url": download_url,
-        "sha256": version.artifact_sha256, "size": version.artifact_size, "config_text": version.config_text,
-        "parameters": dict(host.config_overrides.get("parameters", {})),
-        "sample_input": (version.metadata or {}).get("sample_input"), "signature": version.signature,
-        "inference_url": host.inference_url, "metrics_url": host.metrics_url,
-        "load_deadline": host.load_deadline_seconds, "unload_deadline": host.unload_deadline_seconds,
-        "archive_limits": archive_limits().as_payload(), "sweep": profile.sweep,
-    }
+    """The ``modelyard_agent.contract.ProfilePayload`` for ``profile`` (``agent_jobs.build_payload``)."""
+    return agent_jobs.build_payload(PROFILE_JOBS, profile, download_url=download_url)
 
 
 def cancel_profile(profile_id: int, *, actor=None) -> Profile:
@@ -149,33 +140,13 @@ def cancel_profile(profile_id: int, *, actor=None) -> Profile:
 
 
 def record_profile_report(profile_id: int, report: dict) -> bool:
-    """Store an agent's progress or result for a profile (``contract.ProfileReport``).
-
-    A report that would move an ended profile (a late ``running`` after a cancel) is ignored.
+    """Store an agent's progress or result for a profile (``contract.ProfileReport``); a report that would
+    move an ended profile (a late ``running`` after a cancel) is ignored (``agent_jobs.record_report``).
 
     Returns:
         True when the report was taken.
     """
-    status = report.get("status")
-    if status not in ProfileStatus.values or status == ProfileStatus.QUEUED:
-        logger.warning("profile %s: report with unknown status %r ignored", profile_id, status)
-        return False
-    with transaction.atomic():
-        profile = Profile.objects.select_for_update().filter(pk=profile_id).first()
-        if profile is None or status not in PROFILE_TRANSITIONS[profile.status]:
-            return False
-        now = timezone.now()
-        profile.status = status
-        profile.rows = list(report.get("rows") or [])
-        profile.started_at = profile.started_at or now
-        if status == ProfileStatus.RUNNING:
-            profile.step = str(report.get("step") or profile.step)[:200]
-        else:
-            profile.step, profile.finished_at = "", now
-            profile.message = str(report.get("message") or "")
-            profile.details = dict(report.get("details") or {})
-        profile.save()
-    return True
+    return agent_jobs.record_report(PROFILE_JOBS, profile_id, report)
 
 
 def fail_stalled_profiles(*, now=None) -> list[int]:
@@ -190,7 +161,7 @@ def fail_stalled_profiles(*, now=None) -> list[int]:
 
 def card_for(version: ModelVersion, host: ServingHost | None = None) -> Profile | None:
     """The newest finished profile of ``version`` (on ``host``, when given) that measured something."""
-    profiles = Profile.objects.filter(version=version, status=ProfileStatus.SUCCEEDED)
+    profiles = Profile.objects.filter(version=version, status=JobStatus.SUCCEEDED)
     if host is not None:
         profiles = profiles.filter(host=host)
     return next((p for p in profiles.order_by("-finished_at", "-id")[:10] if measured(p.rows)), None)
@@ -312,7 +283,7 @@ def compare_cards(a: ModelVersion, b: ModelVersion) -> dict:
     """
     cards: dict[int, dict[str, Profile]] = {a.pk: {}, b.pk: {}}
     hosts: dict[str, ServingHost] = {}
-    profiles = (Profile.objects.filter(version__in=[a.pk, b.pk], status=ProfileStatus.SUCCEEDED)
+    profiles = (Profile.objects.filter(version__in=[a.pk, b.pk], status=JobStatus.SUCCEEDED)
                 .select_related("host").order_by("-finished_at", "-id")[:CARDS_COMPARED])
     for profile in profiles:
         per_host = cards[profile.version_id]

@@ -19,30 +19,41 @@ import json
 import logging
 
 from django.db import transaction
-from django.utils import timezone
 
 from accounts.access import Action, check
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
-from deployments.choices import ACTIVE_REPLAY_STATES, REPLAY_TRANSITIONS, ReplayStatus, Runtime
+from deployments.choices import ACTIVE_JOB_STATES, JobStatus, Runtime
 from deployments.enqueue import Job, job
 from deployments.models import Replay, ServingHost
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from modelyard_agent.contract import REPLAY_PROTOCOL
+from modelyard_agent.contract import REPLAY_PROTOCOL, AgentTask
 from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 from modelyard_agent.replay.compare import Tolerances
 from registry.choices import VersionStatus
-from registry.formats import archive_limits
 from registry.models import ModelVersion
 from registry.services import get_version, resolve_alias
 
 logger = logging.getLogger(__name__)
 
+def _report_fields(replay: Replay, report: dict, ended: bool) -> dict:
+    """A replay report's own columns: requests done of the total, the summary so far and ``details`` (each
+    report carries them whole; one without keeps what the last one said)."""
+    return {"done": int(report.get("done") or 0), "total": int(report.get("total") or 0),
+            "summary": dict(report.get("summary") or replay.summary or {}),
+            "details": dict(report.get("details") or replay.details or {})}
+
+
+def _payload_fields(replay: Replay) -> dict:
+    return {"serving": replay.against.version, "tolerances": replay.tolerances, "max_requests": replay.max_requests,
+            "pace": replay.pace, "time_budget_s": replay.time_budget_s}
+
+
 REPLAY_JOBS = agent_jobs.JobKind(
-    name="replay", model=Replay, active=ACTIVE_REPLAY_STATES, queued=ReplayStatus.QUEUED,
-    cancelled=ReplayStatus.CANCELLED, failed=ReplayStatus.FAILED, cancel_action=AuditAction.REPLAY_CANCELLED,
+    name="replay", model=Replay, task=AgentTask.REPLAY, related=("against",), payload=_payload_fields,
+    report_fields=_report_fields, cancel_action=AuditAction.REPLAY_CANCELLED,
     budget_fields=("time_budget_s",), budget=lambda replay: float(replay.time_budget_s))
 
 DEFAULT_MAX_REQUESTS = 1000
@@ -205,7 +216,7 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     require_broker("the replay")
     with transaction.atomic():
         ServingHost.objects.select_for_update().get(pk=host.pk)  # one replay per host: serialise the check
-        running = Replay.objects.filter(host=host, status__in=ACTIVE_REPLAY_STATES).first()
+        running = Replay.objects.filter(host=host, status__in=ACTIVE_JOB_STATES).first()
         if running is not None:
             raise Conflict(f"replay {running.pk} is {running.status} on {host.name!r}; a host runs one replay at "
                            "a time (cancel it, or wait)")
@@ -221,21 +232,9 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
 
 
 def build_replay_payload(replay: Replay, *, download_url: str) -> dict:
-    """The ``modelyard_agent.contract.ReplayPayload`` for ``replay`` (the candidate's artifact from a
-    presigned URL, checked against its size in bytes and sha256 on the host)."""
-
-    version, host = replay.version, replay.host
-    return {
-        "replay_id": replay.pk, "host": host.name, "runtime": host.runtime, "format": version.format,
-        "model": version.model.name, "serving": replay.against.version, "version": version.version,
-        "artifact_url": download_url, "sha256": version.artifact_sha256, "size": version.artifact_size,
-        "config_text": version.config_text, "parameters": dict(host.config_overrides.get("parameters", {})),
-        "sample_input": (version.metadata or {}).get("sample_input"), "signature": version.signature,
-        "inference_url": host.inference_url, "metrics_url": host.metrics_url,
-        "load_deadline": host.load_deadline_seconds, "unload_deadline": host.unload_deadline_seconds,
-        "archive_limits": archive_limits().as_payload(), "tolerances": replay.tolerances,
-        "max_requests": replay.max_requests, "pace": replay.pace, "time_budget_s": replay.time_budget_s,
-    }
+    """The ``modelyard_agent.contract.ReplayPayload`` for ``replay`` (``agent_jobs.build_payload``): the
+    candidate's artifact, the version it is compared against, tolerances and pace."""
+    return agent_jobs.build_payload(REPLAY_JOBS, replay, download_url=download_url)
 
 
 def cancel_replay(replay_id: int, *, actor=None) -> Replay:
@@ -251,34 +250,13 @@ def cancel_replay(replay_id: int, *, actor=None) -> Replay:
 
 
 def record_replay_report(replay_id: int, report: dict) -> bool:
-    """Store an agent's progress or result for a replay (``contract.ReplayReport``).
-
-    A report that would move an ended replay (a late ``running`` after a cancel) is ignored.
+    """Store an agent's progress or result for a replay (``contract.ReplayReport``); a report that would
+    move an ended replay (a late ``running`` after a cancel) is ignored (``agent_jobs.record_report``).
 
     Returns:
         True when the report was taken.
     """
-    status = report.get("status")
-    if status not in ReplayStatus.values or status == ReplayStatus.QUEUED:
-        logger.warning("replay %s: report with unknown status %r ignored", replay_id, status)
-        return False
-    with transaction.atomic():
-        replay = Replay.objects.select_for_update().filter(pk=replay_id).first()
-        if replay is None or status not in REPLAY_TRANSITIONS[replay.status]:
-            return False
-        now = timezone.now()
-        replay.status = status
-        replay.done, replay.total = int(report.get("done") or 0), int(report.get("total") or 0)
-        replay.summary = dict(report.get("summary") or replay.summary or {})
-        replay.details = dict(report.get("details") or replay.details or {})
-        replay.started_at = replay.started_at or now
-        if status == ReplayStatus.RUNNING:
-            replay.step = str(report.get("step") or replay.step)[:200]
-        else:
-            replay.step, replay.finished_at = "", now
-            replay.message = str(report.get("message") or "")
-        replay.save()
-    return True
+    return agent_jobs.record_report(REPLAY_JOBS, replay_id, report)
 
 
 def fail_stalled_replays(*, now=None) -> list[int]:
@@ -297,9 +275,9 @@ def latest_replay(candidate: ModelVersion, against: ModelVersion, *, since=None,
     (``active``) queued or running; with ``tolerances`` and ``max_requests`` when given."""
     replays = Replay.objects.filter(version=candidate, against=against).select_related("host")
     if active:
-        replays = replays.filter(status__in=ACTIVE_REPLAY_STATES)
+        replays = replays.filter(status__in=ACTIVE_JOB_STATES)
     else:
-        replays = replays.filter(status=ReplayStatus.SUCCEEDED)
+        replays = replays.filter(status=JobStatus.SUCCEEDED)
         if since is not None:
             replays = replays.filter(finished_at__gte=since)
     if tolerances is not None:

@@ -17,12 +17,12 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from deployments import agent_jobs, lifecycle, profiles, replays, rollouts
 from deployments import autoscale as autoscaling
-from deployments import lifecycle, profiles, replays, rollouts
 from deployments import reconcile as reconciling
-from deployments.choices import ACTIVE_TARGET_STATES, TERMINAL_TARGET_STATES, ProfileStatus, ReplayStatus, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, TERMINAL_TARGET_STATES, TargetState
 from deployments.enqueue import Job, send_to_host
-from deployments.models import DeploymentTarget, Profile, Replay, ServingHost
+from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import build_agent_payload, record_heartbeat, record_target_progress
 from modelyard.celery import DATABASE_ERRORS, broker
 from modelyard.errors import ServiceUnavailable
@@ -212,12 +212,7 @@ def autoscale() -> int:
 def dispatch_profile(profile_id: int) -> bool:
     """Hand a queued profile to its host's agent (a presigned artifact URL in its payload); a profile no
     longer queued (cancelled meanwhile) is left alone. Returns whether it was sent."""
-    profile = Profile.objects.select_related("host", "version__model").get(pk=profile_id)
-    if profile.status != ProfileStatus.QUEUED:
-        return False
-    url = ArtifactStore().presigned_host_download_url(profile.version.artifact_key)
-    send_to_host(profile.host.name, AgentTask.PROFILE, profiles.build_profile_payload(profile, download_url=url))
-    return True
+    return agent_jobs.dispatch(profiles.PROFILE_JOBS, profile_id)
 
 
 @shared_task(name=OrchestratorTask.PROFILE_REPORT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)
@@ -233,12 +228,7 @@ def record_profile_report(profile_id: int, report: dict) -> bool:
 def dispatch_replay(replay_id: int) -> bool:
     """Hand a queued replay to its host's agent (a presigned URL of the candidate's artifact in its payload); a
     replay no longer queued (cancelled meanwhile) is left alone. Returns whether it was sent."""
-    replay = Replay.objects.select_related("host", "version__model", "against").get(pk=replay_id)
-    if replay.status != ReplayStatus.QUEUED:
-        return False
-    url = ArtifactStore().presigned_host_download_url(replay.version.artifact_key)
-    send_to_host(replay.host.name, AgentTask.REPLAY, replays.build_replay_payload(replay, download_url=url))
-    return True
+    return agent_jobs.dispatch(replays.REPLAY_JOBS, replay_id)
 
 
 @shared_task(name=OrchestratorTask.REPLAY_REPORT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)

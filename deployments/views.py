@@ -13,8 +13,7 @@ from deployments import canaries, lifecycle, profiles, replays, rollouts
 from deployments.capture import capture_panel
 from deployments.choices import (
     ACTIVE_DEPLOYMENT_STATUSES,
-    ACTIVE_PROFILE_STATES,
-    ACTIVE_REPLAY_STATES,
+    ACTIVE_JOB_STATES,
     RUNTIME_FORMATS,
     TargetState,
 )
@@ -424,7 +423,7 @@ def version_profiles(request, model_name: str, version: int):
                "form": ProfileForm(hosts=_profile_hosts(version_row)) if may_profile else None}
     if profile is not None:
         context.update(profiles.card_context(profile))
-        context["active"] = profile.status in ACTIVE_PROFILE_STATES
+        context["active"] = profile.status in ACTIVE_JOB_STATES
     return render(request, "deployments/partials/version_profiles.html", context)
 
 
@@ -485,7 +484,7 @@ def version_replays(request, model_name: str, version: int):
                   .order_by("-id")[:REPLAYS_LISTED])
     return render(request, "deployments/partials/version_replays.html", {
         "model": model, "version": version_row, "replays": listed,
-        "active": any(r.status in ACTIVE_REPLAY_STATES for r in listed)})
+        "active": any(r.status in ACTIVE_JOB_STATES for r in listed)})
 
 
 def _replay_context(request, pk: int) -> dict:
@@ -496,7 +495,7 @@ def _replay_context(request, pk: int) -> dict:
     model = model_or_404(request, replay.version.model.name)
     principal = Principal.of(request)
     view = replays.replay_view(replay, may_read=replays.may_read_captured(principal, model))
-    return {"replay": replay, "model": model, "view": view, "active": replay.status in ACTIVE_REPLAY_STATES}
+    return {"replay": replay, "model": model, "view": view, "active": replay.status in ACTIVE_JOB_STATES}
 
 
 @login_required

@@ -124,20 +124,9 @@ class TargetState(StrEnum):
     UNLOADED = "unloaded"
 
 
-class ProfileStatus(StrEnum):
-    """Where a profile stands. The orchestrator sets QUEUED; the agent reports RUNNING (with
-    progress), then SUCCEEDED, FAILED or CANCELLED."""
-
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class ReplayStatus(StrEnum):
-    """Where a replay stands. The orchestrator sets QUEUED; the agent reports RUNNING (with progress),
-    then SUCCEEDED, FAILED or CANCELLED."""
+class JobStatus(StrEnum):
+    """Where an agent job (a profile, a replay) stands. The orchestrator sets QUEUED; the agent reports
+    RUNNING (with progress), then SUCCEEDED, FAILED or CANCELLED."""
 
     QUEUED = "queued"
     RUNNING = "running"
@@ -283,14 +272,11 @@ class InferReply(TypedDict):
 REPLY_SECONDS = 60
 
 
-class ProfilePayload(TypedDict):
-    """Profile one model version on a host (built by ``deployments.profiles.build_profile_payload``):
-    the ``DeployPayload`` fields that stage and load a version, plus the checked sweep
-    (``modelyard_agent.profiling.sweep.Sweep.as_dict``). The copy is loaded under a name of its own
-    (``profiling.triton.profile_model_name``), never the served model's."""
+class StagedJobPayload(TypedDict):
+    """What every agent job that stages and loads a copy of a version carries (built by
+    ``deployments.agent_jobs.build_payload``): the ``DeployPayload`` fields that stage and load it."""
 
     protocol: int
-    profile_id: int
     host: str
     runtime: str
     format: str
@@ -308,6 +294,14 @@ class ProfilePayload(TypedDict):
     load_deadline: float | None  # seconds
     unload_deadline: float | None  # seconds
     archive_limits: NotRequired[ArchiveLimitsPayload]
+
+
+class ProfilePayload(StagedJobPayload):
+    """Profile one model version on a host: the ``StagedJobPayload`` fields plus the checked sweep
+    (``modelyard_agent.profiling.sweep.Sweep.as_dict``). The copy is loaded under a name of its own
+    (``profiling.triton.profile_model_name``), never the served model's."""
+
+    profile_id: int
     sweep: dict
 
 
@@ -338,43 +332,25 @@ class ProfileReport(TypedDict):
     """A profile's progress or result: its status, every row measured so far, the step under way
     (``step``) or the outcome's ``message``, and ``details`` (seconds taken)."""
 
-    status: str  # a ProfileStatus value
+    status: str  # a JobStatus value
     rows: list[ProfileRow]
     step: NotRequired[str]
     message: NotRequired[str]
     details: NotRequired[dict]
 
 
-class ReplayPayload(TypedDict):
-    """Replay a model's captured requests against a candidate version on a Triton host (built by
-    ``deployments.replays.build_replay_payload``): the ``DeployPayload`` fields that stage and load the
-    candidate (``version``, its artifact and config) as a copy of its own (``<model>--replay-<id>``), the
-    version that serves there (``serving``, READY on the host), and how to compare and pace.
+class ReplayPayload(StagedJobPayload):
+    """Replay a model's captured requests against a candidate version on a Triton host: the
+    ``StagedJobPayload`` fields that stage and load the candidate (``version``, its artifact and config) as
+    a copy of its own (``<model>--replay-<id>``), the version that serves there (``serving``, READY on the
+    host), and how to compare and pace.
 
     Each captured request (newest first, at most ``max_requests``) goes to Triton itself at
     ``/v2/models/<model>/versions/<serving>/infer`` and to the copy, one request in flight and at most
     ``pace`` requests per second per side; ``time_budget_s`` bounds the whole replay."""
 
-    protocol: int
     replay_id: int
-    host: str
-    runtime: str
-    format: str
-    model: str  # the model's name on this host's runtime
     serving: int  # the version the captured requests are compared against
-    version: int  # the candidate version, loaded as the replay's copy
-    artifact_url: str
-    sha256: str
-    size: int  # bytes
-    config_text: str
-    parameters: dict[str, str]
-    sample_input: dict | None
-    signature: dict | None
-    inference_url: str
-    metrics_url: str
-    load_deadline: float | None  # seconds
-    unload_deadline: float | None  # seconds
-    archive_limits: NotRequired[ArchiveLimitsPayload]
     tolerances: dict  # replay.compare.Tolerances.as_dict: {"atol", "rtol", "argmax_outputs"}
     max_requests: int
     pace: float  # requests per second, per side
@@ -388,7 +364,7 @@ class ReplayReport(TypedDict):
     agreement rate, differences, latency in milliseconds, worst disagreements) and ``details``
     (seconds taken, captured requests found, unreadable lines)."""
 
-    status: str  # a ReplayStatus value
+    status: str  # a JobStatus value
     done: int
     total: int
     summary: dict

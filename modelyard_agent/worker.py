@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import redis
@@ -138,6 +138,30 @@ def _lock_or_retry(task: Task, lock: redis.lock.Lock, give_up: Callable[[], None
     raise task.retry(countdown=LOCK_RETRY_SECONDS)
 
 
+@contextmanager
+def _under_model_lock(task: Task, agent_task: AgentTask, payload: dict, *, load_deadline: float | None = None,
+                      beats: bool = True) -> Iterator[None]:
+    """Run the body as ``task``'s work on one model: under the (host, model) lock (taken over from an
+    earlier delivery of the task, or the task retried in ``LOCK_RETRY_SECONDS`` while another holds it),
+    recorded as work under way for the heartbeat (``coordination.working_on``), with heartbeats sent
+    meanwhile unless ``beats`` is False; the lock is released however the body ends.
+
+    Args:
+        load_deadline: seconds the work may keep the lock (``coordination.host_model_lock``).
+
+    Raises:
+        celery.exceptions.Retry: the lock is held elsewhere.
+    """
+    lock = host_model_lock(payload["host"], payload["model"], load_deadline)
+    _lock_or_retry(task, lock)
+    try:
+        with working_on(agent_task, payload, task.request.id), (
+                heartbeats_meanwhile(payload) if beats else nullcontext()):
+            yield
+    finally:
+        release(lock, f"before the {agent_task.value} task ended")
+
+
 @app.task(name=AgentTask.DEPLOY.value, acks_late=True, bind=True, max_retries=None)
 def deploy_version_on_host(self, payload: dict) -> None:
     """Stage, load and cut over one model version, reporting each step.
@@ -204,17 +228,13 @@ def unload_model_on_host(self, payload: dict) -> None:
     if refusal := _refused(payload):
         logger.error("unload of %s refused: %s", payload.get("model"), refusal)
         return
-    lock = host_model_lock(payload["host"], payload["model"])
-    _lock_or_retry(self, lock)
     try:
-        with working_on(AgentTask.UNLOAD, payload, self.request.id), heartbeats_meanwhile(payload):
+        with _under_model_lock(self, AgentTask.UNLOAD, payload):
             host_agent(payload.get("runtime")).unload(payload)
     except ServingRuntimeError as exc:
         logger.error("unloading %s from %s failed: %s", payload["model"], payload["host"], exc.message)
         if exc.retryable and self.request.retries < 5:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
-    finally:
-        release(lock, "before the unload ended")
 
 
 @app.task(name=AgentTask.ROUTE.value, acks_late=True, bind=True, max_retries=None)
@@ -225,19 +245,15 @@ def route_model_on_host(self, payload: dict) -> None:
     if refusal := _refused(payload):
         logger.error("route of %s refused: %s", payload.get("model"), refusal)
         return
-    lock = host_model_lock(payload["host"], payload["model"])
-    _lock_or_retry(self, lock)
     errors = []
     try:
-        with working_on(AgentTask.ROUTE, payload, self.request.id):
+        with _under_model_lock(self, AgentTask.ROUTE, payload, beats=False):
             host_agent(payload.get("runtime")).route(payload)
     except ServingRuntimeError as exc:
         logger.error("route of %s on %s failed: %s", payload["model"], payload["host"], exc.message)
         if exc.retryable and self.request.retries < 5:
             raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
         errors.append(f"route of {payload['model']}: {exc.message}")
-    finally:
-        release(lock, "before the route was set")
     _send_heartbeat({key: payload.get(key, "") for key in ("host", "inference_url", "metrics_url", "runtime")},
                     errors=errors)
 
@@ -252,14 +268,8 @@ def check_ensemble_on_host(self, payload: dict) -> bool:
     if refusal := _refused(payload):
         logger.error("ensemble check of %s refused: %s", payload.get("model"), refusal)
         return False
-    lock = host_model_lock(payload["host"], payload["model"], payload.get("load_deadline"))
-    _lock_or_retry(self, lock)
-    try:
-        with working_on(AgentTask.CHECK_ENSEMBLE, payload, self.request.id), heartbeats_meanwhile(payload):
-            return ensure_version_ready(payload, load_timeout=load_deadline(payload),
-                                        grpc_url=settings().triton_grpc_url)
-    finally:
-        release(lock, "during the ensemble check")
+    with _under_model_lock(self, AgentTask.CHECK_ENSEMBLE, payload, load_deadline=payload.get("load_deadline")):
+        return ensure_version_ready(payload, load_timeout=load_deadline(payload), grpc_url=settings().triton_grpc_url)
 
 
 @app.task(name=AgentTask.INFER.value, acks_late=False)
@@ -292,7 +302,7 @@ class HostJob:
         kind: ``"profile"`` or ``"replay"``: its lock (``coordination.host_job_lock``) and its stop flag
             (``profiling.control``).
         task: the agent task that runs it; id_key: the payload field naming the job (``profile_id``).
-        report_task: where its reports go; statuses: its status words (``contract.ProfileStatus``, …).
+        report_task: where its reports go (with ``contract.JobStatus`` statuses).
         empty: the fields of a report that measured nothing.
         budget: the payload's time budget, seconds.
         run: runs the job on the host agent with ``(agent, payload, send, should_stop)``, where ``send``
@@ -303,7 +313,6 @@ class HostJob:
     task: AgentTask
     id_key: str
     report_task: OrchestratorTask
-    statuses: type[contract.ProfileStatus] | type[contract.ReplayStatus]
     empty: dict
     budget: Callable[[dict], float]
     run: Callable[[HostAgent, dict, Callable[[dict], None], Callable[[], str | None]], dict]
@@ -324,7 +333,7 @@ def _at_most_once_a_second(send: Callable[[dict], None]) -> Callable[[dict, bool
 def _run_profile(agent: HostAgent, payload: dict, send: Callable[[dict], None], should_stop) -> dict:
     throttled = _at_most_once_a_second(send)
     return agent.profile(payload, should_stop=should_stop, progress=lambda rows, step: throttled(
-        {"status": contract.ProfileStatus.RUNNING, "rows": list(rows), "step": step}, now=not rows))
+        {"status": contract.JobStatus.RUNNING, "rows": list(rows), "step": step}, now=not rows))
 
 
 def _run_replay(agent: HostAgent, payload: dict, send: Callable[[dict], None], should_stop) -> dict:
@@ -333,10 +342,10 @@ def _run_replay(agent: HostAgent, payload: dict, send: Callable[[dict], None], s
 
 
 PROFILE = HostJob(kind="profile", task=AgentTask.PROFILE, id_key="profile_id",
-                  report_task=OrchestratorTask.PROFILE_REPORT, statuses=contract.ProfileStatus, empty={"rows": []},
+                  report_task=OrchestratorTask.PROFILE_REPORT, empty={"rows": []},
                   budget=lambda payload: float(Sweep.from_dict(payload["sweep"]).time_budget_s), run=_run_profile)
 REPLAY = HostJob(kind="replay", task=AgentTask.REPLAY, id_key="replay_id",
-                 report_task=OrchestratorTask.REPLAY_REPORT, statuses=contract.ReplayStatus,
+                 report_task=OrchestratorTask.REPLAY_REPORT,
                  empty={"done": 0, "total": 0, "summary": {}},
                  budget=lambda payload: float(payload.get("time_budget_s") or 3600), run=_run_replay)
 
@@ -353,7 +362,7 @@ def _run_host_job(task: Task, payload: dict, job: HostJob) -> None:
         report(job.report_task, job_id, progress)
 
     def fail(message: str) -> None:
-        send({"status": job.statuses.FAILED, **job.empty, "message": message})
+        send({"status": contract.JobStatus.FAILED, **job.empty, "message": message})
 
     if refusal := _refused(payload):
         logger.error("%s %s refused: %s", job.kind, job_id, refusal)
@@ -361,7 +370,7 @@ def _run_host_job(task: Task, payload: dict, job: HostJob) -> None:
         return
     client = broker()
     if control.stop_requested(client, job_id, job.kind):
-        send({"status": job.statuses.CANCELLED, **job.empty, "message": "cancelled before it started"})
+        send({"status": contract.JobStatus.CANCELLED, **job.empty, "message": "cancelled before it started"})
         return
     lock = host_job_lock(job.kind, payload["host"], job.budget(payload))
     if not _lock_or_retry(task, lock, give_up=lambda: fail(
@@ -379,7 +388,7 @@ def _run_host_job(task: Task, payload: dict, job: HostJob) -> None:
             result = job.run(host_agent(payload.get("runtime")), payload, send, should_stop)
     except Exception as exc:  # the orchestrator must hear of every failure
         logger.exception("%s %s failed", job.kind, job_id)
-        result = {"status": job.statuses.FAILED, **job.empty, "message": f"host agent error: {exc}"}
+        result = {"status": contract.JobStatus.FAILED, **job.empty, "message": f"host agent error: {exc}"}
     finally:
         release(lock, f"before the {job.kind} ended")
     send(result)

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from audit.services import acting_user
-from deployments.choices import ReplayStatus
+from deployments.choices import JobStatus
 from deployments.models import Replay
 from deployments.profiles import profile_comparison
 from deployments.replays import latest_replay, start_replay
@@ -487,7 +487,7 @@ def _last_failed_replay(policy: PromotionPolicy, candidate, target):
                 .values_list("metrics__replay__id", flat=True).first())
     if previous is None:
         return None
-    return Replay.objects.filter(pk=previous, status=ReplayStatus.FAILED).first()
+    return Replay.objects.filter(pk=previous, status=JobStatus.FAILED).first()
 
 
 def _ramp(evaluation: PromotionEvaluation, policy: PromotionPolicy, candidate, checks, summary: str,

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from accounts.access import Principal
 from deployments.canaries import canary_summary
-from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, ProfileStatus, ReplayStatus, Runtime
+from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, JobStatus, Runtime
 from deployments.models import (
     MAX_DEADLINE_SECONDS,
     Deployment,
@@ -280,7 +280,7 @@ class ProfileSerializer(serializers.ModelSerializer):
     model = serializers.CharField(source="version.model.name")
     version = serializers.IntegerField(source="version.version")
     host = serializers.CharField(source="host.name")
-    status = serializers.ChoiceField(choices=ProfileStatus.choices)
+    status = serializers.ChoiceField(choices=JobStatus.choices)
     progress = serializers.SerializerMethodField()
     rows = ProfileRowSerializer(many=True)
     recommended = serializers.SerializerMethodField()
@@ -343,7 +343,7 @@ class ReplaySerializer(serializers.ModelSerializer):
     version = serializers.IntegerField(source="version.version")
     against = serializers.IntegerField(source="against.version")
     host = serializers.CharField(source="host.name")
-    status = serializers.ChoiceField(choices=ReplayStatus.choices)
+    status = serializers.ChoiceField(choices=JobStatus.choices)
     progress = serializers.SerializerMethodField()
     agreement_rate = serializers.FloatField(allow_null=True, read_only=True,
                                             help_text="agreeing requests over compared ones, 0..1")

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.utils import timezone
 
-from deployments.choices import ReplayStatus
+from deployments.choices import JobStatus
 from deployments.models import Replay, ServingHost
 from deployments.replays import record_replay_report
 from modelyard_agent.contract import REPLAY_PROTOCOL
@@ -102,7 +102,7 @@ def test_replays_of_a_model_are_listed_newest_first_and_a_queued_one_is_cancelle
     assert "cancelled" in rows[2] and "queued" in rows[1]
     cancelled = world("cancel", str(second))
     assert cancelled.returncode == 0 and json.loads(cancelled.stdout)["status"] == "cancelled"
-    assert Replay.objects.get(pk=second).status == ReplayStatus.CANCELLED
+    assert Replay.objects.get(pk=second).status == JobStatus.CANCELLED
 
 
 def test_refusals_exit_one_with_the_servers_message_and_start_nothing(world):
@@ -139,7 +139,7 @@ def test_wait_follows_the_replay_and_exits_one_when_it_failed(world):
         import time
 
         for _ in range(200):  # bounded: the CLI's start lands within a few seconds
-            row = Replay.objects.filter(status=ReplayStatus.QUEUED).first()
+            row = Replay.objects.filter(status=JobStatus.QUEUED).first()
             if row is not None:
                 replay_id["id"] = row.pk
                 record_replay_report(row.pk, {"status": "running", "done": 0, "total": 10,

@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.services import create_team
-from deployments.choices import ProfileStatus
+from deployments.choices import JobStatus
 from deployments.models import Profile, ServingHost
 from deployments.placement import measured_footprint
 from deployments.profiles import (
@@ -335,7 +335,7 @@ def test_a_queued_profile_is_cancelled_at_once_and_a_late_report_does_not_revive
     cancelled = client.post(f"/api/v1/profiles/{profile_id}/cancel/")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert not record_profile_report(profile_id, {"status": "running", "rows": [], "step": "config 1 of 4"})
-    assert Profile.objects.get(pk=profile_id).status == ProfileStatus.CANCELLED
+    assert Profile.objects.get(pk=profile_id).status == JobStatus.CANCELLED
     assert client.post(f"/api/v1/profiles/{profile_id}/cancel/").status_code == 409
 
 
@@ -357,14 +357,14 @@ def test_reports_fill_rows_and_progress_and_the_result_ends_the_profile(world):
 def test_a_profile_whose_agent_stopped_reporting_is_failed_after_its_budget(world):
     _, version, host = world
     sweep = parse_sweep("quick", max_batch_size=8).as_dict()
-    stale = Profile.objects.create(version=version, host=host, sweep=sweep, status=ProfileStatus.RUNNING)
+    stale = Profile.objects.create(version=version, host=host, sweep=sweep, status=JobStatus.RUNNING)
     fresh = Profile.objects.create(version=version, host=ServingHost.objects.create(
         name="other", inference_url="http://other:8000"), sweep=sweep)
     Profile.objects.filter(pk=stale.pk).update(updated_at=timezone.now() - timedelta(seconds=301 + 300))
     assert fail_stalled_profiles() == [stale.pk]
     stale.refresh_from_db()
-    assert stale.status == ProfileStatus.FAILED and "sent no report" in stale.message
-    assert Profile.objects.get(pk=fresh.pk).status == ProfileStatus.QUEUED
+    assert stale.status == JobStatus.FAILED and "sent no report" in stale.message
+    assert Profile.objects.get(pk=fresh.pk).status == JobStatus.QUEUED
 
 
 # -- where the card's figures are used ----------------------------------------------------------------
@@ -372,7 +372,7 @@ def test_a_profile_whose_agent_stopped_reporting_is_failed_after_its_budget(worl
 
 def _card(version, host, rows, slo=None):
     return Profile.objects.create(version=version, host=host, sweep=CARD["sweep"], rows=rows, slo_p99_ms=slo,
-                                  status=ProfileStatus.SUCCEEDED, finished_at=timezone.now())
+                                  status=JobStatus.SUCCEEDED, finished_at=timezone.now())
 
 
 def test_placement_takes_the_cards_gpu_memory_before_any_load_measured_one(world):

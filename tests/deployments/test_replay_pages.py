@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from accounts.services import create_team
-from deployments.choices import ReplayStatus
+from deployments.choices import JobStatus
 from deployments.models import Replay, ServingHost
 from deployments.replays import record_replay_report
 from registry.models import ModelVersion, RegisteredModel
@@ -57,7 +57,7 @@ def test_the_version_page_lists_its_replays_with_status_and_agreement_linked_to_
     assert "80.00%" in page and "10 / 10" in page and "3 / 10" in page
     panel = client.get("/replays/of/thr/2/").content.decode()
     assert 'hx-trigger="every 2s"' in panel  # one still runs: the panel refreshes itself
-    Replay.objects.filter(pk=running.pk).update(status=ReplayStatus.FAILED, message="the copy did not load")
+    Replay.objects.filter(pk=running.pk).update(status=JobStatus.FAILED, message="the copy did not load")
     panel = client.get("/replays/of/thr/2/").content.decode()
     assert "hx-trigger" not in panel and "the copy did not load" in panel
     assert "Not replayed yet" in client.get("/replays/of/thr/1/").content.decode()

@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from accounts.services import create_team
-from deployments.choices import ReplayStatus
+from deployments.choices import JobStatus
 from deployments.models import Replay, ServingHost
 from deployments.replays import build_replay_payload, fail_stalled_replays, record_replay_report
 from modelyard_agent.contract import REPLAY_PROTOCOL
@@ -176,7 +176,7 @@ def test_a_queued_replay_is_cancelled_at_once_and_a_late_report_does_not_revive_
     cancelled = users["maintainer"].post(f"/api/v1/replays/{replay_id}/cancel/")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert not record_replay_report(replay_id, {"status": "running", "done": 1, "total": 9, "summary": {}})
-    assert Replay.objects.get(pk=replay_id).status == ReplayStatus.CANCELLED
+    assert Replay.objects.get(pk=replay_id).status == JobStatus.CANCELLED
     assert users["maintainer"].post(f"/api/v1/replays/{replay_id}/cancel/").status_code == 409
 
 
@@ -192,7 +192,7 @@ def test_reports_fill_progress_and_a_replay_whose_agent_went_silent_is_failed_af
     assert fail_stalled_replays() == []
     assert fail_stalled_replays(now=timezone.now() + timedelta(hours=2)) == [replay.pk]
     replay.refresh_from_db()
-    assert replay.status == ReplayStatus.FAILED and "sent no report" in replay.message
+    assert replay.status == JobStatus.FAILED and "sent no report" in replay.message
 
 
 def test_no_model_may_take_the_name_a_replay_copy_is_loaded_under(world):

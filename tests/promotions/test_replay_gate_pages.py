@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from accounts.services import create_team
-from deployments.choices import ReplayStatus
+from deployments.choices import JobStatus
 from deployments.models import Replay, ServingHost
 from deployments.replays import record_replay_report
 from modelyard.errors import InvalidInput
@@ -59,7 +59,7 @@ def test_the_next_evaluation_after_a_failed_replay_says_why_and_starts_another_a
     assert f"replay {retry.pk} running, the next evaluation judges it" in second.reason
     assert second.metrics["replay"]["failed_replay"] == {"id": replay.pk,
                                                          "message": "the copy did not load: out of memory"}
-    assert retry.pace == 50.0 and retry.status == ReplayStatus.QUEUED
+    assert retry.pace == 50.0 and retry.status == JobStatus.QUEUED
 
     third = evaluate(policy, prometheus)  # the retry still runs: no word of the old failure, no third replay
     assert "failed" not in third.reason and Replay.objects.count() == 2
