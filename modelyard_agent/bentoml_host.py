@@ -35,7 +35,8 @@ from modelyard_agent.contract import BENTO, BENTO_MODEL, TargetState
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
-from modelyard_agent.runtimes.nginx import NginxFront, listen_address
+from modelyard_agent.runtimes.nginx import NginxFront
+from modelyard_agent.runtimes.nginx_process import listen_address
 from modelyard_agent.runtimes.routes import lua_available
 from modelyard_agent.steps import DeploySteps
 from modelyard_agent.triton_host import _download
