@@ -32,6 +32,7 @@ from importlib import metadata
 from pathlib import Path
 
 from modelyard_agent.contract import BENTO, BENTO_MODEL, TargetState
+from modelyard_agent.downloads import download
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
@@ -39,7 +40,6 @@ from modelyard_agent.runtimes.nginx import NginxFront
 from modelyard_agent.runtimes.nginx_process import listen_address
 from modelyard_agent.runtimes.routes import lua_available
 from modelyard_agent.steps import DeploySteps
-from modelyard_agent.triton_host import _download
 
 logger = logging.getLogger(__name__)
 
@@ -547,7 +547,7 @@ def import_into_store(payload: dict, store: BentoStore, *, kind: str, tag: str, 
     work = store.new_work_dir(prefix="dl-")
     try:
         archive = work / "artifact"
-        _download(payload["artifact_url"], archive, sha256=payload["sha256"], size=int(payload["size"]),
+        download(payload["artifact_url"], archive, sha256=payload["sha256"], size=int(payload["size"]),
                   timeout=timeout)
         return store.import_archive(archive, kind=kind, tag=tag, sha256=payload["sha256"], timeout=timeout)
     finally:
