@@ -1,7 +1,6 @@
 """Download of a version's artifact on a serving host: stream a presigned URL into a file, checking its size
-and sha256 as it goes. Triton staging (``triton_staging``) and the BentoML store import
-(``bentoml_host.import_into_store``) both start with it; the agent has no S3 credentials, only the URL the
-orchestrator signed."""
+and sha256 as it goes. Triton staging (``triton_staging``) and the BentoML store import (``bentoml_import``)
+both start with it; the agent has no S3 credentials, only the URL the orchestrator signed."""
 
 import hashlib
 from pathlib import Path

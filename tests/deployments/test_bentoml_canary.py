@@ -12,14 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from modelyard_agent.bentoml_host import (
-    ServeState,
-    collect_bentoml_heartbeat,
-    deploy_bentoml_version,
-    front_for,
-    route_bentoml_model,
-    tidy_models,
-)
+from modelyard_agent.bentoml_host import deploy_bentoml_version, route_bentoml_model
+from modelyard_agent.bentoml_instances import ServeState, collect_bentoml_heartbeat, front_for, tidy_models
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.routes import ROUTING_KEY_HEADER, VERSION_HEADER
