@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
+from modelyard_agent.config import current as settings
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import BentoStore, file_lock
@@ -68,15 +68,19 @@ class ServeState:
             partial.replace(self.path)
 
 
-def front_for(root: Path, inference_url: str) -> NginxFront:
-    """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``;
-    ``MODELYARD_AGENT_NGINX_KEEPALIVE`` sets its client keep-alive in seconds. The default is
-    ``DEFAULT_KEEPALIVE`` where nginx's Lua module is installed (each reload is drained first, so a kept-alive
-    client loses no request to it) and 0 (every answer says ``Connection: close``) where it is not."""
+def front_for(root: Path, inference_url: str, *, client_keepalive: float | None = None) -> NginxFront:
+    """The host's nginx, listening on the port (and, for a loopback URL, the address) of ``inference_url``.
+
+    ``client_keepalive`` (seconds; None: the agent's ``--nginx-keepalive`` setting, ``config``) sets its client
+    keep-alive. Without either, it is ``DEFAULT_KEEPALIVE`` where nginx's Lua module is installed (each reload
+    is drained first, so a kept-alive client loses no request to it) and 0 (every answer says
+    ``Connection: close``) where it is not."""
     port, listen_host = listen_address(inference_url)
-    default = DEFAULT_KEEPALIVE if lua_available() else 0
-    return NginxFront(root, port, listen_host=listen_host,
-                      client_keepalive=float(os.environ.get("MODELYARD_AGENT_NGINX_KEEPALIVE", default)))
+    if client_keepalive is None:
+        client_keepalive = settings().nginx_keepalive
+    if client_keepalive is None:
+        client_keepalive = DEFAULT_KEEPALIVE if lua_available() else 0
+    return NginxFront(root, port, listen_host=listen_host, client_keepalive=float(client_keepalive))
 
 
 def recover_model(root: Path, front: NginxFront, model: str) -> serve.Instance | None:
@@ -268,7 +272,8 @@ def stop_host(root: Path, inference_url: str, timeout: float = 30.0) -> list[str
         serve.stop_instance(instance, timeout=timeout)
     for model in recorded:
         state.update(model, serving=None, canary=None, starting=None, draining=None)
-    front_for(root, inference_url).stop(timeout=timeout)
+    # Stopping reads no keep-alive, so no agent setting: manage.py stop_bentoml_host runs this outside an agent.
+    front_for(root, inference_url, client_keepalive=0.0).stop(timeout=timeout)
     return stopped
 
 

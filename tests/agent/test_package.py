@@ -60,6 +60,28 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     assert AgentConfig.from_values({}, listening.as_environ()) == listening
 
 
+def test_the_nginx_keepalive_is_a_setting_like_the_others():
+    config = AgentConfig.from_values({"host": "gpu-0"}, {"MODELYARD_AGENT_NGINX_KEEPALIVE": "0"})
+    assert config.nginx_keepalive == 0.0
+    assert AgentConfig.from_values({}, config.as_environ()) == config
+    unset = AgentConfig.from_values({"host": "gpu-0"}, {})
+    assert unset.nginx_keepalive is None
+    assert AgentConfig.from_values({}, unset.as_environ()) == unset
+
+
+def test_a_bentoml_hosts_nginx_keeps_clients_alive_as_long_as_its_setting_says(agent_settings, monkeypatch, tmp_path):
+    from modelyard_agent.bentoml_instances import DEFAULT_KEEPALIVE, front_for
+    from modelyard_agent.runtimes.routes import lua_available
+
+    url = "http://127.0.0.1:8100"
+    monkeypatch.delenv("MODELYARD_AGENT_NGINX_KEEPALIVE", raising=False)
+    agent_settings()
+    assert front_for(tmp_path, url).client_keepalive == (DEFAULT_KEEPALIVE if lua_available() else 0)
+    agent_settings(nginx_keepalive=5)
+    assert front_for(tmp_path, url).client_keepalive == 5
+    assert front_for(tmp_path, url, client_keepalive=0.0).client_keepalive == 0
+
+
 @pytest.mark.parametrize("values,says", [
     ({}, "--host (MODELYARD_AGENT_HOST) is required"),
     ({"host": ""}, "--host (MODELYARD_AGENT_HOST) is required"),
@@ -85,6 +107,8 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "labels": '{"": "x"}'}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "concurrency": "0"}, "must be a whole number from 1 to 64"),
+    ({"host": "gpu-0", "nginx_keepalive": "-1"},
+     "--nginx-keepalive (MODELYARD_AGENT_NGINX_KEEPALIVE) must be a number of seconds from 0 to"),
 ])
 def test_a_bad_setting_is_refused_naming_its_flag_and_variable(values, says):
     with pytest.raises(ConfigError) as refused:

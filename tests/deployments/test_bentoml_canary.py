@@ -34,9 +34,9 @@ PIN_HEADER = "X-Modelyard-Version-Request"
 
 
 @pytest.fixture
-def host(bentos, artifact_server, agent_root, monkeypatch):
+def host(bentos, artifact_server, agent_root, agent_settings):
     """A BentoML host agent whose nginx keeps client connections alive; ``host.deploy(name, version, **fields)``."""
-    monkeypatch.setenv("MODELYARD_AGENT_NGINX_KEEPALIVE", "75")
+    agent_settings(nginx_keepalive=75)
     _, base_url = artifact_server
     root, url = agent_root
 
