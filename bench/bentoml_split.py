@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> dict:
     import django
 
     django.setup()
-    from modelyard_agent.bentoml_host import ServeState, deploy_bentoml_version, front_for, route_bentoml_model
+    from modelyard_agent.bentoml_host import deploy_bentoml_version, route_bentoml_model
+    from modelyard_agent.bentoml_instances import ServeState, front_for
     from modelyard_agent.runtimes import bentoml as serve
     from modelyard_agent.runtimes.routes import VERSION_HEADER
     from tests.deployments.bentoml_host import MODEL, SAMPLE, make_payload

@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> dict:
     import django
 
     django.setup()
-    from modelyard_agent.bentoml_host import ServeState, deploy_bentoml_version, front_for
+    from modelyard_agent.bentoml_host import deploy_bentoml_version
+    from modelyard_agent.bentoml_instances import ServeState, front_for
     from modelyard_agent.runtimes import bentoml as serve
     from tests.deployments.bentoml_host import MODEL, SAMPLE, make_payload
     from tests.fixtures.services import free_port

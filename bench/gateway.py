@@ -101,7 +101,7 @@ def bare_nginx(directory: Path, triton: str, workers: str):
     """A started reference nginx at a free loopback port passing everything to ``triton`` (host:port); its
     ``NginxProcess`` (call ``stop()``)."""
     from modelyard_agent.runtimes.gateway import PROXY_SETTINGS, client_settings
-    from modelyard_agent.runtimes.nginx import TEMP_PATHS, NginxProcess
+    from modelyard_agent.runtimes.nginx_process import TEMP_PATHS, NginxProcess
 
     class BareNginx(NginxProcess):
         def main_config(self) -> str:

@@ -437,7 +437,7 @@ def verdict_of(result: dict) -> tuple[bool, list[str]]:
 def run(args: argparse.Namespace) -> dict:
     from stack import _triton_install
 
-    from modelyard_agent.triton_host import AgentPaths
+    from modelyard_agent.triton_staging import AgentPaths
 
     binary = str(REPO / ".stack" / "bin" / "perf_analyzer")
     if not Path(binary).exists():

@@ -13,5 +13,8 @@ Modules:
 - ``app``: the Celery app and its reports; ``coordination``: locks and the work under way, in the
   broker's Redis; ``worker``: the tasks; ``claims``: a target's claim, which a cancel races for.
 - ``host_agents``: one interface over the runtimes, implemented in ``adapters`` over ``triton_host``
-  and ``bentoml_host``; ``runtimes``: clients of Triton, ``bentoml serve``, the Bento Store and nginx.
+  (with ``triton_staging`` and ``triton_heartbeat``) and ``bentoml_host`` (with ``bentoml_import`` and
+  ``bentoml_instances``); ``downloads``: the checked
+  artifact download both runtimes stage from; ``runtimes``: clients of Triton, ``bentoml serve``, the
+  Bento Store and nginx.
 """

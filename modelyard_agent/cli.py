@@ -24,12 +24,9 @@ from pathlib import Path
 from modelyard_agent.config import SETTINGS, AgentConfig, ConfigError
 from modelyard_agent.contract import PROTOCOL_VERSION, Runtime, host_queue
 
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
 
 def parser() -> argparse.ArgumentParser:
-    """The command's argument parser: one flag per ``config.SETTINGS`` entry, plus ``--loglevel``
-    and ``--print-config``."""
+    """The command's argument parser: one flag per ``config.SETTINGS`` entry, plus ``--print-config``."""
     parse = argparse.ArgumentParser(
         prog="modelyard-agent", description="Run the Modelyard host agent of one serving host.",
         epilog=f"Speaks orchestrator protocol {PROTOCOL_VERSION}. Needs no database or S3 credentials, but must "
@@ -39,9 +36,6 @@ def parser() -> argparse.ArgumentParser:
         default = "required" if setting.name == "host" else f"default {setting.default or 'see above'}"
         parse.add_argument(f"--{setting.name.replace('_', '-')}", dest=setting.name, default=None,
                            help=f"{setting.help} [${setting.env}; {default}]")
-    parse.add_argument("--loglevel", type=str.upper, choices=LOG_LEVELS,
-                       default=os.environ.get("MODELYARD_LOG_LEVEL", "INFO").upper(),
-                       help="[$MODELYARD_LOG_LEVEL; default INFO]")
     parse.add_argument("--print-config", action="store_true",
                        help="print the settings as environment variables (the broker's password masked) and exit")
     return parse
@@ -92,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, value in sorted(config.shown().items()):
             print(f"{name}={value}")
         return 0
+    # The environment is how the settings reach the worker processes Celery forks (``config.current`` reads
+    # them there): the command writes it, and only ``config`` reads it.
     os.environ.update(config.as_environ())
     from celery.utils.nodenames import host_format
 
@@ -103,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     worker = app.Worker(
         queues=[host_queue(config.host)], hostname=host_format(f"agent-{config.host}@%h"),
         concurrency=config.concurrency,
-        loglevel=args.loglevel, without_gossip=True, without_mingle=True,
+        loglevel=config.loglevel, without_gossip=True, without_mingle=True,
     )
     worker.start()
     return worker.exitcode or 0

@@ -29,6 +29,8 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--concurrency`` | ``MODELYARD_AGENT_CONCURRENCY`` | 4 worker processes |
 | ``--perf-analyzer`` | ``MODELYARD_AGENT_PERF_ANALYZER`` | ``perf_analyzer`` on PATH: profiles of Triton versions |
 | ``--wrk`` | ``MODELYARD_AGENT_WRK`` | ``wrk`` on PATH: profiles of BentoML versions |
+| ``--nginx-keepalive`` | ``MODELYARD_AGENT_NGINX_KEEPALIVE`` | BentoML: 75 s with nginx's Lua module, else 0 |
+| ``--loglevel`` | ``MODELYARD_LOG_LEVEL`` | ``INFO`` |
 
 Relative paths are taken from the working directory; give absolute ones under a service manager.
 The staging directory must be on the same file system as the model repository (a staged version
@@ -57,6 +59,7 @@ from modelyard_agent.contract import (
 from modelyard_agent.formats.names import NAME_PATTERN, NAME_RULE
 
 MAX_SECONDS = float(MAX_DEADLINE_SECONDS)
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 HOST_PORT = re.compile(r"^[A-Za-z0-9.\-]+:[0-9]{1,5}$|^\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}$")
 
 
@@ -125,6 +128,10 @@ SETTINGS = (
             "scripts/install_perf_analyzer.sh installs it)"),
     Setting("wrk", "MODELYARD_AGENT_WRK", "wrk", "the wrk HTTP load generator, for performance cards of BentoML "
                                                  "versions (a path, or a name on PATH)"),
+    Setting("nginx_keepalive", "MODELYARD_AGENT_NGINX_KEEPALIVE", None,
+            "seconds the nginx in front of a BentoML host keeps an idle client connection open; 0 answers every "
+            "request with Connection: close (default: 75 where nginx's Lua module drains each reload first, else 0)"),
+    Setting("loglevel", "MODELYARD_LOG_LEVEL", "INFO", f"the worker's log level: {', '.join(LOG_LEVELS)}"),
 )
 
 
@@ -152,6 +159,9 @@ class AgentConfig:
         concurrency: worker processes.
         perf_analyzer, wrk: the load generators profiles run (paths or names on PATH; looked up
             when a profile starts, so a host that is never profiled needs neither).
+        nginx_keepalive: seconds a BentoML host's nginx keeps idle client connections open, or None for
+            its default (``bentoml_instances.front_for``).
+        loglevel: the worker's log level, one of ``LOG_LEVELS``.
     """
 
     host: str
@@ -175,6 +185,8 @@ class AgentConfig:
     concurrency: int = 4
     perf_analyzer: str = "perf_analyzer"
     wrk: str = "wrk"
+    nginx_keepalive: float | None = None
+    loglevel: str = "INFO"
 
     @classmethod
     def from_values(cls, values: Mapping[str, str | None], environ: Mapping[str, str] | None = None,
@@ -221,6 +233,9 @@ class AgentConfig:
             concurrency=_count("concurrency", raw["concurrency"]),
             perf_analyzer=raw["perf_analyzer"].strip() or "perf_analyzer",
             wrk=raw["wrk"].strip() or "wrk",
+            nginx_keepalive=(_seconds("nginx_keepalive", raw["nginx_keepalive"].strip(), minimum=0.0)
+                             if raw["nginx_keepalive"] and raw["nginx_keepalive"].strip() else None),
+            loglevel=_choice("loglevel", raw["loglevel"].strip().upper(), list(LOG_LEVELS)),
         )
         if config.gateway_listen and not config.triton_url:
             raise ConfigError(f"{_flag('gateway_listen')} needs {_flag('triton_url')}: without it the agent runs no "
@@ -247,6 +262,8 @@ class AgentConfig:
             "task_time_limit": f"{self.task_time_limit:g}", "visibility_timeout": f"{self.visibility_timeout:g}",
             "labels": json.dumps(self.labels), "concurrency": str(self.concurrency),
             "perf_analyzer": self.perf_analyzer, "wrk": self.wrk,
+            "nginx_keepalive": "" if self.nginx_keepalive is None else f"{self.nginx_keepalive:g}",
+            "loglevel": self.loglevel,
         }
         return {setting.env: values[setting.name] for setting in SETTINGS}
 

@@ -14,9 +14,9 @@ import logging
 import shutil
 
 from modelyard_agent.formats.triton_config import ModelConfigError, render_load_config
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, StagingError, stage_version
+from modelyard_agent.triton_staging import AgentPaths, stage_version
 
 logger = logging.getLogger(__name__)
 

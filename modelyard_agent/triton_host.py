@@ -1,17 +1,10 @@
-"""Host-side work of a Triton host agent: stage a model version, load it, cut over.
+"""The rolling swap of a Triton host agent: make a staged version the one Triton serves (load it beside the
+old ones, verify it, cut over), give up on a load past its deadline, and reload a version that stopped
+being READY.
 
 Runs on the serving host. It needs no database or S3 credentials: everything
-comes in the payload built by ``deployments.services.build_agent_payload``.
-
-Layout on the host::
-
-    <repo>/<model>/<version>/...              Triton model repository (immutable version dirs)
-    <repo>/<model>/config.pbtxt               the config of the last load that served (versions, parameters)
-    <staging dir>/                            agent state, same file system as the repository
-                                              (default <repo-parent>/.<repo-name>.modelyard/)
-        tmp/                                  downloads and extractions in progress
-        versions/<model>/<version>/sha256     what a staged version dir was built from
-        versions/<model>/<version>/config.pbtxt
+comes in the payload built by ``deployments.services.build_agent_payload``. Staging the version's files
+first is ``triton_staging``.
 
 The rolling swap follows Triton's explicit model control (docs/architecture.md): load the
 new version beside the old ones with ``version_policy: specific``, check that
@@ -19,199 +12,24 @@ exact version is READY, load again with only the new version, then wait until
 the old versions are really gone, since unload is asynchronous.
 """
 
-import hashlib
 import logging
 import os
-import shutil
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
-from modelyard_agent.config import default_staging_dir
 from modelyard_agent.contract import TargetState
-from modelyard_agent.formats.archives import ArchiveError, ArchiveLimits, extract_version_dir, inspect_triton_archive
-from modelyard_agent.formats.names import NAME_PATTERN
 from modelyard_agent.formats.triton_config import (
     ModelConfigError,
-    parse_model_config,
     render_config_file,
     render_load_config,
     sample_arrays,
 )
-from modelyard_agent.formats.triton_paths import check_version_files
 from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.triton import MemoryInUse, TritonRuntime, read_memory_in_use
 from modelyard_agent.steps import DeploySteps
+from modelyard_agent.triton_staging import AgentPaths, stage_version, staged_config_text
 
 logger = logging.getLogger(__name__)
-
-DOWNLOAD_CHUNK_BYTES = 1024 * 1024
-DISK_MARGIN_BYTES = 64 * 1024 * 1024
-BYTECODE_CACHE = "__pycache__"
-
-
-@dataclass(frozen=True)
-class AgentPaths:
-    """Where the agent keeps the model repository and its own state.
-
-    Attributes:
-        model_repository: Triton's model repository.
-        staging_dir: downloads in progress and what each staged version was built from; on the
-            repository's file system. None: ``config.default_staging_dir`` (beside the repository).
-    """
-
-    model_repository: Path
-    staging_dir: Path | None = None
-
-    @property
-    def state_dir(self) -> Path:
-        return self.staging_dir or default_staging_dir(self.model_repository.resolve())
-
-    def version_dir(self, model: str, version: int) -> Path:
-        return self.model_repository / model / str(version)
-
-    def version_state(self, model: str, version: int) -> Path:
-        return self.state_dir / "versions" / model / str(version)
-
-
-def _download(url: str, dest: Path, *, sha256: str, size: int, timeout: float) -> None:
-    """Stream ``url`` into ``dest`` checking size (bytes) and sha256 as it goes."""
-    digest = hashlib.sha256()
-    seen = 0
-    try:
-        with requests.get(url, stream=True, timeout=(5, timeout)) as answer:
-            if answer.status_code != 200:
-                raise StagingError(
-                    f"artifact download failed: HTTP {answer.status_code}", retryable=answer.status_code >= 500
-                )
-            with dest.open("wb") as out:
-                for chunk in answer.iter_content(DOWNLOAD_CHUNK_BYTES):
-                    seen += len(chunk)
-                    if seen > size:
-                        raise StagingError(f"artifact download is larger than the registered {size} bytes")
-                    digest.update(chunk)
-                    out.write(chunk)
-    except requests.RequestException as exc:
-        raise StagingError(f"artifact download failed: {exc}", retryable=True) from exc
-    if seen != size:
-        raise StagingError(f"artifact download has {seen} bytes; the registry recorded {size}", retryable=True)
-    if digest.hexdigest() != sha256:
-        raise StagingError(f"artifact sha256 {digest.hexdigest()} does not match the registered {sha256}")
-
-
-def stage_version(payload: dict, paths: AgentPaths, *, timeout: float = 600.0) -> bool:
-    """Place the version's files at ``<repo>/<model>/<version>/``, atomically.
-
-    Idempotent: a version dir already staged from the same sha256 is kept.
-    The archive is downloaded and extracted in the agent's state dir (same
-    file system) and renamed into place, so Triton never sees a partial dir.
-
-    Args:
-        payload: the agent payload (model, version, artifact_url, sha256, size, config_text).
-        paths: the agent's directories.
-        timeout: seconds allowed between bytes of the download.
-
-    Returns:
-        True when files were placed, False when the version was already staged.
-
-    Raises:
-        StagingError: download failed, content differs from the registry's
-            record, the archive is unsafe, the disk is too full, or the
-            repository holds a different dir under that version number.
-    """
-    model, version, sha256 = payload["model"], int(payload["version"]), payload["sha256"]
-    if not NAME_PATTERN.match(str(model)) or version < 1:
-        # The name becomes a directory of the model repository: hold it to the registry's grammar here too.
-        raise StagingError(f"model {model!r} version {version} cannot name a model repository directory")
-    target = paths.version_dir(model, version)
-    state = paths.version_state(model, version)
-    marker = state / "sha256"
-    if target.exists():
-        if marker.exists() and marker.read_text().strip() == sha256:
-            return False
-        raise StagingError(
-            f"the model repository already holds {model}/{version} with other content; "
-            "version directories are never edited in place"
-        )
-    tmp_root = paths.state_dir / "tmp"
-    tmp_root.mkdir(parents=True, exist_ok=True)
-    work = tmp_root / uuid.uuid4().hex
-    work.mkdir()
-    try:
-        archive = work / "artifact"
-        _download(payload["artifact_url"], archive, sha256=sha256, size=int(payload["size"]), timeout=timeout)
-        limits = ArchiveLimits.from_payload(payload.get("archive_limits"))
-        try:
-            layout = inspect_triton_archive(archive, limits)
-        except ArchiveError as exc:
-            raise StagingError(f"artifact refused: {exc}") from exc
-        _check_files_named(payload["config_text"], layout.files, layout.version_dir)
-        free = shutil.disk_usage(tmp_root).free
-        if free < layout.unpacked_bytes + DISK_MARGIN_BYTES:
-            raise StagingError(
-                f"not enough disk: {layout.unpacked_bytes} bytes to unpack, {free} bytes free", retryable=True
-            )
-        unpacked = work / "version"
-        try:
-            extract_version_dir(archive, layout, unpacked, limits)
-        except ArchiveError as exc:
-            raise StagingError(f"artifact refused: {exc}") from exc
-        _block_bytecode_caches(unpacked)
-        state.mkdir(parents=True, exist_ok=True)
-        (state / "config.pbtxt").write_text(payload["config_text"])
-        target.parent.mkdir(parents=True, exist_ok=True)
-        model_config = target.parent / "config.pbtxt"
-        if not model_config.exists():
-            staged_config = work / "config.pbtxt"
-            staged_config.write_text(payload["config_text"])
-            os.replace(staged_config, model_config)
-        os.rename(unpacked, target)
-        marker.write_text(sha256)
-        return True
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
-
-def _check_files_named(config_text: str, files: tuple[str, ...], version_dir: str) -> None:
-    """Check again, on the host, what registration checked: the config names no file outside the
-    model's directory and the version directory holds the model file its backend loads.
-
-    Raises:
-        StagingError: (not retryable) with the config checker's message.
-    """
-    try:
-        check_version_files(parse_model_config(config_text), files, version_dir)
-    except ModelConfigError as exc:
-        raise StagingError(f"artifact refused: {exc}") from exc
-
-
-def _block_bytecode_caches(version_dir: Path) -> None:
-    """Keep Python from writing ``__pycache__`` directories into a staged version directory.
-
-    Triton reloads every version of a model whose directory changed since its last load. A
-    python-backend stub importing ``model.py`` writes ``__pycache__/`` beside it during the first
-    load, so the cut-over (a load of the new version alone) would start a second, unverified
-    instance of the version the smoke inference just checked, at the cost of a whole load.
-    Setting PYTHONDONTWRITEBYTECODE for tritonserver does not stop the stub (Triton 2.51), so the
-    defence is in the directory: an empty file named ``__pycache__`` beside each Python source
-    makes the interpreter skip writing bytecode (it compiles from source instead), and the
-    version directory stays as staged.
-
-    Args:
-        version_dir: the extracted version directory, before it is renamed into place.
-    """
-    for directory in {source.parent for source in version_dir.rglob("*.py")}:
-        cache = directory / BYTECODE_CACHE
-        if not cache.exists():
-            cache.touch()
-
-
-def _config_text_for(paths: AgentPaths, model: str, version: int, fallback: str) -> str:
-    saved = paths.version_state(model, version) / "config.pbtxt"
-    return saved.read_text() if saved.exists() else fallback
 
 
 def deploy_triton_version(
@@ -263,7 +81,7 @@ def deploy_triton_version(
     details, failed = steps.details, steps.failed
 
     def config_for(versions: list[int], text_version: int) -> str:
-        text = _config_text_for(paths, model, text_version, payload["config_text"])
+        text = staged_config_text(paths, model, text_version, payload["config_text"])
         return render_load_config(text, model_name=model, versions=sorted(versions), parameters=parameters,
                                   overrides=payload.get("config_overrides"))
 
@@ -466,38 +284,6 @@ def _footprint(before: MemoryInUse | None, after: MemoryInUse | None) -> dict:
         return max(0, b - a) if a is not None and b is not None else None
 
     return {"gpu": delta(before.gpu_bytes, after.gpu_bytes), "cpu": delta(before.cpu_bytes, after.cpu_bytes)}
-
-
-def collect_heartbeat(*, inference_url: str, metrics_url: str, model_repository: Path, labels: dict) -> dict:
-    """What a host agent reports about its host; never raises.
-
-    Returns:
-        ``{"runtime_live": bool, "runtime_version": str | None, "models": [{"name", "version",
-        "state", "reason" (only when Triton gives one)}], "gpus": [{"gpu_uuid", "memory_used", "memory_total"} (bytes)],
-        "disk_free_bytes": int | None, "labels": {...}, "errors": [str]}``.
-    """
-    runtime = TritonRuntime(inference_url, timeout=5.0)
-    report: dict = {"runtime_live": runtime.is_live(), "runtime_version": None, "models": [], "gpus": [],
-                    "disk_free_bytes": None, "labels": labels, "errors": []}
-    if report["runtime_live"]:
-        try:
-            report["runtime_version"] = runtime.server_version()
-            report["models"] = [
-                {"name": m.name, "version": m.version, "state": m.state, **({"reason": m.reason} if m.reason else {})}
-                for m in runtime.repository_index()
-            ]
-        except ServingRuntimeError as exc:
-            report["errors"].append(exc.message)
-    if metrics_url:
-        try:
-            report["gpus"] = list(read_memory_in_use(metrics_url).gpus)
-        except ServingRuntimeError as exc:
-            report["errors"].append(exc.message)
-    try:
-        report["disk_free_bytes"] = shutil.disk_usage(model_repository).free
-    except OSError as exc:
-        report["errors"].append(f"model repository {model_repository}: {exc}")
-    return report
 
 
 def ensure_version_ready(payload: dict, *, load_timeout: float, grpc_url: str = "") -> bool:

@@ -7,14 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelyard_agent.adapters.common import load_deadline, running_profiles, unload_deadline
-from modelyard_agent.bentoml_host import (
-    collect_bentoml_heartbeat,
-    deploy_bentoml_version,
-    front_for,
-    route_bentoml_model,
-    tidy_models,
-    unload_bentoml_model,
-)
+from modelyard_agent.bentoml_host import deploy_bentoml_version, route_bentoml_model, unload_bentoml_model
+from modelyard_agent.bentoml_instances import collect_bentoml_heartbeat, front_for, tidy_models
 from modelyard_agent.config import current as settings
 from modelyard_agent.coordination import host_model_lock
 from modelyard_agent.profiling.bentoml import profile_bentoml_version, stop_stale_instances

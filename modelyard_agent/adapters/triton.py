@@ -18,9 +18,11 @@ from modelyard_agent.profiling.triton import profile_triton_version, remove_stal
 from modelyard_agent.replay.triton import remove_stale_replay_copies, replay_triton_version
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import TritonGateway
-from modelyard_agent.runtimes.nginx import listen_address
+from modelyard_agent.runtimes.nginx_process import listen_address
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, collect_heartbeat, deploy_triton_version
+from modelyard_agent.triton_heartbeat import collect_heartbeat
+from modelyard_agent.triton_host import deploy_triton_version
+from modelyard_agent.triton_staging import AgentPaths
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from modelyard_agent.bentoml_host import StagingError, import_into_store
+from modelyard_agent.bentoml_import import import_into_store
 from modelyard_agent.contract import BENTO
 from modelyard_agent.formats.names import PROFILE_INFIX
 from modelyard_agent.profiling import perf_analyzer, wrk
@@ -27,7 +27,7 @@ from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
 from modelyard_agent.profiling.sweep import Sweep
 from modelyard_agent.profiling.triton import profile_id_of, profile_model_name
 from modelyard_agent.runtimes import bentoml as serve
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.bento_store import BentoStore
 
 logger = logging.getLogger(__name__)

@@ -30,9 +30,10 @@ from modelyard_agent.formats.triton_config import (
 from modelyard_agent.profiling import perf_analyzer
 from modelyard_agent.profiling.perf_analyzer import LoadGeneratorError, Stopped
 from modelyard_agent.profiling.sweep import ProfileConfig, Sweep
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, StagingError, memory_or_none, stage_version
+from modelyard_agent.triton_host import memory_or_none
+from modelyard_agent.triton_staging import AgentPaths, stage_version
 
 logger = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from modelyard_agent.replay.compare import (
     compare_outputs,
     decode_response,
 )
-from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.base import ServingRuntimeError, StagingError
 from modelyard_agent.runtimes.triton import RawAnswer, RawInferClient, TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, StagingError
+from modelyard_agent.triton_staging import AgentPaths
 
 logger = logging.getLogger(__name__)
 

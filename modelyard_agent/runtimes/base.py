@@ -1,6 +1,6 @@
-"""What the runtime clients (``runtimes.triton``, ``runtimes.bentoml``, ``runtimes.nginx``) share:
-their error types (a runtime call that failed, a version that could not be staged) and the state of a
-model version.
+"""What the runtime clients (``runtimes.triton``, ``runtimes.bentoml``, ``runtimes.nginx_process`` and the
+nginx configs on it) share: their error types (a runtime call that failed, a version that could not be
+staged) and the state of a model version.
 
 The interface a host agent drives, whatever the runtime, is ``modelyard_agent.host_agents.HostAgent``
 (deploy, heartbeat, unload); each runtime's client below it speaks that runtime's own protocol.

@@ -62,6 +62,7 @@ def file_lock(path: Path) -> Iterator[None]:
 
 def bentoml_env(home: Path) -> dict[str, str]:
     """The environment for a BentoML subprocess working on ``home`` (no telemetry)."""
+    # This process's environment is passed on to the child (PATH, the virtualenv, proxies); no setting is read.
     return {**os.environ, "BENTOML_HOME": str(home), "BENTOML_DO_NOT_TRACK": "true"}
 
 

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
-from modelyard_agent.runtimes.nginx import DRAIN_SERVER, TEMP_PATHS, NginxProcess
+from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     ROUTING_KEY_HEADER,

@@ -1,10 +1,10 @@
--- Draining before a graceful reload (modelyard_agent/runtimes/nginx.py, NginxProcess.reload). A reload makes
--- the old workers close their idle kept-alive client connections at once; a client that sends its next
+-- Draining before a graceful reload (modelyard_agent/runtimes/nginx_process.py, NginxProcess.reload). A reload
+-- makes the old workers close their idle kept-alive client connections at once; a client that sends its next
 -- request on one at that moment loses it ("connection reset by peer"). nginx has no per-request switch for
 -- keep-alive, but passing through a location with keepalive_timeout 0 turns it off for the request: while
 -- the shared dict "modelyard_drain" says so, the server's rewrite phase sends every request through such a
--- location (nginx.py, DRAIN_SERVER) and on to its own, so each client that sends during the drain is told
--- to close and reconnects, and at the reload no busy connection sits idle.
+-- location (nginx_process.py, DRAIN_SERVER) and on to its own, so each client that sends during the drain is
+-- told to close and reconnects, and at the reload no busy connection sits idle.
 local cjson = require("cjson.safe")
 
 local M = {}

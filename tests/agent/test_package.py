@@ -60,6 +60,28 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     assert AgentConfig.from_values({}, listening.as_environ()) == listening
 
 
+def test_the_nginx_keepalive_and_the_log_level_are_settings_like_the_others():
+    config = AgentConfig.from_values({"host": "gpu-0", "loglevel": "debug"}, {"MODELYARD_AGENT_NGINX_KEEPALIVE": "0"})
+    assert (config.loglevel, config.nginx_keepalive) == ("DEBUG", 0.0)
+    assert AgentConfig.from_values({}, config.as_environ()) == config
+    unset = AgentConfig.from_values({"host": "gpu-0"}, {})
+    assert (unset.loglevel, unset.nginx_keepalive) == ("INFO", None)
+    assert AgentConfig.from_values({}, unset.as_environ()) == unset
+
+
+def test_a_bentoml_hosts_nginx_keeps_clients_alive_as_long_as_its_setting_says(agent_settings, monkeypatch, tmp_path):
+    from modelyard_agent.bentoml_instances import DEFAULT_KEEPALIVE, front_for
+    from modelyard_agent.runtimes.routes import lua_available
+
+    url = "http://127.0.0.1:8100"
+    monkeypatch.delenv("MODELYARD_AGENT_NGINX_KEEPALIVE", raising=False)
+    agent_settings()
+    assert front_for(tmp_path, url).client_keepalive == (DEFAULT_KEEPALIVE if lua_available() else 0)
+    agent_settings(nginx_keepalive=5)
+    assert front_for(tmp_path, url).client_keepalive == 5
+    assert front_for(tmp_path, url, client_keepalive=0.0).client_keepalive == 0
+
+
 @pytest.mark.parametrize("values,says", [
     ({}, "--host (MODELYARD_AGENT_HOST) is required"),
     ({"host": ""}, "--host (MODELYARD_AGENT_HOST) is required"),
@@ -85,6 +107,9 @@ def test_settings_come_from_flags_then_the_environment_then_defaults():
     ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "labels": '{"": "x"}'}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "concurrency": "0"}, "must be a whole number from 1 to 64"),
+    ({"host": "gpu-0", "nginx_keepalive": "-1"},
+     "--nginx-keepalive (MODELYARD_AGENT_NGINX_KEEPALIVE) must be a number of seconds from 0 to"),
+    ({"host": "gpu-0", "loglevel": "loud"}, "--loglevel (MODELYARD_LOG_LEVEL) must be one of DEBUG, INFO"),
 ])
 def test_a_bad_setting_is_refused_naming_its_flag_and_variable(values, says):
     with pytest.raises(ConfigError) as refused:
@@ -99,9 +124,11 @@ def test_the_command_exits_2_with_the_reason_for_a_bad_setting_and_prints_good_o
     assert bad.returncode == 2 and "must be one of triton, bentoml" in bad.stderr
     good = subprocess.run([agent, "--host", "gpu-0", "--print-config", "--broker-url", "redis://:s3cret@b:6379/1"],
                           capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "MODELYARD_AGENT_LOAD_TIMEOUT": "75"})
+                          env={"PATH": "/usr/bin:/bin", "MODELYARD_AGENT_LOAD_TIMEOUT": "75",
+                               "MODELYARD_LOG_LEVEL": "warning"})
     assert good.returncode == 0, good.stderr
     assert "MODELYARD_AGENT_HOST=gpu-0\n" in good.stdout and "MODELYARD_AGENT_LOAD_TIMEOUT=75\n" in good.stdout
+    assert "MODELYARD_LOG_LEVEL=WARNING\n" in good.stdout
     assert "CELERY_BROKER_URL=redis://:****@b:6379/1\n" in good.stdout and "s3cret" not in good.stdout
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from modelyard_agent.bentoml_host import stop_host
+from modelyard_agent.bentoml_instances import stop_host
 from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.runtimes import bentoml as serve
 from registry.choices import ArtifactFormat

@@ -80,7 +80,8 @@ def test_the_archive_without_model_py_keeps_everything_else(tmp_path):
 
 @pytest.mark.parametrize("name", ["../iris", "a/b", "Iris", ".."])
 def test_the_agent_refuses_a_model_name_that_is_no_directory_name(tmp_path, name):
-    from modelyard_agent.triton_host import AgentPaths, StagingError, stage_version
+    from modelyard_agent.runtimes.base import StagingError
+    from modelyard_agent.triton_staging import AgentPaths, stage_version
 
     body = {"model": name, "version": 1, "sha256": "0" * 64, "size": 1, "artifact_url": "http://127.0.0.1:9/x",
             "config_text": ""}

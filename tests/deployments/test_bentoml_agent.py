@@ -14,18 +14,12 @@ import pytest
 import requests
 
 from modelyard.errors import InvalidInput
-from modelyard_agent.bentoml_host import (
-    ServeState,
-    collect_bentoml_heartbeat,
-    deploy_bentoml_version,
-    front_for,
-    stop_host,
-    unload_bentoml_model,
-)
+from modelyard_agent.bentoml_host import deploy_bentoml_version, unload_bentoml_model
+from modelyard_agent.bentoml_instances import ServeState, collect_bentoml_heartbeat, front_for, stop_host
 from modelyard_agent.host_agents import host_agent
 from modelyard_agent.runtimes import bentoml as serve
+from modelyard_agent.runtimes.base import StagingError
 from modelyard_agent.runtimes.bento_store import BentoStore
-from modelyard_agent.triton_host import StagingError
 from tests.deployments.bentoml_host import (
     MODEL,
     SAMPLE,
@@ -320,7 +314,7 @@ def test_the_heartbeat_of_a_host_serving_nothing_yet_starts_its_nginx_so_the_hos
 def test_a_serving_process_whose_arbiter_is_killed_is_replaced_blue_green_without_a_failed_request(
     bentos, artifact_server, agent_root
 ):
-    from modelyard_agent.bentoml_host import tidy_models
+    from modelyard_agent.bentoml_instances import tidy_models
     from modelyard_agent.coordination import host_model_lock
 
     root, url = agent_root

@@ -12,14 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from modelyard_agent.bentoml_host import (
-    ServeState,
-    collect_bentoml_heartbeat,
-    deploy_bentoml_version,
-    front_for,
-    route_bentoml_model,
-    tidy_models,
-)
+from modelyard_agent.bentoml_host import deploy_bentoml_version, route_bentoml_model
+from modelyard_agent.bentoml_instances import ServeState, collect_bentoml_heartbeat, front_for, tidy_models
 from modelyard_agent.runtimes import bentoml as serve
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.routes import ROUTING_KEY_HEADER, VERSION_HEADER
@@ -40,9 +34,9 @@ PIN_HEADER = "X-Modelyard-Version-Request"
 
 
 @pytest.fixture
-def host(bentos, artifact_server, agent_root, monkeypatch):
+def host(bentos, artifact_server, agent_root, agent_settings):
     """A BentoML host agent whose nginx keeps client connections alive; ``host.deploy(name, version, **fields)``."""
-    monkeypatch.setenv("MODELYARD_AGENT_NGINX_KEEPALIVE", "75")
+    agent_settings(nginx_keepalive=75)
     _, base_url = artifact_server
     root, url = agent_root
 

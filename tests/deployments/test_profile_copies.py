@@ -7,7 +7,7 @@ from demo.iris import build_iris_archive
 from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.profiling.triton import profile_id_of, remove_stale_copies
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, stage_version
+from modelyard_agent.triton_staging import AgentPaths, stage_version
 from tests.deployments.triton_host import agent_payload, artifacts
 
 pytestmark = pytest.mark.integration

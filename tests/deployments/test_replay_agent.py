@@ -9,7 +9,7 @@ from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.replay.captures import read_captured
 from modelyard_agent.replay.triton import remove_stale_replay_copies, replay_id_of, replay_triton_version
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, stage_version
+from modelyard_agent.triton_staging import AgentPaths, stage_version
 from tests.deployments.triton_host import agent_payload, artifacts, gateway_in_front
 from tests.fixtures.replay_models import (
     binary_request,

@@ -12,7 +12,8 @@ from rest_framework.test import APIClient
 
 from deployments.models import ServingHost
 from deployments.services import record_heartbeat
-from modelyard_agent.bentoml_host import collect_bentoml_heartbeat, deploy_bentoml_version
+from modelyard_agent.bentoml_host import deploy_bentoml_version
+from modelyard_agent.bentoml_instances import collect_bentoml_heartbeat
 from monitoring import services
 from monitoring.prometheus import PrometheusClient
 from registry.choices import ArtifactFormat

@@ -10,7 +10,7 @@ from modelyard_agent.formats.archives import sha256_file
 from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.replay.triton import replay_triton_version
 from modelyard_agent.runtimes.triton import TritonRuntime
-from modelyard_agent.triton_host import AgentPaths, stage_version
+from modelyard_agent.triton_staging import AgentPaths, stage_version
 from promotions import gates, services
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation

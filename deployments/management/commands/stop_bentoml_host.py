@@ -5,7 +5,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from modelyard_agent.bentoml_host import stop_host
+from modelyard_agent.bentoml_instances import stop_host
 from modelyard_agent.runtimes.base import ServingRuntimeError
 
 
