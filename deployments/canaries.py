@@ -35,7 +35,8 @@ from audit.services import record_audit_event
 from deployments.choices import CanaryState, DeploymentStatus, TargetState
 from deployments.enqueue import send_to_host
 from deployments.models import Deployment, DeploymentTarget, ServingHost
-from deployments.services import create_rollout, serving_now
+from deployments.served import serving_now
+from deployments.services import create_rollout
 from modelyard.celery import broker
 from modelyard.errors import Conflict, InvalidInput
 from modelyard_agent.contract import CANARY_PROTOCOL, AgentTask, Runtime

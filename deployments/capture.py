@@ -20,7 +20,7 @@ from deployments.canaries import reported_route, route_payload
 from deployments.choices import CanaryState
 from deployments.enqueue import send_to_host
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import serving_now
+from deployments.served import serving_now
 from modelyard.celery import broker
 from modelyard_agent.contract import CAPTURE_PROTOCOL, AgentTask, Runtime
 

@@ -217,7 +217,7 @@ def delete_host(*, name: str, actor=None) -> None:
         Conflict: a deployment is in progress there, or it serves a model (unload it first, so no
             version is left served by a host the registry no longer knows).
     """
-    from deployments.services import serving_now  # services looks hosts up here: imported when called
+    from deployments.served import serving_now  # services looks hosts up here: imported when called
 
     host = get_host(name)
     with transaction.atomic():

@@ -22,14 +22,8 @@ from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
 from deployments.models import Deployment, DeploymentTarget, Profile, Replay, ServingHost
-from deployments.services import (
-    BreakingSignature,
-    get_deployment,
-    served_owners,
-    serving_now,
-    start_deployment,
-    visible_report_rows,
-)
+from deployments.served import get_deployment, served_owners, serving_now, visible_report_rows
+from deployments.services import BreakingSignature, start_deployment
 from deployments.serving import model_serving as serving_panel
 from deployments.serving import rollout_host_rows
 from modelyard.errors import DomainError, ServiceUnavailable

@@ -1,7 +1,7 @@
 """Host-side work of a Triton host agent: stage a model version, load it, cut over.
 
 Runs on the serving host. It needs no database or S3 credentials: everything
-comes in the payload built by ``deployments.services.build_agent_payload``.
+comes in the payload built by ``deployments.targets.build_agent_payload``.
 
 Layout on the host::
 
