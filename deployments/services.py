@@ -5,11 +5,13 @@ The web process only writes desired state and enqueues work on commit; the orche
 ``dispatch_target`` hands each host agent what it needs (``deployments.targets``).
 """
 
+import math
+
 from django.db import transaction
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
-from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, RolloutTrigger
+from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, RolloutTrigger, TargetState
 from deployments.enqueue import Job, job
 from deployments.hosts import check_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost
@@ -18,7 +20,7 @@ from deployments.profiles import card_instance_bounds, recommended_overrides
 from deployments.served import host_served_name, serving_now
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
+from modelyard_agent.contract import CANARY_PROTOCOL, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
 from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
@@ -49,6 +51,61 @@ def signature_breaks(model_version: ModelVersion, hosts: list[ServingHost]) -> l
         if changes:
             sentences.append(f"v{old.version} on {', '.join(sorted(names))}: {'; '.join(changes)}")
     return sentences
+
+
+def check_percent(value, field: str = "canary_percent") -> float:
+    """``value`` as a share of requests, in percent.
+
+    Raises:
+        InvalidInput: not a number from 0 to 100 (the message names ``field``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= 100:
+        raise InvalidInput(f"{field} must be a number from 0 to 100, got {value!r}")
+    return float(value)
+
+
+def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
+    """Refuse a canary of ``model_version`` on hosts that cannot split its model's traffic.
+
+    Raises:
+        Conflict: a host's agent never reported, reports a protocol older than ``CANARY_PROTOCOL`` or no
+            live gateway (a BentoML agent older than the split reports none), serves no version of the model
+            yet or already serves this one (there is nothing for the canary to share traffic with), or runs
+            another active canary of the model (promote or roll that back first); the message names each such
+            host and what to do.
+    """
+
+    model = model_version.model
+    serving = {target.host_id: target.deployment.version_id
+               for target in serving_now(host__in=hosts, deployment__model=model)}
+    running = {target.host_id: target.deployment_id for target in DeploymentTarget.objects.filter(
+        host__in=hosts, deployment__model=model, deployment__canary_state=CanaryState.ACTIVE)}
+    problems = []
+    for host in hosts:
+        heartbeat = host.heartbeat or {}
+        agent = heartbeat.get("agent") or {}
+        if not agent:
+            problems.append(f"{host.name}'s agent has never reported (start it"
+                            + (" with --triton-url)" if host.runtime == Runtime.TRITON else ")"))
+        elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
+            problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
+                            f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
+        elif not (heartbeat.get("gateway") or {}).get("live"):
+            problems.append(f"{host.name} reports no live gateway (run its agent with --triton-url and register "
+                            f"the gateway's address as its inference_url)" if host.runtime == Runtime.TRITON else
+                            f"{host.name} reports no live gateway (its agent's nginx needs Debian's "
+                            f"libnginx-mod-http-lua and lua-cjson, and the agent pip install -U ./modelyard_agent)")
+        elif host.pk not in serving:
+            problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
+        elif host.pk in running:
+            problems.append(f"{host.name} runs the canary of rollout {running[host.pk]} (promote or roll it back "
+                            "first)")
+        elif serving[host.pk] == model_version.pk:
+            problems.append(f"{host.name} serves v{model_version.version} already (a canary needs another version "
+                            "to share traffic with)")
+    if problems:
+        raise Conflict("a canary cannot run here: " + "; ".join(problems))
 
 
 def start_deployment(
@@ -98,11 +155,9 @@ def start_deployment(
         InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
         BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
         Conflict: the version's format cannot be served by a chosen host's runtime, or a canary's
-            host cannot split traffic (``canaries.check_canary_hosts``).
+            host cannot split traffic (``check_canary_hosts``).
         ServiceUnavailable: the task queue does not answer; nothing was written.
     """
-    from deployments.canaries import check_canary_hosts, check_percent
-
     if shadow_percent is not None:
         shadow_percent = check_percent(shadow_percent, "shadow_percent")
         canary_percent = 0.0 if canary_percent is None else canary_percent
@@ -234,8 +289,6 @@ def create_rollout(
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
         if canary_percent is None:
-            from deployments.canaries import end_canaries_replaced
-
             end_canaries_replaced(model_version, hosts, by=deployment)
         # Robust: should the queue stop answering after the check above, the deployment stays RUNNING and the
         # reconciler's next pass (advance_running_rollouts) takes its first step instead.
@@ -257,6 +310,32 @@ def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, 
             create_rollout(model_version=member, hosts=missing, batch_size=ensemble.batch_size,
                            failure_policy=FailurePolicy.PAUSE, prerequisite_for=ensemble,
                            trigger=RolloutTrigger.PREREQUISITE, actor=actor)
+
+
+def end_canaries_replaced(model_version, hosts: list[ServingHost], *, by: Deployment) -> list[int]:
+    """Record that a plain rollout ``by`` of ``model_version`` to ``hosts`` ends the active canaries of its
+    model that run on no other host: each agent routes every request to the version it deploys and drops
+    the route, so such a canary is promoted (the same version) or rolled back (another one). Audited.
+
+    Returns:
+        The ids of the canary deployments ended.
+    """
+    ids = {host.pk for host in hosts}
+    ended = []
+    canaries = (Deployment.objects.filter(model=model_version.model, canary_state=CanaryState.ACTIVE)
+                .exclude(pk=by.pk).prefetch_related("targets"))
+    for canary in canaries:
+        on = {t.host_id for t in canary.targets.all() if t.state == TargetState.READY}
+        if not on or not on <= ids:
+            continue
+        state = CanaryState.PROMOTED if canary.version_id == model_version.pk else CanaryState.ROLLED_BACK
+        Deployment.objects.filter(pk=canary.pk).update(canary_state=state)
+        record_audit_event(
+            action=AuditAction.DEPLOYMENT_CHANGED, actor=None, obj_type="deployment", obj_id=canary.pk,
+            model=canary.model, data={"change": f"canary_{state}", "version": canary.version.version,
+                                      "by_rollout": by.pk, "to_version": model_version.version})
+        ended.append(canary.pk)
+    return ended
 
 
 AUTOSCALE_KEYS = ("min_instances", "max_instances", "queue_ms_high", "queue_ms_low")
