@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger
 from deployments.models import DeploymentTarget
-from deployments.services import create_rollout, serving_now
+from deployments.served import serving_now
+from deployments.services import create_rollout
 from modelyard_agent.formats.triton_config import instance_groups_of
 from monitoring.readings import queue_ms_per_host_model
 

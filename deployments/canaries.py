@@ -21,12 +21,12 @@ Canaries need hosts whose agent speaks ``CANARY_PROTOCOL`` and reports a live ga
 version of the model: a Triton host whose agent runs the gateway (``--triton-url``), or a BentoML host whose
 agent's nginx has the Lua module (``modelyard_agent.runtimes.nginx.NginxFront``: the stable and the canary
 ``bentoml serve`` processes side by side, the same route and routing-key scheme; its heartbeat's ``gateway``
-block says it can split).
+block says it can split). The rollout planner checks that when a canary starts (``services.check_canary_hosts``),
+and ends the canaries a plain rollout replaces (``services.end_canaries_replaced``); the routes sent and
+read back are built in ``deployments.routes``.
 """
 
 from __future__ import annotations
-
-import math
 
 from django.db import transaction
 
@@ -34,88 +34,12 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from deployments.choices import CanaryState, DeploymentStatus, TargetState
 from deployments.enqueue import send_to_host
-from deployments.models import Deployment, DeploymentTarget, ServingHost
-from deployments.services import create_rollout, serving_now
+from deployments.models import Deployment, DeploymentTarget
+from deployments.routes import capture_differs, reported_route, route_payload, why_no_capture
+from deployments.services import check_percent, create_rollout
 from modelyard.celery import broker
 from modelyard.errors import Conflict, InvalidInput
-from modelyard_agent.contract import CANARY_PROTOCOL, AgentTask, Runtime
-
-
-def check_percent(value, field: str = "canary_percent") -> float:
-    """``value`` as a share of requests, in percent.
-
-    Raises:
-        InvalidInput: not a number from 0 to 100 (the message names ``field``).
-    """
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or not 0 <= value <= 100:
-        raise InvalidInput(f"{field} must be a number from 0 to 100, got {value!r}")
-    return float(value)
-
-
-def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
-    """Refuse a canary of ``model_version`` on hosts that cannot split its model's traffic.
-
-    Raises:
-        Conflict: a host's agent never reported, reports a protocol older than ``CANARY_PROTOCOL`` or no
-            live gateway (a BentoML agent older than the split reports none), serves no version of the model
-            yet or already serves this one (there is nothing for the canary to share traffic with), or runs
-            another active canary of the model (promote or roll that back first); the message names each such
-            host and what to do.
-    """
-
-    model = model_version.model
-    serving = {target.host_id: target.deployment.version_id
-               for target in serving_now(host__in=hosts, deployment__model=model)}
-    running = {target.host_id: target.deployment_id for target in DeploymentTarget.objects.filter(
-        host__in=hosts, deployment__model=model, deployment__canary_state=CanaryState.ACTIVE)}
-    problems = []
-    for host in hosts:
-        heartbeat = host.heartbeat or {}
-        agent = heartbeat.get("agent") or {}
-        if not agent:
-            problems.append(f"{host.name}'s agent has never reported (start it"
-                            + (" with --triton-url)" if host.runtime == Runtime.TRITON else ")"))
-        elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
-            problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
-                            f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
-        elif not (heartbeat.get("gateway") or {}).get("live"):
-            problems.append(f"{host.name} reports no live gateway (run its agent with --triton-url and register "
-                            f"the gateway's address as its inference_url)" if host.runtime == Runtime.TRITON else
-                            f"{host.name} reports no live gateway (its agent's nginx needs Debian's "
-                            f"libnginx-mod-http-lua and lua-cjson, and the agent pip install -U ./modelyard_agent)")
-        elif host.pk not in serving:
-            problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
-        elif host.pk in running:
-            problems.append(f"{host.name} runs the canary of rollout {running[host.pk]} (promote or roll it back "
-                            "first)")
-        elif serving[host.pk] == model_version.pk:
-            problems.append(f"{host.name} serves v{model_version.version} already (a canary needs another version "
-                            "to share traffic with)")
-    if problems:
-        raise Conflict("a canary cannot run here: " + "; ".join(problems))
-
-
-def route_payload(target: DeploymentTarget, percent: float, shadow_percent: float | None) -> dict:
-    """The ``contract.RoutePayload`` that sets ``percent`` (and mirrors ``shadow_percent``) on ``target``'s
-    host: its stable version (the target's ``previous_version``) and the deployment's version, with the
-    model's request capture settings (``deployments.capture``)."""
-    from deployments.capture import wanted_capture
-
-    version = target.deployment.version.version
-    return {
-        "host": target.host.name, "runtime": target.host.runtime, "model": target.runtime_name,
-        "inference_url": target.host.inference_url, "metrics_url": target.host.metrics_url,
-        "stable": target.previous_version.version, "canary": version, "percent": float(percent),
-        "shadow": version if shadow_percent else None, "shadow_percent": float(shadow_percent or 0),
-        "capture": wanted_capture(target.deployment.model),
-    }
-
-
-def reported_route(target: DeploymentTarget) -> dict:
-    """The route the gateway of ``target``'s host last reported for its model (``{}`` when none)."""
-    routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
-    return routes.get(target.runtime_name) or {}
+from modelyard_agent.contract import AgentTask
 
 
 def _reached(deployment: Deployment) -> list[DeploymentTarget]:
@@ -227,44 +151,16 @@ def canary_summary(deployment: Deployment, targets: list[DeploymentTarget] | Non
             "state": deployment.canary_state, "version": deployment.version.version, "hosts": hosts}
 
 
-def end_canaries_replaced(model_version, hosts: list[ServingHost], *, by: Deployment) -> list[int]:
-    """Record that a plain rollout ``by`` of ``model_version`` to ``hosts`` ends the active canaries of its
-    model that run on no other host: each agent routes every request to the version it deploys and drops
-    the route, so such a canary is promoted (the same version) or rolled back (another one). Audited.
-
-    Returns:
-        The ids of the canary deployments ended.
-    """
-    ids = {host.pk for host in hosts}
-    ended = []
-    canaries = (Deployment.objects.filter(model=model_version.model, canary_state=CanaryState.ACTIVE)
-                .exclude(pk=by.pk).prefetch_related("targets"))
-    for canary in canaries:
-        on = {t.host_id for t in canary.targets.all() if t.state == TargetState.READY}
-        if not on or not on <= ids:
-            continue
-        state = CanaryState.PROMOTED if canary.version_id == model_version.pk else CanaryState.ROLLED_BACK
-        Deployment.objects.filter(pk=canary.pk).update(canary_state=state)
-        record_audit_event(
-            action=AuditAction.DEPLOYMENT_CHANGED, actor=None, obj_type="deployment", obj_id=canary.pk,
-            model=canary.model, data={"change": f"canary_{state}", "version": canary.version.version,
-                                      "by_rollout": by.pk, "to_version": model_version.version})
-        ended.append(canary.pk)
-    return ended
-
-
 def resend_routes(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:
     """Send again the route of each active canary to every host it reached whose gateway last reported
     another route for the model (a percent changed while the host was still loading, a lost task, a
-    restarted gateway), or other capture settings when it can capture (``capture.capture_differs``).
+    restarted gateway), or other capture settings when it can capture (``routes.capture_differs``).
     At most once per ``backoff`` seconds per (host, model), shared through the
     broker's Redis.
 
     Returns:
         The (host, model) pairs a route was sent to.
     """
-    from deployments.capture import capture_differs, why_no_capture
-
     sent = []
     canaries = (Deployment.objects.filter(canary_state=CanaryState.ACTIVE)
                 .exclude(status__in=[DeploymentStatus.CANCELLED, DeploymentStatus.ROLLED_BACK])

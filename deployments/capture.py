@@ -16,41 +16,20 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from deployments.canaries import reported_route, route_payload
 from deployments.choices import CanaryState
 from deployments.enqueue import send_to_host
-from deployments.models import DeploymentTarget, ServingHost
-from deployments.services import serving_now
+from deployments.models import DeploymentTarget
+from deployments.routes import (
+    capture_differs,
+    reported_capture,
+    reported_route,
+    route_payload,
+    wanted_capture,
+    why_no_capture,
+)
+from deployments.served import serving_now
 from modelyard.celery import broker
-from modelyard_agent.contract import CAPTURE_PROTOCOL, AgentTask, Runtime
-
-SETTINGS = ("fraction", "max_bytes", "retention_seconds")
-
-
-def wanted_capture(model) -> dict:
-    """``contract.CaptureSettings`` of a RegisteredModel."""
-    return {"fraction": float(model.capture_fraction), "max_bytes": int(model.capture_max_bytes),
-            "retention_seconds": int(model.capture_retention_seconds)}
-
-
-def reported_capture(host: ServingHost, runtime_name: str) -> dict | None:
-    """What ``host``'s gateway last reported of the model's capture (``GatewayReport.capture``), or None."""
-    return (((host.heartbeat or {}).get("gateway") or {}).get("capture") or {}).get(runtime_name)
-
-
-def why_no_capture(host: ServingHost) -> str | None:
-    """Why ``host`` cannot capture requests now (a sentence naming it), or None when it can."""
-    heartbeat = host.heartbeat or {}
-    protocol = int((heartbeat.get("agent") or {}).get("protocol") or 1)
-    if host.runtime != Runtime.TRITON:
-        return f"{host.name} is a {host.runtime} host: request capture runs on Triton hosts' gateways only"
-    if protocol < CAPTURE_PROTOCOL:
-        return (f"{host.name}'s agent speaks protocol {protocol}, request capture needs {CAPTURE_PROTOCOL}: it "
-                "captures nothing until upgraded (pip install -U ./modelyard_agent)")
-    if not (heartbeat.get("gateway") or {}).get("live"):
-        return (f"{host.name} reports no live gateway (run its agent with --triton-url): it captures nothing until "
-                "it does")
-    return None
+from modelyard_agent.contract import AgentTask, Runtime
 
 
 def _canary_of(target: DeploymentTarget) -> bool:
@@ -61,7 +40,7 @@ def _canary_of(target: DeploymentTarget) -> bool:
 
 def capture_route(target: DeploymentTarget) -> dict:
     """The ``contract.RoutePayload`` that sets the capture of ``target``'s model on its host, with the route
-    the host should hold: the canary's (``canaries.route_payload``) under an active canary, else the
+    the host should hold: the canary's (``routes.route_payload``) under an active canary, else the
     version ``target`` serves alone."""
     deployment = target.deployment
     capture = wanted_capture(deployment.model)
@@ -107,16 +86,6 @@ def on_capture_changed(sender, model, before, after, actor=None, **kwargs) -> li
     transaction.on_commit(lambda: [send_to_host(host, AgentTask.ROUTE, payload) for host, payload in payloads],
                           robust=True)  # resend_capture sends it again
     return warnings
-
-
-def capture_differs(target: DeploymentTarget) -> bool:
-    """True when the gateway of ``target``'s host last reported other capture settings for its model than
-    the registry's (a model with capture off must be absent from the report)."""
-    want = wanted_capture(target.deployment.model)
-    have = reported_capture(target.host, target.runtime_name)
-    if want["fraction"] == 0:
-        return have is not None
-    return have is None or any(have.get(key) != want[key] for key in SETTINGS)
 
 
 def resend_capture(*, now=None, backoff: float = 30.0) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from audit.services import record_audit_event
 from deployments.choices import ACTIVE_TARGET_STATES, Runtime
 from deployments.endpoints import endpoint_key, normalise_url
 from deployments.models import MAX_DEADLINE_SECONDS, ServingHost
+from deployments.served import serving_now
 from modelyard.celery import broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import host_broker_patterns
@@ -217,8 +218,6 @@ def delete_host(*, name: str, actor=None) -> None:
         Conflict: a deployment is in progress there, or it serves a model (unload it first, so no
             version is left served by a host the registry no longer knows).
     """
-    from deployments.services import serving_now  # services looks hosts up here: imported when called
-
     host = get_host(name)
     with transaction.atomic():
         if host.targets.filter(state__in=ACTIVE_TARGET_STATES).exists():

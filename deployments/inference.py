@@ -23,7 +23,7 @@ from django.conf import settings
 from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
 from deployments.lifecycle import serving_target
-from deployments.services import host_served_name
+from deployments.served import host_served_name
 from modelyard.celery import broker
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from modelyard_agent.contract import AgentTask

@@ -23,7 +23,9 @@ from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetStat
 from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
 from deployments.models import Deployment, DeploymentTarget
-from deployments.services import create_rollout, serving_now, transition
+from deployments.served import serving_now
+from deployments.services import create_rollout
+from deployments.targets import transition
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask

@@ -3,7 +3,7 @@
 
 - an alias moved: the rollouts that follow it start (``rollouts.on_alias_moved``);
 - a version is to be deleted: the hosts still serving it refuse the deletion
-  (``services.hosts_keeping_version``);
+  (``served.hosts_keeping_version``);
 - the registry's pages ask what serves (``serving.serving_by_model``) and for the performance-card
   comparison panel (``profiles.comparison_panel``);
 - a model's capture settings changed: its hosts' gateways are told (``capture.on_capture_changed``).
@@ -12,7 +12,7 @@
 from deployments.capture import on_capture_changed
 from deployments.profiles import comparison_panel
 from deployments.rollouts import on_alias_moved
-from deployments.services import hosts_keeping_version
+from deployments.served import hosts_keeping_version
 from deployments.serving import serving_by_model
 from registry.signals import alias_moved, capture_changed, comparison_panels, serving_lookup, version_deletion_check
 

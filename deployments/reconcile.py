@@ -32,7 +32,9 @@ from deployments.models import DeploymentTarget, ServingHost
 from deployments.profiles import fail_stalled_profiles
 from deployments.replays import fail_stalled_replays
 from deployments.rollouts import advance_running_rollouts
-from deployments.services import create_rollout, record_target_progress, serving_now
+from deployments.served import serving_now
+from deployments.services import create_rollout
+from deployments.targets import record_target_progress
 from modelyard.celery import broker
 from modelyard_agent.claims import CANCELLED, claim_key, claim_target
 
@@ -51,7 +53,7 @@ class Repair:
 
 
 def _desired_and_active(host: ServingHost) -> tuple[dict, set, dict]:
-    """Return ({model: the target it serves now (``services.serving_now``)}, {models with an active
+    """Return ({model: the target it serves now (``served.serving_now``)}, {models with an active
     target}, {model: newest target}), each model by the name the host's report uses."""
     desired = {target.runtime_name: target for target in serving_now(host=host)}
     active: set[str] = set()
@@ -125,7 +127,7 @@ def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:
 
 def _failed_before_runtime_returned(host: ServingHost, target: DeploymentTarget) -> bool:
     """True when ``target`` failed before the host's runtime last came back (``runtime_back_at``, stamped
-    by ``services.record_heartbeat``): a repair cut short by a runtime that died again says nothing
+    by ``heartbeats.record_heartbeat``): a repair cut short by a runtime that died again says nothing
     about the version, so the back-off does not hold it."""
     back_at = parse_datetime(host.heartbeat.get("runtime_back_at") or "")
     return back_at is not None and target.updated_at < back_at

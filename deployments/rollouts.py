@@ -37,8 +37,10 @@ from deployments.choices import (
 )
 from deployments.enqueue import Job, job, send_to_host
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent
-from deployments.services import build_agent_payload, create_rollout, serving_now, transition
+from deployments.served import serving_now
+from deployments.services import create_rollout
 from deployments.signals import rollout_finished
+from deployments.targets import build_agent_payload, transition
 from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.claims import CANCELLED, STARTED, claim_key, claim_target, target_claim

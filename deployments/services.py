@@ -1,45 +1,31 @@
-"""Fleet operations: start deployments, record host progress (serving hosts themselves: ``deployments.hosts``).
+"""Rollout planning: choose a version's hosts, check what the rollout would break, and write the
+deployment with its targets; its rollout starts on commit (``deployments.rollouts``).
 
-The web process only writes desired state and enqueues work on commit; the
-orchestrator task ``dispatch_target`` hands each host agent what it needs, and
-the agent's reports come back through ``record_target_progress``.
+The web process only writes desired state and enqueues work on commit; the orchestrator task
+``dispatch_target`` hands each host agent what it needs (``deployments.targets``).
 """
 
-import logging
+import math
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
-from deployments.choices import (
-    ACTIVE_TARGET_STATES,
-    RUNTIME_FORMATS,
-    TARGET_MACHINE,
-    CanaryState,
-    FailurePolicy,
-    RolloutTrigger,
-    TargetState,
-)
+from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, RolloutTrigger, TargetState
 from deployments.enqueue import Job, job
 from deployments.hosts import check_labels
-from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
+from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.placement import choose_hosts
 from deployments.profiles import card_instance_bounds, recommended_overrides
+from deployments.served import host_served_name, serving_now
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from modelyard.states import IllegalTransition
-from modelyard_agent.claims import claim_key
-from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
+from modelyard_agent.contract import CANARY_PROTOCOL, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
 from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
-from registry.access import visible_model_names
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
-from registry.formats import archive_limits
-from registry.models import ModelVersion, RegisteredModel
+from registry.models import ModelVersion
 from registry.services import get_version, resolve_alias
-
-logger = logging.getLogger(__name__)
 
 
 class BreakingSignature(Conflict):
@@ -65,6 +51,61 @@ def signature_breaks(model_version: ModelVersion, hosts: list[ServingHost]) -> l
         if changes:
             sentences.append(f"v{old.version} on {', '.join(sorted(names))}: {'; '.join(changes)}")
     return sentences
+
+
+def check_percent(value, field: str = "canary_percent") -> float:
+    """``value`` as a share of requests, in percent.
+
+    Raises:
+        InvalidInput: not a number from 0 to 100 (the message names ``field``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
+            or not 0 <= value <= 100:
+        raise InvalidInput(f"{field} must be a number from 0 to 100, got {value!r}")
+    return float(value)
+
+
+def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
+    """Refuse a canary of ``model_version`` on hosts that cannot split its model's traffic.
+
+    Raises:
+        Conflict: a host's agent never reported, reports a protocol older than ``CANARY_PROTOCOL`` or no
+            live gateway (a BentoML agent older than the split reports none), serves no version of the model
+            yet or already serves this one (there is nothing for the canary to share traffic with), or runs
+            another active canary of the model (promote or roll that back first); the message names each such
+            host and what to do.
+    """
+
+    model = model_version.model
+    serving = {target.host_id: target.deployment.version_id
+               for target in serving_now(host__in=hosts, deployment__model=model)}
+    running = {target.host_id: target.deployment_id for target in DeploymentTarget.objects.filter(
+        host__in=hosts, deployment__model=model, deployment__canary_state=CanaryState.ACTIVE)}
+    problems = []
+    for host in hosts:
+        heartbeat = host.heartbeat or {}
+        agent = heartbeat.get("agent") or {}
+        if not agent:
+            problems.append(f"{host.name}'s agent has never reported (start it"
+                            + (" with --triton-url)" if host.runtime == Runtime.TRITON else ")"))
+        elif int(agent.get("protocol") or 1) < CANARY_PROTOCOL:
+            problems.append(f"{host.name}'s agent speaks protocol {agent.get('protocol') or 'unknown'}, canaries "
+                            f"need {CANARY_PROTOCOL} (pip install -U ./modelyard_agent)")
+        elif not (heartbeat.get("gateway") or {}).get("live"):
+            problems.append(f"{host.name} reports no live gateway (run its agent with --triton-url and register "
+                            f"the gateway's address as its inference_url)" if host.runtime == Runtime.TRITON else
+                            f"{host.name} reports no live gateway (its agent's nginx needs Debian's "
+                            f"libnginx-mod-http-lua and lua-cjson, and the agent pip install -U ./modelyard_agent)")
+        elif host.pk not in serving:
+            problems.append(f"{host.name} serves no version of {model.name} yet (roll one out first)")
+        elif host.pk in running:
+            problems.append(f"{host.name} runs the canary of rollout {running[host.pk]} (promote or roll it back "
+                            "first)")
+        elif serving[host.pk] == model_version.pk:
+            problems.append(f"{host.name} serves v{model_version.version} already (a canary needs another version "
+                            "to share traffic with)")
+    if problems:
+        raise Conflict("a canary cannot run here: " + "; ".join(problems))
 
 
 def start_deployment(
@@ -114,11 +155,9 @@ def start_deployment(
         InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
         BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
         Conflict: the version's format cannot be served by a chosen host's runtime, or a canary's
-            host cannot split traffic (``canaries.check_canary_hosts``).
+            host cannot split traffic (``check_canary_hosts``).
         ServiceUnavailable: the task queue does not answer; nothing was written.
     """
-    from deployments.canaries import check_canary_hosts, check_percent
-
     if shadow_percent is not None:
         shadow_percent = check_percent(shadow_percent, "shadow_percent")
         canary_percent = 0.0 if canary_percent is None else canary_percent
@@ -250,8 +289,6 @@ def create_rollout(
         if model_version.format == ArtifactFormat.TRITON_ENSEMBLE:
             _deploy_composing_models(deployment, hosts, actor=actor)
         if canary_percent is None:
-            from deployments.canaries import end_canaries_replaced
-
             end_canaries_replaced(model_version, hosts, by=deployment)
         # Robust: should the queue stop answering after the check above, the deployment stays RUNNING and the
         # reconciler's next pass (advance_running_rollouts) takes its first step instead.
@@ -273,6 +310,32 @@ def _deploy_composing_models(ensemble: Deployment, hosts: list[ServingHost], *, 
             create_rollout(model_version=member, hosts=missing, batch_size=ensemble.batch_size,
                            failure_policy=FailurePolicy.PAUSE, prerequisite_for=ensemble,
                            trigger=RolloutTrigger.PREREQUISITE, actor=actor)
+
+
+def end_canaries_replaced(model_version, hosts: list[ServingHost], *, by: Deployment) -> list[int]:
+    """Record that a plain rollout ``by`` of ``model_version`` to ``hosts`` ends the active canaries of its
+    model that run on no other host: each agent routes every request to the version it deploys and drops
+    the route, so such a canary is promoted (the same version) or rolled back (another one). Audited.
+
+    Returns:
+        The ids of the canary deployments ended.
+    """
+    ids = {host.pk for host in hosts}
+    ended = []
+    canaries = (Deployment.objects.filter(model=model_version.model, canary_state=CanaryState.ACTIVE)
+                .exclude(pk=by.pk).prefetch_related("targets"))
+    for canary in canaries:
+        on = {t.host_id for t in canary.targets.all() if t.state == TargetState.READY}
+        if not on or not on <= ids:
+            continue
+        state = CanaryState.PROMOTED if canary.version_id == model_version.pk else CanaryState.ROLLED_BACK
+        Deployment.objects.filter(pk=canary.pk).update(canary_state=state)
+        record_audit_event(
+            action=AuditAction.DEPLOYMENT_CHANGED, actor=None, obj_type="deployment", obj_id=canary.pk,
+            model=canary.model, data={"change": f"canary_{state}", "version": canary.version.version,
+                                      "by_rollout": by.pk, "to_version": model_version.version})
+        ended.append(canary.pk)
+    return ended
 
 
 AUTOSCALE_KEYS = ("min_instances", "max_instances", "queue_ms_high", "queue_ms_low")
@@ -318,278 +381,3 @@ def check_autoscale(autoscale: dict | None, *, version: ModelVersion | None = No
     ):
         raise InvalidInput("autoscale needs 0 ≤ queue_ms_low < queue_ms_high (milliseconds)")
     return {"min_instances": low, "max_instances": high, "queue_ms_high": q_high, "queue_ms_low": q_low}
-
-
-def serving_now(*, only: tuple[str, ...] = (), **filters) -> list[DeploymentTarget]:
-    """What each host serves now, per the registry: for every (host, model), the target of the newest
-    deployment that reached READY there. The one place that decides it.
-
-    Args:
-        only: load only these fields of the winners (``QuerySet.only`` paths such as ``"host__name"``;
-            the host's name and the model's name are always loaded, for the order): for a caller that
-            reads a few columns of many targets, whose JSON fields would otherwise all be decoded.
-            Empty: whole rows.
-        filters: narrow the READY targets considered (``host=``, ``host__in=``, ``deployment__model=`` …).
-
-    Returns:
-        One DeploymentTarget per (host, model), with its host, model and version loaded, ordered by
-        host name, then model name. Two SQL queries: the fold reads three columns of every READY
-        target (older targets stay READY when a newer deployment replaces them, so there are many),
-        and only the winners are loaded whole.
-    """
-    latest: dict[tuple[int, int], int] = {}
-    rows = (DeploymentTarget.objects.filter(state=TargetState.READY, **filters)
-            .order_by("deployment__created_at", "deployment_id")
-            .values_list("pk", "host_id", "deployment__model_id"))
-    for pk, host_id, model_id in rows:  # oldest first: the newest deployment's target is written last
-        latest[(host_id, model_id)] = pk
-    if not latest:
-        return []
-    targets = (DeploymentTarget.objects.filter(pk__in=latest.values())
-               .select_related("host", "deployment__model", "deployment__version"))
-    if only:
-        targets = targets.only("host__name", "deployment__model__name", *only)
-    return sorted(targets, key=lambda t: (t.host.name, t.deployment.model.name))
-
-
-def get_deployment(pk: int) -> Deployment:
-    """Return deployment ``pk`` with its targets and hosts prefetched.
-
-    Raises:
-        NotFound: there is none.
-    """
-    try:
-        return (
-            Deployment.objects.select_related("model", "version")
-            .prefetch_related("targets__host")
-            .get(pk=pk)
-        )
-    except Deployment.DoesNotExist as exc:
-        raise NotFound(f"no deployment {pk}") from exc
-
-
-def transition(target_id: int, to_state: str, *, message: str = "", details: dict | None = None) -> bool:
-    """Move a deployment target to ``to_state`` with a compare-and-set update.
-
-    Args:
-        target_id: the DeploymentTarget's primary key.
-        to_state: a ``TargetState`` value.
-        message: the error (for FAILED) or a note, kept on the event row.
-        details: merged into the target's ``details``.
-
-    Returns:
-        True when the state changed, False when the target was already in
-        ``to_state`` (a repeat is a no-op).
-
-    Raises:
-        IllegalTransition: the move is not in ``TARGET_TRANSITIONS`` (for
-            example a late progress report for a finished target); a ``Conflict``.
-        NotFound: no such target.
-    """
-    with transaction.atomic():
-        try:
-            target = DeploymentTarget.objects.select_for_update().get(pk=target_id)
-        except DeploymentTarget.DoesNotExist as exc:
-            raise NotFound(f"no deployment target {target_id}") from exc
-        before = target.state
-        changed = TARGET_MACHINE.move(
-            target, to_state, refusal=f"target {target_id}: {before} -> {to_state} is not allowed",
-            error=message if to_state == TargetState.FAILED else target.error,
-            details={**target.details, **(details or {})}, updated_at=timezone.now(),
-        )
-        if changed:
-            TargetEvent.objects.create(target=target, from_state=before, to_state=to_state, message=message)
-        return changed
-
-
-def record_target_progress(target_id: int, state: str, *, message: str = "", details: dict | None = None) -> None:
-    """Record a host agent's report for a target; stale or repeated reports are ignored.
-
-    Args:
-        target_id: the DeploymentTarget's primary key.
-        state: the ``TargetState`` the agent reached.
-        message: Triton's or the agent's error text for FAILED.
-        details: what the agent measured (durations in seconds, replaced versions).
-    """
-    try:
-        transition(target_id, state, message=message, details=details)
-    except IllegalTransition as exc:
-        logger.info("ignoring stale progress report: %s", exc)
-
-
-def host_served_name(host: ServingHost, model: RegisteredModel) -> str:
-    """The name ``model`` has, or will have, on ``host``'s runtime.
-
-    The name it was first deployed there under, kept across renames (so a renamed model's copies are
-    still swapped and unloaded, and its clients keep their name); its registry name on a host that
-    never served it.
-
-    Raises:
-        Conflict: another model holds that name on the host (it was renamed away and still serves
-            there): unload that model there first.
-    """
-    kept = (DeploymentTarget.objects.filter(host=host, deployment__model=model).exclude(served_name="")
-            .exclude(state=TargetState.CANCELLED).order_by("-deployment__created_at", "-id")
-            .values_list("served_name", flat=True).first())
-    name = kept or model.name
-    holder = (DeploymentTarget.objects.filter(host=host, served_name=name)
-              .exclude(deployment__model=model).filter(state__in=[*ACTIVE_TARGET_STATES, TargetState.READY])
-              .select_related("deployment__model").first())
-    if holder is not None:
-        raise Conflict(f"{host.name} serves model {holder.deployment.model.name!r} under the name {name!r} "
-                       f"(it was renamed since); unload it from {host.name} before deploying {model.name} there")
-    return name
-
-
-def served_owners(host_ids=None) -> dict[int, dict[str, str]]:
-    """Which registry model each runtime name belongs to, per host: ``{host_id: {served name: model name}}``.
-
-    One query for all hosts (or those in ``host_ids``). A name a host's report shows that is not in
-    the map is the registry name of no renamed model, and stands for itself.
-    """
-    rows = DeploymentTarget.objects.exclude(served_name="")
-    if host_ids is not None:
-        rows = rows.filter(host_id__in=list(host_ids))
-    owners: dict[int, dict[str, str]] = {}
-    for host_id, served, model in rows.order_by("id").values_list("host_id", "served_name", "deployment__model__name"):
-        owners.setdefault(host_id, {})[served] = model  # the newest target wins
-    return owners
-
-
-def hosts_keeping_version(version, **_) -> list[str]:
-    """Why ``version`` (a ModelVersion) may not be deleted, as far as hosts go: ``["host(s) a, b serve it
-    or are deploying it"]`` or ``[]``. A host serves it when the newest deployment that reached READY
-    there for its model is of this version; a deployment of it still under way counts as well.
-    Connected to ``registry.signals.version_deletion_check``."""
-    hosts = [t.host.name for t in serving_now(deployment__model_id=version.model_id)
-             if t.deployment.version_id == version.pk]
-    hosts += sorted(
-        DeploymentTarget.objects.filter(deployment__version=version, state__in=ACTIVE_TARGET_STATES)
-        .exclude(host__name__in=hosts).values_list("host__name", flat=True).distinct()
-    )
-    return [f"host(s) {', '.join(hosts)} serve it or are deploying it"] if hosts else []
-
-
-def hosts_lending_name(name: str, model_name: str) -> list[str]:
-    """Names of the hosts on which runtime name ``name`` belongs to a model other than ``model_name``.
-
-    Such a host serves a model that was renamed away from ``name`` (``host_served_name``), so its
-    series labelled ``model="<name>"`` are that model's, not those of the model called ``name`` now.
-    Sorted; empty when no renamed model kept the name anywhere.
-    """
-    lent = [host_id for host_id, names in served_owners().items() if names.get(name, model_name) != model_name]
-    return sorted(ServingHost.objects.filter(pk__in=lent).values_list("name", flat=True))
-
-
-def visible_report_rows(principal, host_id: int, rows: list[dict], owners: dict[int, dict[str, str]]) -> list[dict]:
-    """The rows of a host's report (``{"name": runtime name, ...}``) about models ``principal`` may read.
-
-    A row is judged by the model its runtime name belongs to on that host (``served_owners``), so a
-    model renamed away keeps its copies to its own team, and a new model that took the old name does
-    not see them.
-    """
-
-    names = visible_model_names(principal)
-    if names is None:
-        return list(rows)
-    on_host = owners.get(host_id, {})
-    return [row for row in rows if on_host.get(row.get("name"), row.get("name")) in names]
-
-
-def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
-    """Return the JSON payload a host agent needs to carry out one target.
-
-    The agent gets no database or S3 credentials: it receives a presigned
-    download URL, the artifact's sha256 and size (bytes), the uploaded
-    config.pbtxt text (bento.yaml or model.yaml for BentoML archives) and the host's config
-    overrides. ``runtime`` tells the agent which runtime adapter carries the target out;
-    ``load_deadline`` and ``unload_deadline`` (seconds) bound each load and unload there;
-    ``claim`` names the key the agent and a cancel race for (``modelyard_agent.claims``);
-    ``archive_limits`` are the registry's own, which the agent checks again before it unpacks.
-    The shape is ``modelyard_agent.contract.DeployPayload``; ``deployments.enqueue.send_to_host``
-    stamps the protocol on it.
-    """
-
-    version: ModelVersion = target.deployment.version
-    return {
-        "target_id": target.pk,
-        "claim": claim_key(target.pk, target.dispatched_at) if target.dispatched_at else str(target.pk),
-        "host": target.host.name,
-        "runtime": target.host.runtime,
-        "format": version.format,
-        "model": target.runtime_name,
-        "version": version.version,
-        "artifact_url": download_url,
-        "sha256": version.artifact_sha256,
-        "size": version.artifact_size,
-        "config_text": version.config_text,
-        "parameters": dict(target.host.config_overrides.get("parameters", {})),
-        "config_overrides": dict(target.deployment.config_overrides),
-        "sample_input": (version.metadata or {}).get("sample_input"),
-        "signature": version.signature,
-        "inference_url": target.host.inference_url,
-        "metrics_url": target.host.metrics_url,
-        "load_deadline": target.host.load_deadline_seconds,
-        "unload_deadline": target.host.unload_deadline_seconds,
-        "archive_limits": archive_limits().as_payload(),
-        "canary_percent": (target.deployment.canary_percent
-                           if target.deployment.canary_state == CanaryState.ACTIVE else None),
-        "shadow_percent": (target.deployment.shadow_percent
-                           if target.deployment.canary_state == CanaryState.ACTIVE else None),
-        "max_request_bytes": target.deployment.max_request_bytes,
-    }
-
-
-def record_heartbeat(host_name: str, report: dict) -> bool:
-    """Store what a host agent reported (``modelyard_agent.contract.HeartbeatReport``) with the time it arrived.
-
-    Model versions in a transitional state (LOADING, UNLOADING) get ``since``: the time a report first
-    showed them so.
-
-    Returns:
-        False when the host is unknown (deleted since the request went out), else True.
-    """
-    if not isinstance(report, dict):
-        raise InvalidInput("a heartbeat report is a JSON object")
-    now = timezone.now()
-    with transaction.atomic():
-        host = ServingHost.objects.select_for_update().filter(name=host_name).only("heartbeat").first()
-        if host is None:
-            return False
-        report = _with_runtime_back_at(host.heartbeat or {}, _with_transition_times(host.heartbeat or {}, report, now),
-                                       now)
-        ServingHost.objects.filter(pk=host.pk).update(last_heartbeat_at=now, heartbeat=report)
-    return True
-
-
-def _with_runtime_back_at(previous: dict, report: dict, now) -> dict:
-    """Stamp ``runtime_back_at`` (ISO 8601): when a report first showed the runtime live after one that
-    showed it not live, kept from report to report. The reconciler does not hold a failed repair
-    against a version when the failure came before the runtime's last return (``reconcile_host``)."""
-    if report.get("runtime_live") and previous.get("runtime_live") is False:
-        return {**report, "runtime_back_at": now.isoformat()}
-    if report.get("runtime_live") and previous.get("runtime_back_at"):
-        return {**report, "runtime_back_at": previous["runtime_back_at"]}
-    return report
-
-
-# States a runtime passes through on the way to READY or gone; a version that stays in one is stuck.
-TRANSITIONAL_STATES = ("LOADING", "UNLOADING")
-
-
-def _with_transition_times(previous: dict, report: dict, now) -> dict:
-    """Stamp each model version the report shows LOADING or UNLOADING with ``since``: when a report
-    first showed it in that state (kept from the previous report while the state lasts), so that
-    ``ServingHost.stuck_versions`` can tell a slow load from one that never ends."""
-    models = report.get("models")
-    if not isinstance(models, list):
-        return report
-    seen = {(m.get("name"), m.get("version"), m.get("state")): m.get("since")
-            for m in (previous.get("models") or []) if isinstance(m, dict)}
-    stamped = []
-    for entry in models:
-        if isinstance(entry, dict) and entry.get("state") in TRANSITIONAL_STATES:
-            key = (entry.get("name"), entry.get("version"), entry.get("state"))
-            entry = {**entry, "since": seen.get(key) or now.isoformat()}
-        stamped.append(entry)
-    return {**report, "models": stamped}

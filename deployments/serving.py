@@ -1,7 +1,7 @@
 """What serves where, at a glance: the model list's serving column, the model page's serving panel
 and the host table of the rollout form.
 
-Everything here reads; what a host serves is decided by ``deployments.services.serving_now`` alone.
+Everything here reads; what a host serves is decided by ``deployments.served.serving_now`` alone.
 """
 
 from dataclasses import dataclass, field
@@ -12,7 +12,7 @@ from django.utils import timezone
 from deployments.canaries import canary_summary
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, CanaryState, TargetState
 from deployments.models import Deployment, ServingHost
-from deployments.services import serving_now
+from deployments.served import serving_now
 from registry.models import ModelVersion
 
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from deployments import views
+from deployments import job_pages, views
 
 app_name = "deployments"
 urlpatterns = [
@@ -15,13 +15,13 @@ urlpatterns = [
     path("deployments/of/<str:model_name>/", views.model_deployments, name="model-deployments"),
     path("deployments/serving/<str:model_name>/", views.model_serving, name="model-serving"),
     path("deployments/capture/<str:model_name>/", views.model_capture, name="model-capture"),
-    path("profiles/of/<str:model_name>/<int:version>/", views.version_profiles, name="version-profiles"),
-    path("profiles/of/<str:model_name>/<int:version>/start/", views.version_profile_start,
+    path("profiles/of/<str:model_name>/<int:version>/", job_pages.version_profiles, name="version-profiles"),
+    path("profiles/of/<str:model_name>/<int:version>/start/", job_pages.version_profile_start,
          name="version-profile-start"),
-    path("profiles/<int:pk>/cancel/", views.profile_cancel, name="profile-cancel"),
-    path("replays/of/<str:model_name>/<int:version>/", views.version_replays, name="version-replays"),
-    path("replays/<int:pk>/", views.replay_detail, name="replay-detail"),
-    path("replays/<int:pk>/progress/", views.replay_progress, name="replay-progress"),
+    path("profiles/<int:pk>/cancel/", job_pages.profile_cancel, name="profile-cancel"),
+    path("replays/of/<str:model_name>/<int:version>/", job_pages.version_replays, name="version-replays"),
+    path("replays/<int:pk>/", job_pages.replay_detail, name="replay-detail"),
+    path("replays/<int:pk>/progress/", job_pages.replay_progress, name="replay-progress"),
     path("deployments/<int:pk>/", views.rollout_detail, name="rollout-detail"),
     path("deployments/<int:pk>/progress/", views.rollout_progress, name="rollout-progress"),
     path("deployments/<int:pk>/canary/", views.rollout_canary, name="rollout-canary"),

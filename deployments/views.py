@@ -1,35 +1,25 @@
-"""Deployments pages: the serving hosts list, a host's page, and the rollout page with its controls."""
+"""Deployments pages: the serving hosts list, a host's page, the rollout page with its controls, and a model's
+deployment, serving, capture and Try it panels (a version's profile and replay pages: ``deployments.job_pages``)."""
 
 import json
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from accounts.access import Action, Principal, check, require
-from deployments import canaries, lifecycle, profiles, replays, rollouts
+from deployments import canaries, lifecycle, rollouts
 from deployments.capture import capture_panel
-from deployments.choices import (
-    ACTIVE_DEPLOYMENT_STATUSES,
-    ACTIVE_JOB_STATES,
-    RUNTIME_FORMATS,
-    TargetState,
-)
-from deployments.forms import CaptureForm, ProfileForm, RolloutForm, ServingHostForm, TryItForm
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
+from deployments.forms import CaptureForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
-from deployments.models import Deployment, DeploymentTarget, Profile, Replay, ServingHost
-from deployments.services import (
-    BreakingSignature,
-    get_deployment,
-    served_owners,
-    serving_now,
-    start_deployment,
-    visible_report_rows,
-)
+from deployments.models import Deployment, DeploymentTarget, ServingHost
+from deployments.served import get_deployment, served_owners, serving_now, visible_report_rows
+from deployments.services import BreakingSignature, start_deployment
 from deployments.serving import model_serving as serving_panel
 from deployments.serving import rollout_host_rows
 from modelyard.errors import DomainError, ServiceUnavailable
@@ -390,123 +380,3 @@ def host_model_reload(request, name: str, model_name: str):
         return redirect("deployments:host-detail", name=name)
     messages.success(request, f"Reloading {model_name} on {name}.")
     return redirect("deployments:rollout-detail", pk=deployment.pk)
-
-
-PROFILES_LISTED = 10
-
-
-def _profile_hosts(version) -> list[tuple[str, str]]:
-    """(name, label) of the hosts whose runtime serves the version's format, production ones marked."""
-    hosts = ServingHost.objects.filter(runtime__in=[r for r, formats in RUNTIME_FORMATS.items()
-                                                    if version.format in formats]).order_by("name")
-    return [(h.name, f"{h.name}{' (production)' if h.production else ''}{'' if h.is_online() else ' — offline'}")
-            for h in hosts]
-
-
-@login_required
-def version_profiles(request, model_name: str, version: int):
-    """The performance card panel of a version's page (loaded by htmx; it polls itself while a
-    profile runs): the newest profile (or ``?profile=<id>``) with its chart of throughput against
-    p99 per config, the Pareto front, the table and the recommendation; the form to start one."""
-    model = model_or_404(request, model_name)
-    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
-    listed = list(Profile.objects.filter(version=version_row).select_related("host", "created_by")
-                  .order_by("-id")[:PROFILES_LISTED])
-    chosen = request.GET.get("profile", "")
-    profile = next((p for p in listed if str(p.pk) == chosen), None) if chosen.isdigit() else None
-    if profile is None and chosen.isdigit():
-        profile = get_object_or_404(Profile.objects.select_related("host"), pk=int(chosen), version=version_row)
-    profile = profile or (listed[0] if listed else None)
-    may_profile = check(Principal.of(request), Action.DEPLOY, model=model) is None
-    context = {"model": model, "version": version_row, "profiles": listed, "profile": profile,
-               "may_profile": may_profile,
-               "form": ProfileForm(hosts=_profile_hosts(version_row)) if may_profile else None}
-    if profile is not None:
-        context.update(profiles.card_context(profile))
-        context["active"] = profile.status in ACTIVE_JOB_STATES
-    return render(request, "deployments/partials/version_profiles.html", context)
-
-
-@login_required
-def version_profile_start(request, model_name: str, version: int):
-    """Start a profile from the version page's form (POST; rights of a rollout to the host)."""
-    if request.method != "POST":
-        return redirect("registry:version-detail", model_name, version)
-    model = model_or_404(request, model_name, Action.DEPLOY, doing="profiling a version")
-    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
-    form = ProfileForm(request.POST, hosts=_profile_hosts(version_row))
-    principal = Principal.of(request)
-    if form.is_valid():
-        data = form.cleaned_data
-        try:
-            profile = profiles.start_profile(
-                model_name=model.name, version=version, host_name=data["host"], sweep=data["preset"],
-                slo_p99_ms=data["slo_p99_ms"], actor=request.user,
-                authorize=lambda v, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts))
-        except DomainError as exc:
-            messages.error(request, f"The profile was not started: {exc.message}")
-        else:
-            messages.success(request, f"Profile {profile.pk} queued on {data['host']}.")
-    else:
-        messages.error(request, "The profile was not started: " + "; ".join(
-            f"{name}: {' '.join(errors)}" for name, errors in form.errors.items()))
-    return redirect("registry:version-detail", model_name, version)
-
-
-@login_required
-def profile_cancel(request, pk: int):
-    """Cancel a profile: GET asks for confirmation, POST cancels (rights of a rollout to its host)."""
-    profile = get_object_or_404(Profile.objects.select_related("version__model", "host"), pk=pk)
-    model = model_or_404(request, profile.version.model.name, Action.DEPLOY, hosts=[profile.host],
-                         doing="cancelling a profile")
-    if request.method == "POST":
-        try:
-            profiles.cancel_profile(profile.pk, actor=request.user)
-        except DomainError as exc:
-            messages.error(request, exc.message)
-        else:
-            messages.success(request, f"Profile {profile.pk} is being stopped; what it measured is kept.")
-        return redirect("registry:version-detail", model.name, profile.version.version)
-    return render(request, "deployments/profile_confirm_cancel.html", {"profile": profile, "model": model})
-
-
-REPLAYS_LISTED = 20
-
-
-@login_required
-def version_replays(request, model_name: str, version: int):
-    """The replays panel of a version's page (loaded by htmx; it polls itself while one is queued or
-    running): the version's newest replays as a candidate, with status, progress and agreement, each
-    linked to its page."""
-    model = model_or_404(request, model_name)
-    version_row = get_object_or_404(model.versions.exclude(status="deleted"), version=version)
-    listed = list(Replay.objects.filter(version=version_row).select_related("against", "host")
-                  .order_by("-id")[:REPLAYS_LISTED])
-    return render(request, "deployments/partials/version_replays.html", {
-        "model": model, "version": version_row, "replays": listed,
-        "active": any(r.status in ACTIVE_JOB_STATES for r in listed)})
-
-
-def _replay_context(request, pk: int) -> dict:
-    """The replay page's context; Http404 when there is no such replay or the user cannot read its model.
-    The worst disagreements (users' data) are in it for owners of the model's team only."""
-    replay = get_object_or_404(Replay.objects.select_related("version__model__team", "against", "host",
-                                                              "created_by"), pk=pk)
-    model = model_or_404(request, replay.version.model.name)
-    principal = Principal.of(request)
-    view = replays.replay_view(replay, may_read=replays.may_read_captured(principal, model))
-    return {"replay": replay, "model": model, "view": view, "active": replay.status in ACTIVE_JOB_STATES}
-
-
-@login_required
-def replay_detail(request, pk: int):
-    """A replay: status and progress (refreshed by htmx while it runs), agreement, the differences'
-    quantiles and histogram, both versions' latency, and the worst disagreements for owners of the
-    model's team (members see the aggregates; others get 404)."""
-    return render(request, "deployments/replay_detail.html", _replay_context(request, pk))
-
-
-@login_required
-def replay_progress(request, pk: int):
-    """The htmx fragment of the replay page (the same partial the page includes), polled while it runs."""
-    return render(request, "deployments/partials/replay_progress.html", _replay_context(request, pk))

@@ -151,7 +151,7 @@ class ArchiveLimitsPayload(TypedDict):
 
 class DeployPayload(TypedDict):
     """What an agent needs to carry out one deployment target (built by the orchestrator's
-    ``deployments.services.build_agent_payload``). The agent gets no database or S3 credentials:
+    ``deployments.targets.build_agent_payload``). The agent gets no database or S3 credentials:
     the artifact comes from a presigned URL and is checked against its size and sha256."""
 
     protocol: int

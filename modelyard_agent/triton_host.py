@@ -3,7 +3,7 @@ old ones, verify it, cut over), give up on a load past its deadline, and reload 
 being READY.
 
 Runs on the serving host. It needs no database or S3 credentials: everything
-comes in the payload built by ``deployments.services.build_agent_payload``. Staging the version's files
+comes in the payload built by ``deployments.targets.build_agent_payload``. Staging the version's files
 first is ``triton_staging``.
 
 The rolling swap follows Triton's explicit model control (docs/architecture.md): load the

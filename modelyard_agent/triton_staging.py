@@ -2,7 +2,7 @@
 atomically and idempotently, after checking them (``stage_version``).
 
 Runs on the serving host with no database or S3 credentials: everything comes in the payload built by
-``deployments.services.build_agent_payload``. The rolling swap that loads a staged version is
+``deployments.targets.build_agent_payload``. The rolling swap that loads a staged version is
 ``triton_host``; profiles and replays stage their copies here too (``copies``).
 
 Layout on the host::

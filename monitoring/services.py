@@ -10,7 +10,7 @@ from django.db.models import Count, Q
 
 from deployments.choices import DeploymentStatus, RolloutTrigger, TargetState
 from deployments.models import Deployment
-from deployments.services import hosts_lending_name, serving_now
+from deployments.served import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
@@ -75,7 +75,7 @@ def _by_model_version(results: dict) -> dict:
 
 def model_selector(model_name: str) -> dict:
     """The label selector of one registered model's series: ``{"model": name}``, less the hosts on which
-    that runtime name belongs to a model renamed away from it (``deployments.services.hosts_lending_name``),
+    that runtime name belongs to a model renamed away from it (``deployments.served.hosts_lending_name``),
     so a model that took a renamed model's old name never shows or is judged by the other's traffic."""
     lent = hosts_lending_name(model_name, model_name)
     return {"model": model_name, "host": promql.NoneOf(lent)} if lent else {"model": model_name}

@@ -18,7 +18,7 @@ from deployments.models import (
 )
 from deployments.profiles import overrides_for, profile_progress
 from deployments.replays import may_read_captured
-from deployments.services import served_owners, visible_report_rows
+from deployments.served import served_owners, visible_report_rows
 from modelyard.api import RefuseUnknownFields
 from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
 
@@ -83,7 +83,7 @@ class ServingHostSerializer(RefuseUnknownFields, serializers.ModelSerializer):
         return visible_report_rows(Principal.of(request), host.pk, stuck, self._owners()) if request else stuck
 
     def _owners(self) -> dict:
-        """``services.served_owners`` for every host, looked up once per response (a list shares it)."""
+        """``served.served_owners`` for every host, looked up once per response (a list shares it)."""
         if "_served_owners" not in self.context:
             self.context["_served_owners"] = served_owners()
         return self.context["_served_owners"]

@@ -45,7 +45,7 @@ from rest_framework.views import APIView
 
 from deployments.choices import Runtime
 from deployments.models import ServingHost
-from deployments.services import serving_now
+from deployments.served import serving_now
 from modelyard_agent.runtimes.nginx import metrics_path
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from django.utils import timezone
 from audit.models import AuditEvent
 from deployments.choices import CanaryState, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
-from deployments.services import build_agent_payload
+from deployments.targets import build_agent_payload
 from modelyard_agent.contract import AgentTask, host_queue
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel

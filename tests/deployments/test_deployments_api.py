@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost, TargetEvent
 from deployments.rollouts import advance_rollout
-from deployments.services import record_target_progress, transition
+from deployments.targets import record_target_progress, transition
 from modelyard.states import IllegalTransition
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel

@@ -5,8 +5,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from deployments.heartbeats import record_heartbeat
 from deployments.models import ServingHost
-from deployments.services import record_heartbeat
 from registry.models import RegisteredModel
 
 pytestmark = pytest.mark.django_db

@@ -228,7 +228,7 @@ def test_a_model_nothing_should_serve_is_unloaded_when_stuck_unloading(
 
 
 def test_heartbeats_keep_the_time_a_version_entered_loading(host):
-    from deployments.services import record_heartbeat
+    from deployments.heartbeats import record_heartbeat
 
     record_heartbeat(host.name, {"runtime_live": True, "models": [{"name": "iris", "version": 2, "state": "LOADING"}]})
     first = ServingHost.objects.get(pk=host.pk).heartbeat["models"][0]["since"]
@@ -281,7 +281,7 @@ def test_two_passes_at_the_same_moment_start_one_repair(host):
 
 
 def test_a_repair_cut_short_by_a_runtime_that_died_again_is_retried_once_it_is_back(host):
-    from deployments.services import record_heartbeat
+    from deployments.heartbeats import record_heartbeat
 
     deploy(host, 2, age_seconds=900)
     deploy(host, 2, state=TargetState.FAILED, age_seconds=60)  # its repair failed: Triton died during it
@@ -295,7 +295,7 @@ def test_a_repair_cut_short_by_a_runtime_that_died_again_is_retried_once_it_is_b
 
 
 def test_a_repair_that_failed_with_the_runtime_live_is_still_backed_off(host):
-    from deployments.services import record_heartbeat
+    from deployments.heartbeats import record_heartbeat
 
     record_heartbeat(host.name, {"runtime_live": False, "models": []})
     record_heartbeat(host.name, {"runtime_live": True, "models": []})

@@ -57,7 +57,7 @@ def test_the_new_iris_team_does_not_see_the_renamed_models_copies(renamed, clien
 
 
 def test_the_new_iris_cannot_be_deployed_over_them(renamed, s3_endpoint):
-    from deployments.services import host_served_name
+    from deployments.served import host_served_name
     from modelyard.errors import Conflict
 
     with pytest.raises(Conflict, match="serves model 'iris-legacy' under the name 'iris'"):
@@ -68,7 +68,7 @@ def test_the_renamed_model_keeps_its_runtime_name_and_unloads_under_its_new_name
     renamed, django_capture_on_commit_callbacks
 ):
     from deployments.lifecycle import unload_model
-    from deployments.services import host_served_name
+    from deployments.served import host_served_name
 
     assert host_served_name(renamed["host"], renamed["model"]) == "iris"
     assert reconcile_host(renamed["host"]) == []  # served as "iris": nothing to redeploy

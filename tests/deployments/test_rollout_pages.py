@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from deployments import rollouts
 from deployments.models import Deployment, ServingHost
-from deployments.services import record_target_progress, start_deployment
+from deployments.services import start_deployment
+from deployments.targets import record_target_progress
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.factories import team_member

@@ -7,7 +7,8 @@ from audit.models import AuditEvent
 from deployments import rollouts
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
-from deployments.services import build_agent_payload, record_target_progress, start_deployment
+from deployments.services import start_deployment
+from deployments.targets import build_agent_payload, record_target_progress
 from modelyard.errors import Conflict, InvalidInput
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel

@@ -10,8 +10,8 @@ import requests
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from deployments.heartbeats import record_heartbeat
 from deployments.models import ServingHost
-from deployments.services import record_heartbeat
 from modelyard_agent.bentoml_host import deploy_bentoml_version
 from modelyard_agent.bentoml_instances import collect_bentoml_heartbeat
 from monitoring import services

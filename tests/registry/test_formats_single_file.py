@@ -192,7 +192,8 @@ def test_a_wrapped_onnx_model_deploys_and_answers_on_a_real_triton(
     import numpy as np
 
     from deployments.models import ServingHost
-    from deployments.services import build_agent_payload, start_deployment
+    from deployments.services import start_deployment
+    from deployments.targets import build_agent_payload
     from modelyard_agent.runtimes.triton import TritonRuntime
     from modelyard_agent.triton_host import deploy_triton_version
     from tests.fixtures.triton import REPO_ROOT

@@ -13,7 +13,8 @@ from django.utils import timezone
 from deployments import rollouts
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
-from deployments.services import record_target_progress, start_deployment
+from deployments.services import start_deployment
+from deployments.targets import record_target_progress
 from registry.choices import ArtifactFormat
 from registry.models import Alias, ModelVersion, RegisteredModel
 from tests.factories import page_with_panels, team_member
