@@ -35,7 +35,7 @@ from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_swe
 from registry.choices import VersionStatus
 from registry.formats import archive_limits
 from registry.models import ModelVersion
-from registry.services import get_version
+from registry.versions import get_version
 
 logger = logging.getLogger(__name__)
 

@@ -33,10 +33,11 @@ from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import REPLAY_PROTOCOL
 from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 from modelyard_agent.replay.compare import Tolerances
+from registry.aliases import resolve_alias
 from registry.choices import VersionStatus
 from registry.formats import archive_limits
 from registry.models import ModelVersion
-from registry.services import get_version, resolve_alias
+from registry.versions import get_version
 
 logger = logging.getLogger(__name__)
 

@@ -33,11 +33,12 @@ from modelyard_agent.claims import claim_key
 from modelyard_agent.contract import MAX_REQUEST_BYTES, MIN_REQUEST_BYTES
 from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
 from registry.access import visible_model_names
+from registry.aliases import resolve_alias
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
 from registry.formats import archive_limits
 from registry.models import ModelVersion, RegisteredModel
-from registry.services import get_version, resolve_alias
+from registry.versions import get_version
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 An evaluation reads the candidate's metrics from Prometheus (``monitoring.services``), judges
 them (``promotions.gates``) and, when every gate passes, moves the target alias to the candidate's
-version with ``registry.services.set_alias``, recorded as done by ``policy:<id>``; deployments
+version with ``registry.aliases.set_alias``, recorded as done by ``policy:<id>``; deployments
 that follow the target alias then roll out by themselves. Failing, erring or dry runs change no
 alias. Every evaluation is a ``PromotionEvaluation`` row with the metrics it saw.
 
@@ -33,8 +33,9 @@ from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, Web
 from promotions.enqueue import Job, job
 from promotions.models import PromotionEvaluation, PromotionPolicy
 from promotions.webhooks import emit
+from registry.aliases import alias_is_protected, set_alias
 from registry.models import Alias
-from registry.services import alias_is_protected, get_model, set_alias
+from registry.registered_models import get_model
 
 EVALUATE_TASK = Job.EVALUATE_POLICY.value
 MIN_WINDOW_SECONDS = 60

@@ -12,11 +12,11 @@ from modelyard.errors import InvalidInput
 from registry.choices import UploadStatus, UploadVerification
 from registry.formats import RANGED, STREAMED, prepare_stored_archive, stored_archive_reading
 from registry.models import Upload
-from registry.services import register_version
 from registry.storage import ArtifactStore, StorageError
 from registry.tasks import verify_version_bytes_task
 from registry.uploads import part_digests
 from registry.uploads.lifecycle import _discard_staging, fail_upload, transition
+from registry.versions import register_version
 
 logger = logging.getLogger(__name__)
 

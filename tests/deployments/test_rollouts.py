@@ -9,9 +9,9 @@ from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
 from deployments.services import build_agent_payload, record_target_progress, start_deployment
 from modelyard.errors import Conflict, InvalidInput
+from registry.aliases import set_alias
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
-from registry.services import set_alias
 
 pytestmark = pytest.mark.django_db
 

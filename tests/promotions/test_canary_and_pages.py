@@ -10,7 +10,7 @@ from deployments.services import start_deployment
 from promotions import services
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, PromotionPolicy
-from registry.services import set_alias
+from registry.aliases import set_alias
 from tests.factories import page_with_panels
 from tests.promotions.support import iris_with_aliases
 
