@@ -17,6 +17,7 @@ from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard.states import IllegalTransition, StateMachine
 from registry.choices import UploadStatus
+from registry.enqueue import Job, job
 from registry.formats import check_filename
 from registry.models import ModelVersion, Upload, UploadPart
 from registry.registered_models import get_model, validate_tags
@@ -29,7 +30,6 @@ from registry.storage import (
     StorageError,
     UploadedPart,
 )
-from registry.tasks import verify_upload_task
 from registry.uploads import part_digests
 from registry.versions import check_lineage
 
@@ -325,7 +325,7 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
             upload_id = str(upload.pk)
-            transaction.on_commit(lambda: verify_upload_task.apply_async(args=[upload_id], queue="default"))
+            transaction.on_commit(lambda: job(Job.VERIFY_UPLOAD, upload_id))
             logger.info("upload %s of %s complete by %s; verifying", upload.pk, upload.model.name, actor)
     return upload
 
