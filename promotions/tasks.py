@@ -1,4 +1,5 @@
-"""Celery tasks of the promotions app: thin wrappers around services, run on orchestrator workers."""
+"""Celery tasks of the promotions app: thin wrappers around ``promotions.evaluations`` and ``promotions.webhooks``,
+run on orchestrator workers."""
 
 from celery import shared_task
 
