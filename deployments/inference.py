@@ -28,7 +28,7 @@ from modelyard.celery import broker
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from modelyard_agent.contract import AgentTask
 from modelyard_agent.inference import InferenceRefused, infer
-from registry.services import get_version
+from registry.versions import get_version
 
 TRY_TIMEOUT_S = 10.0
 

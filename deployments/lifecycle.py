@@ -31,7 +31,7 @@ from modelyard.errors import Conflict, NotFound
 from modelyard_agent.contract import AgentTask
 from monitoring.readings import requests_per_host_model
 from registry.models import RegisteredModel
-from registry.services import get_model
+from registry.registered_models import get_model
 
 logger = logging.getLogger(__name__)
 

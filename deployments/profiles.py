@@ -33,7 +33,7 @@ from modelyard_agent.profiling.card import measured, pareto_front, throughput_at
 from modelyard_agent.profiling.sweep import ProfileConfig, SweepError, parse_sweep
 from registry.choices import VersionStatus
 from registry.models import ModelVersion
-from registry.services import get_version
+from registry.versions import get_version
 
 logger = logging.getLogger(__name__)
 

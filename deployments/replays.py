@@ -7,7 +7,7 @@ the answers output by output (``modelyard_agent.replay.compare``) and reports th
 distribution of differences, both sides' latency and the worst disagreements
 (``OrchestratorTask.REPLAY_REPORT``, recorded by ``record_replay_report``). One replay runs on a host
 at a time. The ``min_agreement`` and ``max_latency_regression`` promotion gates read finished replays
-(``promotions.services.evaluate``).
+(``promotions.evaluations.evaluate``).
 
 The worst disagreements hold users' data (their inputs' answers): ``may_read_captured`` says who may
 read them (owners of the model's team).
@@ -32,9 +32,10 @@ from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import REPLAY_PROTOCOL, AgentTask
 from modelyard_agent.formats.triton_config import ModelConfigError, parse_model_config
 from modelyard_agent.replay.compare import Tolerances
+from registry.aliases import resolve_alias
 from registry.choices import VersionStatus
 from registry.models import ModelVersion
-from registry.services import get_version, resolve_alias
+from registry.versions import get_version
 
 logger = logging.getLogger(__name__)
 

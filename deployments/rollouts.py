@@ -45,8 +45,8 @@ from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound
 from modelyard_agent.claims import CANCELLED, STARTED, claim_key, claim_target, target_claim
 from modelyard_agent.contract import AgentTask
+from registry.aliases import resolve_alias
 from registry.models import EnsembleMember
-from registry.services import resolve_alias
 
 logger = logging.getLogger(__name__)
 

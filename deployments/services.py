@@ -22,10 +22,11 @@ from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
 from modelyard_agent.contract import CANARY_PROTOCOL, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
 from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
+from registry.aliases import resolve_alias
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import breaking_changes
 from registry.models import ModelVersion
-from registry.services import get_version, resolve_alias
+from registry.versions import get_version
 
 
 class BreakingSignature(Conflict):

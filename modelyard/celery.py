@@ -26,7 +26,8 @@ app.autodiscover_tasks()
 def send_by_name(name: str, *args: int | str | None) -> None:
     """Queue the task registered as ``name`` on the ``default`` queue with positional ``args`` (JSON values:
     ids, ISO 8601 times), without importing the module that defines it: the bottom layer every app's
-    enqueue module (``deployments.enqueue``, ``promotions.enqueue``) sends through, so imports run one way.
+    enqueue module (``deployments.enqueue``, ``promotions.enqueue``, ``registry.enqueue``) sends through, so
+    imports run one way.
 
     Raises:
         kombu.exceptions.OperationalError: the broker does not take the message.

@@ -15,7 +15,7 @@ from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
 from registry.models import ModelVersion
-from registry.services import get_model
+from registry.registered_models import get_model
 
 FLEET_WINDOW_SECONDS = promql.parse_range(promql.DEFAULT_PAGE_RANGE)  # as the model page and the API
 LATENCY_KEYS = ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms", "queue_ms", "compute_ms")

@@ -9,7 +9,7 @@ from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, Web
 class PromotionPolicyAdmin(admin.ModelAdmin):
     form = FullLengthModelForm
     list_display = ["id", "model", "candidate_alias", "target_alias", "schedule", "enabled", "dry_run"]
-    readonly_fields = ["periodic_task"]  # written by promotions.services with the schedule
+    readonly_fields = ["periodic_task"]  # written by promotions.policies with the schedule
 
 
 @admin.register(PromotionEvaluation)

@@ -15,7 +15,7 @@ POLICY_FORM_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "wi
 
 
 class PromotionPolicyForm(FullLengthModelForm):
-    """Create or edit a policy from the browser; ``promotions.services`` checks and saves it."""
+    """Create or edit a policy from the browser; ``promotions.policies`` checks and saves it."""
 
     class Meta:
         model = PromotionPolicy

@@ -39,7 +39,7 @@ class PromotionPolicy(models.Model):
 
     ``requires_approval`` stops a passing evaluation at AWAITING_APPROVAL; ``dry_run`` records what
     would happen and moves nothing. The schedule is ``periodic_task`` (django-celery-beat, with a
-    crontab), kept in step with ``schedule`` and ``enabled`` by ``promotions.services`` so that beat
+    crontab), kept in step with ``schedule`` and ``enabled`` by ``promotions.policies`` so that beat
     picks up edits without a restart.
     """
 

@@ -1,16 +1,18 @@
-"""Celery tasks of the promotions app: thin wrappers around services, run on orchestrator workers."""
+"""Celery tasks of the promotions app: thin wrappers around ``promotions.evaluations`` and ``promotions.webhooks``,
+run on orchestrator workers."""
 
 from celery import shared_task
 
 from modelyard.errors import NotFound
-from promotions import services, webhooks
+from promotions import webhooks
 from promotions.enqueue import Job
+from promotions.evaluations import evaluate, evaluate_scheduled
 
 
 @shared_task(name=Job.EVALUATE_POLICY.value, acks_late=True)
 def evaluate_policy(policy_id: int) -> str | None:
     """Beat's task: evaluate a policy now (nothing when it was paused or deleted); returns the decision."""
-    evaluation = services.evaluate_scheduled(policy_id)
+    evaluation = evaluate_scheduled(policy_id)
     return evaluation.decision if evaluation is not None else None
 
 
@@ -19,7 +21,7 @@ def run_evaluation(evaluation_id: int) -> str | None:
     """Make a queued ("run now") evaluation; idempotent once decided. Returns the decision, or None
     when the evaluation was deleted (with its policy) before a worker got to it."""
     try:
-        return services.evaluate(evaluation_id).decision
+        return evaluate(evaluation_id).decision
     except NotFound:
         return None
 

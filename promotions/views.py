@@ -12,9 +12,10 @@ from deployments.models import Replay
 from deployments.replays import may_read_captured, replay_view
 from modelyard.errors import DomainError
 from modelyard.views import found_or_404
-from promotions import services
+from promotions.evaluations import approve_evaluation, get_evaluation, reject_evaluation, request_evaluation
 from promotions.forms import POLICY_FORM_FIELDS, PromotionPolicyForm
 from promotions.models import PromotionEvaluation, PromotionPolicy
+from promotions.policies import create_policy, get_policy, set_policy_enabled, update_policy
 from registry.pages import model_or_404
 
 RECENT_EVALUATIONS = 5
@@ -80,7 +81,7 @@ def _attach_replays(request, model, evaluations: list[PromotionEvaluation]) -> N
 
 def _policy_or_404(request, policy_id: int, action: Action = Action.VIEW) -> PromotionPolicy:
     """Policy ``policy_id`` once the user may do ``action`` on its model (404 if it cannot read the model)."""
-    policy = found_or_404(services.get_policy, policy_id)
+    policy = found_or_404(get_policy, policy_id)
     model_or_404(request, policy.model.name, action)
     return policy
 
@@ -101,8 +102,7 @@ def policy_create(request, model_name: str):
     model = model_or_404(request, model_name, Action.MANAGE_POLICY)
     form = PromotionPolicyForm(request.POST or None, initial={"candidate_alias": "staging",
                                                               "target_alias": "production"})
-    policy = _save(request, form, lambda fields: services.create_policy(model_name=model.name, actor=request.user,
-                                                                        **fields))
+    policy = _save(request, form, lambda fields: create_policy(model_name=model.name, actor=request.user, **fields))
     if policy is not None:
         messages.success(request, f"Policy {policy.pk} created; it runs on '{policy.schedule}' (UTC).")
         return redirect("registry:model-detail", name=model.name)
@@ -114,7 +114,7 @@ def policy_edit(request, policy_id: int):
     """Edit a policy (owners of its model's team); a new schedule takes effect without restarting beat."""
     policy = _policy_or_404(request, policy_id, Action.MANAGE_POLICY)
     form = PromotionPolicyForm(request.POST or None, instance=policy)
-    saved = _save(request, form, lambda fields: services.update_policy(policy.pk, actor=request.user, **fields))
+    saved = _save(request, form, lambda fields: update_policy(policy.pk, actor=request.user, **fields))
     if saved is not None:
         messages.success(request, f"Policy {saved.pk} saved.")
         return redirect("registry:model-detail", name=policy.model.name)
@@ -136,7 +136,7 @@ def _act(request, policy_id: int, act, done: str, action: Action = Action.MANAGE
 @require_POST
 def policy_run(request, policy_id: int):
     """Run now: queue an evaluation (maintainers of the model's team; the gates decide)."""
-    return _act(request, policy_id, lambda p: services.request_evaluation(p.pk, actor=request.user),
+    return _act(request, policy_id, lambda p: request_evaluation(p.pk, actor=request.user),
                 "Evaluation queued; its decision appears below within seconds.", Action.RUN_POLICY)
 
 
@@ -144,7 +144,7 @@ def policy_run(request, policy_id: int):
 @require_POST
 def policy_pause(request, policy_id: int):
     """Pause a policy's schedule (owners of the model's team)."""
-    return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, False, actor=request.user),
+    return _act(request, policy_id, lambda p: set_policy_enabled(p.pk, False, actor=request.user),
                 "Policy paused.")
 
 
@@ -152,12 +152,12 @@ def policy_pause(request, policy_id: int):
 @require_POST
 def policy_resume(request, policy_id: int):
     """Resume a policy's schedule (owners of the model's team)."""
-    return _act(request, policy_id, lambda p: services.set_policy_enabled(p.pk, True, actor=request.user),
+    return _act(request, policy_id, lambda p: set_policy_enabled(p.pk, True, actor=request.user),
                 "Policy resumed.")
 
 
 def _decide(request, evaluation_id: int, decide, done: str):
-    evaluation = found_or_404(services.get_evaluation, evaluation_id)
+    evaluation = found_or_404(get_evaluation, evaluation_id)
     model_or_404(request, evaluation.policy.model.name, Action.MANAGE_POLICY)
     try:
         decide(evaluation.pk)
@@ -172,7 +172,7 @@ def _decide(request, evaluation_id: int, decide, done: str):
 @require_POST
 def evaluation_approve(request, evaluation_id: int):
     """Approve an evaluation awaiting approval: the target alias moves (owners of the model's team)."""
-    return _decide(request, evaluation_id, lambda pk: services.approve_evaluation(pk, actor=request.user),
+    return _decide(request, evaluation_id, lambda pk: approve_evaluation(pk, actor=request.user),
                    "Approved: the alias moved and rollouts following it start.")
 
 
@@ -181,6 +181,5 @@ def evaluation_approve(request, evaluation_id: int):
 def evaluation_reject(request, evaluation_id: int):
     """Reject an evaluation awaiting approval (owners of the model's team)."""
     return _decide(request, evaluation_id,
-                   lambda pk: services.reject_evaluation(pk, actor=request.user,
-                                                         reason=request.POST.get("reason", "")),
+                   lambda pk: reject_evaluation(pk, actor=request.user, reason=request.POST.get("reason", "")),
                    "Rejected: nothing moved.")

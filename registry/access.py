@@ -5,8 +5,9 @@ from django.db.models import QuerySet
 
 from accounts.access import Action, Principal, require, scope_team_filter
 from accounts.choices import Scope
+from registry.aliases import alias_is_protected
 from registry.models import RegisteredModel
-from registry.services import alias_is_protected, get_model
+from registry.registered_models import get_model
 
 
 def visible_models(principal: Principal) -> QuerySet:

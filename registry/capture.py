@@ -19,7 +19,7 @@ from audit.choices import AuditAction
 from audit.services import record_audit_event
 from modelyard.errors import InvalidInput
 from registry.models import RegisteredModel
-from registry.services import get_model
+from registry.registered_models import get_model
 from registry.signals import capture_changed
 
 MIN_RETENTION_SECONDS = 3600  # the gateway writes one file per hour: a shorter retention could not be kept

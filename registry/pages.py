@@ -8,7 +8,7 @@ from accounts.access import Action, Principal, check
 from modelyard.errors import Forbidden, NotFound
 from modelyard.views import found_or_404
 from registry.access import model_for
-from registry.services import get_version
+from registry.versions import get_version
 
 
 def version_or_404(request, name: str, version: int):

@@ -21,7 +21,7 @@ version_deleted = Signal()
 # Keyword arguments: ``model`` (RegisteredModel), ``before`` and ``after`` (dicts of str to str), ``actor``.
 model_tags_changed = Signal()
 
-# Sent while deciding whether a version may be deleted (``registry.services.delete_version``).
+# Sent while deciding whether a version may be deleted (``registry.deletion.delete_version``).
 # Keyword arguments: ``version`` (ModelVersion). Each receiver returns a list of phrases, one per
 # reason the version must stay (e.g. "host(s) gpu-0 serve it"), or an empty list; it must not write.
 version_deletion_check = Signal()

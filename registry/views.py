@@ -16,24 +16,19 @@ from audit.models import AuditEvent
 from modelyard.errors import DomainError
 from monitoring.promql import PAGE_RANGES, page_range
 from registry.access import model_for, visible_models
+from registry.aliases import delete_alias, protect_alias, set_alias
 from registry.cards import card_of, readme, update_card
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.compare import compare_versions
+from registry.deletion import delete_version, may_delete_version
 from registry.filters import RegisteredModelFilter
 from registry.formats import ACCEPTED_KINDS, ACCEPTED_SUFFIXES
 from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
 from registry.models import Alias, ModelVersion, RegisteredModel
 from registry.pages import forbidden_unless, model_or_404, version_or_404
-from registry.services import (
-    artifact_download_url,
-    delete_alias,
-    delete_version,
-    may_delete_version,
-    protect_alias,
-    set_alias,
-    update_model,
-)
+from registry.registered_models import update_model
 from registry.signals import comparison_panels, serving_lookup
+from registry.versions import artifact_download_url
 
 MODEL_PAGE_SIZE = 50
 DESCRIPTION_MAX_LENGTH = 10_000  # as the API's

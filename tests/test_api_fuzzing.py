@@ -23,8 +23,10 @@ from deployments import hosts
 from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
-from registry import services as registry_services
 from registry import uploads
+from registry.aliases import set_alias
+from registry.registered_models import create_model, get_model
+from registry.versions import register_version
 from tests.factories import token_for
 from tests.fixtures.services import free_port
 from tests.fuzzing import FuzzWorld, fuzz_api
@@ -52,11 +54,11 @@ def fuzz_world(s3_endpoint, start_prometheus_with_config, tmp_path, settings) ->
     prometheus = start_prometheus_with_config({"global": {"scrape_interval": "15s"}, "scrape_configs": []})
     settings.PROMETHEUS_URL = prometheus.url
     staff = get_user_model().objects.create_user(username="fuzzer", is_staff=True)
-    registry_services.create_model(name="iris", actor=staff)
+    create_model(name="iris", actor=staff)
     archive = build_iris_archive(tmp_path / "iris.tar.gz")
-    version = registry_services.register_version(
-        model=registry_services.get_model("iris"), artifact_path=archive, filename="iris.tar.gz", actor=staff)
-    registry_services.set_alias(model_name="iris", alias="production", version=version.version, actor=staff)
+    version = register_version(
+        model=get_model("iris"), artifact_path=archive, filename="iris.tar.gz", actor=staff)
+    set_alias(model_name="iris", alias="production", version=version.version, actor=staff)
     hosts.register_host(name="local", inference_url=f"http://127.0.0.1:{free_port()}", actor=staff)
     deployment = deployment_services.start_deployment(model_name="iris", version=1, host_names=["local"],
                                                       actor=staff)

@@ -14,7 +14,9 @@ from deployments import hosts, rollouts
 from deployments import services as deployment_services
 from deployments.choices import TargetState
 from deployments.models import DeploymentTarget
-from registry import services as registry_services
+from registry.aliases import set_alias
+from registry.registered_models import create_model, get_model
+from registry.versions import register_version
 from tests.factories import token_for
 from tests.fuzzing import call_and_check
 
@@ -31,13 +33,13 @@ def token(db) -> str:
 def iris_v1(s3_endpoint, tmp_path):
     """Model iris and its version 1, registered by no user (as the seed or a deleted account leaves
     them) and without a CI run URL."""
-    model = registry_services.create_model(name="iris")
+    model = create_model(name="iris")
     archive = build_iris_archive(tmp_path / "iris.tar.gz")
-    return registry_services.register_version(model=model, artifact_path=archive, filename="iris.tar.gz")
+    return register_version(model=model, artifact_path=archive, filename="iris.tar.gz")
 
 
 def test_objects_with_no_creator_and_events_with_no_model_answer_as_the_schema_says(token, iris_v1):
-    registry_services.set_alias(model_name="iris", alias="production", version=1)
+    set_alias(model_name="iris", alias="production", version=1)
     hosts.register_host(name="gpu-1", inference_url="http://127.0.0.1:9/")
     deployment = deployment_services.create_rollout(
         model_version=iris_v1, hosts=[hosts.get_host("gpu-1")], trigger="reconciler")
@@ -88,8 +90,8 @@ def test_a_time_filter_with_any_offset_or_year_is_answered_without_a_server_erro
 
 
 def test_a_time_filter_compares_in_utc(token):
-    registry_services.create_model(name="iris")
-    created = registry_services.get_model("iris").created_at
+    create_model(name="iris")
+    created = get_model("iris").created_at
     shifted = created.astimezone(datetime.timezone(datetime.timedelta(hours=20, minutes=56)))
     names = [m["name"] for m in call_and_check("GET", "/api/v1/models/", token=token,
                                                query={"created_after": shifted.isoformat()}).json()["results"]]

@@ -12,7 +12,7 @@ from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import services
 from registry.access import model_for
 from registry.compare import compare_versions
-from registry.services import get_version
+from registry.versions import get_version
 
 RANGE_PARAMETER = OpenApiParameter(
     "range", OpenApiTypes.STR, description="Window such as 15m, 1h, 6h, 24h, 7d (default 15m)"

@@ -5,8 +5,8 @@ from rest_framework import serializers
 from accounts.models import Team
 from modelyard.api import RefuseUnknownFields
 from promotions.choices import Decision, DeliveryStatus, WebhookEvent
+from promotions.evaluations import is_final
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook, WebhookDelivery
-from promotions.services import is_final
 from registry.models import RegisteredModel
 
 POLICY_FIELDS = ["name", "candidate_alias", "target_alias", "schedule", "window_seconds", "min_requests",

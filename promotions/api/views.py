@@ -10,7 +10,7 @@ from accounts.choices import Role
 from accounts.models import Team
 from modelyard.api import error_responses
 from modelyard.errors import Forbidden, InvalidInput
-from promotions import services, webhooks
+from promotions import webhooks
 from promotions.api.filters import PromotionEvaluationFilter, PromotionPolicyFilter
 from promotions.api.serializers import (
     PromotionEvaluationSerializer,
@@ -21,7 +21,9 @@ from promotions.api.serializers import (
     WebhookDeliverySerializer,
     WebhookSerializer,
 )
+from promotions.evaluations import approve_evaluation, reject_evaluation, request_evaluation
 from promotions.models import PromotionEvaluation, PromotionPolicy, Webhook
+from promotions.policies import create_policy, delete_policy, set_policy_enabled, update_policy
 from registry.access import model_for
 
 EVALUATIONS = PromotionEvaluation.objects.select_related(
@@ -69,7 +71,7 @@ class PromotionPolicyViewSet(
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         model_for(Principal.of(request), fields["model"], Action.MANAGE_POLICY)
-        policy = services.create_policy(model_name=fields.pop("model"), actor=request.user, **fields)
+        policy = create_policy(model_name=fields.pop("model"), actor=request.user, **fields)
         return Response(self._show(policy.pk), status=status.HTTP_201_CREATED)
 
     @extend_schema(request=PromotionPolicyWriteSerializer, responses={200: PromotionPolicySerializer})
@@ -80,12 +82,12 @@ class PromotionPolicyViewSet(
         if "model" in fields:
             raise InvalidInput("a policy's model cannot change; create a policy for the other model")
         self._policy_for(Action.MANAGE_POLICY)
-        policy = services.update_policy(int(kwargs["pk"]), actor=request.user, **fields)
+        policy = update_policy(int(kwargs["pk"]), actor=request.user, **fields)
         return Response(self._show(policy.pk))
 
     def destroy(self, request, *args, **kwargs):
         self._policy_for(Action.MANAGE_POLICY)
-        services.delete_policy(int(kwargs["pk"]), actor=request.user)
+        delete_policy(int(kwargs["pk"]), actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
     @extend_schema(request=None, responses={202: PromotionEvaluationSerializer})
@@ -93,7 +95,7 @@ class PromotionPolicyViewSet(
     def run(self, request, pk=None):
         """Queue an evaluation now; poll ``/api/v1/promotion-evaluations/<id>/`` until ``final``."""
         self._policy_for(Action.RUN_POLICY)
-        evaluation = services.request_evaluation(int(pk), actor=request.user)
+        evaluation = request_evaluation(int(pk), actor=request.user)
         return Response(_evaluation_data(evaluation.pk), status=status.HTTP_202_ACCEPTED)
 
     @extend_schema(request=None, responses={200: PromotionPolicySerializer})
@@ -101,7 +103,7 @@ class PromotionPolicyViewSet(
     def pause(self, request, pk=None):
         """Stop the schedule (run-now still works); idempotent."""
         self._policy_for(Action.MANAGE_POLICY)
-        services.set_policy_enabled(int(pk), False, actor=request.user)
+        set_policy_enabled(int(pk), False, actor=request.user)
         return Response(self._show(pk))
 
     @extend_schema(request=None, responses={200: PromotionPolicySerializer})
@@ -109,7 +111,7 @@ class PromotionPolicyViewSet(
     def resume(self, request, pk=None):
         """Run the schedule again; idempotent."""
         self._policy_for(Action.MANAGE_POLICY)
-        services.set_policy_enabled(int(pk), True, actor=request.user)
+        set_policy_enabled(int(pk), True, actor=request.user)
         return Response(self._show(pk))
 
 
@@ -142,7 +144,7 @@ class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
     def approve(self, request, pk=None):
         """Approve: the target alias moves to the evaluated candidate version."""
         self._decidable()
-        services.approve_evaluation(int(pk), actor=request.user)
+        approve_evaluation(int(pk), actor=request.user)
         return Response(_evaluation_data(int(pk)))
 
     @extend_schema(request=RejectSerializer, responses={200: PromotionEvaluationSerializer})
@@ -152,7 +154,7 @@ class PromotionEvaluationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixi
         data = RejectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         self._decidable()
-        services.reject_evaluation(int(pk), actor=request.user, reason=data.validated_data["reason"])
+        reject_evaluation(int(pk), actor=request.user, reason=data.validated_data["reason"])
         return Response(_evaluation_data(int(pk)))
 
 

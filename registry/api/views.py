@@ -13,8 +13,9 @@ from accounts.access import Action, Principal, require, scope_team_filter, team_
 from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
 from modelyard.errors import NotFound
-from registry import cards, services
+from registry import cards
 from registry.access import model_for
+from registry.aliases import delete_alias, protect_alias, resolve_alias, set_alias
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -29,8 +30,11 @@ from registry.api.serializers import (
     RegisteredModelUpdateSerializer,
 )
 from registry.choices import VersionStatus
+from registry.deletion import delete_version
 from registry.filters import ModelVersionFilter, RegisteredModelFilter, UtcIsoDateTimeFilter
 from registry.models import Alias, ModelVersion, RegisteredModel
+from registry.registered_models import create_model, update_model
+from registry.versions import get_version, register_version
 
 
 class RegisteredModelViewSet(
@@ -58,7 +62,7 @@ class RegisteredModelViewSet(
         data = RegisteredModelUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), self.kwargs["name"], Action.CHANGE)
-        model = services.update_model(name=self.kwargs["name"], actor=request.user, **data.validated_data)
+        model = update_model(name=self.kwargs["name"], actor=request.user, **data.validated_data)
         return Response(RegisteredModelSerializer(self.get_queryset().get(pk=model.pk)).data)
 
     @extend_schema(request=RegisteredModelCreateSerializer,
@@ -68,7 +72,7 @@ class RegisteredModelViewSet(
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         team = team_for_new_model(Principal.of(request), fields.pop("team"))
-        model = services.create_model(actor=request.user, team=team, **fields)
+        model = create_model(actor=request.user, team=team, **fields)
         model = self.get_queryset().get(pk=model.pk)
         return Response(RegisteredModelSerializer(model).data, status=status.HTTP_201_CREATED)
 
@@ -114,7 +118,7 @@ class ModelVersionViewSet(
         upload = data.validated_data["artifact"]
         with uploaded_file_path(upload) as path:
             fields = data.validated_data
-            version = services.register_version(
+            version = register_version(
                 model=model, artifact_path=path, filename=upload.name, metadata=fields["metadata"],
                 tags=fields["tags"], actor=request.user, signature=fields.get("signature"),
                 max_batch_size=fields.get("max_batch_size"),
@@ -132,10 +136,10 @@ class ModelVersionViewSet(
     )
     def destroy(self, request, *args, **kwargs):
         principal = Principal.of(request)
-        version = services.get_version(self.kwargs["model_name"], int(self.kwargs["version"]), visible_to=principal)
+        version = get_version(self.kwargs["model_name"], int(self.kwargs["version"]), visible_to=principal)
         require(principal, Action.DELETE_VERSION, model=version.model, version=version)
-        services.delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
-                                actor=request.user)
+        delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
+                       actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -157,7 +161,7 @@ class AliasDetailView(APIView):
     @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)})
     def get(self, request, model_name: str, alias: str):
         model_for(Principal.of(request), model_name)
-        return Response(ModelVersionSerializer(services.resolve_alias(model_name, alias)).data)
+        return Response(ModelVersionSerializer(resolve_alias(model_name, alias)).data)
 
     @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
                    description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner; moving "
@@ -167,7 +171,7 @@ class AliasDetailView(APIView):
         data = AliasSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
-        row = services.set_alias(
+        row = set_alias(
             model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user,
             reason=data.validated_data["reason"],
         )
@@ -179,8 +183,8 @@ class AliasDetailView(APIView):
         data = AliasProtectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.PROTECT_ALIAS, alias=alias)
-        row = services.protect_alias(model_name=model_name, alias=alias, actor=Principal.of(request),
-                                     **data.validated_data)
+        row = protect_alias(model_name=model_name, alias=alias, actor=Principal.of(request),
+                            **data.validated_data)
         return Response(AliasSerializer(self._loaded(row)).data)
 
     @staticmethod
@@ -191,7 +195,7 @@ class AliasDetailView(APIView):
                    description="409 while the alias is protected: an owner unlocks it first.")
     def delete(self, request, model_name: str, alias: str):
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
-        services.delete_alias(model_name=model_name, alias=alias, actor=request.user)
+        delete_alias(model_name=model_name, alias=alias, actor=request.user)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -232,7 +236,7 @@ class ModelCardView(APIView):
 
     @extend_schema(responses={200: ModelCardSerializer, **error_responses(404)})
     def get(self, request, model_name: str, version: int):
-        found = services.get_version(model_name, version, visible_to=Principal.of(request))
+        found = get_version(model_name, version, visible_to=Principal.of(request))
         return Response(ModelCardSerializer(cards.card_of(found)).data)
 
     @extend_schema(request=ModelCardUpdateSerializer,
@@ -243,7 +247,7 @@ class ModelCardView(APIView):
         data = ModelCardUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.CHANGE)
-        found = services.get_version(model_name, version)
+        found = get_version(model_name, version)
         # The raw values, so a value the serializer would coerce (a "0.9" string) is refused by the service.
         fields = {key: request.data[key] for key in data.validated_data}
         return Response(ModelCardSerializer(cards.update_card(found, actor=request.user, **fields)).data)
@@ -255,5 +259,5 @@ class ModelCardReadmeView(APIView):
     @extend_schema(responses={(200, "text/markdown"): OpenApiResponse(OpenApiTypes.STR, description="README.md"),
                               **error_responses(404)})
     def get(self, request, model_name: str, version: int):
-        found = services.get_version(model_name, version, visible_to=Principal.of(request))
+        found = get_version(model_name, version, visible_to=Principal.of(request))
         return HttpResponse(cards.readme(cards.card_of(found)), content_type="text/markdown; charset=utf-8")

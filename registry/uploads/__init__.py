@@ -7,7 +7,7 @@ declared MD5 and SHA-256 (:mod:`.part_digests`). On completion the part ETags ar
 with the declared MD5s, the upload turns VERIFYING and a Celery task (:func:`verify_upload`,
 queue ``default``) checks them again, joins the parts in S3, checks the object's composite ETag
 and size, reads a ``.zip``'s central directory or a plain ``.tar``'s headers by ranged GETs, and
-registers the version through ``registry.services.register_version`` with the client's sha256;
+registers the version through ``registry.versions.register_version`` with the client's sha256;
 a background task (``registry.integrity``) re-hashes the stored bytes once afterwards. Compressed
 tars and BentoML exports are inspected and hashed while they stream from S3 once. Single model
 files, stores whose ETags are not MD5s, and clients that declare no part digests take the older

@@ -17,9 +17,10 @@ from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound, ServiceUnavailable
 from modelyard.states import IllegalTransition, StateMachine
 from registry.choices import UploadStatus
+from registry.enqueue import Job, job
 from registry.formats import check_filename
 from registry.models import ModelVersion, Upload, UploadPart
-from registry.services import _check_lineage, _validate_tags, get_model
+from registry.registered_models import get_model, validate_tags
 from registry.storage import (
     MAX_PART_BYTES,
     MAX_PARTS,
@@ -29,8 +30,8 @@ from registry.storage import (
     StorageError,
     UploadedPart,
 )
-from registry.tasks import verify_upload_task
 from registry.uploads import part_digests
+from registry.versions import check_lineage
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def start_upload(
     if max_batch_size is not None and (isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int)
                                        or max_batch_size < 0):
         raise InvalidInput("max_batch_size must be 0 or more")
-    fields = {"metadata": metadata or {}, "tags": _validate_tags(tags), "lineage": _check_lineage(lineage)}
+    fields = {"metadata": metadata or {}, "tags": validate_tags(tags), "lineage": check_lineage(lineage)}
     if signature is not None:
         fields["signature"] = signature
     if max_batch_size is not None:
@@ -324,7 +325,7 @@ def complete_upload(upload: Upload, *, sha256: str = "", actor=None, store: Arti
     with transaction.atomic():
         if transition(upload, UploadStatus.VERIFYING, sha256=digest or upload.sha256):
             upload_id = str(upload.pk)
-            transaction.on_commit(lambda: verify_upload_task.apply_async(args=[upload_id], queue="default"))
+            transaction.on_commit(lambda: job(Job.VERIFY_UPLOAD, upload_id))
             logger.info("upload %s of %s complete by %s; verifying", upload.pk, upload.model.name, actor)
     return upload
 

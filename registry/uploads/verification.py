@@ -10,13 +10,13 @@ from django.db import transaction
 
 from modelyard.errors import InvalidInput
 from registry.choices import UploadStatus, UploadVerification
+from registry.enqueue import Job, job
 from registry.formats import RANGED, STREAMED, prepare_stored_archive, stored_archive_reading
 from registry.models import Upload
-from registry.services import register_version
 from registry.storage import ArtifactStore, StorageError
-from registry.tasks import verify_version_bytes_task
 from registry.uploads import part_digests
 from registry.uploads.lifecycle import _discard_staging, fail_upload, transition
+from registry.versions import register_version
 
 logger = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _register(upload: Upload, store: ArtifactStore, **artifact) -> Upload:
             transition(upload, UploadStatus.COMPLETED, version=version, sha256=artifact["sha256"])
             error = ""
             if version.sha256_verified_at is None:
-                transaction.on_commit(lambda: verify_version_bytes_task.apply_async(args=[version.pk], queue="default"))
+                transaction.on_commit(lambda: job(Job.VERIFY_VERSION_BYTES, version.pk))
     if error:
         return fail_upload(upload, error, store=store)
     _discard_staging(upload, store)

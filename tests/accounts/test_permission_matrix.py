@@ -28,9 +28,9 @@ from deployments.choices import TargetState
 from deployments.models import DeploymentTarget, Profile, Replay, ServingHost
 from deployments.services import start_deployment
 from modelyard_agent.profiling.sweep import parse_sweep
-from promotions import services as promotions
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, Webhook
+from promotions.policies import create_policy
 from registry.choices import ArtifactFormat
 from registry.models import Alias, ModelVersion, RegisteredModel, Upload
 
@@ -206,7 +206,7 @@ def world(db) -> dict:
         "prod": start_deployment(model_name="resnet", version=1, host_names=["gpu-prod"], actor=people["owner"]).pk,
     }
     DeploymentTarget.objects.update(state=TargetState.READY)  # both hosts serve v1 (their Triton is unreachable)
-    policy = promotions.create_policy(model_name="resnet", candidate_alias="staging", target_alias="production")
+    policy = create_policy(model_name="resnet", candidate_alias="staging", target_alias="production")
     ids["policy"] = policy.pk
     ids["evaluation"] = PromotionEvaluation.objects.create(
         policy=policy, decision=Decision.AWAITING_APPROVAL, candidate_version=versions[0]).pk

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from accounts.models import ApiToken
 from accounts.tokens import issue_token
-from registry.services import create_model, update_model
+from registry.registered_models import create_model, update_model
 from tests.browser.conftest import PASSWORD
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]

@@ -10,9 +10,9 @@ from deployments.models import Deployment, DeploymentTarget, RolloutEvent, Servi
 from deployments.services import start_deployment
 from deployments.targets import build_agent_payload, record_target_progress
 from modelyard.errors import Conflict, InvalidInput
+from registry.aliases import set_alias
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
-from registry.services import set_alias
 
 pytestmark = pytest.mark.django_db
 

@@ -7,10 +7,10 @@ from django.test.utils import CaptureQueriesContext
 from deployments.models import Deployment
 from deployments.rollouts import follow_alias
 from deployments.services import start_deployment
-from promotions import services
+from promotions import policies
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, PromotionPolicy
-from registry.services import set_alias
+from registry.aliases import set_alias
 from tests.factories import page_with_panels
 from tests.promotions.support import iris_with_aliases
 
@@ -45,7 +45,7 @@ def test_a_canary_is_a_deployment_that_follows_the_candidate_alias_on_a_subset_o
 @pytest.fixture
 def policy(db):
     iris_with_aliases(production=1, staging=2)
-    return services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
+    return policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
                                   max_p95_ms=25, window_seconds=600)
 
 
@@ -75,7 +75,7 @@ def test_the_policies_section_costs_the_same_queries_however_many_evaluations_an
     client.get("/promotions/models/iris/")
     with CaptureQueriesContext(connection) as few:
         client.get("/promotions/models/iris/")
-    other = services.create_policy(model_name="iris", candidate_alias="canary", target_alias="production")
+    other = policies.create_policy(model_name="iris", candidate_alias="canary", target_alias="production")
     for _ in range(8):
         evaluation(policy, Decision.HELD)
         evaluation(other, Decision.PROMOTED)

@@ -12,7 +12,7 @@ from deployments.models import Deployment
 from deployments.rollouts import follow_alias
 from modelyard.errors import Conflict
 from monitoring.prometheus import PrometheusClient
-from promotions import services
+from promotions import evaluations, policies
 from promotions.choices import Decision
 from registry.models import Alias
 from tests.fixtures.services import free_port
@@ -24,13 +24,13 @@ GATES = {"window_seconds": 60, "min_requests": 600, "max_p95_ms": 20, "max_error
 
 
 def evaluate(policy, client) -> object:
-    evaluation = services.request_evaluation(policy.pk)
-    return services.evaluate(evaluation.pk, client=client)
+    evaluation = evaluations.request_evaluation(policy.pk)
+    return evaluations.evaluate(evaluation.pk, client=client)
 
 
 def policy_for(staging: int, **changes):
     model = iris_with_aliases(production=1, staging=staging)
-    return services.create_policy(model_name=model.name, candidate_alias="staging", target_alias="production",
+    return policies.create_policy(model_name=model.name, candidate_alias="staging", target_alias="production",
                                   **{**GATES, **changes})
 
 
@@ -103,13 +103,13 @@ def test_a_passing_candidate_waits_for_approval_then_an_approver_promotes_it(pro
     assert evaluation.decision == Decision.AWAITING_APPROVAL
     assert production() == 1
     approver = get_user_model().objects.create_user(username="lead", is_staff=True)
-    approved = services.approve_evaluation(evaluation.pk, actor=approver)
+    approved = evaluations.approve_evaluation(evaluation.pk, actor=approver)
     assert (approved.decision, approved.decided_by) == (Decision.APPROVED, approver)
     assert production() == 2
     audit = AuditEvent.objects.get(action=AuditAction.ALIAS_SET, data__alias="production")
     assert audit.data["approved_by"] == "lead" and audit.actor_label == f"policy:{policy.pk}"
     with pytest.raises(Conflict):
-        services.reject_evaluation(evaluation.pk, actor=approver)
+        evaluations.reject_evaluation(evaluation.pk, actor=approver)
 
 
 def test_a_protected_target_waits_for_an_owners_approval_who_is_recorded_with_the_reason(prometheus):
@@ -126,10 +126,10 @@ def test_a_protected_target_waits_for_an_owners_approval_who_is_recorded_with_th
 
     maintainer = team_member(get_user_model().objects.create_user(username="dev"), Role.MAINTAINER)
     with pytest.raises(Forbidden, match="moving the protected alias 'production' needs the owner role"):
-        services.approve_evaluation(evaluation.pk, actor=maintainer)
+        evaluations.approve_evaluation(evaluation.pk, actor=maintainer)
     assert production() == 1
     owner = team_member(get_user_model().objects.create_user(username="lead"), Role.OWNER)
-    services.approve_evaluation(evaluation.pk, actor=owner)
+    evaluations.approve_evaluation(evaluation.pk, actor=owner)
     assert production() == 2
     audit = AuditEvent.objects.get(action=AuditAction.ALIAS_SET, data__alias="production")
     assert (audit.data["protected"], audit.data["owner"], audit.data["approved_by"]) == (True, "lead", "lead")
@@ -143,7 +143,7 @@ def test_approval_is_refused_once_the_target_moved_since_the_evaluation(promethe
     Alias.objects.filter(name="production").update(version=policy.model.versions.get(version=3))
     approver = get_user_model().objects.create_user(username="lead", is_staff=True)
     with pytest.raises(Conflict, match="moved since"):
-        services.approve_evaluation(evaluation.pk, actor=approver)
+        evaluations.approve_evaluation(evaluation.pk, actor=approver)
     assert production() == 3
 
 

@@ -19,7 +19,7 @@ from django_celery_beat.models import IntervalSchedule
 from accounts.choices import Role
 from accounts.services import set_membership
 from deployments.models import Deployment
-from promotions import services
+from promotions import evaluations, policies
 from promotions.choices import Decision, DeliveryStatus, EvaluationTrigger
 from promotions.models import PromotionEvaluation, WebhookDelivery
 from promotions.webhooks import create_webhook
@@ -50,7 +50,7 @@ def test_ci_runs_a_policy_a_worker_promotes_the_good_candidate_and_webhooks_repo
 ):
     model = iris_with_aliases(production=1, staging=2)
     following(model, "production", ["gpu-prod"])
-    policy = services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production", **GATES)
+    policy = policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production", **GATES)
     with override_settings(WEBHOOK_ALLOW_PRIVATE=True):
         create_webhook(url=receiver.url, secret=SECRET, events=["promotion", "rollout.succeeded", "rollout.failed"])
     start_celery_worker("default", env={"MODELYARD_PROMETHEUS_URL": prometheus.url,
@@ -93,16 +93,16 @@ def test_a_worker_holds_a_bad_candidate_and_records_an_error_while_prometheus_is
     prometheus, start_celery_worker
 ):
     iris_with_aliases(production=1, staging=3)
-    policy = services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production", **GATES)
+    policy = policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production", **GATES)
     worker = start_celery_worker("default", env={"MODELYARD_PROMETHEUS_URL": prometheus.url})
-    held = services.request_evaluation(policy.pk)
+    held = evaluations.request_evaluation(policy.pk)
     wait_for(lambda: PromotionEvaluation.objects.get(pk=held.pk).decision != Decision.PENDING, timeout=60,
              what="the worker's evaluation")
     held.refresh_from_db()
     assert held.decision == Decision.HELD and "error rate" in held.reason
     worker.stop()
     start_celery_worker("default", env={"MODELYARD_PROMETHEUS_URL": f"http://127.0.0.1:{free_port()}"})
-    blind = services.request_evaluation(policy.pk)
+    blind = evaluations.request_evaluation(policy.pk)
     wait_for(lambda: PromotionEvaluation.objects.get(pk=blind.pk).decision != Decision.PENDING, timeout=60,
              what="an evaluation made without Prometheus")
     error = PromotionEvaluation.objects.get(pk=blind.pk)
@@ -118,7 +118,7 @@ def test_celery_beat_runs_a_policy_on_its_schedule_and_picks_up_an_edit_without_
     once-a-year crontab, then the policy's PeriodicTask is switched to a two-second interval while
     beat runs. The database scheduler notices the change (it checks every few seconds)."""
     iris_with_aliases(production=1, staging=2)
-    policy = services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
+    policy = policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
                                     schedule="0 0 1 1 *", **GATES)
     dead_s3 = f"http://127.0.0.1:{free_port()}"  # beat also sends the project's own periodic tasks
     start_celery_worker("default", env={"MODELYARD_PROMETHEUS_URL": prometheus.url,

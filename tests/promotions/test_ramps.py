@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from deployments.choices import CanaryState, DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget
 from modelyard.errors import InvalidInput
-from promotions import services
+from promotions import evaluations, policies
 from promotions.choices import Decision
 from registry.choices import ArtifactFormat
 from registry.models import Alias
@@ -31,13 +31,13 @@ def ramp_policy(candidate: int, percent: float = 5, artifact_format: str = Artif
     for target in served.targets.select_related("host"):
         DeploymentTarget.objects.create(deployment=canary, host=target.host, state=TargetState.READY,
                                         previous_version=served.version)
-    policy = services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
+    policy = policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
                                     **{**GATES, "ramp_steps": [5, 25, 50, 100], **changes})
     return policy, canary
 
 
 def run(policy, prometheus):
-    return services.evaluate(services.request_evaluation(policy.pk).pk, client=prometheus.client)
+    return evaluations.evaluate(evaluations.request_evaluation(policy.pk).pk, client=prometheus.client)
 
 
 def test_a_passing_canary_climbs_each_step_and_the_last_one_promotes_it(prometheus):
@@ -91,7 +91,7 @@ def test_an_approved_step_is_taken_by_the_approver(prometheus):
     evaluation = run(policy, prometheus)
     assert evaluation.decision == Decision.AWAITING_APPROVAL and "to move the canary" in evaluation.reason
     owner = get_user_model().objects.create_user(username="owner", is_staff=True)
-    approved = services.approve_evaluation(evaluation.pk, actor=owner)
+    approved = evaluations.approve_evaluation(evaluation.pk, actor=owner)
     canary.refresh_from_db()
     assert approved.decision == Decision.ADVANCED and canary.canary_percent == 25.0
     assert approved.decided_by == owner
@@ -111,7 +111,7 @@ def test_a_ramp_without_an_active_canary_is_an_error_saying_how_to_start_one(pro
 def test_ramp_steps_are_checked(db, steps, says):
     iris_with_aliases(production=1, staging=2)
     with pytest.raises(InvalidInput, match=says):
-        services.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
+        policies.create_policy(model_name="iris", candidate_alias="staging", target_alias="production",
                                ramp_steps=steps)
 
 

@@ -11,7 +11,7 @@ from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.replay.triton import replay_triton_version
 from modelyard_agent.runtimes.triton import TritonRuntime
 from modelyard_agent.triton_staging import AgentPaths, stage_version
-from promotions import gates, services
+from promotions import evaluations, gates, policies
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation
 from registry.models import Alias, ModelVersion, RegisteredModel
@@ -55,7 +55,7 @@ def test_policy_replay_settings_are_checked_naming_the_field(db):
                        ({"replay_max_requests": 0}, "replay_max_requests"),
                        ({"replay_argmax_outputs": "scores"}, "replay_argmax_outputs")):
         with pytest.raises(Exception, match=field):
-            services.create_policy(model_name="thr", candidate_alias="staging", target_alias="production", **bad)
+            policies.create_policy(model_name="thr", candidate_alias="staging", target_alias="production", **bad)
 
 
 # -- on a real Triton ---------------------------------------------------------------------------------
@@ -111,14 +111,14 @@ def fleet(db, triton_server, artifacts):
 
 def evaluate(policy, prometheus):
     evaluation = PromotionEvaluation.objects.create(policy=policy)
-    return services.evaluate(evaluation.pk, client=prometheus.client)
+    return evaluations.evaluate(evaluation.pk, client=prometheus.client)
 
 
 def test_a_candidate_that_differs_on_a_known_share_is_reported_at_that_share_and_held_and_an_identical_one_passes(
         fleet, prometheus, django_capture_on_commit_callbacks):
     candidate, run_agent = fleet
     candidate(2, flip_above=7.0)
-    policy = services.create_policy(model_name="thr", candidate_alias="staging", target_alias="production",
+    policy = policies.create_policy(model_name="thr", candidate_alias="staging", target_alias="production",
                                     min_requests=None, min_agreement=0.95, max_latency_regression=2.0)
 
     first = evaluate(policy, prometheus)

@@ -11,7 +11,7 @@ from deployments.choices import JobStatus
 from deployments.models import Replay, ServingHost
 from deployments.replays import record_replay_report
 from modelyard.errors import InvalidInput
-from promotions import services
+from promotions import evaluations, policies
 from promotions.choices import Decision
 from promotions.models import PromotionEvaluation
 from registry.models import Alias, ModelVersion, RegisteredModel
@@ -33,14 +33,14 @@ def policy(db):
         Alias.objects.create(model=model, name=alias, version=version)
     ServingHost.objects.create(name="edge", inference_url="http://edge:8080", last_heartbeat_at=timezone.now(),
                                heartbeat=heartbeat())
-    return services.create_policy(model_name="thr", candidate_alias="staging", target_alias="production",
+    return policies.create_policy(model_name="thr", candidate_alias="staging", target_alias="production",
                                   min_requests=None, min_agreement=0.95, max_latency_regression=1.0,
                                   replay_pace=50)
 
 
 def evaluate(policy, prometheus) -> PromotionEvaluation:
     evaluation = PromotionEvaluation.objects.create(policy=policy)
-    return services.evaluate(evaluation.pk, client=prometheus.client)
+    return evaluations.evaluate(evaluation.pk, client=prometheus.client)
 
 
 def test_the_next_evaluation_after_a_failed_replay_says_why_and_starts_another_at_the_policys_pace(
@@ -113,10 +113,10 @@ def test_the_policy_page_shows_the_replay_an_evaluation_judged_and_only_owners_i
 def test_the_replay_pace_is_bounded_and_named_when_out_of_bounds(policy, admin_api):
     for pace in (0.5, 1001, "fast", True):
         with pytest.raises(InvalidInput, match="replay_pace must be a number of requests per second from 1 to 1000"):
-            services.update_policy(policy.pk, replay_pace=pace)
-    assert services.update_policy(policy.pk, replay_pace=1000).replay_pace == 1000.0
+            policies.update_policy(policy.pk, replay_pace=pace)
+    assert policies.update_policy(policy.pk, replay_pace=1000).replay_pace == 1000.0
     answer = admin_api.patch(f"/api/v1/promotion-policies/{policy.pk}/", {"replay_pace": 2000}, format="json")
     assert answer.status_code == 400 and "replay_pace" in answer.content.decode()
     assert admin_api.get(f"/api/v1/promotion-policies/{policy.pk}/").json()["replay_pace"] == 1000.0
-    created = services.create_policy(model_name="thr", candidate_alias="staging", target_alias="canary")
+    created = policies.create_policy(model_name="thr", candidate_alias="staging", target_alias="canary")
     assert created.replay_pace == 20.0

@@ -4,9 +4,9 @@ import pytest
 from django.db import connection
 
 from audit.models import AuditEvent
-from registry import services
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from registry.versions import register_version
 from tests.fixtures.concurrency import at_once
 
 
@@ -85,7 +85,7 @@ def test_twenty_parallel_registrations_get_twenty_distinct_consecutive_numbers(s
     if connection.vendor != "postgresql":
         pytest.skip("row locks are only exercised on PostgreSQL")
     model = RegisteredModel.objects.create(name="iris")
-    numbers, errors = at_once(lambda: services.register_version(model=model, artifact_path=iris_archive).version, 20)
+    numbers, errors = at_once(lambda: register_version(model=model, artifact_path=iris_archive).version, 20)
     assert errors == []
     assert sorted(numbers) == list(range(1, 21))
     model.refresh_from_db()

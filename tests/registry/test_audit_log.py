@@ -63,7 +63,7 @@ def test_events_of_no_model_are_shown_to_administrators_only(history, client, us
 def test_details_read_as_labelled_values_and_objects_by_their_names(history, client, user):
     from deployments.hosts import update_host
     from deployments.models import ServingHost
-    from registry.services import update_model
+    from registry.registered_models import update_model
 
     update_model(name="iris", description="iris species", tags={"team": "vision"}, actor=user)
     ServingHost.objects.create(name="gpu-7", inference_url="http://gpu-7:8000")

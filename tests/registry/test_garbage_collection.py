@@ -12,11 +12,11 @@ from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.models import AuditEvent
-from registry import services
 from registry.choices import ArtifactFormat, UploadStatus, VersionStatus
 from registry.gc import collect_garbage
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore
+from registry.versions import register_version
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_an_object_whose_registration_has_not_committed_yet_survives(store, iris
 
     def register():
         try:
-            outcome["version"] = services.register_version(
+            outcome["version"] = register_version(
                 model=model, artifact_path=iris_archive, store=SlowToCommit(bucket=store.bucket)
             )
         finally:

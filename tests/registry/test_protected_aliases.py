@@ -124,8 +124,8 @@ def test_the_model_page_locks_and_moves_a_protected_alias_with_a_reason(iris, ow
 
 def test_an_automated_actor_cannot_move_a_protected_alias(iris):
     from modelyard.errors import Forbidden
-    from promotions.services import PolicyActor
-    from registry.services import set_alias
+    from promotions.evaluations import PolicyActor
+    from registry.aliases import set_alias
 
     Alias.objects.filter(name="staging").update(protected=True)
     with pytest.raises(Forbidden, match="only an owner of team 'default' moves it"):

@@ -6,7 +6,9 @@ received and the joined object's ETag as ``md5(part digests)-N``; it checks no `
 the client declared reaches the store here, and the ETag comparison is what refuses it.
 """
 
+import base64
 import hashlib
+import json
 import os
 import tarfile
 import zipfile
@@ -20,7 +22,8 @@ from audit.models import AuditEvent
 from deployments.models import Deployment, ServingHost
 from promotions.models import WebhookDelivery
 from promotions.webhooks import create_webhook
-from registry import integrity, uploads
+from registry import integrity, tasks, uploads
+from registry.enqueue import Job
 from registry.models import ModelVersion, RegisteredModel, Upload
 from registry.storage import ArtifactStore, composite_etag, hex_to_base64
 from tests.registry.conftest import VALID_CONFIG, MiB, make_large_archive
@@ -227,6 +230,26 @@ def test_the_re_hash_marks_a_matching_version_verified(api_client, s3_endpoint, 
     version = integrity.verify_version_bytes(version.pk)
     assert version.status == "ready" and version.sha256_verified_at is not None
     assert "checked by the server" in client.get("/models/iris/versions/1/").content.decode()
+
+
+def queued(broker) -> list[tuple[str, list]]:
+    """``[(task name, args)]`` of the messages waiting on the ``default`` queue (kombu keeps each as JSON)."""
+    messages = [json.loads(raw) for raw in broker.lrange("default", 0, -1)]
+    return [(m["headers"]["task"], json.loads(base64.b64decode(m["body"]))[0]) for m in messages]
+
+
+def test_completing_an_upload_and_registering_its_version_queue_the_worker_tasks_by_name(
+    api_client, s3_endpoint, iris, large_archive, broker, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        upload_id = upload_through_the_api(api_client, large_archive)
+    assert queued(broker) == [("registry.verify_upload", [upload_id])]
+    broker.flushdb()
+    with django_capture_on_commit_callbacks(execute=True):
+        version = uploads.verify_upload(upload_id).version
+    assert queued(broker) == [("registry.verify_version_bytes", [version.pk])]
+    assert {Job.VERIFY_UPLOAD, Job.VERIFY_VERSION_BYTES} == {tasks.verify_upload_task.name,
+                                                            tasks.verify_version_bytes_task.name}
 
 
 def test_two_uploads_claiming_one_digest_never_share_bytes(api_client, s3_endpoint, iris, large_archive, tmp_path):

@@ -10,8 +10,9 @@ from audit.models import AuditEvent
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from modelyard.errors import NotFound
-from registry import services
+from registry.aliases import set_alias
 from registry.choices import ArtifactFormat, VersionStatus
+from registry.deletion import delete_version
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
 from tests.factories import api_client_for
 
@@ -44,9 +45,9 @@ def serve(version: ModelVersion, host_name: str, state: str = TargetState.READY)
 
 
 def test_deleting_a_version_removes_its_aliases_in_the_same_transaction_and_audits_each(api_client, iris, user):
-    services.set_alias(model_name="iris", alias="production", version=3, actor=user)
-    services.set_alias(model_name="iris", alias="staging", version=3, actor=user)
-    services.set_alias(model_name="iris", alias="canary", version=2, actor=user)
+    set_alias(model_name="iris", alias="production", version=3, actor=user)
+    set_alias(model_name="iris", alias="staging", version=3, actor=user)
+    set_alias(model_name="iris", alias="canary", version=2, actor=user)
 
     assert api_client.delete("/api/v1/models/iris/versions/3/").status_code == 204
 
@@ -134,16 +135,16 @@ def test_a_deleted_version_cannot_be_deployed_or_aliased(iris, user):
     from deployments.services import start_deployment
 
     ServingHost.objects.create(name="gpu-a", inference_url="http://gpu-0:8000")
-    services.delete_version(model_name="iris", version=1, actor=user)
+    delete_version(model_name="iris", version=1, actor=user)
     with pytest.raises(NotFound):
         start_deployment(model_name="iris", version=1, host_names=["gpu-a"], actor=user)
     with pytest.raises(NotFound):
-        services.set_alias(model_name="iris", alias="production", version=1, actor=user)
+        set_alias(model_name="iris", alias="production", version=1, actor=user)
     assert not Deployment.objects.exists() and not Alias.objects.exists()
 
 
 def test_a_version_is_deleted_from_its_page_after_confirmation(client, iris, user):
-    services.set_alias(model_name="iris", alias="production", version=3, actor=user)
+    set_alias(model_name="iris", alias="production", version=3, actor=user)
     client.force_login(user)
     assert 'href="/models/iris/versions/3/delete/"' in client.get("/models/iris/versions/3/").content.decode()
 

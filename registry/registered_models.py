@@ -1,0 +1,116 @@
+"""Registered models: create one, edit its description and tags, look one up by name.
+
+Each function takes explicit arguments, runs in one transaction where it writes, and raises
+``modelyard.errors`` exceptions that views map to HTTP. The tag rules here are the versions' too.
+"""
+
+from django.db import IntegrityError, transaction
+
+from accounts.access import can_see
+from accounts.services import default_team
+from audit.choices import AuditAction
+from audit.services import acting_user, record_audit_event
+from modelyard.errors import Conflict, InvalidInput, NotFound
+from modelyard_agent.formats.names import InvalidName, validate_name
+from registry.models import RegisteredModel
+from registry.signals import model_tags_changed
+
+
+def validate_tags(tags) -> dict[str, str]:
+    """Check a model's or a version's tags: ``None`` or a dict of string keys (1-128 characters, no ``=``)
+    to string values (at most 1024 characters). Returns a copy (``{}`` for None); raises InvalidInput."""
+    if tags is None:
+        return {}
+    if not isinstance(tags, dict):
+        raise InvalidInput("tags must be a JSON object of string keys and string values")
+    for key, value in tags.items():
+        if not isinstance(key, str) or not key.strip() or len(key) > 128:
+            raise InvalidInput(f"tag key {key!r} must be a non-empty string of at most 128 characters")
+        if "=" in key:  # searches read ?tag=key=value: a key with '=' could never be found
+            raise InvalidInput(f"tag key {key!r} must not contain '='")
+        if not isinstance(value, str) or len(value) > 1024:
+            raise InvalidInput(f"tag {key!r} must have a string value of at most 1024 characters")
+    return dict(tags)
+
+
+def create_model(*, name: str, description: str = "", tags=None, team=None, actor=None) -> RegisteredModel:
+    """Register a new model name.
+
+    Args:
+        name: the model name; normalised and checked against ``modelyard_agent.formats.names``.
+        team: the owning ``accounts.Team`` (callers check the actor may create models there);
+            None for the default team.
+        description: free text.
+        tags: a dict of string keys to string values.
+        actor: the requesting user.
+
+    Returns:
+        The new RegisteredModel.
+
+    Raises:
+        InvalidInput: the name or tags are invalid.
+        Conflict: a model with that name exists.
+    """
+    try:
+        clean_name = validate_name(name)
+    except InvalidName as exc:
+        raise InvalidInput(str(exc)) from exc
+    clean_tags = validate_tags(tags)
+    try:
+        with transaction.atomic():
+            model = RegisteredModel.objects.create(
+                name=clean_name, description=description or "", tags=clean_tags, created_by=acting_user(actor),
+                team=team or default_team(),
+            )
+            record_audit_event(
+                action=AuditAction.MODEL_CREATED, actor=actor, obj_type="model", obj_id=model.pk, model=model,
+                data={"name": model.name, "team": model.team.name},
+            )
+    except IntegrityError as exc:
+        raise Conflict(f"a model named {clean_name!r} already exists") from exc
+    return model
+
+
+def update_model(*, name: str, description: str | None = None, tags=None, actor=None) -> RegisteredModel:
+    """Change a model's description and/or tags (``None`` leaves a field as it is); audited with before/after.
+
+    Raises:
+        NotFound: no such model.
+        InvalidInput: invalid tags.
+    """
+    model = get_model(name)
+    changes = {}
+    if description is not None and description != model.description:
+        changes["description"] = {"from": model.description, "to": description}
+        model.description = description
+    if tags is not None:
+        clean = validate_tags(tags)
+        if clean != model.tags:
+            changes["tags"] = {"from": model.tags, "to": clean}
+            model.tags = clean
+    if changes:
+        with transaction.atomic():
+            model.save(update_fields=["description", "tags", "updated_at"])
+            record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
+                               model=model, data=changes)
+            if "tags" in changes:
+                model_tags_changed.send(sender=RegisteredModel, model=model, before=changes["tags"]["from"],
+                                        after=changes["tags"]["to"], actor=actor)
+    return model
+
+
+def get_model(name: str, *, visible_to=None) -> RegisteredModel:
+    """Return the model called ``name``.
+
+    Args:
+        name: the model's name.
+        visible_to: an ``accounts.access.Principal``; when given, a model of a team it cannot
+            read is reported exactly as a missing one, so names do not leak across teams.
+
+    Raises:
+        NotFound: there is none (or none the principal may read).
+    """
+    model = RegisteredModel.objects.select_related("team").filter(name=name).first()
+    if model is None or (visible_to is not None and not can_see(visible_to, model)):
+        raise NotFound(f"no model named {name!r}")
+    return model
