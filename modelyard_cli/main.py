@@ -36,6 +36,7 @@ from pathlib import Path
 
 from requests_toolbelt.multipart.encoder import MultipartEncoder, MultipartEncoderMonitor
 
+from modelyard_cli.arguments import SIZE_UNITS, TIME_UNITS, json_arg, parse_quantity
 from modelyard_cli.client import Client, CLIError
 from modelyard_cli.multipart import UploadFailed, progress_bar, upload_file
 
@@ -196,13 +197,13 @@ def cmd_deploy(client: Client, args) -> int:
     if args.config_overrides and args.config:
         raise CLIError("give --config-overrides or --config recommended, not both")
     if args.config_overrides:
-        request["config_overrides"] = _json_arg("--config-overrides", args.config_overrides)
+        request["config_overrides"] = json_arg("--config-overrides", args.config_overrides)
     if args.config:
         request["config"] = args.config
     if args.canary is not None:
         request["canary_percent"] = args.canary
     if args.max_request_bytes is not None:
-        request["max_request_bytes"] = parse_quantity(args.max_request_bytes, _SIZE_UNITS, "--max-request-bytes")
+        request["max_request_bytes"] = parse_quantity(args.max_request_bytes, SIZE_UNITS, "--max-request-bytes")
     if args.shadow is not None:
         request["shadow_percent"] = args.shadow
     body = client.request("POST", "deployments/", json=request)
@@ -211,13 +212,6 @@ def cmd_deploy(client: Client, args) -> int:
         return 0
     print(f"deployment {body['id']} started", file=sys.stderr)
     return wait_for_deployment(client, body["id"], args.timeout)
-
-
-def _json_arg(flag: str, value: str):
-    try:
-        return json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise CLIError(f"{flag} is not valid JSON: {exc.msg}") from exc
 
 
 PROFILE_ENDED = {"succeeded", "failed", "cancelled"}
@@ -275,7 +269,7 @@ def cmd_profile(client: Client, args) -> int:
         raise CLIError("give --preset or --sweep, not both")
     request: dict = {"host": args.host}
     if args.sweep:
-        request["sweep"] = _json_arg("--sweep", args.sweep)
+        request["sweep"] = json_arg("--sweep", args.sweep)
     elif args.preset:
         request["sweep"] = args.preset
     if args.slo_p99_ms is not None:
@@ -296,32 +290,6 @@ def cmd_profiles(client: Client, args) -> int:
     return wait_for_profile(client, args.profile, args.timeout)
 
 
-_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "kb": 1000, "mb": 1000**2,
-               "gb": 1000**3, "tb": 1000**4}
-_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_quantity(text: str, units: dict[str, int], what: str) -> int:
-    """``text`` as a whole number of base units: ``256MiB`` -> 268435456 (bytes), ``7d`` -> 604800 (seconds).
-
-    Raises:
-        CLIError: not a number followed by one of ``units`` (the message names them).
-    """
-    clean = text.strip().lower()
-    number = clean.rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = clean[len(number):]
-    try:
-        value = float(number)
-    except ValueError:
-        value = -1
-    known = ", ".join(u for u in units if u)
-    if unit not in units and value >= 0:
-        raise CLIError(f"{what} {text!r}: unknown unit {unit!r}; the units are {known}")
-    if unit not in units or value < 0:
-        raise CLIError(f"{what} {text!r} must be a number with one of the units {known}")
-    return round(value * units[unit])
-
-
 def cmd_capture(client: Client, args) -> int:
     """``modelyard capture show|off <model>`` and ``modelyard capture set <model> [--fraction F] [--max-bytes
     256MiB] [--retention 7d]``: print the model's capture (settings, each host's counts, warnings) as JSON."""
@@ -338,9 +306,9 @@ def cmd_capture(client: Client, args) -> int:
             if args.fraction is not None:
                 change["fraction"] = args.fraction
             if args.max_bytes is not None:
-                change["max_bytes"] = parse_quantity(args.max_bytes, _SIZE_UNITS, "--max-bytes")
+                change["max_bytes"] = parse_quantity(args.max_bytes, SIZE_UNITS, "--max-bytes")
             if args.retention is not None:
-                change["retention_seconds"] = parse_quantity(args.retention, _TIME_UNITS, "--retention")
+                change["retention_seconds"] = parse_quantity(args.retention, TIME_UNITS, "--retention")
             if not change:
                 raise CLIError("capture set needs --fraction, --max-bytes or --retention")
         body = client.request("PATCH", path, json=change)
