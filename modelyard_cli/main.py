@@ -38,6 +38,7 @@ from requests_toolbelt.multipart.encoder import MultipartEncoder, MultipartEncod
 
 from modelyard_cli.arguments import SIZE_UNITS, TIME_UNITS, json_arg, parse_quantity
 from modelyard_cli.client import Client, CLIError
+from modelyard_cli.jobs import wait_for_job
 from modelyard_cli.multipart import UploadFailed, progress_bar, upload_file
 
 TERMINAL = {"succeeded", "failed", "cancelled", "rolled_back", "paused"}
@@ -214,9 +215,6 @@ def cmd_deploy(client: Client, args) -> int:
     return wait_for_deployment(client, body["id"], args.timeout)
 
 
-PROFILE_ENDED = {"succeeded", "failed", "cancelled"}
-
-
 def wait_for_profile(client: Client, profile_id: int, timeout: float, interval: float = 1.0) -> int:
     """Poll a profile until it ends: 0 when it succeeded, else 1.
 
@@ -227,24 +225,13 @@ def wait_for_profile(client: Client, profile_id: int, timeout: float, interval: 
     Raises:
         CLIError: the timeout (seconds) passed first.
     """
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        body = client.request("GET", f"profiles/{profile_id}/")
-        progress = body["progress"]
-        shown = (body["status"], progress["done"], progress["step"])
-        if shown != last:
-            last = shown
-            step = f" — {progress['step']}" if progress["step"] else ""
-            print(f"profile {profile_id}: {body['status']}, {progress['done']}/{progress['total']} measured{step}",
-                  file=sys.stderr)
-        if body["status"] in PROFILE_ENDED:
-            _print_card(body["rows"])
-            print(json.dumps({k: body[k] for k in ("id", "status", "message", "slo_p99_ms", "recommended")}))
-            return 0 if body["status"] == "succeeded" else 1
-        if time.monotonic() > deadline:
-            raise CLIError(f"profile {profile_id} still {body['status']} after {timeout:g} s")
-        time.sleep(interval)
+    return wait_for_job(client, f"profiles/{profile_id}/", f"profile {profile_id}", "measured", _show_profile,
+                        timeout, interval)
+
+
+def _show_profile(body: dict) -> None:
+    _print_card(body["rows"])
+    print(json.dumps({k: body[k] for k in ("id", "status", "message", "slo_p99_ms", "recommended")}))
 
 
 def _print_card(rows: list[dict]) -> None:
@@ -375,9 +362,6 @@ def cmd_promote(client: Client, args) -> int:
     return wait_for_evaluation(client, body["id"], args.timeout)
 
 
-REPLAY_ENDED = {"succeeded", "failed", "cancelled"}
-
-
 def _fmt(value, digits: int = 3, unit: str = "") -> str:
     return "-" if value is None else f"{value:.{digits}f}{unit}"
 
@@ -451,23 +435,8 @@ def wait_for_replay(client: Client, replay_id: int, timeout: float, interval: fl
     Raises:
         CLIError: the timeout (seconds) passed first.
     """
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        body = client.request("GET", f"replays/{replay_id}/")
-        progress = body["progress"]
-        shown = (body["status"], progress["done"], progress["step"])
-        if shown != last:
-            last = shown
-            step = f" — {progress['step']}" if progress["step"] else ""
-            print(f"replay {replay_id}: {body['status']}, {progress['done']}/{progress['total']} requests{step}",
-                  file=sys.stderr)
-        if body["status"] in REPLAY_ENDED:
-            print(replay_summary(body))
-            return 0 if body["status"] == "succeeded" else 1
-        if time.monotonic() > deadline:
-            raise CLIError(f"replay {replay_id} still {body['status']} after {timeout:g} s")
-        time.sleep(interval)
+    return wait_for_job(client, f"replays/{replay_id}/", f"replay {replay_id}", "requests",
+                        lambda body: print(replay_summary(body)), timeout, interval)
 
 
 def cmd_replay(client: Client, args) -> int:
