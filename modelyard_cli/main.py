@@ -28,9 +28,8 @@ import argparse
 import json
 import os
 import sys
-import time
 
-from modelyard_cli import deployments, registry
+from modelyard_cli import deployments, promotions, registry
 from modelyard_cli.arguments import SIZE_UNITS, TIME_UNITS, json_arg, parse_quantity
 from modelyard_cli.client import Client, CLIError
 from modelyard_cli.jobs import wait_for_job
@@ -124,36 +123,6 @@ def cmd_capture(client: Client, args) -> int:
     for warning in body.get("warnings") or []:
         print(f"modelyard: warning: {warning}", file=sys.stderr)
     return 0
-
-
-def wait_for_evaluation(client: Client, evaluation_id: int, timeout: float, interval: float = 2.0) -> int:
-    """Poll a promotion evaluation until its decision is final; 0 when it promoted, else 1.
-
-    Prints the evaluation (decision, reason, metrics) as JSON to stdout. An evaluation awaiting
-    approval keeps being polled until someone approves or rejects it, or the timeout passes.
-
-    Raises:
-        CLIError: the timeout (seconds) passed first.
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        body = client.request("GET", f"promotion-evaluations/{evaluation_id}/")
-        if body["final"]:
-            print(json.dumps({k: body[k] for k in ("id", "decision", "reason", "candidate_version",
-                                                  "target_version", "metrics")}))
-            return 0 if body["decision"] in ("promoted", "approved") else 1
-        if time.monotonic() > deadline:
-            raise CLIError(f"evaluation {evaluation_id} still {body['decision']} after {timeout:g} s")
-        time.sleep(interval)
-
-
-def cmd_promote(client: Client, args) -> int:
-    body = client.request("POST", f"promotion-policies/{args.policy}/run/")
-    if not args.wait:
-        print(json.dumps({"id": body["id"], "decision": body["decision"]}))
-        return 0
-    print(f"evaluation {body['id']} queued", file=sys.stderr)
-    return wait_for_evaluation(client, body["id"], args.timeout)
 
 
 def _fmt(value, digits: int = 3, unit: str = "") -> str:
@@ -299,12 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     registry.add_alias_parser(sub)
     deployments.add_deploy_parser(sub)
     deployments.add_wait_parser(sub)
-    promote = sub.add_parser("promote", help="run a promotion policy's evaluation now")
-    promote.add_argument("action", choices=["run"])
-    promote.add_argument("policy", type=int, help="the policy's id")
-    promote.add_argument("--wait", action="store_true", help="wait for the decision; exit 1 unless promoted")
-    promote.add_argument("--timeout", type=float, default=600, help="seconds to wait (default 600)")
-    promote.set_defaults(func=cmd_promote)
+    promotions.add_promote_parser(sub)
 
     profile = sub.add_parser("profile", help="measure a version's performance card on a host with perf_analyzer")
     profile.add_argument("model")
