@@ -212,3 +212,23 @@ def test_every_domain_error_names_a_listed_code_of_its_status():
     for cls in classes:
         assert cls.code in ERROR_CODES, cls
         assert ERROR_CODES[cls.code][0] == cls.status_code, cls
+
+
+def test_the_schema_documents_every_error_with_the_envelope_and_its_codes(api_client):
+    schema = api_client.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    error = schema["components"]["schemas"]["Error"]
+    assert error["required"] == ["detail", "code"]
+    assert error["properties"]["code"]["enum"] == list(ERROR_CODES)
+    assert all(f"`{code}`" in error["description"] for code in ERROR_CODES)
+    refs = {response["content"]["application/json"]["schema"]["$ref"]
+            for item in schema["paths"].values() for operation in item.values() if isinstance(operation, dict)
+            for status, response in operation.get("responses", {}).items() if status[0] in "45"}
+    assert refs == {"#/components/schemas/Error"}
+
+
+def test_the_readme_lists_every_code():
+    from pathlib import Path
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    for code, (status, _meaning) in ERROR_CODES.items():
+        assert f"| `{code}` | {status} |" in readme, code
