@@ -50,7 +50,7 @@ class CLIError(Exception):
 class Client:
     """A thin REST client: base URL and token from the environment, JSON in and out.
 
-    Raises ``CLIError`` with the server's ``detail`` (or per-field errors) on any 4xx/5xx.
+    Raises ``CLIError`` with the server's ``detail`` (and, for ``invalid``, each field's messages) on any 4xx/5xx.
     """
 
     def __init__(self, url: str, token: str, timeout: float = 60.0):
@@ -69,11 +69,30 @@ class Client:
         except requests.RequestException as exc:
             raise CLIError(f"cannot reach {self.url}: {exc}") from exc
         if answer.status_code >= 400:
+            # The server's error envelope, {"detail", "code", "fields"}: switch on its stable code. A body
+            # without one (a proxy's page, a server older than the envelope) is shown as it came.
             try:
                 body = answer.json()
-                message = body.get("detail") if isinstance(body, dict) and "detail" in body else json.dumps(body)
             except ValueError:
+                body = None
+            if body is None:
                 message = answer.text[:500]
+            elif not (isinstance(body, dict) and isinstance(body.get("code"), str)):
+                message = body["detail"] if isinstance(body, dict) and "detail" in body else json.dumps(body)
+            else:
+                detail = str(body.get("detail", ""))
+                match body["code"]:
+                    case "invalid":
+                        fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
+                        message = "\n".join([detail, *(
+                            f"  {name}: {' '.join(map(str, texts if isinstance(texts, list) else [texts]))}"
+                            for name, texts in fields.items())])
+                    case "not_authenticated" | "authentication_failed":
+                        message = f"{detail} (the token in MODELYARD_TOKEN)"
+                    case "throttled" if "Retry-After" in answer.headers:
+                        message = f"{detail} (retry after {answer.headers['Retry-After']} s)"
+                    case _:  # not_found, conflict, permission_denied, ...: the server's sentence says it all
+                        message = detail
             raise CLIError(f"HTTP {answer.status_code}: {message}")
         return answer.json() if answer.content else None
 
