@@ -43,6 +43,7 @@ class TokenRejected(DomainError):
     """A presented token cannot be used (unknown, revoked, expired, inactive user): HTTP 401."""
 
     status_code = 401
+    code = "authentication_failed"
 
 
 def token_digest(plaintext: str) -> str:

@@ -33,6 +33,8 @@ class BreakingSignature(Conflict):
     """A rollout would replace, on some host, a version whose clients the new version's signature breaks;
     it starts only when confirmed (HTTP 409 until then)."""
 
+    code = "breaking_signature"  # a client may repeat the request with confirm_breaking
+
 
 def signature_breaks(model_version: ModelVersion, hosts: list[ServingHost]) -> list[str]:
     """What breaks for the clients of each version ``model_version`` would replace on ``hosts``.

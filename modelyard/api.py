@@ -1,25 +1,16 @@
-"""REST API wiring shared by the apps: the error handler and upload helpers."""
+"""REST API wiring shared by the apps: input checks, error documentation, upload helpers, pagination.
 
-import re
+The error handler and the error envelope live in ``modelyard.api_errors``.
+"""
+
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
-from django.http import Http404, JsonResponse
-from django.views.decorators.csrf import csrf_exempt
-from kombu.exceptions import OperationalError as KombuOperationalError
-from rest_framework import pagination, serializers, status
+from rest_framework import pagination, serializers
 from rest_framework.exceptions import ValidationError
-from rest_framework.response import Response
-from rest_framework.views import exception_handler as drf_exception_handler
-
-from modelyard.errors import DomainError
-
-_DEFAULT_NOT_FOUND = re.compile(r"No .+ matches the given query\.")
 
 
 class RefuseUnknownFields:
@@ -42,58 +33,20 @@ class RefuseUnknownFields:
 
 
 class ErrorSerializer(serializers.Serializer):
-    """An error answer: ``{"detail": "..."}``."""
+    """An error answer, the envelope of ``modelyard.api_errors``: ``{"detail", "code", "fields"}``.
+
+    Only its name reaches the schema: ``modelyard.schema`` replaces the ``Error`` component with
+    the whole envelope (``code``'s enum of ``ERROR_CODES``, and ``fields``, a name DRF's
+    ``Serializer.fields`` keeps from being declared here).
+    """
 
     detail = serializers.CharField()
+    code = serializers.CharField()
 
 
 def error_responses(*statuses: int) -> dict:
-    """OpenAPI responses for domain errors: ``{status: ErrorSerializer}`` for each HTTP status given.
-
-    Document a status only where every answer with it is ``{"detail": ...}`` (a 400 may also carry
-    per-field messages, so it is not documented this way).
-    """
+    """OpenAPI responses for errors: ``{status: ErrorSerializer}`` for each HTTP status given."""
     return dict.fromkeys(statuses, ErrorSerializer)
-
-
-@csrf_exempt  # it changes nothing; a POST to a wrong path must say 404, not fail the CSRF check
-def api_not_found(request) -> JsonResponse:
-    """A path under ``/api/v1/`` that names no endpoint: 404 ``{"detail": ...}``, like every other API error."""
-    hint = "; API paths end with '/'" if not request.path.endswith("/") else ""
-    return JsonResponse({"detail": f"no API endpoint at {request.path}{hint}; see /api/schema/"}, status=404)
-
-
-def exception_handler(exc, context):
-    """Turn a service's ``DomainError`` into ``{"detail": message}`` with its HTTP status, and a task queue lost
-    after the check of ``modelyard.celery.require_broker`` into a 503 of the same shape.
-
-    Everything else goes to DRF's own handler (validation errors keep their
-    per-field shape).
-    """
-    if isinstance(exc, DomainError):
-        return Response({"detail": exc.message}, status=exc.status_code)
-    if isinstance(exc, Http404) and _DEFAULT_NOT_FOUND.fullmatch(str(exc)) and (view := context.get("view")):
-        # get_object_or_404's "No Replay matches the given query.": name what was looked for instead.
-        queryset, lookup = getattr(view, "queryset", None), getattr(view, "lookup_url_kwarg", None) or getattr(
-            view, "lookup_field", "pk")
-        key = getattr(view, "kwargs", {}).get(lookup)
-        if queryset is not None and key is not None:
-            return Response({"detail": f"no {queryset.model._meta.verbose_name} {key}"},
-                            status=status.HTTP_404_NOT_FOUND)
-    if isinstance(exc, KombuOperationalError):
-        # The task queue stopped answering between a service's check (modelyard.celery.require_broker) and its
-        # publish on commit: what the request wrote is recorded, its work not queued.
-        return Response({"detail": f"the task queue (Redis) stopped answering ({exc}) after the change was "
-                                   "recorded; its work was not queued: check the change and retry once the queue "
-                                   "is back"}, status=status.HTTP_503_SERVICE_UNAVAILABLE)
-    if isinstance(exc, RequestDataTooBig):  # Django's own limit on form fields, which it answers in HTML
-        return Response({"detail": f"the request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} "
-                                   "bytes, the limit for fields other than uploaded files"},
-                        status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
-    return drf_exception_handler(exc, context)
-
-
-
 
 
 @contextmanager

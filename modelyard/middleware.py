@@ -14,7 +14,7 @@ class FormBodyLimitMiddleware:
     bare HTML "Bad Request (400)". This middleware reads the form first (placed before
     ``CsrfViewMiddleware``) and answers such a request with ``form_too_large.html``: what the limit
     is, that nothing was saved, and a link back to the form. API paths (``/api/``) are left to DRF,
-    whose exception handler answers JSON 413 (``modelyard.api.exception_handler``).
+    whose exception handler answers JSON 413 (``modelyard.api_errors.exception_handler``).
     """
 
     def __init__(self, get_response):

@@ -5,23 +5,36 @@ services, the same for every view, so they are added here by rule (``document_er
 ``POSTPROCESSING_HOOKS`` entry):
 
 - 401 and 403 on every operation (no or a bad token; a missing scope or role);
-- 400 on operations that take a body or query parameters (validation, malformed JSON, a bad filter),
-  with DRF's shapes: ``{"detail": ...}`` or ``{"<field>": ["message", ...]}``;
+- 400 on operations that take a body or query parameters (validation, malformed JSON, a bad filter);
 - 404 on operations with path parameters, a ``cursor`` or a body (an unknown object, also one a body
   names, or an invalid cursor);
 - 409 on operations that change state (``POST``, ``PUT``, ``PATCH``, ``DELETE``);
 - 413 and 415 on operations that take a body (over the size limit, an unsupported media type).
 
-The fuzzer checks that each answer's status is documented (``status_code_conformance`` in
+Every one of them is the error envelope of ``modelyard.api_errors``, the ``Error`` component:
+``{"detail": str, "code": one of ERROR_CODES, "fields": {name: [str]}}`` (``fields`` on ``invalid``
+answers only). The fuzzer checks that each answer's status is documented (``status_code_conformance`` in
 ``tests/fuzzing.py``), so an operation answering outside these rules fails CI.
 """
 
+from modelyard.api_errors import ERROR_CODES
+
 ERROR = {"$ref": "#/components/schemas/Error"}
-ERROR_COMPONENT = {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]}
-VALIDATION_ERROR_COMPONENT = {
+CODE_TABLE = "| code | status | meaning |\n|---|---|---|\n" + "".join(
+    f"| `{code}` | {status} | {meaning} |\n" for code, (status, meaning) in ERROR_CODES.items())
+ERROR_COMPONENT = {
     "type": "object",
-    "description": "`{\"detail\": message}`, or per-field messages: `{\"<field>\": [\"message\", ...]}`",
-    "additionalProperties": {},
+    "description": f"Every error answer of the API. `code` is stable: switch on it, not on `detail`.\n\n{CODE_TABLE}",
+    "properties": {
+        "detail": {"type": "string", "description": "What went wrong, a sentence for people"},
+        "code": {"type": "string", "enum": list(ERROR_CODES), "description": "What went wrong, for programs"},
+        "fields": {
+            "type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            "description": "On `invalid` answers only: each refused field (`config.max_batch_size`, `hosts.0`) "
+                           "and its messages; empty when the request as a whole is refused",
+        },
+    },
+    "required": ["detail", "code"],
 }
 DESCRIPTIONS = {
     "400": "The request is malformed or a value is invalid",
@@ -40,7 +53,8 @@ def _error(status: str, schema: dict) -> dict:
 
 
 def document_error_statuses(result: dict, generator, request, public) -> dict:
-    """Add the error answers each operation can give (see the module docstring); existing entries stay.
+    """Add the error answers each operation can give (see the module docstring); existing entries stay,
+    and every one refers to the ``Error`` component.
 
     Args:
         result: the generated OpenAPI document (a dict), changed in place.
@@ -49,9 +63,7 @@ def document_error_statuses(result: dict, generator, request, public) -> dict:
         The same document.
     """
     components = result.setdefault("components", {}).setdefault("schemas", {})
-    components.setdefault("Error", ERROR_COMPONENT)
-    components.setdefault("ValidationError", VALIDATION_ERROR_COMPONENT)
-    validation = {"$ref": "#/components/schemas/ValidationError"}
+    components["Error"] = ERROR_COMPONENT  # over the one drf-spectacular made of modelyard.api.ErrorSerializer
     for path, item in result.get("paths", {}).items():
         for method, operation in item.items():
             if not isinstance(operation, dict) or "responses" not in operation:
@@ -63,7 +75,7 @@ def document_error_statuses(result: dict, generator, request, public) -> dict:
             has_body = "requestBody" in operation
             wanted = {"401": ERROR, "403": ERROR}
             if has_body or has_query:
-                wanted["400"] = validation
+                wanted["400"] = ERROR
             if has_path or has_cursor or has_body:
                 wanted["404"] = ERROR
             if method in WRITE_METHODS:

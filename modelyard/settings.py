@@ -157,7 +157,7 @@ REST_FRAMEWORK = {
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "modelyard.api.CursorPagination",
     "PAGE_SIZE": 50,
-    "EXCEPTION_HANDLER": "modelyard.api.exception_handler",
+    "EXCEPTION_HANDLER": "modelyard.api_errors.exception_handler",
     "DEFAULT_PARSER_CLASSES": [
         "modelyard.parsers.BoundedJSONParser",
         "rest_framework.parsers.FormParser",

@@ -20,7 +20,7 @@ from deployments.api.views import (
     VersionProfilesView,
     VersionReplaysView,
 )
-from modelyard.api import api_not_found
+from modelyard.api_errors import api_not_found
 from monitoring.api.sd import ScrapeTargetsView
 from monitoring.api.views import ModelCompareView, ModelMetricSeriesView, ModelMetricsView
 from monitoring.exporter import metrics_view
@@ -84,6 +84,11 @@ def healthz(request):
     """Liveness probe: 200 ``ok`` while the web process answers."""
     return HttpResponse("ok", content_type="text/plain")
 
+
+# Django's own error answers: the error envelope under /api/, the pages elsewhere.
+handler400 = "modelyard.api_errors.handler400"
+handler404 = "modelyard.api_errors.handler404"
+handler500 = "modelyard.api_errors.handler500"
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="registry:model-list", permanent=False)),

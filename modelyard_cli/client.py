@@ -16,7 +16,8 @@ class CLIError(Exception):
 class Client:
     """A thin REST client: base URL and token from the environment, JSON in and out.
 
-    Raises ``CLIError`` with the server's ``detail`` (or per-field errors) on any 4xx/5xx.
+    Raises ``CLIError`` with the server's ``detail`` (and, for ``invalid``, each field's messages) on any
+    4xx/5xx (``error_message``).
     """
 
     def __init__(self, url: str, token: str, timeout: float = 60.0):
@@ -35,10 +36,30 @@ class Client:
         except requests.RequestException as exc:
             raise CLIError(f"cannot reach {self.url}: {exc}") from exc
         if answer.status_code >= 400:
-            try:
-                body = answer.json()
-                message = body.get("detail") if isinstance(body, dict) and "detail" in body else json.dumps(body)
-            except ValueError:
-                message = answer.text[:500]
-            raise CLIError(f"HTTP {answer.status_code}: {message}")
+            raise CLIError(f"HTTP {answer.status_code}: {error_message(answer)}")
         return answer.json() if answer.content else None
+
+
+def error_message(answer: requests.Response) -> str:
+    """What to say of a refused request: the server's error envelope (``{"detail", "code", "fields"}``, the
+    codes in README "Errors"), read by its stable code; a body without one (a proxy's page, a server older
+    than the envelope) is shown as it came (its first 500 characters)."""
+    try:
+        body = answer.json()
+    except ValueError:
+        return answer.text[:500]
+    if not (isinstance(body, dict) and isinstance(body.get("code"), str)):
+        return body["detail"] if isinstance(body, dict) and "detail" in body else json.dumps(body)
+    detail = str(body.get("detail", ""))
+    match body["code"]:
+        case "invalid":
+            fields = body.get("fields") if isinstance(body.get("fields"), dict) else {}
+            return "\n".join([detail, *(
+                f"  {name}: {' '.join(map(str, texts if isinstance(texts, list) else [texts]))}"
+                for name, texts in fields.items())])
+        case "not_authenticated" | "authentication_failed":
+            return f"{detail} (the token in MODELYARD_TOKEN)"
+        case "throttled" if "Retry-After" in answer.headers:
+            return f"{detail} (retry after {answer.headers['Retry-After']} s)"
+        case _:  # not_found, conflict, permission_denied, ...: the server's sentence says it all
+            return detail

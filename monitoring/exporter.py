@@ -32,7 +32,7 @@ Series (all counts are plain numbers, durations are seconds):
     Gauge. 1 when the Redis broker (``settings.CELERY_BROKER_URL``) answered during the scrape, else 0.
 
 Access: open by default (counts only); with ``settings.METRICS_TOKEN`` set a scrape must send
-``Authorization: Bearer <token>``.
+``Authorization: Bearer <token>``. A refusal is the API's error envelope (``modelyard.api_errors``).
 """
 
 import hmac
@@ -45,13 +45,14 @@ from django.db.models import Case, Count, FloatField, Q, Sum, When
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse
-from django.views.decorators.http import require_safe
+from django.views.decorators.csrf import csrf_exempt
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from deployments.choices import TERMINAL_TARGET_STATES, DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
+from modelyard.api_errors import error_json
 from modelyard_agent.contract import ORCHESTRATOR_QUEUE, host_queue
 from registry.choices import VersionStatus
 from registry.models import ModelVersion, RegisteredModel
@@ -235,25 +236,38 @@ METRICS_REGISTRY = CollectorRegistry(auto_describe=False)
 METRICS_REGISTRY.register(ModelyardCollector())
 
 
-def _authorized(request: HttpRequest) -> bool:
+SAFE_METHODS = ("GET", "HEAD")
+
+
+def _refusal(request: HttpRequest) -> HttpResponse | None:
+    """The error answer for a request the exporter refuses, or None when it may scrape."""
+    if request.method not in SAFE_METHODS:
+        return error_json(f"/metrics takes {' and '.join(SAFE_METHODS)}, not {request.method}",
+                          "method_not_allowed", 405, headers={"Allow": ", ".join(SAFE_METHODS)})
     token = settings.METRICS_TOKEN
     if not token:
-        return True
-    scheme, _, credentials = request.headers.get("Authorization", "").partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode())
+        return None
+    header = request.headers.get("Authorization", "")
+    scheme, _, credentials = header.partition(" ")
+    if scheme.lower() == "bearer" and hmac.compare_digest(credentials.strip().encode(), token.encode()):
+        return None
+    challenge = {"WWW-Authenticate": 'Bearer realm="metrics"'}
+    if not header:
+        return error_json("a bearer token is required", "not_authenticated", 401, headers=challenge)
+    return error_json("the bearer token is not the metrics token", "authentication_failed", 401, headers=challenge)
 
 
-@require_safe
+@csrf_exempt  # it changes nothing; a POST must be told 405 in the envelope, not fail the CSRF check in HTML
 def metrics_view(request: HttpRequest) -> HttpResponse:
     """``GET /metrics``: the series above in Prometheus's text format (0.0.4).
 
     401 with ``WWW-Authenticate: Bearer`` when ``settings.METRICS_TOKEN`` is set and the request
-    does not carry it; 200 even when the broker is down (``modelyard_celery_broker_up 0``).
+    does not carry it (``not_authenticated``, or ``authentication_failed`` for another token); 405
+    ``method_not_allowed`` for a method other than GET and HEAD; 200 even when the broker is down
+    (``modelyard_celery_broker_up 0``).
     """
-    if not _authorized(request):
-        response = HttpResponse("a bearer token is required\n", status=401, content_type="text/plain")
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
+    if (refusal := _refusal(request)) is not None:
+        return refusal
     response = HttpResponse(generate_latest(METRICS_REGISTRY), content_type=CONTENT_TYPE)
     response["Cache-Control"] = "no-store"
     return response

@@ -2,8 +2,9 @@
 
 ``load_schema()`` reads ``/api/schema/`` from the Django WSGI app in-process. ``fuzz_schema()`` sends
 every operation generated cases through the same app and checks each answer: not a server error
-unless the operation documents that status (a 503 when Triton cannot be reached), and matching the
-schema the operation documents for its status. Generation is derandomized: the same code and
+unless the operation documents that status (a 503 when Triton cannot be reached), every error the
+error envelope (``detail`` and a listed ``code``), and matching the schema the operation documents
+for its status. Generation is derandomized: the same code and
 schema give the same cases, so a failure in CI reproduces locally.
 """
 
@@ -19,6 +20,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
+from modelyard.api_errors import ERROR_CODES
+
 
 @schemathesis.check
 def no_undocumented_server_error(ctx, response, case):
@@ -29,7 +32,25 @@ def no_undocumented_server_error(ctx, response, case):
         )
 
 
-CHECKS = [no_undocumented_server_error, response_schema_conformance, status_code_conformance]
+@schemathesis.check
+def every_error_carries_detail_and_code(ctx, response, case):
+    """A 4xx or 5xx answer is the error envelope: a JSON object with a ``detail`` sentence, a ``code``
+    from ``modelyard.api_errors.ERROR_CODES`` and, on ``invalid`` answers only, ``fields``; whether or
+    not the operation documents its status."""
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if not (isinstance(body, dict) and isinstance(body.get("detail"), str) and body.get("code") in ERROR_CODES
+            and ("fields" in body) == (body["code"] == "invalid")):
+        raise AssertionError(f"{case.operation.label} answered {response.status_code} without the error envelope: "
+                             f"{response.content[:500]!r}")
+
+
+CHECKS = [no_undocumented_server_error, every_error_carries_detail_and_code, response_schema_conformance,
+          status_code_conformance]
 
 
 @dataclass

@@ -59,7 +59,8 @@ def test_brackets_inside_strings_do_not_count_towards_the_depth(api_client):
 def test_an_unknown_field_is_refused_naming_it(api_client, iris, method, path, body, field):
     answer = getattr(api_client, method)(path, body, format="json")
     assert answer.status_code == 400, answer.content
-    assert field in answer.json() and "unknown field" in answer.json()[field][0]
+    refused = answer.json()
+    assert refused["code"] == "invalid" and "unknown field" in refused["fields"][field][0]
 
 
 def test_a_browser_session_reads_the_api_but_writes_only_with_the_csrf_token(user):

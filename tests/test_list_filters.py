@@ -56,4 +56,4 @@ def test_host_filters_agent_jobs(two_models, path):
                                             ("replays", "replay"), ("promotion-evaluations", "promotion evaluation")])
 def test_an_unknown_id_is_a_404_naming_what_was_looked_for(two_models, path, name):
     answer = two_models.get(f"/api/v1/{path}/999/")
-    assert answer.status_code == 404 and answer.json() == {"detail": f"no {name} 999"}
+    assert answer.status_code == 404 and answer.json() == {"detail": f"no {name} 999", "code": "not_found"}

@@ -52,10 +52,12 @@
     return metadata;
   }
 
+  // The API's error envelope: its sentence, then each refused field's messages (an "invalid" answer).
   function describe(body) {
     if (!body) { return "no answer"; }
-    if (body.detail) { return body.detail; }
-    return Object.keys(body).map(function (k) { return k + ": " + [].concat(body[k]).join(" "); }).join("; ");
+    var fields = body.fields || {};
+    var lines = Object.keys(fields).map(function (k) { return k + ": " + [].concat(fields[k]).join(" "); });
+    return [body.detail || "the server gave no reason"].concat(lines).join("; ");
   }
 
   function api(form, method, url, body) {

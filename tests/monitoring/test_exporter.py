@@ -185,12 +185,36 @@ def test_a_configured_metrics_token_is_required_as_a_bearer_token(client, settin
     missing = client.get("/metrics")
     assert missing.status_code == 401
     assert missing["WWW-Authenticate"].startswith("Bearer")
-    assert b"modelyard_" not in missing.content
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
-    assert client.get("/metrics", HTTP_AUTHORIZATION="Token a-long-metrics-token").status_code == 401
+    assert missing.json() == {"detail": "a bearer token is required", "code": "not_authenticated"}
+    for header in ("Bearer wrong", "Token a-long-metrics-token"):
+        wrong = client.get("/metrics", HTTP_AUTHORIZATION=header)
+        assert wrong.status_code == 401 and wrong["WWW-Authenticate"].startswith("Bearer")
+        assert wrong.json()["code"] == "authentication_failed" and "a-long" not in wrong.json()["detail"]
 
     samples = scrape(client, HTTP_AUTHORIZATION="Bearer a-long-metrics-token")
     assert value(samples, "modelyard_registered_models") == 0
+
+
+def test_a_method_other_than_get_is_refused_in_the_error_envelope(client):
+    refused = client.post("/metrics")
+    assert refused.status_code == 405 and refused["Allow"] == "GET, HEAD"
+    assert refused.json() == {"detail": "/metrics takes GET and HEAD, not POST", "code": "method_not_allowed"}
+    assert client.head("/metrics").status_code == 200
+
+
+def test_a_failing_scrape_answers_a_server_error_in_the_envelope(monkeypatch):
+    from django.test import Client
+
+    from monitoring import exporter
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(exporter, "deployment_status_counts", crash)  # a fault no real scrape provokes on demand
+    answer = Client(raise_request_exception=False).get("/metrics")
+    assert answer.status_code == 500
+    assert answer.json() == {"detail": "the server failed to answer this request; the failure is logged",
+                             "code": "server_error"}
 
 
 def test_the_number_of_queries_per_scrape_does_not_grow_with_the_number_of_rows(client):

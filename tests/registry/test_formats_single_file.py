@@ -172,7 +172,7 @@ def test_a_signature_that_is_not_json_is_refused_by_the_api(api_client, s3_endpo
     with open(write_onnx(tmp_path / "double.onnx"), "rb") as handle:
         answer = api_client.post("/api/v1/models/double/versions/", {"artifact": handle, "signature": "{nope"},
                                  format="multipart")
-    assert answer.status_code == 400 and "signature" in answer.json()
+    assert answer.status_code == 400 and "signature" in answer.json()["fields"]
     assert not ModelVersion.objects.exists()
 
 

@@ -123,7 +123,7 @@ def test_it_refuses_metadata_that_is_not_a_json_object(api_client, s3_endpoint, 
     api_client.post("/api/v1/models/", {"name": "iris"}, format="json")
     answer = upload(api_client, "iris", iris_archive, metadata="[1, 2]")
     assert answer.status_code == 400
-    assert "metadata" in answer.json()
+    assert "metadata" in answer.json()["fields"]
     assert not ModelVersion.objects.exists()
 
 

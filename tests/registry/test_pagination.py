@@ -72,7 +72,7 @@ def test_paging_through_versions_and_the_audit_log_while_rows_are_added_skips_an
 @pytest.mark.parametrize("page_size", ["0", "201", "-1", "many"])
 def test_a_page_size_outside_one_to_two_hundred_is_refused_not_cut(api_client, page_size):
     answer = api_client.get(f"/api/v1/models/?page_size={page_size}")
-    assert answer.status_code == 400 and "from 1 to 200" in answer.json()["page_size"][0]
+    assert answer.status_code == 400 and "from 1 to 200" in answer.json()["fields"]["page_size"][0]
 
 
 def test_the_maximum_page_size_is_served_and_documented_in_the_schema(api_client):
