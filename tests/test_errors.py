@@ -176,7 +176,7 @@ def test_an_unexpected_failure_is_a_server_error_that_says_nothing_of_it(api_cli
     def crash(*args, **kwargs):
         raise RuntimeError("secret connection string")
 
-    monkeypatch.setattr(views.services, "create_model", crash)  # a fault no real request provokes on demand
+    monkeypatch.setattr(views, "create_model", crash)  # a fault no real request provokes on demand
     client = Client(raise_request_exception=False, HTTP_AUTHORIZATION=f"Bearer {token_for(user)}")
     answer = client.post("/api/v1/models/", {"name": "iris"}, content_type="application/json")
     body = envelope(answer, 500, "server_error")
