@@ -185,6 +185,7 @@ SPECTACULAR_SETTINGS = {
     ],
     "ENUM_NAME_OVERRIDES": {
         "DeploymentStatusEnum": "deployments.choices.DeploymentStatus",
+        "AgentJobStatusEnum": "deployments.choices.JobStatus",
         "VersionStatusEnum": "registry.choices.VersionStatus",
         "PromotionDecisionEnum": "promotions.choices.Decision",
         "ApiTokenStateEnum": "accounts.api.serializers.TOKEN_STATES",

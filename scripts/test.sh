@@ -91,9 +91,20 @@ log "manage.py makemigrations --check --dry-run"
 args=()
 ((WORKERS > 0)) && args+=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
 ((FAST)) && args+=(-m "not integration")
+# A base temporary directory of this run's own rather than pytest's shared /tmp/pytest-of-<user>:
+# every pytest session that starts closes that one to mode 700 again, and the nginx workers of this
+# run (an unprivileged user) must traverse it (tests/fixtures/services.py, traversable). Kept when
+# the run fails, for its logs; removed when it passes.
+BASETEMP="$(mktemp -d "${TMPDIR:-/tmp}/modelyard-tests.XXXXXX")"
+args+=(--basetemp "$BASETEMP/run")
 log "pytest ${args[*]} $*"
 rc=0
 "$PY" -m pytest "${args[@]}" "$@" || rc=$?
+if ((rc == 0)); then
+    rm -rf "$BASETEMP"
+else
+    log "temporary files of this run kept in $BASETEMP"
+fi
 if ((rc == 5)); then
     die "pytest collected no tests (exit 5)"
 fi
