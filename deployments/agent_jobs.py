@@ -24,7 +24,7 @@ from django.utils import timezone
 from audit.services import record_audit_event
 from deployments.choices import ACTIVE_JOB_STATES, JOB_MACHINE, JobStatus
 from deployments.enqueue import send_to_host
-from deployments.models import AgentJob
+from deployments.models import AgentJob, ServingHost
 from modelyard.celery import broker
 from modelyard.errors import Conflict, NotFound, ServiceUnavailable
 from modelyard_agent.contract import AgentTask
@@ -87,6 +87,22 @@ def build_payload(kind: JobKind, job: AgentJob, *, download_url: str) -> dict:
     (``staging_payload``) and the kind's own (``kind.payload``)."""
     return {f"{kind.name}_id": job.pk, **staging_payload(job.version, job.host, download_url=download_url),
             **kind.payload(job)}
+
+
+def refuse_a_second(kind: JobKind, host: ServingHost) -> None:
+    """Inside the caller's transaction, before it creates a job: lock ``host``'s row (so two requests
+    cannot both pass) and refuse when a job of this kind is queued or running there, since a host runs
+    one at a time.
+
+    Raises:
+        Conflict: one is; the message names it, its version and its status.
+    """
+    ServingHost.objects.select_for_update().get(pk=host.pk)
+    running = (kind.model.objects.filter(host=host, status__in=ACTIVE_JOB_STATES)
+               .select_related("version__model").first())
+    if running is not None:
+        raise Conflict(f"{kind.name} {running.pk} ({running.version}) is {running.status} on {host.name!r}; a host "
+                       f"runs one {kind.name} at a time (cancel it, or wait)")
 
 
 def dispatch(kind: JobKind, job_id: int) -> bool:

@@ -16,13 +16,14 @@ host at a time. The card's figures feed:
 from __future__ import annotations
 
 import logging
+from functools import partial
 
 from django.db import transaction
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments import agent_jobs
-from deployments.choices import ACTIVE_JOB_STATES, RUNTIME_FORMATS, JobStatus
+from deployments.choices import RUNTIME_FORMATS, JobStatus
 from deployments.enqueue import Job, job
 from deployments.models import Profile, ServingHost
 from modelyard.celery import require_broker
@@ -98,11 +99,7 @@ def start_profile(*, model_name: str, version: int, host_name: str, sweep=None, 
         raise InvalidInput(f"sweep: {exc}") from exc
     require_broker("the profile")
     with transaction.atomic():
-        ServingHost.objects.select_for_update().get(pk=host.pk)  # one profile per host: serialise the check
-        running = Profile.objects.filter(host=host, status__in=ACTIVE_JOB_STATES).first()
-        if running is not None:
-            raise Conflict(f"profile {running.pk} ({running.version}) is {running.status} on {host.name!r}; "
-                           "a host runs one profile at a time (cancel it, or wait)")
+        agent_jobs.refuse_a_second(PROFILE_JOBS, host)
         profile = Profile.objects.create(version=model_version, host=host, sweep=checked.as_dict(),
                                          slo_p99_ms=slo_p99_ms, created_by=acting_user(actor))
         record_audit_event(action=AuditAction.PROFILE_STARTED, actor=actor, obj_type="profile", obj_id=profile.pk,
@@ -122,41 +119,12 @@ def _max_batch_size(version: ModelVersion) -> int:
         raise InvalidInput(f"{version}'s config.pbtxt does not parse: {exc}") from exc
 
 
-def build_profile_payload(profile: Profile, *, download_url: str) -> dict:
-    """The ``modelyard_agent.contract.ProfilePayload`` for ``profile`` (``agent_jobs.build_payload``)."""
-    return agent_jobs.build_payload(PROFILE_JOBS, profile, download_url=download_url)
-
-
-def cancel_profile(profile_id: int, *, actor=None) -> Profile:
-    """Stop a profile: a queued one ends CANCELLED now, a running one when its agent sees the stop
-    (within about a second) and reports it.
-
-    Raises:
-        NotFound: no such profile.
-        Conflict: it has ended already.
-        ServiceUnavailable: the broker cannot be reached (nothing changed).
-    """
-    return agent_jobs.cancel(PROFILE_JOBS, profile_id, actor=actor)
-
-
-def record_profile_report(profile_id: int, report: dict) -> bool:
-    """Store an agent's progress or result for a profile (``contract.ProfileReport``); a report that would
-    move an ended profile (a late ``running`` after a cancel) is ignored (``agent_jobs.record_report``).
-
-    Returns:
-        True when the report was taken.
-    """
-    return agent_jobs.record_report(PROFILE_JOBS, profile_id, report)
-
-
-def fail_stalled_profiles(*, now=None) -> list[int]:
-    """Fail profiles whose agent stopped reporting: no report for the sweep's time budget plus
-    ``settings.PROFILE_STALL_GRACE`` seconds (the agent reports at least after every measurement).
-
-    Returns:
-        The ids of the profiles failed.
-    """
-    return agent_jobs.fail_stalled(PROFILE_JOBS, now=now)
+# The agent-job operations (``deployments.agent_jobs``: payload, cancel, report, stall) bound to
+# profiles; the API, the pages, the orchestrator's tasks and the reconciler call these.
+build_profile_payload = partial(agent_jobs.build_payload, PROFILE_JOBS)
+cancel_profile = partial(agent_jobs.cancel, PROFILE_JOBS)
+record_profile_report = partial(agent_jobs.record_report, PROFILE_JOBS)
+fail_stalled_profiles = partial(agent_jobs.fail_stalled, PROFILE_JOBS)
 
 
 def card_for(version: ModelVersion, host: ServingHost | None = None) -> Profile | None:

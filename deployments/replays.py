@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+from functools import partial
 
 from django.db import transaction
 
@@ -216,11 +217,7 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     budget = count / rate * 2 + BUDGET_ALLOWANCE_SECONDS + float(host.load_deadline_seconds or 0)
     require_broker("the replay")
     with transaction.atomic():
-        ServingHost.objects.select_for_update().get(pk=host.pk)  # one replay per host: serialise the check
-        running = Replay.objects.filter(host=host, status__in=ACTIVE_JOB_STATES).first()
-        if running is not None:
-            raise Conflict(f"replay {running.pk} is {running.status} on {host.name!r}; a host runs one replay at "
-                           "a time (cancel it, or wait)")
+        agent_jobs.refuse_a_second(REPLAY_JOBS, host)
         replay = Replay.objects.create(version=candidate, against=against_version, host=host, tolerances=checked,
                                        max_requests=count, pace=float(rate), time_budget_s=round(budget, 1),
                                        created_by=acting_user(actor))
@@ -232,42 +229,12 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     return replay
 
 
-def build_replay_payload(replay: Replay, *, download_url: str) -> dict:
-    """The ``modelyard_agent.contract.ReplayPayload`` for ``replay`` (``agent_jobs.build_payload``): the
-    candidate's artifact, the version it is compared against, tolerances and pace."""
-    return agent_jobs.build_payload(REPLAY_JOBS, replay, download_url=download_url)
-
-
-def cancel_replay(replay_id: int, *, actor=None) -> Replay:
-    """Stop a replay: a queued one ends CANCELLED now, a running one when its agent sees the stop (within
-    about a second), removes its copy and reports it.
-
-    Raises:
-        NotFound: no such replay.
-        Conflict: it has ended already.
-        ServiceUnavailable: the broker cannot be reached (nothing changed).
-    """
-    return agent_jobs.cancel(REPLAY_JOBS, replay_id, actor=actor)
-
-
-def record_replay_report(replay_id: int, report: dict) -> bool:
-    """Store an agent's progress or result for a replay (``contract.ReplayReport``); a report that would
-    move an ended replay (a late ``running`` after a cancel) is ignored (``agent_jobs.record_report``).
-
-    Returns:
-        True when the report was taken.
-    """
-    return agent_jobs.record_report(REPLAY_JOBS, replay_id, report)
-
-
-def fail_stalled_replays(*, now=None) -> list[int]:
-    """Fail replays whose agent stopped reporting: no report for the replay's time budget plus
-    ``settings.PROFILE_STALL_GRACE`` seconds.
-
-    Returns:
-        The ids of the replays failed.
-    """
-    return agent_jobs.fail_stalled(REPLAY_JOBS, now=now)
+# The agent-job operations (``deployments.agent_jobs``: payload, cancel, report, stall) bound to
+# replays; the API, the pages, the orchestrator's tasks and the reconciler call these.
+build_replay_payload = partial(agent_jobs.build_payload, REPLAY_JOBS)
+cancel_replay = partial(agent_jobs.cancel, REPLAY_JOBS)
+record_replay_report = partial(agent_jobs.record_report, REPLAY_JOBS)
+fail_stalled_replays = partial(agent_jobs.fail_stalled, REPLAY_JOBS)
 
 
 def latest_replay(candidate: ModelVersion, against: ModelVersion, *, since=None, tolerances: dict | None = None,
