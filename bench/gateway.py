@@ -213,6 +213,9 @@ def run(args: argparse.Namespace) -> dict:
     if not Path(binary).exists():
         raise RuntimeError(f"{binary} is missing: run scripts/install_perf_analyzer.sh (make install)")
     workdir = Path(tempfile.mkdtemp(prefix="modelyard-bench-gateway-"))
+    # nginx's workers (nobody, under root) spool request bodies and write the capture below it, and a
+    # root agent's nginx refuses to start under a directory they cannot traverse.
+    workdir.chmod(0o711)
     repository = workdir / "repository"
     repository.mkdir()
     install = _triton_install()
@@ -233,7 +236,6 @@ def run(args: argparse.Namespace) -> dict:
     gateway = triton_gateway(gateway_url)
     bare = bare_nginx(workdir / "bare-nginx", triton.http_url.removeprefix("http://"), gateway.workers)
     agent = TritonHostAgent()
-    workdir.chmod(0o711)  # nginx's workers (nobody, under root) write the capture below it
     try:
         archives = {"iris": build_iris_archive(workdir / "iris.tar.gz", name="iris"),
                     DEVICE_MODEL: build_device_archive(workdir, DEVICE_MODEL, args.device_ms)}
