@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
 
-from modelyard.api_errors import ERROR_CODES
+from tests.plugins.envelope import envelope_problem
 
 
 @schemathesis.check
@@ -39,14 +39,9 @@ def every_error_carries_detail_and_code(ctx, response, case):
     not the operation documents its status."""
     if response.status_code < 400:
         return
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not (isinstance(body, dict) and isinstance(body.get("detail"), str) and body.get("code") in ERROR_CODES
-            and ("fields" in body) == (body["code"] == "invalid")):
+    if problem := envelope_problem(response.content):
         raise AssertionError(f"{case.operation.label} answered {response.status_code} without the error envelope: "
-                             f"{response.content[:500]!r}")
+                             f"{problem}")
 
 
 CHECKS = [no_undocumented_server_error, every_error_carries_detail_and_code, response_schema_conformance,
