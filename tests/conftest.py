@@ -81,14 +81,20 @@ def broker():
 def _forget_declared_queues() -> None:
     """Drop the connections and producers kombu pooled, and with them its memory of the queues it
     declared: after a flush it would otherwise skip re-declaring them and never write their
-    ``_kombu.binding.*`` keys again, so what a test sees would hang on which test ran before it."""
+    ``_kombu.binding.*`` keys again, so what a test sees would hang on which test ran before it.
+
+    kombu keys its pools by broker URL, so the orchestrator's and the agent's Celery apps share them:
+    both forget theirs, or the one left holding a closed pool fails its next send ("Acquire on closed
+    pool")."""
     import kombu.pools
 
-    from modelyard.celery import app
+    from modelyard.celery import app as orchestrator
+    from modelyard_agent.app import app as agent
 
     kombu.pools.reset()
-    app._pool = None
-    app.amqp._producer_pool = None
+    for app in (orchestrator, agent):
+        app._pool = None
+        app.amqp._producer_pool = None
 
 
 @pytest.fixture
