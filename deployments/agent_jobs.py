@@ -172,7 +172,8 @@ def cancel(kind: JobKind, job_id: int, *, actor=None) -> AgentJob:
         except redis.exceptions.RedisError as exc:
             raise ServiceUnavailable(f"the broker cannot be reached to stop {kind.name} {job_id}: {exc}") from exc
         if job.status == JobStatus.QUEUED:
-            JOB_MACHINE.move(job, JobStatus.CANCELLED, finished_at=timezone.now(), updated_at=timezone.now(),
+            now = timezone.now()
+            JOB_MACHINE.move(job, JobStatus.CANCELLED, finished_at=now, updated_at=now,
                              message="cancelled before its host's agent started it")
         else:
             job.step = "stopping"
