@@ -10,6 +10,7 @@ from celery import shared_task
 from modelyard.celery import DATABASE_ERRORS
 from modelyard.errors import ServiceUnavailable
 from registry import integrity, uploads
+from registry.enqueue import Job
 from registry.gc import collect_garbage
 from registry.models import Upload
 from registry.storage import StorageError
@@ -19,7 +20,7 @@ logger = logging.getLogger(__name__)
 VERIFY_MAX_RETRIES = 5
 
 
-@shared_task(name="registry.verify_upload", bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
+@shared_task(name=Job.VERIFY_UPLOAD.value, bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
 def verify_upload_task(self, upload_id: str) -> None:
     """Verify a completed multipart upload and register its version (idempotent).
 
@@ -42,7 +43,7 @@ def verify_upload_task(self, upload_id: str) -> None:
         raise self.retry(exc=exc, countdown=10 * 2**self.request.retries) from exc
 
 
-@shared_task(name="registry.verify_version_bytes", bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
+@shared_task(name=Job.VERIFY_VERSION_BYTES.value, bind=True, acks_late=True, max_retries=VERIFY_MAX_RETRIES)
 def verify_version_bytes_task(self, version_id: int) -> None:
     """Re-hash a version's stored bytes once, off the upload's critical path (idempotent).
 
