@@ -102,6 +102,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
          name="api-docs"),
     path("api/v1/", include((api_v1, "api"), namespace="api")),
+    # Any other path under /api/ answers the error envelope by a route of its own, so that it does with
+    # DEBUG on too (Django's handler404 answers only with DEBUG off; on, it shows its debug page).
+    re_path(r"^api/", api_not_found, name="api-not-found"),
     path("account/", include("accounts.urls")),
     path("models/", include("registry.urls")),
     path("audit/", registry_views.audit_log, name="audit-log"),

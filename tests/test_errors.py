@@ -125,6 +125,12 @@ def test_a_path_under_api_outside_v1_is_not_found_in_the_envelope_too(api_client
     assert body["detail"] == "no API endpoint at /api/nothing/; see /api/schema/"
 
 
+def test_a_path_under_api_outside_v1_is_the_envelope_with_debug_on_too(api_client, settings):
+    settings.DEBUG = True  # the local default, under which Django's handler404 is not used
+    body = envelope(api_client.get("/api/"), 404, "not_found")
+    assert body["detail"] == "no API endpoint at /api/; see /api/schema/"
+
+
 def test_a_page_that_does_not_exist_is_still_the_html_404_page(client):
     answer = client.get("/nothing/")
     assert answer.status_code == 404 and answer["Content-Type"].startswith("text/html")
