@@ -51,7 +51,8 @@ def infer(session: requests.Session, gateway, version: int | None = None, key: s
 
 def test_it_passes_the_client_endpoints_and_refuses_the_repository_api(gateway):
     with requests.Session() as session:
-        assert session.get(f"{gateway.url}/v2/health/ready", timeout=10).status_code == 200
+        ready = session.get(f"{gateway.url}/v2/health/ready", timeout=10)
+        assert ready.status_code == 200, TritonRuntime(f"http://{gateway.triton}").repository_index()
         assert session.get(f"{gateway.url}/v2/models/{MODEL}/versions/1", timeout=10).json()["name"] == MODEL
         assert session.get(f"{gateway.url}/v2/models/{MODEL}/versions/1/stats", timeout=10).status_code == 200
         answer = infer(session, gateway)
