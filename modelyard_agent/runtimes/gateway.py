@@ -80,6 +80,9 @@ CAPTURE_BODY_LIMIT = 1 << 20
 # Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
+# The shared memory of the traffic series (modelyard_metrics.lua): about 2 KiB a series of (model, version,
+# role), so some 4,000 series; past that nginx evicts the least recently used counters.
+METRICS_DICT_SIZE = "8m"
 
 # Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
 # Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
@@ -106,6 +109,12 @@ def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *,
     client_max_body_size {int(max_body_bytes)};"""
 
 
+# The shadow copy's own log phase (nginx logs a subrequest only with log_subrequest on), where it is counted.
+SHADOW_LOG = """\
+            log_subrequest on;
+            log_by_lua_block { require("modelyard_gateway").shadow_done(ngx.var.modelyard_model) }
+"""
+
 # The proxying: kept-alive upstream connections; each request body is read whole before it is passed
 # (in memory up to client_body_buffer_size, then in tmp/), so it reaches Triton with a Content-Length and
 # never chunked (a few MB of tiny chunks overflow the stack of tritonservers before 25.07, CVE-2025-23310).
@@ -130,6 +139,7 @@ http {{
     lua_shared_dict modelyard_capture 1m;
     lua_shared_dict modelyard_drain 16k;
     lua_shared_dict modelyard_limits 1m;
+    lua_shared_dict modelyard_metrics {metrics_size};
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
         require("modelyard_limits").load("{dir}/limits.json", {max_body})
@@ -156,21 +166,24 @@ http {{
 {drain_server}        location = /healthz {{ return 200 "ok\\n"; }}
         location = /v2 {{ proxy_pass http://modelyard_triton; }}
         location /v2/health/ {{ proxy_pass http://modelyard_triton; }}
+        location = /metrics {{ content_by_lua_block {{ require("modelyard_metrics").expose() }} }}
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/infer$ {{
             set $modelyard_version "";
+            set $modelyard_role "";
+            set $modelyard_started "";
             set $modelyard_shadow "";
             set $modelyard_counted "";
             set $modelyard_shadow_counted "";
             set $modelyard_capture "";
             rewrite_by_lua_block {{
-                require("modelyard_limits").check(ngx.var.modelyard_model)
+{start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
                 require("modelyard_gateway").route(ngx.var.modelyard_model)
             }}
             add_header {version_header} $modelyard_version always;
 {capture_body}
             log_by_lua_block {{
-                require("modelyard_gateway").done()
+                require("modelyard_gateway").done(ngx.var.modelyard_model{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model)
             }}
             proxy_pass http://modelyard_triton;
@@ -183,7 +196,7 @@ http {{
             mirror_request_body on;
 {capture_body}
             log_by_lua_block {{
-                require("modelyard_gateway").done()
+                require("modelyard_gateway").done(ngx.var.modelyard_model{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model)
             }}
             proxy_pass http://modelyard_triton;
@@ -192,17 +205,19 @@ http {{
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
             set $modelyard_capture "";
             rewrite_by_lua_block {{
-                require("modelyard_limits").check(ngx.var.modelyard_model)
+{start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
             }}
 {capture_body}
-            log_by_lua_block {{ require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named) }}
+            log_by_lua_block {{
+{observe_pinned}                require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named)
+            }}
             proxy_pass http://modelyard_triton;
         }}
         location = /_modelyard_shadow {{
             internal;
             rewrite_by_lua_block {{ require("modelyard_gateway").shadow() }}
-            proxy_set_header {shadow_header} 1;
+{shadow_log}            proxy_set_header {shadow_header} 1;
             proxy_pass http://modelyard_triton;
         }}
         # A model's metadata, config, readiness and statistics, of the model or one version; not its
@@ -269,6 +284,8 @@ class TritonGateway(RouteControl, NginxProcess):
             infer request to a model without a limit of its own (``set_request_limit``).
         client_header_timeout, client_body_timeout: seconds a client may pause while it sends its headers
             or its body before it is cut off (``client_settings``).
+        measure: count every infer request and its latency (``modelyard_metrics.lua``, ``GET /metrics``);
+            False only to measure what that costs (``bench/gateway.py``).
 
     Raises:
         ValueError: ``grpc_listen`` without ``triton_grpc``.
@@ -280,8 +297,9 @@ class TritonGateway(RouteControl, NginxProcess):
                  shutdown_timeout: float = 120.0, workers: str = "auto", grpc_listen: str = "",
                  triton_grpc: str = "", max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
                  client_header_timeout: int = CLIENT_HEADER_TIMEOUT_S,
-                 client_body_timeout: int = CLIENT_BODY_TIMEOUT_S):
+                 client_body_timeout: int = CLIENT_BODY_TIMEOUT_S, measure: bool = True):
         super().__init__(directory, listen_port, listen_host, shutdown_timeout)
+        self.measure = measure
         self.client_timeouts = {"header_timeout": client_header_timeout, "body_timeout": client_body_timeout}
         if grpc_listen and not triton_grpc:
             raise ValueError("gRPC through the gateway needs Triton's own gRPC address (--triton-grpc-url)")
@@ -303,6 +321,11 @@ class TritonGateway(RouteControl, NginxProcess):
                 "limit_bytes": self.max_request_bytes}),
             proxy_settings=PROXY_SETTINGS,
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
+            metrics_size=METRICS_DICT_SIZE, measure="" if self.measure else ", false",
+            start='                require("modelyard_metrics").start()\n' if self.measure else "",
+            observe_pinned=('                require("modelyard_metrics").observe(ngx.var.modelyard_model, '
+                            'ngx.var.modelyard_named, "pinned")\n') if self.measure else "",
+            shadow_log=SHADOW_LOG if self.measure else "",
             capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
                           "            client_body_in_single_buffer on;"),
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,

@@ -10,6 +10,7 @@
 -- ("<model>/<version>"), from the moment they are given it until their log phase, so the agent stops or
 -- unloads a version only once nothing is on its way to it (GET /inflight on the control socket).
 local cjson = require("cjson.safe")
+local metrics = require("modelyard_metrics")
 
 local M = {}
 local routes = ngx.shared.modelyard_routes
@@ -70,6 +71,7 @@ local function valid(route)
 end
 
 -- Replace every route with those of `table` ({model: route}); returns nil and a message when one is malformed.
+-- The traffic series of each routed version are created at 0 (modelyard_metrics.lua's create_route).
 function M.apply(table)
     if type(table) ~= "table" then
         return nil, "routes must be a JSON object of model names"
@@ -89,6 +91,8 @@ function M.apply(table)
             return nil, "no room for the route of " .. model .. ": " .. err
         end
         count = count + 1
+        -- The series of each version routed start at 0 now (where the front measures: the Triton gateway).
+        metrics.create_route(model, route)
     end
     routes:set(GENERATION, generation)
     return count

@@ -8,6 +8,10 @@ without a config edit (the shipped configs refresh every 15 s).
 Target groups:
 
 - one per host with a ``metrics_url`` (Triton's ``/metrics``, whatever the runtime);
+- one per Triton host for its gateway: ``/metrics`` at the host's ``inference_url``, where the gateway
+  answers what it measured of every request it passed (``modelyard_agent/runtimes/modelyard_metrics.lua``:
+  ``modelyard_gateway_requests_total`` and the histogram ``modelyard_gateway_request_duration_seconds``,
+  by ``model``, ``version`` and ``role``), labelled ``source="gateway"``;
 - one per model version a BentoML host serves: each ``bentoml serve`` process serves one version
   and its series name neither model nor version, so the target carries them. The process listens
   on a loopback port of its host; the host agent's nginx, at the host's ``inference_url``, answers
@@ -51,6 +55,7 @@ from modelyard_agent.runtimes.nginx import metrics_path
 logger = logging.getLogger(__name__)
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
+GATEWAY_METRICS_PATH = "/metrics"
 LABEL_UNSAFE = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -102,6 +107,26 @@ def scrape_target_group(host: ServingHost) -> dict | None:
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         labels[f"__param_{name}"] = value
     return {"targets": [address], "labels": labels}
+
+
+def gateway_target_group(host: ServingHost) -> dict | None:
+    """Return the http_sd target group of a Triton host's gateway: ``/metrics`` under its ``inference_url``.
+
+    Args:
+        host: a serving host with runtime ``triton``; its ``inference_url`` is its gateway.
+
+    Returns:
+        ``{"targets": ["<host>:<port>"], "labels": {..., "source": "gateway", "__metrics_path__":
+        "<inference_url path>/metrics"}}``, or None when the ``inference_url`` cannot be scraped.
+    """
+    target = _target(host, host.inference_url, "inference_url")
+    if target is None:
+        return None
+    address, parts = target
+    return {"targets": [address], "labels": {
+        **_host_labels(host), "source": "gateway",
+        "__scheme__": parts.scheme, "__metrics_path__": parts.path.rstrip("/") + GATEWAY_METRICS_PATH,
+    }}
 
 
 def bento_target_groups(host: ServingHost, versions: set[tuple[str, int]]) -> list[dict]:
@@ -157,7 +182,7 @@ def scrape_target_groups() -> list[dict]:
 
     Returns:
         A list of ``{"targets": [...], "labels": {...}}``, ordered by host name, each host's
-        ``metrics_url`` group before its BentoML version groups; at most four SQL queries.
+        ``metrics_url`` group before its gateway's or its BentoML version groups; at most four SQL queries.
     """
     served = served_bento_versions()
     groups = []
@@ -167,6 +192,8 @@ def scrape_target_groups() -> list[dict]:
             groups.append(group)
         if host.runtime == Runtime.BENTOML:
             groups.extend(bento_target_groups(host, served.get(host.pk, set())))
+        elif (gateway := gateway_target_group(host)) is not None:
+            groups.append(gateway)
     return groups
 
 
@@ -176,8 +203,8 @@ class ScrapeTargetGroupSerializer(serializers.Serializer):
     targets = serializers.ListField(child=serializers.CharField(), help_text="one host:port")
     labels = serializers.DictField(
         child=serializers.CharField(),
-        help_text="host, runtime, __scheme__, __metrics_path__, label_<key> per host label, and on the "
-                  "targets of BentoML model versions model and version",
+        help_text="host, runtime, __scheme__, __metrics_path__, label_<key> per host label; source=gateway on "
+                  "the target of a Triton host's gateway, model and version on the targets of BentoML model versions",
     )
 
 

@@ -62,6 +62,7 @@ def test_it_lists_each_host_with_a_metrics_url_as_one_target_group_with_its_labe
                 "label_team_name": "ml",
             },
         },
+        gateway_group("gpu-a", "gpu-a:8000", label_zone="eu-west-1", label_gpu_model="H200", label_team_name="ml"),
         {
             "targets": ["metrics.example.com:443"],
             "labels": {
@@ -72,17 +73,36 @@ def test_it_lists_each_host_with_a_metrics_url_as_one_target_group_with_its_labe
                 "__param_format": "prometheus",
             },
         },
+        gateway_group("gpu-b", "gpu-b:8000"),
+        gateway_group("no-metrics", "no-metrics:8000"),
     ]
+
+
+def gateway_group(host: str, address: str, **labels) -> dict:
+    """The target group of a Triton host's gateway, whose /metrics is at the host's inference_url."""
+    return {"targets": [address], "labels": {"host": host, "runtime": "triton", "source": "gateway",
+                                             "__scheme__": "http", "__metrics_path__": "/metrics", **labels}}
+
+
+def test_a_triton_hosts_gateway_is_scraped_at_its_inference_url_by_its_scheme(api_client):
+    register(api_client, "gpu-a", inference_url="https://inference.example.com")
+
+    (group,) = api_client.get(SD_URL).json()
+
+    assert group == {"targets": ["inference.example.com:443"], "labels": {
+        "host": "gpu-a", "runtime": "triton", "source": "gateway", "__scheme__": "https",
+        "__metrics_path__": "/metrics"}}
 
 
 def test_triton_targets_carry_no_model_or_version_label_even_from_host_labels(api_client):
     register(api_client, "gpu-a", metrics_url="http://[::1]:8002/metrics", labels={"model": "iris", "version": "3"})
 
-    (group,) = api_client.get(SD_URL).json()
+    groups = api_client.get(SD_URL).json()
 
-    assert group["targets"] == ["[::1]:8002"]
-    assert "model" not in group["labels"] and "version" not in group["labels"]
-    assert group["labels"]["label_model"] == "iris" and group["labels"]["label_version"] == "3"
+    assert [group["targets"] for group in groups] == [["[::1]:8002"], ["gpu-a:8000"]]  # Triton's, the gateway's
+    for group in groups:
+        assert "model" not in group["labels"] and "version" not in group["labels"]
+        assert group["labels"]["label_model"] == "iris" and group["labels"]["label_version"] == "3"
 
 
 def test_an_empty_fleet_is_an_empty_list(api_client):
@@ -248,7 +268,8 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
 
     def host_target() -> dict | None:
         for target in prometheus_targets(prometheus.url):
-            if target["labels"].get("job") == "serving-hosts" and target["labels"].get("host") == "gpu-sd":
+            labels = target["labels"]
+            if labels.get("job") == "serving-hosts" and labels.get("host") == "gpu-sd" and "source" not in labels:
                 return target
         return None
 
@@ -256,6 +277,10 @@ def test_prometheus_scrapes_a_host_registered_through_the_api_or_the_page_withou
              what="Prometheus to discover and scrape the registered host")
     target = host_target()
     assert target["scrapeUrl"] == fixed_metrics_server
+    # Its gateway is a target of its own, under the inference_url (nothing listens there in this test).
+    assert [t["scrapeUrl"] for t in prometheus_targets(prometheus.url)
+            if t["labels"].get("host") == "gpu-sd" and t["labels"].get("source") == "gateway"] == [
+        "http://127.0.0.1:1/metrics"]
     assert target["labels"]["runtime"] == "triton" and target["labels"]["label_zone"] == "lab-1"
 
     # Triton's own model/version labels arrive unrenamed, next to the target's host label.

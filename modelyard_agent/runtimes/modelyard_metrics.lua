@@ -1,0 +1,174 @@
+-- What clients see of a host's gateway, measured at the gateway: per model, version and route role, the
+-- requests counted by status class and a histogram of their latency, kept in the shared dict
+-- "modelyard_metrics" (no per-request I/O) and answered in Prometheus's text exposition format
+-- (https://prometheus.io/docs/instrumenting/exposition_formats/) at GET /metrics.
+--
+-- Roles: "stable" and "canary" (a request that named no version, given one by its model's route), "pinned"
+-- (a request that named its version), "shadow" (the copy a route mirrored to its shadow version; no client
+-- sees its answer) and "unrouted" (a request that named no version, for a model without a route: Triton picks
+-- its newest ready version, and the gateway does not know which; version "").
+--
+-- Latency is from the request's rewrite phase to its log phase on a monotonic clock (clock_gettime through
+-- LuaJIT's FFI: nginx's own $request_time counts whole milliseconds, too coarse for models that answer in
+-- less than one), so it includes reading the body, Triton's answer and sending it.
+--
+-- Keys, tab separated, none of whose fields can hold a tab (model names are URI path segments):
+--   "n\t<model>\t<version>\t<role>\t<class>"  requests answered with a status of that class ("2xx" ...)
+--   "b\t<model>\t<version>\t<role>\t<i>"      requests whose latency fell in bucket i (not cumulative)
+--   "s\t<model>\t<version>\t<role>"           the sum of their latencies, in seconds
+-- When the dict is full, nginx evicts the least recently used keys: a counter evicted reads as reset.
+local ffi = require("ffi")
+
+local M = {}
+local metrics = ngx.shared.modelyard_metrics
+
+-- Upper bounds of the latency buckets, in seconds (+Inf follows): 0.25 ms to 30 s in steps of 1-2.5-5.
+M.BUCKETS = { 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30 }
+local BUCKETS, INF = M.BUCKETS, #M.BUCKETS + 1
+local CLASSES = { "2xx", "4xx", "5xx" }  -- created at 0 with each routed version (others when first seen)
+
+pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } modelyard_timespec;"
+    .. " int clock_gettime(int clock_id, modelyard_timespec *tp);")
+local CLOCK_MONOTONIC = 1
+local timespec = ffi.new("modelyard_timespec")
+
+local function monotonic()
+    ffi.C.clock_gettime(CLOCK_MONOTONIC, timespec)
+    return tonumber(timespec.tv_sec) + tonumber(timespec.tv_nsec) * 1e-9
+end
+
+-- rewrite_by_lua, first of all: the request's clock starts.
+function M.start()
+    ngx.ctx.modelyard_started = monotonic()
+end
+
+local function bucket(seconds)
+    for i = 1, #BUCKETS do
+        if seconds <= BUCKETS[i] then
+            return i
+        end
+    end
+    return INF
+end
+
+-- log_by_lua: count the request's answer (ngx.status) and its latency under (model, version, role). The
+-- clock started by start() (or `started`, where ngx.exec dropped ngx.ctx); a request whose clock never
+-- started counts from nginx's start time of the request, in whole milliseconds.
+function M.observe(model, version, role, started)
+    if not metrics or not model then
+        return
+    end
+    started = ngx.ctx.modelyard_started or started
+    local seconds
+    if started then
+        seconds = monotonic() - started
+    else
+        ngx.update_time()
+        seconds = ngx.now() - ngx.req.start_time()
+    end
+    local series = model .. "\t" .. (version or "") .. "\t" .. role
+    local class = string.format("%dxx", math.floor(ngx.status / 100))
+    metrics:incr("n\t" .. series .. "\t" .. class, 1, 0)
+    metrics:incr("b\t" .. series .. "\t" .. bucket(seconds), 1, 0)
+    metrics:incr("s\t" .. series, seconds, 0)
+end
+
+-- A series of (model, version, role) at 0, unless it exists: so the first requests after a version is
+-- routed count as a rise from 0 (Prometheus's rate() and increase() need two samples).
+function M.create(model, version, role)
+    if not metrics then
+        return
+    end
+    local series = model .. "\t" .. string.format("%d", version) .. "\t" .. role
+    for _, class in ipairs(CLASSES) do
+        metrics:add("n\t" .. series .. "\t" .. class, 0)
+    end
+    metrics:add("s\t" .. series, 0)
+end
+
+-- Every series of a route's versions: its stable and canary as routed and as pinned, its shadow as shadow.
+function M.create_route(model, route)
+    for _, role in ipairs({ "stable", "canary", "shadow" }) do
+        local version = route[role]
+        if type(version) == "number" then
+            M.create(model, version, role)
+            if role ~= "shadow" then
+                M.create(model, version, "pinned")
+            end
+        end
+    end
+end
+
+local function label_value(text)
+    return (text:gsub("\\", "\\\\"):gsub("\"", "\\\""):gsub("\n", "\\n"))
+end
+
+local function labels(model, version, role)
+    return 'model="' .. label_value(model) .. '",version="' .. label_value(version) .. '",role="' .. role .. '"'
+end
+
+local function le(i)
+    return i == INF and "+Inf" or string.format("%.5g", BUCKETS[i])
+end
+
+-- content_by_lua of GET /metrics: every series, in Prometheus's text format 0.0.4, sorted by its labels.
+function M.expose()
+    local requests, sums, buckets, order = {}, {}, {}, {}
+    for _, key in ipairs(metrics and metrics:get_keys(0) or {}) do
+        local kind, model, version, role, last = key:match("^(%a)\t([^\t]*)\t([^\t]*)\t([^\t]*)\t?(.*)$")
+        local value = kind and metrics:get(key)
+        if value then
+            local series = labels(model, version, role)
+            if not sums[series] then
+                sums[series], buckets[series], requests[series] = 0, {}, {}
+                order[#order + 1] = series
+            end
+            if kind == "n" then
+                requests[series][last] = value
+            elseif kind == "b" then
+                local i = tonumber(last)
+                if i then
+                    buckets[series][i] = value
+                end
+            elseif kind == "s" then
+                sums[series] = value
+            end
+        end
+    end
+    table.sort(order)
+    local out = {
+        "# HELP modelyard_gateway_requests_total Requests the gateway answered, by model, version, route role"
+            .. " and status class.",
+        "# TYPE modelyard_gateway_requests_total counter",
+    }
+    for _, series in ipairs(order) do
+        local classes = {}
+        for class in pairs(requests[series]) do
+            classes[#classes + 1] = class
+        end
+        table.sort(classes)
+        for _, class in ipairs(classes) do
+            out[#out + 1] = string.format('modelyard_gateway_requests_total{%s,code="%s"} %d', series, class,
+                requests[series][class])
+        end
+    end
+    out[#out + 1] = "# HELP modelyard_gateway_request_duration_seconds Latency of the requests the gateway"
+        .. " answered, from their rewrite phase to their log phase, in seconds."
+    out[#out + 1] = "# TYPE modelyard_gateway_request_duration_seconds histogram"
+    for _, series in ipairs(order) do
+        local cumulative = 0
+        for i = 1, INF do
+            cumulative = cumulative + (buckets[series][i] or 0)
+            out[#out + 1] = string.format('modelyard_gateway_request_duration_seconds_bucket{%s,le="%s"} %d',
+                series, le(i), cumulative)
+        end
+        out[#out + 1] = string.format("modelyard_gateway_request_duration_seconds_sum{%s} %.9g", series,
+            sums[series])
+        out[#out + 1] = string.format("modelyard_gateway_request_duration_seconds_count{%s} %d", series,
+            cumulative)
+    end
+    ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
+    ngx.print(table.concat(out, "\n"), "\n")
+end
+
+return M
