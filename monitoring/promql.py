@@ -1,6 +1,13 @@
 """The PromQL catalogue: every query the product sends to Prometheus.
 
-Each query gives one meaning for both serving runtimes, as ``<Triton> or <BentoML>``:
+Where the host's gateway measures the traffic (a Triton host's nginx, ``modelyard_metrics.lua``), latency,
+request counts and errors come from it first, as ``<gateway> or <Triton> or <BentoML>``: it sees every
+request as its client does, the same way for every version, and its histogram
+(``modelyard_gateway_request_duration_seconds``) aggregates across hosts and over any window, which
+Triton's windowed summaries cannot. Its series are read for the roles clients get answers from (``stable``,
+``canary``, ``pinned``; not ``shadow`` copies, nor requests refused before they were routed). A version
+Prometheus has no gateway series of (a host without a gateway, a BentoML host) falls back to the runtime's
+own series. Each query also gives one meaning for both serving runtimes, as ``<Triton> or <BentoML>``:
 
 - Triton series (https://docs.nvidia.com/deeplearning/triton-inference-server/user-guide/docs/
   user_guide/metrics.html) carry ``model`` and ``version`` labels themselves.
@@ -8,7 +15,11 @@ Each query gives one meaning for both serving runtimes, as ``<Triton> or <BentoM
   model version, and its scrape target attaches ``model`` and ``version``. Health and metrics
   probes (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are excluded.
 
-Counters are only read through ``rate()`` and aggregated ``sum by (model, version)``: per-model
+The gateway's counters start at 0 when nginx starts or a route first gives their version, so a series first
+seen inside a window holds nothing from before it: ``_gateway_increase`` counts its whole value then, where
+``increase()`` would lose what its first sample already held (a burst right after a deployment, before the
+next scrape). The runtime's counters are only read through ``rate()`` and aggregated ``sum by (model,
+version)``: per-model
 series vanish on unload and restart from zero on reload, and split by ``gpu_uuid`` and by scrape
 target. Every builder takes a label ``selector`` (``{"model": "iris"}``, or empty for the whole
 fleet; a ``NoneOf`` value excludes values, ``{"host": NoneOf(("gpu-1",))}``) and a rate window in
@@ -94,6 +105,22 @@ def _rate_sum(metric: str, matchers: str, w: str, by: str = BY) -> str:
     return f"sum by ({by})(rate({metric}{matchers}[{w}]))"
 
 
+GATEWAY_REQUESTS = "modelyard_gateway_requests_total"
+GATEWAY_LATENCY = "modelyard_gateway_request_duration_seconds"
+GATEWAY_ROLES = 'role=~"stable|canary|pinned"'
+
+
+def _gateway(selector: dict[str, str], *extra: str) -> str:
+    return _matchers(selector, GATEWAY_ROLES, *extra)
+
+
+def _gateway_increase(metric: str, matchers: str, w: str, by: str = BY) -> str:
+    """What a gateway counter rose by over the last ``w``, summed ``by``: ``increase()`` of a series that
+    existed ``w`` ago, the whole value of one that did not (it started at 0 inside the window)."""
+    series = f"{metric}{matchers}"
+    return f"sum by ({by})(({series} unless {series} offset {w}) or increase({series}[{w}]))"
+
+
 def throughput(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Inferences per second per version.
 
@@ -110,6 +137,7 @@ def throughput(selector: dict[str, str], window: int, *, over_window: bool = Fal
 def requests_in_window(selector: dict[str, str], window: int) -> str:
     """Requests answered per version over the last ``window`` seconds (successes and failures).
 
+    Gateway: ``modelyard_gateway_requests_total`` of every status class (``_gateway_increase``).
     Triton: ``increase()`` of ``nv_inference_request_success`` and ``nv_inference_request_failure``
     (requests; the failure counter is split by ``reason``, so both are summed per version first).
     BentoML: ``increase()`` of ``bentoml_service_request_total`` without health probes.
@@ -119,12 +147,14 @@ def requests_in_window(selector: dict[str, str], window: int) -> str:
     names = '__name__=~"nv_inference_request_success|nv_inference_request_failure"'
     triton = f"sum by ({BY})(increase({_matchers(selector, names)}[{w}]))"
     bento = f"sum by ({BY})(increase(bentoml_service_request_total{_bento(selector)}[{w}]))"
-    return f"({triton}) or {bento}"
+    gateway = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector), w)
+    return f"({gateway}) or ({triton}) or {bento}"
 
 
 def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Mean request latency in milliseconds per version over the window, from counters.
 
+    Gateway: the histogram's ``_sum`` / ``_count`` (s).
     Triton: ``rate(nv_inference_request_duration_us) / rate(nv_inference_request_success)`` (µs).
     Triton's metrics guide (user_guide/metrics.md, "Latencies": "Counters" and "Summaries") gives
     ``nv_inference_request_duration_us`` as the cumulative end-to-end handling time of requests,
@@ -145,7 +175,9 @@ def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool 
         f"{_rate_sum('bentoml_service_request_duration_seconds_sum', _bento(selector), w)}"
         f" / {_rate_sum('bentoml_service_request_duration_seconds_count', _bento(selector), w)} * 1000"
     )
-    return f"({triton}) or ({bento})"
+    gateway = (f"{_gateway_increase(GATEWAY_LATENCY + '_sum', _gateway(selector), w)}"
+               f" / {_gateway_increase(GATEWAY_LATENCY + '_count', _gateway(selector), w)} * 1000")
+    return f"({gateway}) or ({triton}) or ({bento})"
 
 
 def latency_quantile_ms(
@@ -153,6 +185,11 @@ def latency_quantile_ms(
 ) -> str:
     """Request latency quantile (0.5, 0.95, 0.99) in milliseconds per version.
 
+    Gateway: ``histogram_quantile`` over the requests of the window (``_gateway_increase`` of
+    ``modelyard_gateway_request_duration_seconds_bucket``, summed across hosts by ``le``): exact to the
+    bucket the quantile falls in (``modelyard_metrics.lua``'s bounds, 0.25 ms to 30 s in 1-2.5-5 steps),
+    linear inside it; NaN for a window without requests. ``over_window`` changes nothing: a histogram
+    covers the whole window either way.
     Triton: the summary ``nv_inference_request_summary_us{quantile=...}`` (µs; enabled with
     ``--metrics-config summary_latencies=true``). Its quantiles cover Triton's own sliding window
     of the last 60 s and read NaN once that window holds no request, though the counters show
@@ -168,12 +205,15 @@ def latency_quantile_ms(
     if over_window:
         summary = f"max_over_time({summary}[{w}])"
     buckets = _rate_sum("bentoml_service_request_duration_seconds_bucket", _bento(selector), w, by=f"{BY}, le")
-    return f"(max by ({BY})({summary}) / 1000) or (histogram_quantile({quantile}, {buckets}) * 1000)"
+    gateway = _gateway_increase(GATEWAY_LATENCY + "_bucket", _gateway(selector), w, by=f"{BY}, le")
+    return (f"(histogram_quantile({quantile}, {gateway}) * 1000) or (max by ({BY})({summary}) / 1000)"
+            f" or (histogram_quantile({quantile}, {buckets}) * 1000)")
 
 
 def error_rate(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Failed requests as a fraction (0..1) of all requests per version; 0 without failures.
 
+    Gateway: requests answered 5xx / all requests (a 4xx is the client's error).
     Triton: failure / (failure + success) from ``nv_inference_request_failure`` and
     ``nv_inference_request_success``, written ``1 / (1 + success / failure)`` so the failure
     counter (split by ``reason``) is read once: no failures gives success/0 = +Inf and so 0;
@@ -185,7 +225,10 @@ def error_rate(selector: dict[str, str], window: int, *, over_window: bool = Fal
     success = _rate_sum("nv_inference_request_success", _matchers(selector), w)
     total = _rate_sum("bentoml_service_request_total", _bento(selector), w)
     errors = _rate_sum("bentoml_service_request_total", _bento(selector, 'http_response_code=~"5.."'), w)
-    return f"(1 / (1 + {success} / {failure})) or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))"
+    gateway_total = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector), w)
+    gateway_errors = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector, 'code="5xx"'), w)
+    return (f"(({gateway_errors} or 0 * {gateway_total}) / {gateway_total})"
+            f" or (1 / (1 + {success} / {failure})) or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))")
 
 
 def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:

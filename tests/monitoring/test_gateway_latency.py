@@ -1,0 +1,159 @@
+"""Latency and traffic as the gateway measures them, on a real Triton behind a real gateway, scraped by a real
+Prometheus, read back by the metrics API, the model page, the fleet page and the promotion gates.
+
+A python-backend model sleeps as long as each request asks, so the latency distribution is known: 70 % of
+requests at 3 ms, 20 % at 30 ms, 10 % at 150 ms. The quantiles must fall in the buckets that hold the true
+ones, in order, and every reader must give the same figures for the same window.
+"""
+
+import random
+import re
+import time
+
+import numpy as np
+import pytest
+import requests
+
+from deployments.models import ServingHost
+from modelyard_agent.formats.triton_config import render_load_config
+from modelyard_agent.runtimes.gateway import TritonGateway
+from modelyard_agent.runtimes.triton import TritonRuntime
+from monitoring import promql
+from monitoring.services import version_gate_metrics
+from tests.fixtures.services import free_port, wait_for
+from tests.monitoring.synthetic import deploy_version
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+HOST = "cpu-0"
+MODEL = "sleeper"
+RANGE = "15m"
+# Seconds each request sleeps, and how many requests ask it.
+SLEEPS = {0.003: 140, 0.030: 40, 0.150: 20}
+CONFIG = f"""\
+name: "{MODEL}"
+backend: "python"
+max_batch_size: 0
+input [ {{ name: "seconds" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+output [ {{ name: "slept" data_type: TYPE_FP32 dims: [ 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+"""
+MODEL_PY = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        answers = []
+        for request in requests:
+            seconds = pb_utils.get_input_tensor_by_name(request, "seconds").as_numpy()
+            time.sleep(float(seconds[0]))
+            answers.append(pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("slept", seconds)]))
+        return answers
+"""
+
+
+def prometheus_value(prometheus_url: str, query: str) -> float | None:
+    rows = requests.get(f"{prometheus_url}/api/v1/query", params={"query": query}, timeout=5).json()["data"]["result"]
+    return float(rows[0]["value"][1]) if rows else None
+
+
+def sleep_request(session: requests.Session, url: str, seconds: float, version: int) -> float:
+    """Ask ``version`` of the model to sleep ``seconds`` through the gateway; returns what the client waited."""
+    body = {"inputs": [{"name": "seconds", "shape": [1], "datatype": "FP32", "data": [seconds]}]}
+    started = time.monotonic()
+    answer = session.post(f"{url}/v2/models/{MODEL}/infer", json=body, timeout=30)
+    waited = time.monotonic() - started
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["X-Modelyard-Version"] == str(version)
+    return waited
+
+
+@pytest.fixture
+def served(triton_server, start_prometheus, tmp_path, settings):
+    """Versions 1 and 2 of the sleeper loaded on a real Triton, its gateway routing to version 1, a Prometheus
+    scraping the gateway and Triton every second, and the registry rows."""
+    for version in (1, 2):
+        (triton_server.model_repository / MODEL / str(version)).mkdir(parents=True)
+        (triton_server.model_repository / MODEL / str(version) / "model.py").write_text(MODEL_PY)
+    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, render_load_config(
+        CONFIG, model_name=MODEL, versions=[1, 2],
+        parameters={"EXECUTION_ENV_PATH": str(triton_server.execution_env)}))
+    gateway = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+                            listen_host="127.0.0.1")
+    gateway.ensure_running()
+    gateway.set_route(MODEL, stable=1)
+    url = f"http://127.0.0.1:{gateway.listen_port}"
+    prometheus = start_prometheus([
+        {"target": url.removeprefix("http://"), "labels": {"host": HOST, "source": "gateway"}},
+        {"target": triton_server.metrics_url.removeprefix("http://").removesuffix("/metrics"),
+         "labels": {"host": HOST}},
+    ])
+    settings.PROMETHEUS_URL = prometheus.url
+    stable = f'modelyard_gateway_requests_total{{model="{MODEL}",version="1",role="stable",code="2xx"}}'
+    wait_for(lambda: prometheus_value(prometheus.url, stable) == 0, timeout=60, interval=0.5,
+             what="Prometheus to scrape the gateway's series of version 1 at 0")
+    host = ServingHost.objects.create(name=HOST, inference_url=url, metrics_url=triton_server.metrics_url)
+    deploy_version(MODEL, 1, host)
+    yield url, gateway, prometheus
+    gateway.stop()
+
+
+def row_of(html: str, marker: str) -> str:
+    """The table row of a page that starts with ``marker``."""
+    return html.split(marker, 1)[1].split("</tr>", 1)[0]
+
+
+def test_quantiles_fall_in_the_buckets_of_a_known_distribution_and_every_reader_agrees(served, api_client, client,
+                                                                                         user):
+    url, _, prometheus = served
+    asked = [seconds for seconds, count in SLEEPS.items() for _ in range(count)]
+    random.Random(7).shuffle(asked)
+    with requests.Session() as session:
+        waited = [sleep_request(session, url, seconds, version=1) for seconds in asked]
+    wait_for(lambda: prometheus_value(prometheus.url, f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})')
+             == len(asked), timeout=30, interval=0.5, what="Prometheus to scrape every request")
+
+    api = api_client.get(f"/api/v1/models/{MODEL}/metrics/?range={RANGE}")
+    assert api.status_code == 200, api.content
+    v1 = {row["version"]: row for row in api.json()["versions"]}[1]
+    # The true p50 is 3 ms, in (2.5, 5] ms; the true p95 and p99 are 150 ms, in (100, 250] ms.
+    assert 2.5 < v1["latency_p50_ms"] <= 5
+    assert 100 < v1["latency_p95_ms"] <= v1["latency_p99_ms"] <= 250
+    # The mean: at least the sleeps' own mean, at most what the client waited.
+    slept_ms = sum(asked) / len(asked) * 1000
+    assert slept_ms <= v1["latency_mean_ms"] <= float(np.mean(waited)) * 1000
+    assert v1["latency_p50_ms"] < v1["latency_mean_ms"] < v1["latency_p95_ms"]
+
+    # The promotion gates read the same p95 and count every request.
+    gates = version_gate_metrics(MODEL, window_seconds=15 * 60)["1"]
+    assert gates["requests"] == len(asked) and gates["error_rate"] == 0
+    assert gates["latency_p95_ms"] == pytest.approx(v1["latency_p95_ms"])
+
+    # The model page and the fleet page show the API's figures.
+    client.force_login(user)
+    panel = row_of(client.get(f"/monitoring/models/{MODEL}/panel/?range={RANGE}").content.decode(),
+                   'data-version="1">')
+    fleet = row_of(client.get(f"/monitoring/?range={RANGE}").content.decode(),
+                   f'data-model="{MODEL}" data-version="1">')
+    shown = [f"{v1[key]:.2f}" for key in ("latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms")]
+    # The panel's row: version, throughput, mean, p50, p95, p99, ...; the fleet's: mean, then p50, p95, p99, ...
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", panel)[2:6] == shown, panel
+    assert re.search(r'<td class="num latency-mean">([^<]*)</td>', fleet).group(1) == shown[0]
+    assert re.findall(r'<td class="num">([^<]*)</td>', fleet)[:3] == shown[1:], fleet
+
+
+def test_a_burst_right_after_a_version_is_routed_counts_whole(served):
+    url, gateway, prometheus = served
+    gateway.set_route(MODEL, stable=2)
+    with requests.Session() as session:
+        for _ in range(300):
+            sleep_request(session, url, 0.0, version=2)
+    counted = f'sum(modelyard_gateway_requests_total{{model="{MODEL}",version="2",role="stable"}})'
+    wait_for(lambda: prometheus_value(prometheus.url, counted) == 300, timeout=30, interval=0.5,
+             what="Prometheus to scrape the burst")
+    in_window = promql.requests_in_window({"model": MODEL, "version": "2"}, 60)
+    # Whether or not Prometheus scraped version 2 at 0 before the burst, the window holds all 300.
+    assert prometheus_value(prometheus.url, in_window) == 300
