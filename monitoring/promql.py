@@ -1,6 +1,7 @@
 """The PromQL catalogue: every query the product sends to Prometheus.
 
-Where the host's gateway measures the traffic (a Triton host's nginx, ``modelyard_metrics.lua``), latency,
+Where the host's front measures the traffic (a Triton host's gateway, a BentoML host's nginx with its Lua
+module: ``modelyard_metrics.lua``), latency,
 request counts and errors come from it first, as ``<gateway> or <Triton> or <BentoML>``: it sees every
 request as its client does, the same way for every version, and its histogram
 (``modelyard_gateway_request_duration_seconds``) aggregates across hosts and over any window, which
@@ -275,6 +276,38 @@ def pending_requests(selector: dict[str, str], window: int, *, over_window: bool
         w = _window(window)
         triton, bento = f"max_over_time({triton}[{w}])", f"max_over_time({bento}[{w}])"
     return f"sum by ({BY})({triton}) or sum by ({BY})({bento})"
+
+
+TRAFFIC_ROLES = 'role=~"stable|canary|pinned|shadow"'
+TRAFFIC_BY = "host, version, role"
+LAST_MINUTE_SECONDS = 60
+
+
+def traffic_by_host(selector: dict[str, str], window: int) -> dict[str, str]:
+    """Per (host, version, role) of one model, from the hosts' fronts (``modelyard_gateway_*``): what answers
+    "which version serves on which host, with what share of traffic, and what is its p99 right now?".
+
+    Returns:
+        ``{"requests": requests over the window, "errors": of them answered 5xx, "requests_minute": requests over
+        the last minute, "p99_ms": p99 latency over the window (ms), "p99_minute_ms": over the last minute}``,
+        each a query by ``host, version, role`` (roles ``stable``, ``canary``, ``pinned``, ``shadow``), counted
+        with ``_gateway_increase``.
+    """
+    w, minute = _window(window), f"{LAST_MINUTE_SECONDS}s"
+    roles = _matchers(selector, TRAFFIC_ROLES)
+    errors = _matchers(selector, TRAFFIC_ROLES, 'code="5xx"')
+
+    def p99(span: str) -> str:
+        buckets = _gateway_increase(GATEWAY_LATENCY + "_bucket", roles, span, by=f"{TRAFFIC_BY}, le")
+        return f"histogram_quantile(0.99, {buckets}) * 1000"
+
+    return {
+        "requests": _gateway_increase(GATEWAY_REQUESTS, roles, w, by=TRAFFIC_BY),
+        "errors": _gateway_increase(GATEWAY_REQUESTS, errors, w, by=TRAFFIC_BY),
+        "requests_minute": _gateway_increase(GATEWAY_REQUESTS, roles, minute, by=TRAFFIC_BY),
+        "p99_ms": p99(w),
+        "p99_minute_ms": p99(minute),
+    }
 
 
 @dataclass(frozen=True)

@@ -350,3 +350,53 @@ def version_gate_metrics(
         if not row["requests"]:
             row["latency_p95_ms"] = None
     return versions
+
+
+ROLE_ORDER = {"stable": 0, "canary": 1, "pinned": 2, "shadow": 3}
+
+
+def traffic_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> list[dict]:
+    """The host × version table of one model: one row per version each host's front answered for it, by role.
+
+    Five queries, whatever the number of hosts (``promql.traffic_by_host``).
+
+    Returns:
+        ``[{"host", "version" (str, as labelled), "role" ("stable", "canary", "pinned", "shadow"), "requests"
+        (count over the window), "share" (% of the host's requests that named no version, stable and canary
+        rows only, else None), "rps" (requests/s over the last minute), "p99_ms", "p99_minute_ms" (ms, None
+        without requests), "error_rate" (0..1 of 5xx, None without requests)}]`` ordered by host, version and
+        role.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    client = client or PrometheusClient()
+    queries = promql.traffic_by_host(model_selector(model_name), window_seconds)
+    try:
+        results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
+    except PrometheusUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    rows: dict[tuple[str, str, str], dict] = {}
+    for key, samples in results.items():
+        for sample in samples:
+            labels = sample.labels
+            row = rows.setdefault((labels.get("host", ""), labels.get("version", ""), labels.get("role", "")), {})
+            row[key] = sample.value
+    routed: dict[str, float] = {}
+    for (host, _, role), row in rows.items():
+        if role in ("stable", "canary"):
+            routed[host] = routed.get(host, 0.0) + (row.get("requests") or 0.0)
+    table = []
+    for (host, version, role), row in rows.items():
+        requests = row.get("requests") or 0.0
+        answered = requests > 0
+        table.append({
+            "host": host, "version": version, "role": role, "requests": round(requests),
+            "share": 100 * requests / routed[host] if role in ("stable", "canary") and routed.get(host) else None,
+            "rps": (row.get("requests_minute") or 0.0) / promql.LAST_MINUTE_SECONDS,
+            "p99_ms": row.get("p99_ms") if answered else None,
+            "p99_minute_ms": row.get("p99_minute_ms") if row.get("requests_minute") else None,
+            "error_rate": (row.get("errors") or 0.0) / requests if answered else None,
+        })
+    table.sort(key=lambda r: (r["host"], _version_sort_key(r["version"]), ROLE_ORDER.get(r["role"], 9)))
+    return table

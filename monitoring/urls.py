@@ -7,4 +7,5 @@ urlpatterns = [
     path("", views.overview, name="overview"),
     path("table/", views.overview_table, name="overview-table"),
     path("models/<str:name>/panel/", views.model_metrics_panel, name="model-metrics-panel"),
+    path("models/<str:name>/traffic/", views.model_traffic, name="model-traffic"),
 ]

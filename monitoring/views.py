@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from accounts.access import Principal
 from deployments.models import ServingHost
+from deployments.serving import model_serving as serving_panel
 from modelyard.errors import ServiceUnavailable
 from monitoring import promql, readings, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_peak, sparkline_points
@@ -50,6 +51,46 @@ def model_metrics_panel(request, name: str):
         context["summary"]["versions"] = [rows.get(v.strip()) or {"version": v.strip()} for v in wanted]
         context["hosts"] = []
     return render(request, "monitoring/partials/model_metrics.html", context)
+
+
+def configured_shares(model: RegisteredModel) -> dict[str, dict]:
+    """What each host's route is set to give each version of ``model``, in %: ``{host: {(version, role): %}}``
+    (the stable version 100 less the canary's percent, the canary its percent, a shadow its copy's percent);
+    from the rollouts the registry holds (``deployments.serving.model_serving``)."""
+    shares: dict[str, dict] = {}
+    for row in serving_panel(model)["hosts"]:
+        traffic, serving = getattr(row, "traffic", None), getattr(row, "serving", None)
+        host = shares.setdefault(row.host.name, {})
+        if traffic:
+            percent, shadow = float(traffic.get("percent") or 0), float(traffic.get("shadow_percent") or 0)
+            if traffic.get("stable"):
+                host[(str(traffic["stable"]), "stable")] = 100 - percent
+            host[(str(traffic["version"]), "canary")] = percent
+            if shadow:
+                host[(str(traffic["version"]), "shadow")] = shadow
+        elif serving:
+            host[(str(serving.version), "stable")] = 100.0
+    return shares
+
+
+@login_required
+def model_traffic(request, name: str):
+    """The host × version table of the model page (htmx, polled; ``?range=`` one of the page ranges): per host,
+    a row for each version its front answered for the model, by role, with the share of the requests that
+    named no version beside the share its route is set to, requests/s and p99 over the last minute, p99 and
+    error rate over the range (``monitoring.services.traffic_table``)."""
+    model = model_or_404(request, name)
+    range_text = page_range(request)
+    context = {"model": model, "range": range_text, "rows": [], "prometheus_error": ""}
+    try:
+        rows = services.traffic_table(model.name, window_seconds=promql.parse_range(range_text))
+    except ServiceUnavailable as exc:
+        context["prometheus_error"] = exc.message
+    else:
+        configured = configured_shares(model)
+        context["rows"] = [{**row, "configured": configured.get(row["host"], {}).get((row["version"], row["role"]))}
+                           for row in rows]
+    return render(request, "monitoring/partials/model_traffic.html", context)
 
 
 def page_range(request) -> str:

@@ -66,6 +66,7 @@ from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
+    METRICS_DICT_SIZE,
     ROUTING_KEY_HEADER,
     SHADOW_HEADER,
     VERSION_HEADER,
@@ -80,9 +81,6 @@ CAPTURE_BODY_LIMIT = 1 << 20
 # Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
-# The shared memory of the traffic series (modelyard_metrics.lua): about 2 KiB a series of (model, version,
-# role), so some 4,000 series; past that nginx evicts the least recently used counters.
-METRICS_DICT_SIZE = "8m"
 
 # Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
 # Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
@@ -112,7 +110,7 @@ def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *,
 # The shadow copy's own log phase (nginx logs a subrequest only with log_subrequest on), where it is counted.
 SHADOW_LOG = """\
             log_subrequest on;
-            log_by_lua_block { require("modelyard_gateway").shadow_done(ngx.var.modelyard_model) }
+            log_by_lua_block { require("modelyard_metrics").shadow_done(ngx.var.modelyard_model) }
 """
 
 # The proxying: kept-alive upstream connections; each request body is read whole before it is passed

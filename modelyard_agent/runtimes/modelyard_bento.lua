@@ -8,6 +8,7 @@
 -- shadow's version until the request it copies ends), so the agent stops a version once nothing is on its
 -- way to it.
 local routes = require("modelyard_routes")
+local metrics = require("modelyard_metrics")
 local balancer = require("ngx.balancer")
 
 local M = {}
@@ -32,6 +33,7 @@ end
 -- rewrite_by_lua of location /<model>/: pick the version (the one X-Modelyard-Version-Request names, or the
 -- route's pick), strip the /<model> prefix and leave the port for balance().
 function M.route(model)
+    metrics.start()
     local asked = ngx.var[VERSION_REQUEST]
     local pinned = asked and asked ~= "" and tonumber(asked) or nil
     if asked and asked ~= "" and not (pinned and pinned >= 1 and pinned % 1 == 0) then
@@ -56,6 +58,7 @@ function M.route(model)
     end
     ngx.ctx.modelyard_port = port_of(route, version)
     ngx.ctx.modelyard_counted = key
+    ngx.ctx.modelyard_role = pinned and "pinned" or (version == route.canary and "canary" or "stable")
     ngx.var.modelyard_version = version
     local path = string.sub(ngx.var.uri, #model + 2)
     ngx.var.modelyard_path = path
@@ -77,6 +80,7 @@ function M.shadow(model)
         return ngx.exit(204)
     end
     ngx.ctx.modelyard_port = port_of(route, version)
+    metrics.start_shadow(version)
     ngx.var.modelyard_shadow = key
     ngx.req.set_uri(ngx.var.modelyard_path)
 end
@@ -102,10 +106,33 @@ function M.balance()
     end
 end
 
--- log_by_lua of location /<model>/: the request (and its shadow copy) no longer counts.
-function M.done()
+-- log_by_lua of location /<model>/: the request (and its shadow copy) no longer counts in flight, and its
+-- answer counts under its version and role (modelyard_metrics.lua); one refused before it was given a version
+-- counts under version "" and role "refused".
+function M.done(model)
     routes.release(ngx.ctx.modelyard_counted)
     routes.release(ngx.var.modelyard_shadow)
+    if model then
+        metrics.observe(model, ngx.var.modelyard_version, ngx.ctx.modelyard_role or "refused")
+    end
+end
+
+-- rewrite_by_lua and log_by_lua of a plain location /<model>/, the one version `version` serves: "pinned"
+-- when the request named it (X-Modelyard-Version-Request), "stable" when it named none, and "refused" (version
+-- "") when it named another, which the location answered 404.
+function M.plain_start()
+    metrics.start()
+end
+
+function M.plain_done(model, version)
+    local asked = ngx.var[VERSION_REQUEST]
+    if not asked or asked == "" then
+        metrics.observe(model, version, "stable")
+    elseif asked == version then
+        metrics.observe(model, version, "pinned")
+    else
+        metrics.observe(model, "", "refused")
+    end
 end
 
 -- GET /inflight, where a front started from an earlier agent's config still calls it here (until its reload).

@@ -36,8 +36,7 @@ end
 -- rewrite_by_lua of the mirror subrequest of a request route() drew for its model's shadow: the copy goes to
 -- /v2/models/<model>/versions/<shadow>/infer, counted in flight on the shadow until the request it copies
 -- ends; nginx discards the answer, so a client never sees it. When the route no longer has that shadow, no
--- copy is made. The copy's version and clock are in its own ngx.ctx: a subrequest shares its request's
--- variables.
+-- copy is made. The copy is measured as the shadow's (modelyard_metrics.lua's start_shadow and shadow_done).
 function M.shadow()
     local model, drawn = ngx.var.modelyard_model, tonumber(ngx.var.modelyard_shadow)
     if not model or not drawn then
@@ -53,8 +52,7 @@ function M.shadow()
     if key then
         ngx.var.modelyard_shadow_counted = key
     end
-    ngx.ctx.modelyard_shadow_version = string.format("%d", version)
-    metrics.start()
+    metrics.start_shadow(version)
     ngx.req.set_uri("/v2/models/" .. model .. "/versions/" .. string.format("%d", version) .. "/infer")
 end
 
@@ -70,15 +68,6 @@ function M.done(model, measure)
     local role = ngx.var.modelyard_role
     metrics.observe(model, ngx.var.modelyard_version, role ~= "" and role or "refused",
         tonumber(ngx.var.modelyard_started))
-end
-
--- log_by_lua of the shadow copy (nginx logs it with log_subrequest on): its answer counts under the shadow's
--- version, role "shadow"; a copy that was never made (the route changed) counts nothing.
-function M.shadow_done(model)
-    local version = ngx.ctx.modelyard_shadow_version
-    if version then
-        metrics.observe(model, version, "shadow")
-    end
 end
 
 return M

@@ -42,6 +42,13 @@ function M.start()
     ngx.ctx.modelyard_started = monotonic()
 end
 
+-- rewrite_by_lua of a shadow copy's subrequest, once it is given `version`: its clock starts, in its own
+-- ngx.ctx (a subrequest shares its request's variables, not its ctx).
+function M.start_shadow(version)
+    ngx.ctx.modelyard_shadow_version = string.format("%d", version)
+    M.start()
+end
+
 local function bucket(seconds)
     for i = 1, #BUCKETS do
         if seconds <= BUCKETS[i] then
@@ -71,6 +78,15 @@ function M.observe(model, version, role, started)
     metrics:incr("n\t" .. series .. "\t" .. class, 1, 0)
     metrics:incr("b\t" .. series .. "\t" .. bucket(seconds), 1, 0)
     metrics:incr("s\t" .. series, seconds, 0)
+end
+
+-- log_by_lua of a shadow copy (nginx logs a subrequest with log_subrequest on): its answer counts under the
+-- shadow's version, role "shadow"; a copy that was never made (no start_shadow) counts nothing.
+function M.shadow_done(model)
+    local version = ngx.ctx.modelyard_shadow_version
+    if version then
+        M.observe(model, version, "shadow")
+    end
 end
 
 -- A series of (model, version, role) at 0, unless it exists: so the first requests after a version is

@@ -36,7 +36,14 @@ from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
-from modelyard_agent.runtimes.routes import LUA_DIR, SHADOW_HEADER, VERSION_HEADER, RouteControl, lua_available
+from modelyard_agent.runtimes.routes import (
+    LUA_DIR,
+    METRICS_DICT_SIZE,
+    SHADOW_HEADER,
+    VERSION_HEADER,
+    RouteControl,
+    lua_available,
+)
 from modelyard_agent.runtimes.routes import load_modules as _load_modules
 
 _SAFE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_-]{0,61}[a-z0-9])?$")
@@ -75,6 +82,7 @@ _SPLIT_HTTP = """\
     lua_shared_dict modelyard_routes 4m;
     lua_shared_dict modelyard_inflight 1m;
     lua_shared_dict modelyard_drain 16k;
+    lua_shared_dict modelyard_metrics {metrics_size};
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
@@ -89,6 +97,8 @@ _SPLIT_HTTP = """\
     }}"""
 
 _SPLIT_SERVER = DRAIN_SERVER.replace("{", "{{").replace("}", "}}") + """\
+        # What the front measured of every request to a model (modelyard_metrics.lua), all versions.
+        location = /metrics {{ content_by_lua_block {{ require("modelyard_metrics").expose() }} }}
         # /metrics of a version of a split model (a served model's own exact location wins over this one).
         location ~ ^{metrics_prefix}/(?<modelyard_model>[a-z0-9][a-z0-9_-]*)/(?<modelyard_metrics_version>[0-9]+)$ {{
             rewrite_by_lua_block {{
@@ -125,7 +135,7 @@ location /{model}/ {{
     proxy_set_header Connection "";
     proxy_read_timeout 300s;
     add_header X-Modelyard-Version {version} always;
-}}
+{measure}}}
 location = {metrics_path} {{
     proxy_pass http://modelyard_{key}/metrics;
     proxy_http_version 1.1;
@@ -134,7 +144,16 @@ location = {metrics_path} {{
 """
 
 
+# With the Lua module, a plain location measures its requests too (modelyard_metrics.lua).
+_PLAIN_MEASURE = """\
+    rewrite_by_lua_block {{ require("modelyard_bento").plain_start() }}
+    log_by_lua_block {{ require("modelyard_bento").plain_done("{model}", "{version}") }}
+"""
+
 _SPLIT_UPSTREAM = "# {model} is split: modelyard_bento.lua picks each request's port from its route (routes.json)\n"
+
+# What only a split location holds (a plain one may call modelyard_bento too, to measure its requests).
+_SPLIT_MARK = 'require("modelyard_bento").route('
 
 _SPLIT_LOCATION = """\
 location /{model}/ {{
@@ -142,7 +161,7 @@ location /{model}/ {{
     set $modelyard_path "";
     set $modelyard_shadow "";
     rewrite_by_lua_block {{ require("modelyard_bento").route("{model}") }}
-    log_by_lua_block {{ require("modelyard_bento").done() }}
+    log_by_lua_block {{ require("modelyard_bento").done("{model}") }}
     add_header {version_header} $modelyard_version always;
     mirror /_modelyard_shadow/{model};
     mirror_request_body on;
@@ -154,6 +173,8 @@ location /{model}/ {{
 location = /_modelyard_shadow/{model} {{
     internal;
     rewrite_by_lua_block {{ require("modelyard_bento").shadow("{model}") }}
+    log_subrequest on;
+    log_by_lua_block {{ require("modelyard_metrics").shadow_done("{model}") }}
     proxy_pass http://modelyard_split;
     proxy_http_version 1.1;
     proxy_set_header Connection "";
@@ -203,7 +224,7 @@ class NginxFront(RouteControl, NginxProcess):
         split = {"load_modules": "", "split_http": "", "split_server": "", "control_server": ""}
         if self.splits:
             split = {"load_modules": _load_modules(),
-                     "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir),
+                     "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir, metrics_size=METRICS_DICT_SIZE),
                      "split_server": _SPLIT_SERVER.format(metrics_prefix=METRICS_PREFIX),
                      "control_server": _CONTROL_SERVER.format(dir=self.dir)}
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
@@ -218,7 +239,7 @@ class NginxFront(RouteControl, NginxProcess):
     def is_split(self, model: str) -> bool:
         """True when ``model``'s location is split (its route picks the version of each request)."""
         path = self.dir / "locations" / f"{model}.conf"
-        return path.exists() and "modelyard_bento" in path.read_text()
+        return path.exists() and _SPLIT_MARK in path.read_text()
 
     def split(self, model: str, timeout: float = 10.0) -> set[int]:
         """Make ``model``'s location split with a graceful reload: from then on its route (``set_route``,
@@ -262,7 +283,9 @@ class NginxFront(RouteControl, NginxProcess):
         return self._apply_model(model, {
             "upstreams": _UPSTREAM.format(key=key, port=int(port)),
             "locations": _LOCATION.format(model=model, key=key, version=int(version),
-                                          metrics_path=metrics_path(model, version)),
+                                          metrics_path=metrics_path(model, version),
+                                          measure=_PLAIN_MEASURE.format(model=model, version=int(version))
+                                          if self.splits else ""),
         }, timeout)
 
     def remove(self, model: str, timeout: float = 10.0) -> set[int]:

@@ -20,6 +20,10 @@ from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 
+# The shared memory of the traffic series both fronts keep (modelyard_metrics.lua): about 2 KiB a series of
+# (model, version, role), so some 4,000 series; past that nginx evicts the least recently used counters.
+METRICS_DICT_SIZE = "8m"
+
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
 ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"

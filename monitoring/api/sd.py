@@ -8,8 +8,9 @@ without a config edit (the shipped configs refresh every 15 s).
 Target groups:
 
 - one per host with a ``metrics_url`` (Triton's ``/metrics``, whatever the runtime);
-- one per Triton host for its gateway: ``/metrics`` at the host's ``inference_url``, where the gateway
-  answers what it measured of every request it passed (``modelyard_agent/runtimes/modelyard_metrics.lua``:
+- one per host for its front (a Triton host's gateway, a BentoML host's nginx): ``/metrics`` at the
+  host's ``inference_url``, where it answers what it measured of every request it passed
+  (``modelyard_agent/runtimes/modelyard_metrics.lua``:
   ``modelyard_gateway_requests_total`` and the histogram ``modelyard_gateway_request_duration_seconds``,
   by ``model``, ``version`` and ``role``), labelled ``source="gateway"``;
 - one per model version a BentoML host serves: each ``bentoml serve`` process serves one version
@@ -110,10 +111,11 @@ def scrape_target_group(host: ServingHost) -> dict | None:
 
 
 def gateway_target_group(host: ServingHost) -> dict | None:
-    """Return the http_sd target group of a Triton host's gateway: ``/metrics`` under its ``inference_url``.
+    """Return the http_sd target group of a host's front (a Triton host's gateway, a BentoML host's nginx):
+    ``/metrics`` under its ``inference_url``.
 
     Args:
-        host: a serving host with runtime ``triton``; its ``inference_url`` is its gateway.
+        host: a serving host; its ``inference_url`` is its front.
 
     Returns:
         ``{"targets": ["<host>:<port>"], "labels": {..., "source": "gateway", "__metrics_path__":
@@ -182,7 +184,7 @@ def scrape_target_groups() -> list[dict]:
 
     Returns:
         A list of ``{"targets": [...], "labels": {...}}``, ordered by host name, each host's
-        ``metrics_url`` group before its gateway's or its BentoML version groups; at most four SQL queries.
+        ``metrics_url`` group, then its front's, then its BentoML version groups; at most four SQL queries.
     """
     served = served_bento_versions()
     groups = []
@@ -190,10 +192,10 @@ def scrape_target_groups() -> list[dict]:
         group = scrape_target_group(host)
         if group is not None:
             groups.append(group)
+        if (gateway := gateway_target_group(host)) is not None:
+            groups.append(gateway)
         if host.runtime == Runtime.BENTOML:
             groups.extend(bento_target_groups(host, served.get(host.pk, set())))
-        elif (gateway := gateway_target_group(host)) is not None:
-            groups.append(gateway)
     return groups
 
 
@@ -204,7 +206,7 @@ class ScrapeTargetGroupSerializer(serializers.Serializer):
     labels = serializers.DictField(
         child=serializers.CharField(),
         help_text="host, runtime, __scheme__, __metrics_path__, label_<key> per host label; source=gateway on "
-                  "the target of a Triton host's gateway, model and version on the targets of BentoML model versions",
+                  "the target of a host's front, model and version on the targets of BentoML model versions",
     )
 
 

@@ -356,6 +356,7 @@ PAGES = [
     ("GET", "monitoring:overview", {}, None, EVERYONE),
     ("GET", "monitoring:overview-table", {}, None, EVERYONE),
     ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
+    ("GET", "monitoring:model-traffic", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "accounts:team-list", {}, None, EVERYONE),
     ("GET", "accounts:token-list", {}, None, EVERYONE),
     ("GET", "accounts:token-create", {}, None, EVERYONE),

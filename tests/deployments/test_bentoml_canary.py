@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from modelyard_agent.bentoml_host import deploy_bentoml_version, route_bentoml_model
 from modelyard_agent.bentoml_instances import ServeState, collect_bentoml_heartbeat, front_for, tidy_models
@@ -25,6 +26,7 @@ from tests.deployments.bentoml_host import (
     make_payload,
     serving_homes,
 )
+from tests.deployments.test_gateway_metrics import REQUESTS, value
 from tests.fixtures.clients import KeptAliveLoad
 
 pytestmark = pytest.mark.integration
@@ -252,3 +254,32 @@ def test_a_shadow_gets_a_copy_of_each_request_and_no_client_sees_its_answers(hos
     while classify_count(host.url, 2) - before < 100 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert classify_count(host.url, 2) - before == 100
+
+
+def test_the_front_counts_each_answer_under_its_version_and_role_plain_and_split(host):
+    def scrape() -> list:
+        answer = requests.get(f"{host.url}/metrics", timeout=10)
+        assert answer.status_code == 200
+        return [s for family in text_string_to_metric_families(answer.text) for s in family.samples]
+
+    host.deploy("v1", 1)  # a plain location: one version, no route
+    assert set(versions_of(host.url, 40)) == {"1"}
+    assert set(versions_of(host.url, 8, headers={PIN_HEADER: "1"})) == {"1"}
+    assert requests.post(f"{host.url}/{MODEL}/classify", json=SAMPLE, headers={PIN_HEADER: "2"},
+                         timeout=30).status_code == 404
+    samples = scrape()
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="stable", code="2xx") == 40
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="pinned", code="2xx") == 8
+    assert value(samples, REQUESTS, model=MODEL, version="", role="refused", code="4xx") == 1
+
+    host.deploy("v2", 2, canary_percent=30)  # split: the route picks
+    samples = scrape()
+    assert value(samples, REQUESTS, model=MODEL, version="2", role="canary", code="2xx") == 0  # at 0 when routed
+    answered = versions_of(host.url, 400) + versions_of(host.url, 20, headers={PIN_HEADER: "2"})
+    samples = scrape()
+    assert value(samples, REQUESTS, model=MODEL, version="2", role="canary", code="2xx") == answered[:400].count("2")
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="stable", code="2xx") == 40 + answered[
+        :400].count("1")
+    assert value(samples, REQUESTS, model=MODEL, version="2", role="pinned", code="2xx") == 20
+    assert value(samples, "modelyard_gateway_request_duration_seconds_count", model=MODEL, version="2",
+                 role="canary") == answered[:400].count("2")

@@ -157,3 +157,39 @@ def test_a_burst_right_after_a_version_is_routed_counts_whole(served):
     in_window = promql.requests_in_window({"model": MODEL, "version": "2"}, 60)
     # Whether or not Prometheus scraped version 2 at 0 before the burst, the window holds all 300.
     assert prometheus_value(prometheus.url, in_window) == 300
+
+
+def test_the_model_pages_host_by_version_table_shows_each_versions_measured_share_and_p99(served, client, user):
+    url, gateway, prometheus = served
+    gateway.set_route(MODEL, stable=1, canary=2, percent=30)
+    seen = {"1": 0, "2": 0}
+    body = {"inputs": [{"name": "seconds", "shape": [1], "datatype": "FP32", "data": [0.0]}]}
+    with requests.Session() as session:
+        for _ in range(2000):
+            answer = session.post(f"{url}/v2/models/{MODEL}/infer", json=body, timeout=30)
+            assert answer.status_code == 200
+            seen[answer.headers["X-Modelyard-Version"]] += 1
+        for _ in range(25):
+            sleep_request_pinned = session.post(f"{url}/v2/models/{MODEL}/versions/2/infer", json=body, timeout=30)
+            assert sleep_request_pinned.status_code == 200
+    total = f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})'
+    wait_for(lambda: prometheus_value(prometheus.url, total) == 2025, timeout=30, interval=0.5,
+             what="Prometheus to scrape every request")
+
+    client.force_login(user)
+    html = client.get(f"/monitoring/models/{MODEL}/traffic/?range={RANGE}").content.decode()
+
+    def cells(version: str, role: str) -> dict[str, str]:
+        row = row_of(html, f'data-host="{HOST}" data-version="{version}" data-role="{role}">')
+        return dict(re.findall(r'<td class="num ([a-z0-9-]+)">([^<]*)</td>', row))
+
+    stable, canary, pinned = cells("1", "stable"), cells("2", "canary"), cells("2", "pinned")
+    # Measured from the front's own counts, so exactly what the clients saw; set: the registry's v1 alone.
+    assert stable["share"] == f"{100 * seen['1'] / 2000:.1f} / 100.0"
+    assert canary["share"] == f"{100 * seen['2'] / 2000:.1f} / —"
+    assert abs(100 * seen["2"] / 2000 - 30) <= 4.5 * (2000 * 0.3 * 0.7) ** 0.5 / 20  # binomial, in points
+    assert (stable["requests"], canary["requests"], pinned["requests"]) == (str(seen["1"]), str(seen["2"]), "25")
+    assert pinned["share"] == "— / —"
+    for row in (stable, canary, pinned):
+        assert float(row["p99"]) > 0 and float(row["p99-minute"]) > 0 and row["errors"] == "0.00%"
+        assert float(row["rps"]) > 0

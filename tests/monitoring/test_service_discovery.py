@@ -139,7 +139,10 @@ def test_each_version_a_bentoml_host_serves_is_one_target_through_its_nginx_labe
 
     groups = api_client.get(SD_URL).json()
 
-    assert groups == [
+    front = {"targets": ["bento-a:3000"], "labels": {
+        "label_zone": "lab-1", "label_model": "not-this", "host": "bento-a", "runtime": "bentoml", "source": "gateway",
+        "__scheme__": "http", "__metrics_path__": "/metrics"}}
+    assert groups == [front] + [
         {"targets": ["bento-a:3000"], "labels": {
             "label_zone": "lab-1", "label_model": "not-this", "host": "bento-a", "runtime": "bentoml",
             "model": model, "version": version,
@@ -159,8 +162,9 @@ def test_a_bentoml_version_is_a_target_from_its_cut_over_before_the_agent_report
 
     paths = [g["labels"]["__metrics_path__"] for g in api_client.get(SD_URL).json()]
 
-    # v1 still reported until the next heartbeat: scraped too, its path answers 404 once v2 serves.
-    assert paths == ["/_metrics/iris/1", "/_metrics/iris/2"]
+    # The front's own, then v1 still reported until the next heartbeat: scraped too, its path answers 404 once
+    # v2 serves.
+    assert paths == ["/metrics", "/_metrics/iris/1", "/_metrics/iris/2"]
 
 
 def test_a_bentoml_host_with_a_metrics_url_keeps_its_host_target_and_a_bad_heartbeat_entry_is_skipped(api_client):
@@ -170,8 +174,8 @@ def test_a_bentoml_host_with_a_metrics_url_keeps_its_host_target_and_a_bad_heart
 
     groups = api_client.get(SD_URL).json()
 
-    assert [(g["labels"]["host"], g["labels"].get("model"), g["labels"]["__metrics_path__"]) for g in groups] == [
-        ("bento-a", None, "/metrics")]
+    assert [(g["targets"], g["labels"].get("model"), g["labels"]["__metrics_path__"]) for g in groups] == [
+        (["bento-a:9100"], None, "/metrics"), (["bento-a:3000"], None, "/metrics")]  # its metrics_url, its front
 
 
 def test_the_number_of_queries_does_not_grow_with_the_number_of_hosts(api_client):
