@@ -73,6 +73,14 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
     replicas = forms.IntegerField(required=False, min_value=1, help_text="with a selector: how many hosts, "
                                   "picked by free GPU memory")
     batch_size = forms.IntegerField(min_value=1, initial=1, help_text="hosts moved at once (max unavailable)")
+    canary_percent = forms.FloatField(
+        required=False, min_value=0, max_value=100, label="Canary percent",
+        help_text="load the version beside the one each host serves and send it this % of the requests that "
+                  "name no version (the rest stay on the serving one); empty: a plain rollout that replaces it")
+    shadow_percent = forms.FloatField(
+        required=False, min_value=0, max_value=100, label="Shadow percent",
+        help_text="also send the version a copy of this % of those requests; no client sees its answers "
+                  "(alone, without a canary percent: a shadow that takes no traffic)")
     failure_policy = forms.ChoiceField(choices=FailurePolicy.choices, initial=FailurePolicy.PAUSE)
     config_overrides = _json_object_field(
         "Config overrides", 'e.g. {"instance_group": [{"count": 2, "kind": "KIND_GPU"}], '
@@ -102,6 +110,9 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
+        if data.get("replicas") and not data.get("selector"):
+            self.add_error("replicas", "replicas picks that many hosts among those a selector matches: give a "
+                                       "selector, or tick the hosts instead")
         unreachable = [self.warnings[name] for name in data.get("hosts") or [] if name in self.warnings]
         if unreachable and not data.get("confirm_unreachable"):
             self.add_error("confirm_unreachable", " ".join(unreachable) + " Tick the box to roll out anyway.")

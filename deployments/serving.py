@@ -10,9 +10,16 @@ from django.conf import settings
 from django.utils import timezone
 
 from deployments.canaries import canary_summary
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, ACTIVE_TARGET_STATES, CanaryState, TargetState
+from deployments.choices import (
+    ACTIVE_DEPLOYMENT_STATUSES,
+    ACTIVE_TARGET_STATES,
+    RUNTIME_FORMATS,
+    CanaryState,
+    TargetState,
+)
 from deployments.models import Deployment, ServingHost
 from deployments.served import serving_now
+from registry.choices import VersionStatus
 from registry.models import ModelVersion
 
 
@@ -160,11 +167,16 @@ def rollout_host_rows(model) -> list[dict]:
         model: the RegisteredModel being rolled out.
 
     Returns:
-        One dict per serving host, by name: ``host`` (ServingHost), ``online`` (bool), ``serving``
-        (the version number of ``model`` it serves, or None) and ``warning`` (``unreachable_warning``,
-        "" for an online host). Three SQL queries however many hosts.
+        One dict per serving host whose runtime can serve a format of the model's versions (every host
+        while it has none), by name: ``host`` (ServingHost), ``online`` (bool), ``serving`` (the version
+        number of ``model`` it serves, or None) and ``warning`` (``unreachable_warning``, "" for an online
+        host). Four SQL queries however many hosts.
     """
     now = timezone.now()
     serving = {t.host_id: t.deployment.version.version for t in serving_now(deployment__model=model)}
+    formats = set(model.versions.exclude(status=VersionStatus.DELETED).values_list("format", flat=True))
+    hosts = ServingHost.objects.order_by("name")
+    if formats:
+        hosts = hosts.filter(runtime__in=[runtime for runtime, served in RUNTIME_FORMATS.items() if served & formats])
     return [{"host": host, "online": host.is_online(now=now), "serving": serving.get(host.pk),
-             "warning": unreachable_warning(host, now=now)} for host in ServingHost.objects.order_by("name")]
+             "warning": unreachable_warning(host, now=now)} for host in hosts]

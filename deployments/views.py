@@ -258,6 +258,7 @@ def rollout_create(request, model_name: str):
                 failure_policy=data["failure_policy"], config_overrides=data["config_overrides"], actor=request.user,
                 authorize=lambda version, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts),
                 confirm_breaking=data["confirm_breaking"], max_request_bytes=data["max_request_bytes"],
+                canary_percent=data["canary_percent"], shadow_percent=data["shadow_percent"],
             )
         except BreakingSignature as exc:
             form.add_error("confirm_breaking", exc.message.replace(" (confirm_breaking)", " below"))

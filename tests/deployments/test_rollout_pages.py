@@ -12,6 +12,7 @@ from deployments import rollouts
 from deployments.models import Deployment, ServingHost
 from deployments.services import start_deployment
 from deployments.targets import record_target_progress
+from modelyard_agent.contract import CANARY_PROTOCOL
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.factories import team_member
@@ -110,6 +111,8 @@ def test_a_rollout_starts_from_the_model_page_form(browser, deployment, django_c
         ({"version": "1", "selector": "pool"}, "key=value"),
         ({"version": "1", "hosts": ["gpu-1"], "config_overrides": "{"}, "not valid JSON"),
         ({"version": "1", "hosts": ["gpu-1"], "config_overrides": '{"input": []}'}, "may set only"),
+        ({"version": "1", "hosts": ["gpu-1"], "replicas": "2"}, "give a selector, or tick the hosts instead"),
+        ({"version": "1", "hosts": ["gpu-1"], "canary_percent": "120"}, "less than or equal to 100"),
     ],
 )
 def test_a_bad_rollout_form_says_why_and_starts_nothing(browser, deployment, form, message):
@@ -142,14 +145,45 @@ def host_row(page: str, host: str) -> str:
 def test_the_rollout_form_shows_each_hosts_runtime_agent_version_and_production_mark(browser, deployment):
     record_target_progress(deployment.targets.get(host__name="gpu-0").pk, "ready")
     ServingHost.objects.filter(name="gpu-1").update(production=True)
-    ServingHost.objects.create(name="bento-0", runtime="bentoml", inference_url="http://bento-0:3000")
     ServingHost.objects.create(name="gpu-2", inference_url="http://gpu-2:8000", **reported(seconds_ago=3600))
+    ServingHost.objects.create(name="gpu-3", inference_url="http://gpu-3:8000")
     page = browser.get("/deployments/new/iris/").content.decode()
     assert host_row(page, "gpu-0") == "gpu-0 triton Online v1 —"
     assert host_row(page, "gpu-1") == "gpu-1 triton Online nothing production"
-    assert "bentoml Never reported is its agent running on host.bento-0 ? nothing —" in host_row(page, "bento-0")
+    assert "triton Never reported is its agent running on host.gpu-3 ? nothing —" in host_row(page, "gpu-3")
     assert "Offline no report since 1" in host_row(page, "gpu-2")
     assert page.count('type="checkbox" name="hosts"') == 4
+
+
+def test_the_rollout_form_offers_only_the_hosts_whose_runtime_serves_the_models_formats(browser, deployment):
+    ServingHost.objects.create(name="bento-0", runtime="bentoml", inference_url="http://bento-0:3000", **reported())
+    triton_page = browser.get("/deployments/new/iris/").content.decode()
+    assert 'data-host="bento-0"' not in triton_page and 'data-host="gpu-0"' in triton_page
+
+    clf = RegisteredModel.objects.create(name="clf", next_version=2)
+    ModelVersion.objects.create(model=clf, version=1, format=ArtifactFormat.BENTO, artifact_key="b",
+                                artifact_sha256="1" * 64, artifact_size=1)
+    bento_page = browser.get("/deployments/new/clf/").content.decode()
+    assert 'data-host="bento-0"' in bento_page and 'data-host="gpu-0"' not in bento_page
+
+
+def test_a_canary_and_a_shadow_start_from_the_form(browser, deployment, django_capture_on_commit_callbacks):
+    # gpu-1 serves v1 through a live gateway, as a canary of v2 needs.
+    record_target_progress(deployment.targets.get(host__name="gpu-1").pk, "ready")
+    ServingHost.objects.filter(name="gpu-1").update(heartbeat={
+        "runtime_live": True, "agent": {"protocol": CANARY_PROTOCOL}, "gateway": {"live": True}})
+    ModelVersion.objects.create(model=deployment.model, version=2, format=ArtifactFormat.TRITON_MODEL_DIR,
+                                artifact_key="k2", artifact_sha256="2" * 64, artifact_size=1)
+    page = browser.get("/deployments/new/iris/").content.decode()
+    assert 'name="canary_percent"' in page and 'name="shadow_percent"' in page
+    assert "requests that name no version" in page and "no client sees its answers" in page
+    with django_capture_on_commit_callbacks(execute=False):
+        answer = browser.post("/deployments/new/iris/", {"version": "2", "hosts": ["gpu-1"], "batch_size": "1",
+                                                         "failure_policy": "rollback", "canary_percent": "20",
+                                                         "shadow_percent": "5"})
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    newest = Deployment.objects.order_by("-id").first()
+    assert (newest.canary_percent, newest.shadow_percent) == (20, 5)
 
 
 @pytest.mark.parametrize(("host", "last_report", "says"), [
