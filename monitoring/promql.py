@@ -82,9 +82,15 @@ class NoneOf(tuple):
     """A selector value that matches a label equal to none of the given values (``label!~"a|b"``)."""
 
 
+class AnyOf(tuple):
+    """A selector value that matches a label equal to one of the given values (``label=~"a|b"``; none: nothing)."""
+
+
 def _matcher(key: str, value) -> str:
     if isinstance(value, NoneOf):
         return f'{key}!~"{_escape("|".join(re.escape(v) for v in value))}"'
+    if isinstance(value, AnyOf):
+        return f'{key}=~"{_escape("|".join(re.escape(v) for v in value) or "^$")}"'
     return f'{key}="{_escape(value)}"'
 
 
@@ -283,28 +289,28 @@ TRAFFIC_BY = "host, version, role"
 LAST_MINUTE_SECONDS = 60
 
 
-def traffic_by_host(selector: dict[str, str], window: int) -> dict[str, str]:
+def traffic_by_host(selector: dict[str, str], window: int, *, by: str = TRAFFIC_BY) -> dict[str, str]:
     """Per (host, version, role) of one model, from the hosts' fronts (``modelyard_gateway_*``): what answers
     "which version serves on which host, with what share of traffic, and what is its p99 right now?".
 
     Returns:
         ``{"requests": requests over the window, "errors": of them answered 5xx, "requests_minute": requests over
         the last minute, "p99_ms": p99 latency over the window (ms), "p99_minute_ms": over the last minute}``,
-        each a query by ``host, version, role`` (roles ``stable``, ``canary``, ``pinned``, ``shadow``), counted
-        with ``_gateway_increase``.
+        each a query ``by`` its labels (default ``host, version, role``; roles ``stable``, ``canary``,
+        ``pinned``, ``shadow``), counted with ``_gateway_increase``.
     """
     w, minute = _window(window), f"{LAST_MINUTE_SECONDS}s"
     roles = _matchers(selector, TRAFFIC_ROLES)
     errors = _matchers(selector, TRAFFIC_ROLES, 'code="5xx"')
 
     def p99(span: str) -> str:
-        buckets = _gateway_increase(GATEWAY_LATENCY + "_bucket", roles, span, by=f"{TRAFFIC_BY}, le")
+        buckets = _gateway_increase(GATEWAY_LATENCY + "_bucket", roles, span, by=f"{by}, le")
         return f"histogram_quantile(0.99, {buckets}) * 1000"
 
     return {
-        "requests": _gateway_increase(GATEWAY_REQUESTS, roles, w, by=TRAFFIC_BY),
-        "errors": _gateway_increase(GATEWAY_REQUESTS, errors, w, by=TRAFFIC_BY),
-        "requests_minute": _gateway_increase(GATEWAY_REQUESTS, roles, minute, by=TRAFFIC_BY),
+        "requests": _gateway_increase(GATEWAY_REQUESTS, roles, w, by=by),
+        "errors": _gateway_increase(GATEWAY_REQUESTS, errors, w, by=by),
+        "requests_minute": _gateway_increase(GATEWAY_REQUESTS, roles, minute, by=by),
         "p99_ms": p99(w),
         "p99_minute_ms": p99(minute),
     }

@@ -355,10 +355,13 @@ def version_gate_metrics(
 ROLE_ORDER = {"stable": 0, "canary": 1, "pinned": 2, "shadow": 3}
 
 
-def traffic_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> list[dict]:
+def traffic_table(model_name: str, *, window_seconds: int, hosts: list[str] | None = None, by_host: bool = True,
+                  client: PrometheusClient | None = None) -> list[dict]:
     """The host × version table of one model: one row per version each host's front answered for it, by role.
 
-    Five queries, whatever the number of hosts (``promql.traffic_by_host``).
+    Five queries, whatever the number of hosts (``promql.traffic_by_host``). ``hosts`` keeps those hosts' series
+    only; with ``by_host`` False the hosts are summed (one row per version and role, ``host`` ""; shares of
+    all their requests that named no version), as a canary's page compares it with the stable version.
 
     Returns:
         ``[{"host", "version" (str, as labelled), "role" ("stable", "canary", "pinned", "shadow"), "requests"
@@ -371,7 +374,11 @@ def traffic_table(model_name: str, *, window_seconds: int, client: PrometheusCli
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
     client = client or PrometheusClient()
-    queries = promql.traffic_by_host(model_selector(model_name), window_seconds)
+    selector = model_selector(model_name)
+    if hosts is not None:  # less those where the name is a renamed model's (model_selector)
+        selector["host"] = promql.AnyOf(h for h in hosts if h not in selector.get("host", ()))
+    queries = promql.traffic_by_host(selector, window_seconds,
+                                     by=promql.TRAFFIC_BY if by_host else "version, role")
     try:
         results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
     except PrometheusUnavailable as exc:

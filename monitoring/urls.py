@@ -8,4 +8,5 @@ urlpatterns = [
     path("table/", views.overview_table, name="overview-table"),
     path("models/<str:name>/panel/", views.model_metrics_panel, name="model-metrics-panel"),
     path("models/<str:name>/traffic/", views.model_traffic, name="model-traffic"),
+    path("rollouts/<int:pk>/canary/", views.rollout_canary_traffic, name="rollout-canary-traffic"),
 ]

@@ -4,9 +4,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 
 from accounts.access import Principal
 from deployments.models import ServingHost
+from deployments.served import get_deployment
 from deployments.serving import model_serving as serving_panel
 from modelyard.errors import ServiceUnavailable
 from monitoring import promql, readings, services
@@ -91,6 +93,27 @@ def model_traffic(request, name: str):
         context["rows"] = [{**row, "configured": configured.get(row["host"], {}).get((row["version"], row["role"]))}
                            for row in rows]
     return render(request, "monitoring/partials/model_traffic.html", context)
+
+
+@login_required
+def rollout_canary_traffic(request, pk: int):
+    """A canary rollout's traffic beside its stable version's (htmx fragment of the rollout page): on the hosts
+    it reached, over its lifetime (from its start to its end, or now; 1 minute at least), per version and role,
+    the share of the requests that named no version, requests, p99 and 5xx rate, measured at the hosts' fronts."""
+    deployment = get_deployment(pk)
+    model = model_or_404(request, deployment.model.name)
+    end = deployment.finished_at or timezone.now()
+    lifetime = int(min(max((end - deployment.created_at).total_seconds(), promql.MIN_RANGE_SECONDS),
+                       promql.MAX_RANGE_SECONDS))
+    context = {"deployment": deployment, "rows": [], "prometheus_error": "", "lifetime_seconds": lifetime}
+    try:
+        rows = services.traffic_table(model.name, window_seconds=lifetime, by_host=False,
+                                      hosts=[t.host.name for t in deployment.targets.all()])
+    except ServiceUnavailable as exc:
+        context["prometheus_error"] = exc.message
+    else:
+        context["rows"] = [row for row in rows if row["role"] in ("stable", "canary")]
+    return render(request, "monitoring/partials/canary_traffic.html", context)
 
 
 def page_range(request) -> str:

@@ -357,6 +357,7 @@ PAGES = [
     ("GET", "monitoring:overview-table", {}, None, EVERYONE),
     ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "monitoring:model-traffic", {"name": "resnet"}, None, needs("viewer")),
+    ("GET", "monitoring:rollout-canary-traffic", {"pk": "dev"}, None, needs("viewer")),
     ("GET", "accounts:team-list", {}, None, EVERYONE),
     ("GET", "accounts:token-list", {}, None, EVERYONE),
     ("GET", "accounts:token-create", {}, None, EVERYONE),

@@ -14,12 +14,15 @@ import numpy as np
 import pytest
 import requests
 
-from deployments.models import ServingHost
+from deployments.choices import CanaryState, TargetState
+from deployments.models import Deployment, DeploymentTarget, ServingHost
 from modelyard_agent.formats.triton_config import render_load_config
 from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from monitoring import promql
 from monitoring.services import version_gate_metrics
+from registry.choices import ArtifactFormat
+from registry.models import ModelVersion, RegisteredModel
 from tests.fixtures.services import free_port, wait_for
 from tests.monitoring.synthetic import deploy_version
 
@@ -193,3 +196,16 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
     for row in (stable, canary, pinned):
         assert float(row["p99"]) > 0 and float(row["p99-minute"]) > 0 and row["errors"] == "0.00%"
         assert float(row["rps"]) > 0
+
+    # The canary's rollout page: canary against stable on the hosts it reached, over its lifetime.
+    model = RegisteredModel.objects.get(name=MODEL)
+    v2 = ModelVersion.objects.create(model=model, version=2, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="k2",
+                                     artifact_sha256="2" * 64, artifact_size=1)
+    canary = Deployment.objects.create(model=model, version=v2, canary_percent=30, canary_state=CanaryState.ACTIVE)
+    DeploymentTarget.objects.create(deployment=canary, host=ServingHost.objects.get(name=HOST),
+                                    state=TargetState.READY)
+    assert "canary active at 30 %" in client.get(f"/deployments/{canary.pk}/").content.decode()
+    fragment = client.get(f"/monitoring/rollouts/{canary.pk}/canary/").content.decode()
+    shares = dict(re.findall(r'data-role="(stable|canary)" data-version="\d+">.*?<td class="num share">([^<]*)</td>',
+                             fragment, re.S))
+    assert shares == {"stable": f"{100 * seen['1'] / 2000:.1f}", "canary": f"{100 * seen['2'] / 2000:.1f}"}
