@@ -97,9 +97,12 @@ def model_detail(request, name: str):
         model.versions.exclude(status=VersionStatus.DELETED).select_related("created_by")
         .prefetch_related("aliases").order_by("-version")
     )
+    formats = {version.format for version in versions}
     context = {
         "model": model, "versions": versions, "ranges": PAGE_RANGES, "range": page_range(request.GET.get("range")),
         "aliases": model.aliases.select_related("version", "updated_by").order_by("name"),
+        # Request capture and replays are the Triton gateway's: a BentoML model's page says what applies instead.
+        "bentoml_only": bool(formats) and formats <= ArtifactFormat.bentoml_formats(),
     }
     # The metrics, promotion and deployment panels come from those apps' own URLs (htmx).
     return render(request, "registry/model_detail.html", context)

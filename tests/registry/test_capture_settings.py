@@ -151,3 +151,13 @@ def test_turning_capture_on_for_a_model_a_bentoml_host_serves_warns_that_it_capt
     assert any("bento-0 serves iris with BentoML, which captures nothing" in w for w in answer.json()["warnings"])
     assert all("bento-0" not in w for w in api_client_for(people["owner"]).patch(
         URL, {"fraction": 0}, format="json").json()["warnings"])
+
+
+def test_a_bentoml_models_page_says_what_applies_instead_of_the_capture_form(people, client):
+    clf = RegisteredModel.objects.create(name="clf", next_version=2)
+    ModelVersion.objects.create(model=clf, version=1, format=ArtifactFormat.BENTO, artifact_key="b",
+                                artifact_sha256="1" * 64, artifact_size=1)
+    client.force_login(people["owner"])
+    page = client.get("/models/clf/").content.decode()
+    assert "Request capture and replay gates run on Triton hosts" in page
+    assert 'id="model-capture"' not in page
