@@ -119,7 +119,7 @@ def test_the_model_page_locks_and_moves_a_protected_alias_with_a_reason(iris, ow
     html = page.post("/models/iris/aliases/", {"alias": "staging", "version": "1", "reason": "mine"},
                      follow=True).content.decode()
     assert "needs the owner role" in html and staging().version.version == 2
-    assert "delete…" not in html.split('data-alias="staging"')[1].split("</tr>")[0]
+    assert "Delete…" not in html.split('data-alias="staging"')[1].split("</tr>")[0]
 
 
 def test_an_automated_actor_cannot_move_a_protected_alias(iris):
@@ -131,3 +131,12 @@ def test_an_automated_actor_cannot_move_a_protected_alias(iris):
     with pytest.raises(Forbidden, match="only an owner of team 'default' moves it"):
         set_alias(model_name="iris", alias="staging", version=2, actor=PolicyActor("policy:1"), reason="gates passed")
     assert staging().version.version == 1
+
+
+
+def test_deleting_an_alias_is_a_destructive_action_behind_a_confirmation(iris, owner, client):
+    client.force_login(owner)
+    row = client.get("/models/iris/").content.decode().split('data-alias="staging"')[1].split("</tr>")[0]
+    assert '<a class="button danger" href="/models/iris/aliases/staging/delete/">Delete…</a>' in row
+    confirm = client.get("/models/iris/aliases/staging/delete/")
+    assert confirm.status_code == 200 and staging().version.version == 1  # the link only asks
