@@ -373,12 +373,28 @@ def traffic_table(model_name: str, *, window_seconds: int, hosts: list[str] | No
     Raises:
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
-    client = client or PrometheusClient()
     selector = model_selector(model_name)
     if hosts is not None:  # less those where the name is a renamed model's (model_selector)
         selector["host"] = promql.AnyOf(h for h in hosts if h not in selector.get("host", ()))
-    queries = promql.traffic_by_host(selector, window_seconds,
-                                     by=promql.TRAFFIC_BY if by_host else "version, role")
+    return _traffic(selector, window_seconds, "host" if by_host else "", "host", client)
+
+
+def host_traffic_table(host_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> list[dict]:
+    """The model × version table of one host: as ``traffic_table``, one row per model, version and role its
+    front answered, ``"model"`` in place of ``"host"`` and shares of each model's requests that named no
+    version. Five queries, whatever the number of models.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    return _traffic({"host": host_name}, window_seconds, "model", "model", client)
+
+
+def _traffic(selector: dict, window_seconds: int, group: str, name: str, client: PrometheusClient | None) -> list[dict]:
+    """Rows of ``promql.traffic_by_host`` by ``group`` (a label, or "" for none), version and role; each row's
+    group value under ``name``."""
+    client = client or PrometheusClient()
+    queries = promql.traffic_by_host(selector, window_seconds, by=", ".join(filter(None, (group, "version", "role"))))
     try:
         results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
     except PrometheusUnavailable as exc:
@@ -387,23 +403,23 @@ def traffic_table(model_name: str, *, window_seconds: int, hosts: list[str] | No
     for key, samples in results.items():
         for sample in samples:
             labels = sample.labels
-            row = rows.setdefault((labels.get("host", ""), labels.get("version", ""), labels.get("role", "")), {})
-            row[key] = sample.value
+            first = labels.get(group, "") if group else ""
+            rows.setdefault((first, labels.get("version", ""), labels.get("role", "")), {})[key] = sample.value
     routed: dict[str, float] = {}
-    for (host, _, role), row in rows.items():
+    for (first, _, role), row in rows.items():
         if role in ("stable", "canary"):
-            routed[host] = routed.get(host, 0.0) + (row.get("requests") or 0.0)
+            routed[first] = routed.get(first, 0.0) + (row.get("requests") or 0.0)
     table = []
-    for (host, version, role), row in rows.items():
+    for (first, version, role), row in rows.items():
         requests = row.get("requests") or 0.0
         answered = requests > 0
         table.append({
-            "host": host, "version": version, "role": role, "requests": round(requests),
-            "share": 100 * requests / routed[host] if role in ("stable", "canary") and routed.get(host) else None,
+            name: first, "version": version, "role": role, "requests": round(requests),
+            "share": 100 * requests / routed[first] if role in ("stable", "canary") and routed.get(first) else None,
             "rps": (row.get("requests_minute") or 0.0) / promql.LAST_MINUTE_SECONDS,
             "p99_ms": row.get("p99_ms") if answered else None,
             "p99_minute_ms": row.get("p99_minute_ms") if row.get("requests_minute") else None,
             "error_rate": (row.get("errors") or 0.0) / requests if answered else None,
         })
-    table.sort(key=lambda r: (r["host"], _version_sort_key(r["version"]), ROLE_ORDER.get(r["role"], 9)))
+    table.sort(key=lambda r: (r[name], _version_sort_key(r["version"]), ROLE_ORDER.get(r["role"], 9)))
     return table

@@ -8,5 +8,6 @@ urlpatterns = [
     path("table/", views.overview_table, name="overview-table"),
     path("models/<str:name>/panel/", views.model_metrics_panel, name="model-metrics-panel"),
     path("models/<str:name>/traffic/", views.model_traffic, name="model-traffic"),
+    path("hosts/<str:name>/traffic/", views.host_traffic, name="host-traffic"),
     path("rollouts/<int:pk>/canary/", views.rollout_canary_traffic, name="rollout-canary-traffic"),
 ]

@@ -2,15 +2,18 @@
 
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 
 from accounts.access import Principal
+from deployments.hosts import get_host
 from deployments.models import ServingHost
 from deployments.served import get_deployment
 from deployments.serving import model_serving as serving_panel
 from modelyard.errors import ServiceUnavailable
+from modelyard.views import found_or_404
 from monitoring import promql, readings, services
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_peak, sparkline_points
 from registry.access import visible_model_names
@@ -75,6 +78,21 @@ def configured_shares(model: RegisteredModel) -> dict[str, dict]:
     return shares
 
 
+def _traffic_page(request, group: str, read, shape) -> HttpResponse:
+    """Render the traffic table (``monitoring/partials/model_traffic.html``) of ``read(window_seconds)``'s rows
+    by ``group`` ("host" or "model"), each passed through ``shape(row)`` (None drops it); Prometheus trouble
+    becomes the page's notice."""
+    range_text = page_range(request)
+    context = {"range": range_text, "rows": [], "prometheus_error": "", "group": group}
+    try:
+        rows = read(promql.parse_range(range_text))
+    except ServiceUnavailable as exc:
+        context["prometheus_error"] = exc.message
+    else:
+        context["rows"] = [shaped for row in rows if (shaped := shape({**row, "group": row[group]})) is not None]
+    return render(request, "monitoring/partials/model_traffic.html", context)
+
+
 @login_required
 def model_traffic(request, name: str):
     """The host × version table of the model page (htmx, polled; ``?range=`` one of the page ranges): per host,
@@ -82,17 +100,26 @@ def model_traffic(request, name: str):
     named no version beside the share its route is set to, requests/s and p99 over the last minute, p99 and
     error rate over the range (``monitoring.services.traffic_table``)."""
     model = model_or_404(request, name)
-    range_text = page_range(request)
-    context = {"model": model, "range": range_text, "rows": [], "prometheus_error": ""}
-    try:
-        rows = services.traffic_table(model.name, window_seconds=promql.parse_range(range_text))
-    except ServiceUnavailable as exc:
-        context["prometheus_error"] = exc.message
-    else:
-        configured = configured_shares(model)
-        context["rows"] = [{**row, "configured": configured.get(row["host"], {}).get((row["version"], row["role"]))}
-                           for row in rows]
-    return render(request, "monitoring/partials/model_traffic.html", context)
+    configured = {}
+
+    def read(window: int) -> list[dict]:
+        rows = services.traffic_table(model.name, window_seconds=window)
+        configured.update(configured_shares(model))
+        return rows
+
+    return _traffic_page(request, "host", read, lambda row: {
+        **row, "configured": configured.get(row["host"], {}).get((row["version"], row["role"]))})
+
+
+@login_required
+def host_traffic(request, name: str):
+    """The model × version table of a host page (htmx, polled; ``?range=``): per model the host's front answered
+    and the user may see (their teams' models; administrators every series), a row per version and role, as on
+    the model page (``monitoring.services.host_traffic_table``)."""
+    host = found_or_404(get_host, name)
+    visible = visible_model_names(Principal.of(request))
+    return _traffic_page(request, "model", lambda window: services.host_traffic_table(host.name, window_seconds=window),
+                         lambda row: row if visible is None or row["model"] in visible else None)
 
 
 @login_required

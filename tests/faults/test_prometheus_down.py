@@ -34,7 +34,8 @@ def test_pages_render_and_say_metrics_are_unavailable_when_prometheus_stops(clie
     deploy_version("iris", 1, host)
     client.force_login(user)
     for url in ("/monitoring/", "/monitoring/table/", "/models/iris/", "/hosts/gpu-a/",
-                "/monitoring/models/iris/panel/", "/monitoring/models/iris/traffic/"):
+                "/monitoring/models/iris/panel/", "/monitoring/models/iris/traffic/",
+                "/monitoring/hosts/gpu-a/traffic/"):
         assert "Metrics unavailable" in page_with_panels(client, url), url  # the model page's is its panel
 
 

@@ -209,3 +209,9 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
     shares = dict(re.findall(r'data-role="(stable|canary)" data-version="\d+">.*?<td class="num share">([^<]*)</td>',
                              fragment, re.S))
     assert shares == {"stable": f"{100 * seen['1'] / 2000:.1f}", "canary": f"{100 * seen['2'] / 2000:.1f}"}
+
+    # The host page's table: the same rows, by model.
+    host_html = client.get(f"/monitoring/hosts/{HOST}/traffic/").content.decode()
+    row = row_of(host_html, f'data-model="{MODEL}" data-version="2" data-role="canary">')
+    assert f'<td class="num requests">{seen["2"]}</td>' in row
+    assert f'<td class="num share">{100 * seen["2"] / 2000:.1f} / —</td>' in row
