@@ -114,8 +114,10 @@ class NginxProcess:
         raise NotImplementedError
 
     def _nginx(self, *args: str) -> None:
+        # umask 077: the master binds the control socket (and writes its logs, the workers their capture files)
+        # for the agent's user alone; a socket left 0666 would let any local user reroute or capture traffic.
         done = subprocess.run([NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(self.conf),
-                               *args], capture_output=True, text=True, timeout=30)
+                               *args], capture_output=True, text=True, timeout=30, umask=0o077)
         if done.returncode != 0:
             raise ServingRuntimeError(f"nginx {' '.join(args) or 'start'} failed: {done.stderr.strip()}",
                                       retryable=False)

@@ -3,6 +3,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER,
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
 from tests.fixtures.clients import HeldRequest, KeptAliveLoad
-from tests.fixtures.services import free_port, wait_for
+from tests.fixtures.services import free_port, traversable, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -268,3 +270,31 @@ def test_grpc_clients_infer_through_the_gateway_and_cannot_reach_the_repository_
 def test_a_gateway_without_tritons_grpc_address_takes_no_grpc(tmp_path):
     with pytest.raises(ValueError, match="Triton's own gRPC address"):
         TritonGateway(tmp_path / "gateway", free_port(), triton="127.0.0.1:8000", grpc_listen="127.0.0.1:8011")
+
+
+CONNECT = """
+import os, socket, sys
+os.stat(sys.argv[1])  # the path is reachable (exits 1 if not): only the socket's own mode may refuse
+client = socket.socket(socket.AF_UNIX)
+try:
+    client.connect(sys.argv[1])
+except PermissionError:
+    sys.exit(13)
+client.sendall(b"GET /routes HTTP/1.0\\r\\n\\r\\n")
+sys.stdout.write(client.recv(200).decode(errors="replace"))
+"""
+
+
+def test_the_control_socket_opens_for_the_agents_user_only(tmp_path):
+    front = TritonGateway(traversable(tmp_path) / "gateway", free_port(), triton="127.0.0.1:1", listen_host="127.0.0.1")
+    front.ensure_running()
+    try:
+        assert front.control_socket.stat().st_mode & 0o077 == 0, oct(front.control_socket.stat().st_mode)
+        assert front.routes() == {}  # the agent's user reaches it
+        if os.geteuid() != 0:
+            pytest.skip("trying the socket as another user needs root")
+        other = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+                                "-c", CONNECT, str(front.control_socket)], capture_output=True, text=True, timeout=30)
+        assert other.returncode == 13, (other.returncode, other.stdout, other.stderr)
+    finally:
+        front.stop()
