@@ -98,6 +98,8 @@ class NginxProcess:
     """
 
     SUBDIRS: tuple[str, ...] = ("tmp",)
+    # Directories of the agent's user alone (``_private_directory``): where a control socket is bound.
+    PRIVATE_SUBDIRS: tuple[str, ...] = ()
     # Seconds a reload is preceded by a drain (``_set_draining``): time for each busy kept-alive client to send
     # one request and be told to close, so none sits idle on an old worker when it closes its idle connections.
     DRAIN_SECONDS = 1.0
@@ -114,10 +116,8 @@ class NginxProcess:
         raise NotImplementedError
 
     def _nginx(self, *args: str) -> None:
-        # umask 077: the master binds the control socket (and writes its logs, the workers their capture files)
-        # for the agent's user alone; a socket left 0666 would let any local user reroute or capture traffic.
         done = subprocess.run([NGINX, "-p", str(self.dir), "-e", str(self.dir / "error.log"), "-c", str(self.conf),
-                               *args], capture_output=True, text=True, timeout=30, umask=0o077)
+                               *args], capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
             raise ServingRuntimeError(f"nginx {' '.join(args) or 'start'} failed: {done.stderr.strip()}",
                                       retryable=False)
@@ -145,6 +145,8 @@ class NginxProcess:
         self.refuse_closed_parents(f"nginx's workers cannot reach {self.dir}/tmp, where they spool request bodies")
         for sub in self.SUBDIRS:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for sub in self.PRIVATE_SUBDIRS:
+            self._private_directory(self.dir / sub)
         text = self.main_config()
         with self._lock():
             if not self.conf.exists() or self.conf.read_text() != text:
@@ -158,6 +160,27 @@ class NginxProcess:
             if time.monotonic() > deadline:
                 raise ServingRuntimeError(f"nginx does not answer on port {self.listen_port}", retryable=True)
             time.sleep(0.05)
+
+    @staticmethod
+    def _private_directory(path: Path) -> None:
+        """Make ``path`` a directory of the agent's user alone (mode 0700, a symlink refused), before nginx
+        binds a socket in it: nginx's master sets its umask to 0 and leaves a Unix socket 0666, so the directory
+        is what keeps other local users from connecting (search permission on it is checked first).
+
+        Raises:
+            ServingRuntimeError: a symlink or a file stands at ``path`` (not retryable).
+        """
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            raise ServingRuntimeError(f"{path} must be a directory of the agent's own, not a link or a file; "
+                                      "remove it", retryable=False)
+        path.mkdir(mode=0o700, exist_ok=True)
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(descriptor, 0o700)
+            if os.fstat(descriptor).st_uid != os.geteuid():
+                os.fchown(descriptor, os.geteuid(), os.getegid())
+        finally:
+            os.close(descriptor)
 
     def refuse_closed_parents(self, what: str) -> None:
         """Under a root agent, whose nginx runs its workers as an unprivileged user, raise when ``directory``

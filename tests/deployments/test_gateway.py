@@ -274,7 +274,7 @@ def test_a_gateway_without_tritons_grpc_address_takes_no_grpc(tmp_path):
 
 CONNECT = """
 import os, socket, sys
-os.stat(sys.argv[1])  # the path is reachable (exits 1 if not): only the socket's own mode may refuse
+os.stat(os.path.dirname(os.path.dirname(sys.argv[1])))  # the gateway's directory is reachable (else exit 1)
 client = socket.socket(socket.AF_UNIX)
 try:
     client.connect(sys.argv[1])
@@ -289,7 +289,8 @@ def test_the_control_socket_opens_for_the_agents_user_only(tmp_path):
     front = TritonGateway(traversable(tmp_path) / "gateway", free_port(), triton="127.0.0.1:1", listen_host="127.0.0.1")
     front.ensure_running()
     try:
-        assert front.control_socket.stat().st_mode & 0o077 == 0, oct(front.control_socket.stat().st_mode)
+        directory = front.control_socket.parent.stat()
+        assert directory.st_mode & 0o777 == 0o700 and directory.st_uid == os.geteuid(), oct(directory.st_mode)
         assert front.routes() == {}  # the agent's user reaches it
         if os.geteuid() != 0:
             pytest.skip("trying the socket as another user needs root")
