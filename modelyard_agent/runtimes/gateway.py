@@ -49,7 +49,7 @@ through the control socket (``/capture``) afterwards.
 
 Layout::
 
-    <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/control.sock
+    <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/sock
                         capture.json  capture/<model>/<YYYYmmddHH>-<worker pid>.ndjson
 """
 
@@ -227,7 +227,7 @@ http {{
         location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models/...\\n"; }}
     }}
 {grpc_server}    server {{
-        listen unix:{dir}/control/control.sock;
+        listen unix:{dir}/control/sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
@@ -306,7 +306,7 @@ class TritonGateway(RouteControl, NginxProcess):
         self.grpc_listen, self.triton_grpc = grpc_listen, triton_grpc
         self.workers = workers
         self.routes_file = self.dir / "routes.json"
-        self.control_socket = self.dir / "control" / "control.sock"
+        self.control_socket = self.dir / "control" / "sock"
         self.capture_file = self.dir / "capture.json"
         self.limits_file = self.dir / "limits.json"
         self.max_request_bytes = int(max_request_bytes)

@@ -18,7 +18,7 @@ a version is stopped only once nothing is on its way to it.
 
 Layout::
 
-    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/control.sock
+    <root>/nginx/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/sock
     <root>/nginx/upstreams/<model>.conf   upstream block (http level)
     <root>/nginx/locations/<model>.conf   location /<model>/ and /_metrics/<model>/<version> (server level)
 
@@ -111,7 +111,7 @@ _SPLIT_SERVER = DRAIN_SERVER.replace("{", "{{").replace("}", "}}") + """\
 
 _CONTROL_SERVER = """\
     server {{
-        listen unix:{dir}/control/control.sock;
+        listen unix:{dir}/control/sock;
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
@@ -219,7 +219,7 @@ class NginxFront(RouteControl, NginxProcess):
         self.client_keepalive = client_keepalive
         self.splits = lua_available()
         self.routes_file = self.dir / "routes.json"
-        self.control_socket = self.dir / "control" / "control.sock"
+        self.control_socket = self.dir / "control" / "sock"
 
     def main_config(self) -> str:
         split = {"load_modules": "", "split_http": "", "split_server": "", "control_server": ""}
