@@ -9,6 +9,7 @@ reproduces. S3 is the moto server, Prometheus a real (empty) one; the one Triton
 closed port. Each operation runs in its own savepoint, rolled back afterwards.
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -27,7 +28,7 @@ from registry import uploads
 from registry.aliases import set_alias
 from registry.registered_models import create_model, get_model
 from registry.versions import register_version
-from tests.factories import token_for
+from tests.factories import team_member, token_for
 from tests.fixtures.services import free_port
 from tests.fuzzing import FuzzWorld, fuzz_api
 
@@ -45,6 +46,20 @@ def test_every_operation_answers_without_server_errors_and_within_its_schema(fuz
         Path(REPORT_PATH).write_text(json.dumps(report.as_dict(), indent=2))
     assert report.failures == {}, report.describe_failures()
     assert report.total_cases >= MIN_TOTAL_CASES, report.counts
+
+
+MEMBER_CASES_PER_OPERATION = int(os.environ.get("MODELYARD_FUZZ_MEMBER_CASES_PER_OPERATION", "10"))
+
+
+def test_every_operation_answers_a_team_member_without_server_errors_and_within_its_schema(fuzz_world: FuzzWorld):
+    """The same checks with a maintainer's token of the team that owns ``iris``: the refusals of what only
+    administrators and owners may do (403) must be documented, carry the error envelope and fit the schema."""
+    member = team_member(get_user_model().objects.create_user(username="fuzz-member"), "maintainer")
+    report = fuzz_api(dataclasses.replace(fuzz_world, token=token_for(member)),
+                      cases_per_operation=MEMBER_CASES_PER_OPERATION)
+    assert report.failures == {}, report.describe_failures()
+    refused = {label for label, statuses in report.statuses.items() if statuses.get(403)}
+    assert "POST /api/v1/hosts/" in refused, sorted(refused)  # registering hosts is the administrators'
 
 
 @pytest.fixture
