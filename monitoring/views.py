@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounts.access import Principal
+from deployments.choices import CanaryState
 from deployments.hosts import get_host
 from deployments.models import ServingHost
 from deployments.served import get_deployment
@@ -118,18 +119,43 @@ def host_traffic(request, name: str):
     the model page (``monitoring.services.host_traffic_table``)."""
     host = found_or_404(get_host, name)
     visible = visible_model_names(Principal.of(request))
+    routes = ((host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
+
+    def shape(row: dict) -> dict | None:
+        if visible is not None and row["model"] not in visible:
+            return None
+        return {**row, "configured": route_share(routes.get(row["model"]), row["version"], row["role"])}
+
     return _traffic_page(request, "model", lambda window: services.host_traffic_table(host.name, window_seconds=window),
-                         lambda row: row if visible is None or row["model"] in visible else None)
+                         shape)
+
+
+def route_share(route: dict | None, version: str, role: str) -> float | None:
+    """The share (%) of a model's requests that name no version a gateway route gives ``version`` as ``role``
+    (``{"stable", "canary", "percent", "shadow", "shadow_percent"}`` as the host's agent reports it; None: the
+    model has no route, so the version that answers them takes all); None where the route gives it none."""
+    if not route:
+        return 100.0 if role == "stable" else None
+    percent = float(route.get("percent") or 0)
+    given = {("stable", str(route.get("stable"))): 100 - percent if route.get("canary") is not None else 100.0,
+             ("canary", str(route.get("canary"))): percent,
+             ("shadow", str(route.get("shadow"))): float(route.get("shadow_percent") or 0)}
+    return given.get((role, version))
 
 
 @login_required
 def rollout_canary_traffic(request, pk: int):
     """A canary rollout's traffic beside its stable version's (htmx fragment of the rollout page): on the hosts
-    it reached, over its lifetime (from its start to its end, or now; 1 minute at least), per version and role,
+    it reached, over its lifetime (from its start until it was promoted or rolled back, or now while it is active;
+    1 minute at least), per version and role,
     the share of the requests that named no version, requests, p99 and 5xx rate, measured at the hosts' fronts."""
     deployment = get_deployment(pk)
     model = model_or_404(request, deployment.model.name)
-    end = deployment.finished_at or timezone.now()
+    # A canary rollout finishes (succeeded) once every host loaded it, while its canary stays active: the
+    # canary's lifetime runs until it is promoted or rolled back (the deployment's last event), or now.
+    end = timezone.now()
+    if deployment.canary_state != CanaryState.ACTIVE:
+        end = deployment.events.order_by("-created_at").values_list("created_at", flat=True).first() or end
     lifetime = int(min(max((end - deployment.created_at).total_seconds(), promql.MIN_RANGE_SECONDS),
                        promql.MAX_RANGE_SECONDS))
     context = {"deployment": deployment, "rows": [], "prometheus_error": "", "lifetime_seconds": lifetime}

@@ -107,6 +107,14 @@ def client_settings(max_body_bytes: int = DEFAULT_MAX_REQUEST_BYTES, *,
     client_max_body_size {int(max_body_bytes)};"""
 
 
+# For a model without a route, Triton's answer names the version it picked: asked for it uncompressed
+# (modelyard_gateway.lua's route empties $modelyard_accept_encoding then), the gateway reads it there. The
+# location's own proxy_set_header replaces the server's, so Connection "" (kept-alive upstreams) comes again.
+ANSWER_IN_CLEAR = """\
+            proxy_set_header Connection "";
+            proxy_set_header Accept-Encoding $modelyard_accept_encoding;
+"""
+
 # The shadow copy's own log phase (nginx logs a subrequest only with log_subrequest on), where it is counted.
 SHADOW_LOG = """\
             log_subrequest on;
@@ -173,14 +181,16 @@ http {{
             set $modelyard_counted "";
             set $modelyard_shadow_counted "";
             set $modelyard_capture "";
+            set $modelyard_accept_encoding $http_accept_encoding;
             rewrite_by_lua_block {{
 {start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
                 require("modelyard_gateway").route(ngx.var.modelyard_model)
             }}
+{identity}
             add_header {version_header} $modelyard_version always;
 {capture_body}
-            log_by_lua_block {{
+{answered}            log_by_lua_block {{
                 require("modelyard_gateway").done(ngx.var.modelyard_model{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model)
             }}
@@ -322,8 +332,11 @@ class TritonGateway(RouteControl, NginxProcess):
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             metrics_size=METRICS_DICT_SIZE, measure="" if self.measure else ", false",
             start='                require("modelyard_metrics").start()\n' if self.measure else "",
-            observe_pinned=('                require("modelyard_metrics").observe(ngx.var.modelyard_model, '
-                            'ngx.var.modelyard_named, "pinned")\n') if self.measure else "",
+            observe_pinned=('                require("modelyard_gateway").pinned_done(ngx.var.modelyard_model, '
+                            'ngx.var.modelyard_named)\n') if self.measure else "",
+            answered='            body_filter_by_lua_block { require("modelyard_gateway").answered() }\n'
+            if self.measure else "",
+            identity=ANSWER_IN_CLEAR if self.measure else "",
             shadow_log=SHADOW_LOG if self.measure else "",
             capture_body=(f"            client_body_buffer_size {CAPTURE_BODY_LIMIT};\n"
                           "            client_body_in_single_buffer on;"),

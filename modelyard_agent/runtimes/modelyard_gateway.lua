@@ -15,6 +15,9 @@ function M.route(model)
     local route, version, key = routes.claim(model, routes.pick)
     if not route then
         ngx.var.modelyard_role = "unrouted"
+        -- answered() reads the version from Triton's answer, asked for without compression
+        ngx.ctx.modelyard_unrouted = true
+        ngx.var.modelyard_accept_encoding = ""
         return
     end
     if key then
@@ -65,9 +68,44 @@ function M.done(model, measure)
     if measure == false then
         return
     end
-    local role = ngx.var.modelyard_role
-    metrics.observe(model, ngx.var.modelyard_version, role ~= "" and role or "refused",
-        tonumber(ngx.var.modelyard_started))
+    local role, version = ngx.var.modelyard_role, ngx.var.modelyard_version
+    if role == "unrouted" then
+        -- Triton answered with the version it picked (its newest ready one): that version's answer to a
+        -- request that named none, as a routed one's "stable"; an answer that names none counts as unrouted.
+        version = ngx.ctx.modelyard_answered or ""  -- false: the answer named no version
+        role = version ~= "" and "stable" or "unrouted"
+    end
+    model, version, role = M.known(model, version, role ~= "" and role or "refused")
+    metrics.observe(model, version, role, tonumber(ngx.var.modelyard_started))
+end
+
+-- body_filter_by_lua of a request to a model without a route: the "model_version" its answer's JSON starts
+-- with (KServe v2; a binary answer's JSON header too), read from its first non-empty chunk only.
+function M.answered()
+    local ctx = ngx.ctx
+    if not ctx.modelyard_unrouted or ctx.modelyard_answered ~= nil then
+        return
+    end
+    local chunk = ngx.arg[1]
+    if type(chunk) == "string" and chunk ~= "" then
+        ctx.modelyard_answered = chunk:match('"model_version"%s*:%s*"(%d+)"') or false
+    elseif ngx.arg[2] then
+        ctx.modelyard_answered = false
+    end
+end
+
+-- log_by_lua of a request that named its version: counted as "pinned" (a 404 as M.known says).
+function M.pinned_done(model, version)
+    metrics.observe(M.known(model, version, "pinned"))
+end
+
+-- What an answer counts under, so that clients cannot add series at will: a 404 (an unknown model or version)
+-- counts under version "" and role "refused", and under model "" too when the model has no route here.
+function M.known(model, version, role)
+    if ngx.status ~= 404 then
+        return model, version, role
+    end
+    return routes.current(model) and model or "", "", "refused"
 end
 
 return M

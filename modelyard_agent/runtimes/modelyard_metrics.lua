@@ -5,8 +5,11 @@
 --
 -- Roles: "stable" and "canary" (a request that named no version, given one by its model's route), "pinned"
 -- (a request that named its version), "shadow" (the copy a route mirrored to its shadow version; no client
--- sees its answer) and "unrouted" (a request that named no version, for a model without a route: Triton picks
--- its newest ready version, and the gateway does not know which; version "").
+-- sees its answer), "unrouted" (a request that named no version, for a model without a route, whose answer named
+-- no version either: an error; version "") and "refused" (version "": over its model's body limit before it
+-- was routed, or a 404, an unknown version or model, under model "" when the model has no route, so that
+-- clients cannot add series at will). A model without a route counts its answers under the version Triton's
+-- answer names, as "stable" (modelyard_gateway.lua's answered()).
 --
 -- Latency is from the request's rewrite phase to its log phase on a monotonic clock (clock_gettime through
 -- LuaJIT's FFI: nginx's own $request_time counts whole milliseconds, too coarse for models that answer in

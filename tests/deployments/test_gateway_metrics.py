@@ -9,7 +9,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from modelyard_agent.runtimes.gateway import VERSION_HEADER
-from tests.deployments.test_gateway import MODEL, gateway, infer
+from tests.deployments.test_gateway import BODY, MODEL, gateway, infer
 from tests.fixtures.services import wait_for
 
 pytestmark = pytest.mark.integration
@@ -109,3 +109,21 @@ def test_shadow_copies_count_as_the_shadows_and_triton_saw_each_of_them(gateway)
     assert abs(shadows - 200) <= 4.5 * math.sqrt(500 * 0.4 * 0.6), shadows  # binomial(500, 0.4)
     assert value(samples, REQUESTS, model=MODEL, version="1", role="stable", code="2xx") == 500
     assert value(samples, LATENCY + "_count", model=MODEL, version="2", role="shadow") == shadows
+
+
+def test_a_model_without_a_route_counts_under_the_version_triton_answered_and_404s_add_no_series(gateway):
+    with requests.Session() as session:
+        for _ in range(20):
+            assert infer(session, gateway).json()["model_version"] == "2"  # no route: Triton's newest
+        assert infer(session, gateway, version=1).status_code == 200
+        unknown = [infer(session, gateway, version=9).status_code for _ in range(3)]
+        nobody = [session.post(f"{gateway.url}/v2/models/no-such-{n}/infer", json=BODY, timeout=30).status_code
+                  for n in range(3)]
+    assert set(unknown) == set(nobody) == {404}
+    samples = scrape(gateway)
+    assert value(samples, REQUESTS, model=MODEL, version="2", role="stable", code="2xx") == 20
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="pinned", code="2xx") == 1
+    # Neither an unknown version nor an unknown model becomes a series of its own.
+    assert value(samples, REQUESTS, model="", version="", role="refused", code="4xx") == 6
+    labels = {(s.labels["model"], s.labels["version"]) for s in samples if s.name == REQUESTS}
+    assert not {("iris", "9")} & labels and not [m for m, _ in labels if m.startswith("no-such")]

@@ -214,4 +214,9 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
     host_html = client.get(f"/monitoring/hosts/{HOST}/traffic/").content.decode()
     row = row_of(host_html, f'data-model="{MODEL}" data-version="2" data-role="canary">')
     assert f'<td class="num requests">{seen["2"]}</td>' in row
-    assert f'<td class="num share">{100 * seen["2"] / 2000:.1f} / —</td>' in row
+    assert f'<td class="num share">{100 * seen["2"] / 2000:.1f} / —</td>' in row  # the agent reported no route
+    ServingHost.objects.filter(name=HOST).update(heartbeat={"gateway": {"live": True, "routes": {MODEL: {
+        "stable": 1, "canary": 2, "percent": 30.0, "shadow": None, "shadow_percent": 0.0}}}})
+    host_html = client.get(f"/monitoring/hosts/{HOST}/traffic/").content.decode()
+    row = row_of(host_html, f'data-model="{MODEL}" data-version="2" data-role="canary">')
+    assert f'<td class="num share">{100 * seen["2"] / 2000:.1f} / 30.0</td>' in row
