@@ -59,24 +59,21 @@ def model_metrics_panel(request, name: str):
     return render(request, "monitoring/partials/model_metrics.html", context)
 
 
-def configured_shares(model: RegisteredModel) -> dict[str, dict]:
-    """What each host's route is set to give each version of ``model``, in %: ``{host: {(version, role): %}}``
-    (the stable version 100 less the canary's percent, the canary its percent, a shadow its copy's percent);
-    from the rollouts the registry holds (``deployments.serving.model_serving``)."""
-    shares: dict[str, dict] = {}
+def configured_routes(model: RegisteredModel) -> dict[str, dict]:
+    """The route each host that serves ``model`` is set to hold for it, in the shape a host's agent reports
+    (``{"stable", "canary", "percent", "shadow", "shadow_percent"}``, for ``route_share``); from the rollouts
+    the registry holds (``deployments.serving.model_serving``). A host that serves no version is left out."""
+    routes: dict[str, dict] = {}
     for row in serving_panel(model)["hosts"]:
         traffic, serving = getattr(row, "traffic", None), getattr(row, "serving", None)
-        host = shares.setdefault(row.host.name, {})
         if traffic:
-            percent, shadow = float(traffic.get("percent") or 0), float(traffic.get("shadow_percent") or 0)
-            if traffic.get("stable"):
-                host[(str(traffic["stable"]), "stable")] = 100 - percent
-            host[(str(traffic["version"]), "canary")] = percent
-            if shadow:
-                host[(str(traffic["version"]), "shadow")] = shadow
+            shadow = float(traffic.get("shadow_percent") or 0)
+            routes[row.host.name] = {"stable": traffic.get("stable"), "canary": traffic["version"],
+                                     "percent": float(traffic.get("percent") or 0),
+                                     "shadow": traffic["version"] if shadow else None, "shadow_percent": shadow}
         elif serving:
-            host[(str(serving.version), "stable")] = 100.0
-    return shares
+            routes[row.host.name] = {"stable": serving.version, "canary": None}
+    return routes
 
 
 def _traffic_page(request, group: str, read, shape) -> HttpResponse:
@@ -101,15 +98,15 @@ def model_traffic(request, name: str):
     named no version beside the share its route is set to, requests/s and p99 over the last minute, p99 and
     error rate over the range (``monitoring.services.traffic_table``)."""
     model = model_or_404(request, name)
-    configured = {}
+    routes = {}
 
     def read(window: int) -> list[dict]:
         rows = services.traffic_table(model.name, window_seconds=window)
-        configured.update(configured_shares(model))
+        routes.update(configured_routes(model))
         return rows
 
-    return _traffic_page(request, "host", read, lambda row: {
-        **row, "configured": configured.get(row["host"], {}).get((row["version"], row["role"]))})
+    return _traffic_page(request, "host", read, lambda row: {**row, "configured": route_share(
+        routes[row["host"]], row["version"], row["role"]) if row["host"] in routes else None})
 
 
 @login_required
