@@ -30,6 +30,8 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--perf-analyzer`` | ``MODELYARD_AGENT_PERF_ANALYZER`` | ``perf_analyzer`` on PATH: profiles of Triton versions |
 | ``--wrk`` | ``MODELYARD_AGENT_WRK`` | ``wrk`` on PATH: profiles of BentoML versions |
 | ``--nginx-keepalive`` | ``MODELYARD_AGENT_NGINX_KEEPALIVE`` | BentoML: 75 s with nginx's Lua module, else 0 |
+| ``--memory-budget-bytes`` | ``MODELYARD_AGENT_MEMORY_BUDGET_BYTES`` | empty: on-demand models are never evicted |
+| ``--triton-metrics-url`` | ``MODELYARD_AGENT_TRITON_METRICS_URL`` | empty: footprints of on-demand loads unmeasured |
 | ``--loglevel`` | ``MODELYARD_LOG_LEVEL`` | ``INFO`` |
 
 Relative paths are taken from the working directory; give absolute ones under a service manager.
@@ -131,6 +133,12 @@ SETTINGS = (
     Setting("nginx_keepalive", "MODELYARD_AGENT_NGINX_KEEPALIVE", None,
             "seconds the nginx in front of a BentoML host keeps an idle client connection open; 0 answers every "
             "request with Connection: close (default: 75 where nginx's Lua module drains each reload first, else 0)"),
+    Setting("memory_budget_bytes", "MODELYARD_AGENT_MEMORY_BUDGET_BYTES", "",
+            "the bytes of memory (GPU where Triton reports GPUs, else CPU) the models registered on demand may hold "
+            "at once: the agent evicts the least recently used to load another; empty: no budget"),
+    Setting("triton_metrics_url", "MODELYARD_AGENT_TRITON_METRICS_URL", "",
+            "Triton's Prometheus endpoint (http://127.0.0.1:8002/metrics), read around each on-demand load to "
+            "measure the model's footprint"),
     Setting("loglevel", "MODELYARD_LOG_LEVEL", "INFO", f"the worker's log level: {', '.join(LOG_LEVELS)}"),
 )
 
@@ -161,6 +169,9 @@ class AgentConfig:
             when a profile starts, so a host that is never profiled needs neither).
         nginx_keepalive: seconds a BentoML host's nginx keeps idle client connections open, or None for
             its default (``bentoml_instances.front_for``).
+        memory_budget_bytes: the memory on-demand models may hold at once (``modelyard_agent.residency``), or
+            None for no budget.
+        triton_metrics_url: Triton's metrics endpoint, or empty.
         loglevel: the worker's log level, one of ``LOG_LEVELS``.
     """
 
@@ -186,6 +197,8 @@ class AgentConfig:
     perf_analyzer: str = "perf_analyzer"
     wrk: str = "wrk"
     nginx_keepalive: float | None = None
+    memory_budget_bytes: int | None = None
+    triton_metrics_url: str = ""
     loglevel: str = "INFO"
 
     @classmethod
@@ -235,6 +248,8 @@ class AgentConfig:
             wrk=raw["wrk"].strip() or "wrk",
             nginx_keepalive=(_seconds("nginx_keepalive", raw["nginx_keepalive"].strip(), minimum=0.0)
                              if raw["nginx_keepalive"] and raw["nginx_keepalive"].strip() else None),
+            memory_budget_bytes=_budget(raw["memory_budget_bytes"].strip()),
+            triton_metrics_url=_metrics_url(raw["triton_metrics_url"].strip()),
             loglevel=_choice("loglevel", raw["loglevel"].strip().upper(), list(LOG_LEVELS)),
         )
         if config.gateway_listen and not config.triton_url:
@@ -263,6 +278,8 @@ class AgentConfig:
             "labels": json.dumps(self.labels), "concurrency": str(self.concurrency),
             "perf_analyzer": self.perf_analyzer, "wrk": self.wrk,
             "nginx_keepalive": "" if self.nginx_keepalive is None else f"{self.nginx_keepalive:g}",
+            "memory_budget_bytes": "" if self.memory_budget_bytes is None else str(self.memory_budget_bytes),
+            "triton_metrics_url": self.triton_metrics_url,
             "loglevel": self.loglevel,
         }
         return {setting.env: values[setting.name] for setting in SETTINGS}
@@ -367,6 +384,22 @@ def _bytes(name: str, value: str) -> int:
         raise ConfigError(f"{_flag(name)} must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
                           f"{MAX_REQUEST_BYTES}; got {value!r}")
     return int(value)
+
+
+def _budget(value: str) -> int | None:
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{_flag('memory_budget_bytes')} must be a whole number of bytes, 1 or more; got {value!r}")
+    return int(value)
+
+
+def _metrics_url(value: str) -> str:
+    parts = urlsplit(value)
+    if value and (parts.scheme not in ("http", "https") or not parts.hostname):
+        raise ConfigError(f"{_flag('triton_metrics_url')} must be an http URL such as http://127.0.0.1:8002/metrics; "
+                          f"got {value!r}")
+    return value
 
 
 def _labels(value: str) -> dict[str, str]:

@@ -47,10 +47,14 @@ after the answer went to the client and only when that answer was 2xx, to a per-
 Requests not drawn are passed exactly as before. Settings come from ``capture.json`` at start and
 through the control socket (``/capture``) afterwards.
 
+Models registered **on demand** (``residency_control``, ``modelyard_residency.lua``) need not be loaded in
+Triton: a request for one that is not resident is held until the agent's loader (``modelyard_agent.residency``)
+has loaded it, or answered 503 with ``Retry-After``.
+
 Layout::
 
     <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/sock
-                        capture.json  capture/<model>/<YYYYmmddHH>-<worker pid>.ndjson
+                        capture.json  capture/<model>/<YYYYmmddHH>-<worker pid>.ndjson  residency.json
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ from pathlib import Path
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
+from modelyard_agent.runtimes.residency_control import ResidencyControl
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
     LUA_DIR,
     METRICS_DICT_SIZE,
@@ -81,6 +86,8 @@ CAPTURE_BODY_LIMIT = 1 << 20
 # Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
+# The shared memory of the on-demand models' states and metrics (modelyard_residency.lua): some 2,000 models.
+RESIDENCY_DICT_SIZE = "4m"
 
 # Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
 # Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
@@ -145,11 +152,13 @@ http {{
     lua_shared_dict modelyard_capture 1m;
     lua_shared_dict modelyard_drain 16k;
     lua_shared_dict modelyard_limits 1m;
+    lua_shared_dict modelyard_residency {residency_size};
     lua_shared_dict modelyard_metrics {metrics_size};
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
         require("modelyard_limits").load("{dir}/limits.json", {max_body})
         require("modelyard_capture").load("{dir}")
+        require("modelyard_residency").load("{dir}/residency.json")
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
         require("modelyard_gateway")
         require("modelyard_drain")
@@ -212,13 +221,16 @@ http {{
         # A request that names its version: passed as sent, and captured like the others.
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
             set $modelyard_capture "";
+            set $modelyard_counted "";
             rewrite_by_lua_block {{
 {start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
+                require("modelyard_gateway").named(ngx.var.modelyard_model, ngx.var.modelyard_named)
             }}
 {capture_body}
             log_by_lua_block {{
-{observe_pinned}                require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named)
+                require("modelyard_gateway").pinned_done(ngx.var.modelyard_model, ngx.var.modelyard_named{measure})
+                require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named)
             }}
             proxy_pass http://modelyard_triton;
         }}
@@ -243,6 +255,7 @@ http {{
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location = /limits {{ content_by_lua_block {{ require("modelyard_limits").control() }} }}
+        location /residency {{ content_by_lua_block {{ require("modelyard_residency").control() }} }}
         location / {{ return 404; }}
     }}
 }}
@@ -278,7 +291,7 @@ _GRPC_SERVER = """\
 """
 
 
-class TritonGateway(RouteControl, NginxProcess):
+class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
     """The gateway nginx of one Triton host.
 
     Args:
@@ -332,8 +345,7 @@ class TritonGateway(RouteControl, NginxProcess):
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             metrics_size=METRICS_DICT_SIZE, measure="" if self.measure else ", false",
             start='                require("modelyard_metrics").start()\n' if self.measure else "",
-            observe_pinned=('                require("modelyard_gateway").pinned_done(ngx.var.modelyard_model, '
-                            'ngx.var.modelyard_named)\n') if self.measure else "",
+            residency_size=RESIDENCY_DICT_SIZE,
             answered='            body_filter_by_lua_block { require("modelyard_gateway").answered() }\n'
             if self.measure else "",
             identity=ANSWER_IN_CLEAR if self.measure else "",

@@ -4,15 +4,18 @@
 -- BentoML front.
 local routes = require("modelyard_routes")
 local metrics = require("modelyard_metrics")
+local residency = require("modelyard_residency")
 
 local M = {}
 
 -- rewrite_by_lua for /v2/models/<model>/infer: a request that names no version goes to the version its
 -- model's route picks, under /v2/models/<model>/versions/<v>/infer, and counts in flight on that version
 -- until done(). Models without a route pass as sent. The request's role ($modelyard_role: stable, canary or
--- unrouted) is what done() counts it under (modelyard_metrics.lua).
+-- unrouted) is what done() counts it under (modelyard_metrics.lua). A request for an on-demand model that is
+-- not resident is held first until it is (modelyard_residency.lua), and counted in flight before it reads
+-- the model's state again, so that an eviction either waits for it or holds it.
 function M.route(model)
-    local route, version, key = routes.claim(model, routes.pick)
+    local route, version, key = M.claim_resident(model, routes.pick)
     if not route then
         ngx.var.modelyard_role = "unrouted"
         -- answered() reads the version from Triton's answer, asked for without compression
@@ -94,8 +97,38 @@ function M.answered()
     end
 end
 
--- log_by_lua of a request that named its version: counted as "pinned" (a 404 as M.known says).
-function M.pinned_done(model, version)
+-- `routes.claim(model, choose)` once `model` is resident (held until then; at once for a model that is
+-- always resident), counted in flight while it still is.
+function M.claim_resident(model, choose)
+    while true do
+        residency.hold(model)
+        local route, version, key = routes.claim(model, choose)
+        if residency.still_resident(model) then
+            return route, version, key
+        end
+        routes.release(key)
+    end
+end
+
+-- rewrite_by_lua of a request that named its version: for an on-demand model, held until the model is
+-- resident and counted in flight on that version until pinned_done(); other models pass untouched.
+function M.named(model, version)
+    if not residency.settings(model) then
+        return
+    end
+    local _, _, key = M.claim_resident(model, function()
+        return tonumber(version)
+    end)
+    ngx.var.modelyard_counted = key or ""
+end
+
+-- log_by_lua of a request that named its version: no longer in flight; counted as "pinned" (a 404 as M.known
+-- says) unless `measure` is false.
+function M.pinned_done(model, version, measure)
+    routes.release(ngx.var.modelyard_counted)
+    if measure == false then
+        return
+    end
     metrics.observe(M.known(model, version, "pinned"))
 end
 

@@ -186,6 +186,9 @@ function M.expose()
         out[#out + 1] = string.format("modelyard_gateway_request_duration_seconds_count{%s} %d", series,
             cumulative)
     end
+    for _, line in ipairs(require("modelyard_residency").exposition()) do
+        out[#out + 1] = line
+    end
     ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
     ngx.print(table.concat(out, "\n"), "\n")
 end

@@ -193,8 +193,9 @@ class TritonRuntime:
             if entry.name == model and entry.version is not None and entry.state == "READY"
         )
 
-    def load(self, model: str, config_json: str) -> None:
-        """Load or reload ``model`` with a config override (POST /v2/repository/models/<model>/load).
+    def load(self, model: str, config_json: str | None) -> None:
+        """Load or reload ``model`` with a config override (POST /v2/repository/models/<model>/load), or with
+        the ``config.pbtxt`` of its model repository folder when ``config_json`` is None.
 
         Blocks until Triton has finished loading (up to ``load_timeout``
         seconds). The versions named by the config's version policy are

@@ -1,0 +1,331 @@
+"""Models on demand, the agent's side: load a model registered on demand when a request waits for it at the
+gateway, and keep the host's resident on-demand models within a memory budget by evicting the least
+recently used first (``runtimes/modelyard_residency.lua`` is the gateway's side).
+
+The loader runs in the agent's main process, beside its Celery worker, in two threads:
+
+- the **poller** long-polls the gateway's ``GET /residency/wanted`` (so the gateway knows the loader lives:
+  without a poll for 3 s, held requests are answered 503 at once) and queues what it gets;
+- the **loading thread** takes one model at a time (at most one load runs per host, so loads never compete
+  for the disk, the PCIe bus or Triton's load threads with each other), makes room for it, loads it from
+  the model repository on local disk (its ``config.pbtxt``, which every deployment writes) over Triton's
+  gRPC model control where the agent has a gRPC address (HTTP loads stall the HTTP worker thread that
+  takes them, ``TritonRuntime``), and reports it resident. Between loads it reconciles the gateway's states
+  with Triton's repository index every ``SYNC_SECONDS``, so models a restarted Triton no longer holds read
+  as cold and come back at their next request.
+
+Memory is measured, never estimated from file size: a model's footprint is the one its deployment carries
+(measured when it was deployed or profiled), else the rise of Triton's memory gauges (GPU where Triton
+reports GPUs, else CPU: ``runtimes.triton.read_memory_in_use``) across its first load here, kept in
+``<state dir>/footprints.json``. A model not measured yet is assumed as large as the largest one measured
+until its load measures it. The policy is plain LRU on the gateway's last request time (docs/architecture.md
+says why); a model that is pinned, has requests in flight or held, or is itself being loaded is never evicted.
+When no such room can be made, the load is refused (503 at the gateway) and nothing is overcommitted.
+
+A load that fails is reported with a backoff (1, 2, 4 ... 60 s): until it passes, requests for the model are
+answered 503 naming Triton's error, and no new load is tried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
+from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
+from modelyard_agent.runtimes.routes import read_json_file
+from modelyard_agent.runtimes.triton import TritonRuntime, read_memory_in_use
+
+logger = logging.getLogger(__name__)
+
+SYNC_SECONDS = 2.0
+POLL_WAIT_SECONDS = 1.0
+DRAIN_SECONDS = 5.0
+MAX_BACKOFF_SECONDS = 60.0
+NO_ROOM_RETRY_SECONDS = 1.0
+
+
+class NoRoom(Exception):
+    """The budget cannot hold a model: everything resident that would have to leave is pinned or busy."""
+
+
+@dataclass
+class Loaded:
+    """A load's outcome: seconds Triton took and the footprint in bytes (None: not measured)."""
+
+    seconds: float
+    footprint: int | None
+
+
+class OnDemandLoader:
+    """Loads and evicts the models registered on demand on one Triton host.
+
+    Args:
+        gateway: the host's ``TritonGateway`` (its ``residency_control`` methods and ``inflight``).
+        runtime: the host's Triton (``TritonRuntime`` at ``--triton-url``, with the gRPC address and the load
+            deadline).
+        budget_bytes: the memory the resident on-demand models may hold together, bytes; None: no budget.
+        metrics_url: Triton's metrics endpoint, read around each load to measure a footprint; empty: not
+            measured (a model then counts with its deployment's footprint, or 0).
+        state_dir: where ``footprints.json`` lives.
+        model_lock: ``model -> context manager`` held around each load and eviction (the agent's
+            per-(host, model) lock, so no deployment swaps a model while it loads or leaves); a lock that
+            cannot be had raises ``TimeoutError``.
+        unload_timeout: seconds to wait for an evicted model's versions to be gone.
+    """
+
+    def __init__(self, gateway, runtime: TritonRuntime, *, budget_bytes: int | None, metrics_url: str = "",
+                 state_dir: Path, model_lock: Callable[[str], AbstractContextManager] | None = None,
+                 unload_timeout: float = 120.0):
+        self.gateway, self.runtime = gateway, runtime
+        self.budget = budget_bytes
+        self.metrics_url = metrics_url
+        self.footprints_file = Path(state_dir) / "footprints.json"
+        self.model_lock = model_lock or (lambda model: nullcontext())
+        self.unload_timeout = unload_timeout
+        self.failures: dict[str, int] = {}
+        self.wanted: queue.Queue[str] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # The threads.
+
+    def start(self) -> None:
+        """Start the poller and the loading thread (daemons: they end with the agent's process)."""
+        self._stop.clear()
+        self._threads = [threading.Thread(target=self._poll, name="on-demand-poller", daemon=True),
+                         threading.Thread(target=self._work, name="on-demand-loader", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop both threads (a load in progress finishes first)."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            try:
+                for model in self.gateway.wanted(wait=POLL_WAIT_SECONDS):
+                    self.wanted.put(model)
+            except ServingRuntimeError as exc:
+                logger.debug("on-demand poll: %s", exc.message)
+                self._stop.wait(0.5)
+
+    def _work(self) -> None:
+        synced = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() - synced >= SYNC_SECONDS:
+                try:
+                    self.sync()
+                except ServingRuntimeError as exc:
+                    logger.info("on-demand sync: %s", exc.message)
+                synced = time.monotonic()
+            try:
+                model = self.wanted.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            self.serve(model)
+
+    # What the threads do.
+
+    def sync(self) -> dict[str, str]:
+        """Make the gateway's state of each registered model what Triton holds: resident when a version is
+        READY, cold otherwise (a restarted Triton, or an unload from elsewhere); models evicting are left alone.
+
+        Returns:
+            ``{model: new state}`` for each model whose state changed.
+
+        Raises:
+            ServingRuntimeError: Triton or the gateway does not answer.
+        """
+        held = self.gateway.residency()["models"]
+        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+        changed = {}
+        for model, entry in held.items():
+            state = RESIDENT if model in ready else COLD
+            if entry["state"] != EVICTING and entry["state"] != state:
+                changed[model] = state
+                self.gateway.report_residency(model, state, budget=self._budget_report(ready))
+        return changed
+
+    def serve(self, model: str) -> None:
+        """Load ``model`` for the requests held for it and report the outcome to the gateway: resident, or a
+        failure (with its backoff) that the gateway answers the held requests with. Never raises."""
+        try:
+            with self.model_lock(model):
+                loaded = self.load(model)
+        except NoRoom as exc:
+            self._report_failure(model, str(exc), NO_ROOM_RETRY_SECONDS)
+            return
+        except (ServingRuntimeError, TimeoutError) as exc:
+            count = self.failures[model] = self.failures.get(model, 0) + 1
+            backoff = min(MAX_BACKOFF_SECONDS, 2.0 ** (count - 1))
+            logger.error("on-demand load of %s failed (%d in a row; next try in %g s): %s", model, count, backoff,
+                         getattr(exc, "message", exc))
+            self._report_failure(model, getattr(exc, "message", str(exc)), backoff)
+            return
+        self.failures.pop(model, None)
+        logger.info("loaded %s on demand in %.3f s (footprint %s bytes)", model, loaded.seconds, loaded.footprint)
+
+    def _report_failure(self, model: str, message: str, retry_after: float) -> None:
+        try:
+            self.gateway.report_residency(model, failure=(message, retry_after))
+        except ServingRuntimeError as exc:
+            logger.error("could not report the failed load of %s: %s", model, exc.message)
+
+    def load(self, model: str) -> Loaded:
+        """Make room for ``model`` within the budget, load it from the model repository and report it resident.
+
+        Returns:
+            The load's seconds and the footprint it counts with, bytes.
+
+        Raises:
+            NoRoom: the budget cannot hold it (nothing loaded, nothing evicted beyond what was idle).
+            ServingRuntimeError: the model is not registered on demand here, or Triton refused or failed the
+                load (its message; the failed entry is unloaded again), or Triton does not answer.
+        """
+        registered = self.gateway.residency()["models"]
+        if model not in registered:
+            raise ServingRuntimeError(f"{model} is not registered on demand on this host", retryable=False)
+        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+        if model in ready:
+            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
+            return Loaded(0.0, self.footprint(model))
+        if self.budget is not None:
+            ready -= self._make_room(model, registered, ready)
+        before = self._memory()
+        started = time.monotonic()
+        try:
+            self.runtime.load(model, None)
+        except ServingRuntimeError as exc:
+            try:
+                self.runtime.unload(model)  # no UNAVAILABLE entry left behind
+            except ServingRuntimeError:
+                pass
+            raise ServingRuntimeError(f"Triton could not load {model}: {exc.message}", retryable=exc.retryable,
+                                      timed_out=exc.timed_out) from exc
+        seconds = time.monotonic() - started
+        footprint = self.footprint(model)
+        if footprint is None:
+            footprint = self._measure(model, before, self._memory())
+        ready.add(model)
+        self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
+        if self.budget is not None and self._resident_bytes(ready) > self.budget:
+            # Measured larger than assumed: others leave now, so the budget holds again.
+            ready -= self._make_room(None, self.gateway.residency()["models"], ready)
+        return Loaded(seconds, footprint)
+
+    def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
+        """Unload ``model`` once no request is in flight on it; new requests are held meanwhile (state
+        evicting). ``reason`` labels ``modelyard_evictions_total``.
+
+        Returns:
+            True when it left; False when requests were still in flight after ``timeout`` seconds (it stays
+            resident).
+
+        Raises:
+            ServingRuntimeError: Triton or the gateway does not answer.
+        """
+        self.gateway.report_residency(model, EVICTING)
+        deadline = time.monotonic() + timeout
+        while self._in_flight(model):
+            if time.monotonic() > deadline:
+                self.gateway.report_residency(model, RESIDENT)
+                return False
+            time.sleep(0.005)
+        versions = self.runtime.ready_versions(model)
+        self.runtime.unload(model)
+        self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+        self.gateway.report_residency(model, COLD, reason=reason, budget=self._budget_report(ready))
+        logger.info("evicted %s (%s)", model, reason)
+        return True
+
+    def _make_room(self, loading: str | None, registered: dict, ready: set[str]) -> set[str]:
+        """Evict the least recently used models until ``loading`` (None: nothing more) fits in the budget beside
+        the resident ones; returns the models evicted.
+
+        Raises:
+            NoRoom: what is left is pinned or busy, or the model alone is larger than the budget.
+        """
+        need = 0 if loading is None else (self.footprint(loading) or self._largest_footprint())
+        if need > self.budget:
+            raise NoRoom(f"{loading} needs {need} bytes, more than this host's on-demand memory budget of "
+                         f"{self.budget} bytes")
+        resident = {m for m in ready if m in registered}
+        evicted: set[str] = set()
+        for victim in sorted((m for m in resident if m != loading and not registered[m]["pinned"]),
+                             key=lambda m: registered[m]["last_used"] or 0):
+            if self._resident_bytes(resident) + need <= self.budget:
+                break
+            if registered[victim]["held"] or self._in_flight(victim):
+                continue
+            if self.evict(victim, "budget"):
+                evicted.add(victim)
+                resident.discard(victim)
+        if self._resident_bytes(resident) + need > self.budget:
+            raise NoRoom(f"no room for {loading or 'the models resident'} in this host's on-demand memory budget "
+                         f"of {self.budget} bytes: {self._resident_bytes(resident)} bytes are held by models pinned "
+                         f"or busy ({', '.join(sorted(resident))})")
+        return evicted
+
+    # Footprints.
+
+    def footprint(self, model: str) -> int | None:
+        """The bytes ``model`` counts with: its deployment's measured footprint (``footprint_bytes`` of its
+        registration), else the one measured at its first load here, else None (not measured yet)."""
+        declared = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {}).get("footprint_bytes")
+        if declared is not None:
+            return int(declared)
+        measured = read_json_file(self.footprints_file).get(model)
+        return None if measured is None else int(measured)
+
+    def _largest_footprint(self) -> int:
+        known = [self.footprint(m) for m in read_json_file(self.gateway.residency_file).get("models", {})]
+        return max([f for f in known if f is not None] or [0])
+
+    def _resident_bytes(self, ready: set[str]) -> int:
+        models = read_json_file(self.gateway.residency_file).get("models", {})
+        return sum(self.footprint(m) or 0 for m in ready if m in models)
+
+    def _budget_report(self, ready: set[str]) -> dict | None:
+        if self.budget is None:
+            return None
+        return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready)}
+
+    def _memory(self):
+        if not self.metrics_url:
+            return None
+        try:
+            return read_memory_in_use(self.metrics_url)
+        except ServingRuntimeError as exc:
+            logger.info("memory not measured: %s", exc.message)
+            return None
+
+    def _measure(self, model: str, before, after) -> int | None:
+        """The rise of Triton's memory across ``model``'s load (GPU where it reports GPUs, else CPU), bytes,
+        kept in ``footprints.json``; None when either reading is missing."""
+        if before is None or after is None:
+            return None
+        gpu = bool(after.gpus) and before.gpu_bytes is not None and after.gpu_bytes is not None
+        rise = (after.gpu_bytes - before.gpu_bytes) if gpu else (
+            (after.cpu_bytes - before.cpu_bytes) if before.cpu_bytes is not None and after.cpu_bytes is not None
+            else None)
+        if rise is None:
+            return None
+        footprints = read_json_file(self.footprints_file)
+        footprints[model] = max(0, int(rise))
+        atomic_write(self.footprints_file, json.dumps(footprints, indent=1, sort_keys=True))
+        return footprints[model]
+
+    def _in_flight(self, model: str) -> bool:
+        return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())

@@ -1,0 +1,423 @@
+-- Models on demand at a Triton host's gateway (modelyard_agent/residency.py is the agent's side). A model
+-- registered "on_demand" need not be loaded in Triton: a request for it while it is not resident is held in
+-- its rewrite phase, the host agent's loader is asked (once, however many requests wait) to load it, and the
+-- request goes on once the model is resident; past its model's cold_start_timeout, with its model's queue of
+-- held requests full, after a failed load or with no loader polling, it is answered 503 with Retry-After and
+-- a JSON body saying why. Models not registered here are always resident and pass untouched.
+--
+-- The agent's loader long-polls GET /residency/wanted on the control socket for the models held requests
+-- wait for, loads them (evicting others first when its memory budget needs it) and reports each model's
+-- state with PUT /residency/state. Evicting a model is: state "evicting" (new requests are held), wait until
+-- no request is in flight on it (modelyard_routes.lua counts them), unload, state "cold". A request counts
+-- itself in flight before it reads the state again (gateway.lua's route), so either the agent sees it in
+-- flight or the request sees "evicting" and is held: none reaches Triton after the unload.
+--
+-- Keys of the shared dict "modelyard_residency", tab separated (model names hold no tab):
+--   "\0settings"       JSON {model: {pinned, cold_start_timeout, max_held}}: the models registered on demand
+--   "\0budget"         JSON {budget_bytes, resident_bytes} the agent last reported
+--   "\0polled"         when the loader last polled (ngx.now(), seconds)
+--   "s\t<model>"       "resident", "cold" or "evicting"
+--   "f\t<model>"       JSON {message, retry_after} of the last failed load, until its backoff expires
+--   "w\t<model>"       when a held request first asked for the model (one load however many wait)
+--   "t\t<model>"       the loader took the want
+--   "h\t<model>"       requests held now
+--   "u\t<model>"       when a request last asked for the model (the loader's recency)
+--   metrics: "c\t<model>\t<i>" cold-start waits in bucket i, "cs\t<model>" their sum (seconds),
+--            "r\t<model>\t<outcome>" requests by outcome, "e\t<model>\t<reason>" evictions by reason
+local cjson = require("cjson.safe")
+
+local M = {}
+local dict = ngx.shared.modelyard_residency
+local SETTINGS, BUDGET, POLLED = "\0settings", "\0budget", "\0polled"
+
+-- A held request polls its model's state this often (seconds), so it goes on within POLL of the load's end.
+local POLL = 0.002
+local MAX_POLL = 0.01
+-- A loader that has not polled for this many seconds is taken for dead: held requests are answered at once.
+M.LOADER_STALE = 3
+M.DEFAULT_TIMEOUT, M.DEFAULT_MAX_HELD = 30, 256
+-- Upper bounds of the cold-start buckets, in seconds (+Inf follows).
+M.BUCKETS = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120 }
+local OUTCOMES = { "hit", "cold", "timeout", "queue_full", "load_failed", "no_loader" }
+local STATES = { resident = true, cold = true, evicting = true }
+
+local cached, cached_text = {}, nil
+
+-- The model's on-demand settings, or nil for a model that is always resident.
+function M.settings(model)
+    if not dict then
+        return nil
+    end
+    local text = dict:get(SETTINGS)
+    if text ~= cached_text then
+        cached, cached_text = cjson.decode(text or "{}") or {}, text
+    end
+    return cached[model]
+end
+
+local function count(model, outcome)
+    dict:incr("r\t" .. model .. "\t" .. outcome, 1, 0)
+end
+
+local function observe_cold(model, seconds)
+    local i = #M.BUCKETS + 1
+    for j, bound in ipairs(M.BUCKETS) do
+        if seconds <= bound then
+            i = j
+            break
+        end
+    end
+    dict:incr("c\t" .. model .. "\t" .. i, 1, 0)
+    dict:incr("cs\t" .. model, seconds, 0)
+end
+
+-- Answer 503 with Retry-After (whole seconds) and {"error", "model", "reason", "retry_after"}; ends the request.
+local function refuse(model, reason, message, retry_after)
+    count(model, reason)
+    retry_after = math.max(1, math.ceil(retry_after or 1))
+    ngx.status = 503
+    ngx.header["Content-Type"] = "application/json"
+    ngx.header["Retry-After"] = string.format("%d", retry_after)
+    ngx.say(cjson.encode({ error = message, model = model, reason = reason, retry_after = retry_after }))
+    return ngx.exit(ngx.HTTP_OK)
+end
+
+local function failure(model)
+    local text = dict:get("f\t" .. model)
+    return text and cjson.decode(text)
+end
+
+-- Wait until `model` is resident, or say why not: nil when resident, else reason, message, retry_after.
+local function wait(model, settings, deadline)
+    local poll = POLL
+    while true do
+        ngx.update_time()
+        local now = ngx.now()
+        if dict:get("s\t" .. model) == "resident" then
+            return nil
+        end
+        local failed = failure(model)
+        if failed then
+            return "load_failed", "loading " .. model .. " failed: " .. tostring(failed.message), failed.retry_after
+        end
+        if now - (dict:get(POLLED) or 0) > M.LOADER_STALE then
+            return "no_loader", "the host agent's loader is not running, so " .. model .. " cannot be loaded", 5
+        end
+        if now >= deadline then
+            return "timeout", model .. " did not become resident within its cold-start timeout of "
+                .. settings.cold_start_timeout .. " s", settings.cold_start_timeout
+        end
+        dict:add("w\t" .. model, now)
+        ngx.sleep(math.min(poll, math.max(0.001, deadline - now)))
+        poll = math.min(poll * 1.5, MAX_POLL)
+    end
+end
+
+-- rewrite_by_lua, before the request is counted in flight: return at once for a model that is always resident
+-- or resident now; otherwise hold the request until its model is, or answer 503 (refuse).
+function M.hold(model)
+    local settings = M.settings(model)
+    if not settings then
+        return
+    end
+    ngx.update_time()
+    local started = ngx.now()
+    dict:set("u\t" .. model, started)
+    if dict:get("s\t" .. model) == "resident" then
+        count(model, "hit")
+        return
+    end
+    settings.cold_start_timeout = settings.cold_start_timeout or M.DEFAULT_TIMEOUT
+    local held = dict:incr("h\t" .. model, 1, 0)
+    if held > (settings.max_held or M.DEFAULT_MAX_HELD) then
+        dict:incr("h\t" .. model, -1, 0)
+        return refuse(model, "queue_full", held - 1 .. " requests already wait for " .. model
+            .. " to load (its queue holds " .. (settings.max_held or M.DEFAULT_MAX_HELD) .. ")", 1)
+    end
+    local reason, message, retry_after = wait(model, settings, started + settings.cold_start_timeout)
+    dict:incr("h\t" .. model, -1, 0)
+    if reason then
+        return refuse(model, reason, message, retry_after)
+    end
+    ngx.update_time()
+    observe_cold(model, ngx.now() - started)
+    count(model, "cold")
+end
+
+-- Whether a request counted in flight on `model` may go on to Triton: the model is always resident, or
+-- resident still (an eviction that began meanwhile sees the request in flight and waits for it).
+function M.still_resident(model)
+    return not M.settings(model) or dict:get("s\t" .. model) == "resident"
+end
+
+-- The agent's reports (control socket).
+
+local function answer(text)
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(text)
+end
+
+local function bad(message)
+    ngx.status = 400
+    ngx.say(message)
+end
+
+-- Every registered model's state, holds, recency and failure, as JSON: {models: {model: {...}}, budget: {...}}.
+local function snapshot()
+    local models = {}
+    local settings = cjson.decode(dict:get(SETTINGS) or "{}") or {}
+    for model, entry in pairs(settings) do
+        models[model] = {
+            pinned = entry.pinned == true, state = dict:get("s\t" .. model) or "cold",
+            held = dict:get("h\t" .. model) or 0, last_used = dict:get("u\t" .. model) or cjson.null,
+            wanted = dict:get("w\t" .. model) ~= nil, failure = failure(model) or cjson.null,
+            cold_start_timeout = entry.cold_start_timeout or M.DEFAULT_TIMEOUT,
+            max_held = entry.max_held or M.DEFAULT_MAX_HELD,
+        }
+    end
+    local budget = dict:get(BUDGET)
+    -- Encoded by hand: an empty Lua table would encode as [] (Debian's lua-cjson has no empty_table).
+    return '{"models": ' .. (next(models) and cjson.encode(models) or "{}") .. ', "budget": '
+        .. (budget and budget ~= "{}" and budget or "{}") .. "}"
+end
+
+-- The host's memory budget and what the resident models hold, when a report carries them.
+local function keep_budget(body)
+    if type(body.budget) == "table" then
+        dict:set(BUDGET, cjson.encode(body.budget))
+    end
+end
+
+-- POST /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?}}, "budget": {...}}:
+-- replace the registered models (a model left out is always resident again); "state" sets where given.
+local function register(body)
+    if type(body) ~= "table" or type(body.models) ~= "table" then
+        return nil, "residency must be {\"models\": {model: {pinned, cold_start_timeout, max_held}}}"
+    end
+    for model, entry in pairs(body.models) do
+        if type(model) ~= "string" or type(entry) ~= "table"
+                or (entry.cold_start_timeout ~= nil and (type(entry.cold_start_timeout) ~= "number"
+                    or entry.cold_start_timeout <= 0))
+                or (entry.max_held ~= nil and (type(entry.max_held) ~= "number" or entry.max_held < 1))
+                or (entry.state ~= nil and not STATES[entry.state]) then
+            return nil, "residency of " .. tostring(model)
+                .. " must be {pinned, cold_start_timeout > 0, max_held >= 1, state resident|cold|evicting}"
+        end
+    end
+    local settings = {}
+    -- A want the loader took and never answered (an agent that died meanwhile) is asked again.
+    for _, key in ipairs(dict:get_keys(0)) do
+        if key:sub(1, 2) == "t\t" then
+            dict:delete(key)
+        end
+    end
+    for model, entry in pairs(body.models) do
+        settings[model] = { pinned = entry.pinned == true, cold_start_timeout = entry.cold_start_timeout,
+                            max_held = entry.max_held }
+        if entry.state then
+            dict:set("s\t" .. model, entry.state)
+        end
+        for _, outcome in ipairs(OUTCOMES) do
+            dict:add("r\t" .. model .. "\t" .. outcome, 0)
+        end
+        dict:add("cs\t" .. model, 0)
+    end
+    local ok, err = dict:safe_set(SETTINGS, cjson.encode(settings))
+    if not ok then
+        return nil, "no room for the residency settings: " .. err
+    end
+    keep_budget(body)
+    return true
+end
+
+-- PUT /residency/state {"model", "state", "reason"?, "failure"?: {message, retry_after}, "budget"?}: the
+-- loader's report of one model. "resident" or a failure ends the want; "cold" with a reason counts an eviction.
+local function report(body)
+    if type(body) ~= "table" or type(body.model) ~= "string" then
+        return nil, "a state report is {model, state, reason?, failure?: {message, retry_after}}"
+    end
+    local model = body.model
+    if body.state ~= nil then
+        if not STATES[body.state] then
+            return nil, "state must be resident, cold or evicting"
+        end
+        dict:set("s\t" .. model, body.state)
+        if body.state == "cold" and type(body.reason) == "string" then
+            dict:incr("e\t" .. model .. "\t" .. body.reason, 1, 0)
+        end
+    end
+    if type(body.failure) == "table" then
+        local retry_after = tonumber(body.failure.retry_after) or 1
+        dict:set("f\t" .. model, cjson.encode({ message = tostring(body.failure.message),
+                                                retry_after = retry_after }), retry_after)
+    end
+    if body.state == "resident" or type(body.failure) == "table" then
+        dict:delete("w\t" .. model)
+        dict:delete("t\t" .. model)
+    end
+    keep_budget(body)
+    return true
+end
+
+-- The models held requests wait for that the loader has not taken yet; each is marked taken.
+local function take_wanted()
+    local out = {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        local model = key:match("^w\t(.*)$")
+        if model and dict:add("t\t" .. model, ngx.now()) then
+            out[#out + 1] = model
+        end
+    end
+    return out
+end
+
+-- GET /residency/wanted?wait=<seconds>: the loader's long poll. Answers as soon as a model is wanted, or with
+-- [] after `wait` seconds (at most 30); while it waits the loader counts as alive.
+local function wanted()
+    local wait = math.min(tonumber(ngx.var.arg_wait) or 0, 30)
+    ngx.update_time()
+    local deadline = ngx.now() + wait
+    while true do
+        dict:set(POLLED, ngx.now())
+        local models = take_wanted()
+        if #models > 0 or ngx.now() >= deadline then
+            ngx.header["Content-Type"] = "application/json"
+            ngx.say(#models > 0 and cjson.encode(models) or "[]")
+            return
+        end
+        ngx.sleep(0.002)
+        ngx.update_time()
+    end
+end
+
+-- content_by_lua of /residency and /residency/<what> on the control socket.
+function M.control()
+    local uri, method = ngx.var.uri, ngx.req.get_method()
+    if uri == "/residency/wanted" then
+        return wanted()
+    end
+    local apply = nil
+    if uri == "/residency" and method == "POST" then
+        apply = register
+    elseif uri == "/residency/state" and method == "PUT" then
+        apply = report
+    elseif not (uri == "/residency" and method == "GET") then
+        ngx.status = 404
+        ngx.say("the residency endpoints are GET|POST /residency, PUT /residency/state, GET /residency/wanted")
+        return
+    end
+    if apply then
+        ngx.req.read_body()
+        local ok, err = apply(cjson.decode(ngx.req.get_body_data() or ""))
+        if not ok then
+            return bad(err)
+        end
+    end
+    answer(snapshot())
+end
+
+-- At start and on reload (init_by_lua): the registered models the agent last wrote, every one cold (a new
+-- nginx knows nothing of what Triton holds; the agent's loader reports the residents when it starts).
+function M.load(path)
+    local file = io.open(path, "r")
+    if not file then
+        return
+    end
+    local body = cjson.decode(file:read("*a"))
+    file:close()
+    if type(body) == "table" and type(body.models) == "table" then
+        for _, entry in pairs(body.models) do
+            if type(entry) == "table" then
+                entry.state = nil
+            end
+        end
+    end
+    local ok, err = register(body)
+    if not ok then
+        ngx.log(ngx.ERR, "residency in ", path, " ignored: ", err)
+    end
+end
+
+-- Lines of the exposition (modelyard_metrics.lua's expose appends them): registered and resident models, the
+-- memory budget, requests by outcome, cold-start waits and evictions.
+local function label_value(text)
+    return (text:gsub("\\", "\\\\"):gsub("\"", "\\\""):gsub("\n", "\\n"))
+end
+
+function M.exposition()
+    if not dict then
+        return {}
+    end
+    local settings = cjson.decode(dict:get(SETTINGS) or "{}") or {}
+    local resident, registered = 0, 0
+    for model in pairs(settings) do
+        registered = registered + 1
+        if dict:get("s\t" .. model) == "resident" then
+            resident = resident + 1
+        end
+    end
+    local budget = cjson.decode(dict:get(BUDGET) or "{}") or {}
+    local out = {
+        "# HELP modelyard_on_demand_models Models registered on demand on this host, by whether they are resident.",
+        "# TYPE modelyard_on_demand_models gauge",
+        string.format('modelyard_on_demand_models{state="resident"} %d', resident),
+        string.format('modelyard_on_demand_models{state="cold"} %d', registered - resident),
+    }
+    if type(budget.budget_bytes) == "number" then
+        out[#out + 1] = "# HELP modelyard_memory_budget_bytes The memory on-demand models may hold on this host."
+        out[#out + 1] = "# TYPE modelyard_memory_budget_bytes gauge"
+        out[#out + 1] = string.format("modelyard_memory_budget_bytes %d", budget.budget_bytes)
+        out[#out + 1] = "# HELP modelyard_resident_bytes Measured footprints of the on-demand models resident now."
+        out[#out + 1] = "# TYPE modelyard_resident_bytes gauge"
+        out[#out + 1] = string.format("modelyard_resident_bytes %d", budget.resident_bytes or 0)
+    end
+    local requests, evictions, cold, sums, models = {}, {}, {}, {}, {}
+    for _, key in ipairs(dict:get_keys(0)) do
+        local kind, model, last = key:match("^(%a%a?)\t([^\t]*)\t?(.*)$")
+        local value = kind and dict:get(key)
+        if kind == "r" then
+            requests[#requests + 1] = string.format('modelyard_on_demand_requests_total{model="%s",outcome="%s"} %d',
+                label_value(model), last, value)
+        elseif kind == "e" then
+            evictions[#evictions + 1] = string.format('modelyard_evictions_total{model="%s",reason="%s"} %d',
+                label_value(model), label_value(last), value)
+        elseif kind == "c" then
+            cold[model] = cold[model] or {}
+            cold[model][tonumber(last)] = value
+        elseif kind == "cs" then
+            sums[model] = value
+            models[#models + 1] = model
+        end
+    end
+    table.sort(requests)
+    table.sort(evictions)
+    table.sort(models)
+    out[#out + 1] = "# HELP modelyard_on_demand_requests_total Requests for on-demand models: hit (resident),"
+        .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader)."
+    out[#out + 1] = "# TYPE modelyard_on_demand_requests_total counter"
+    for _, line in ipairs(requests) do
+        out[#out + 1] = line
+    end
+    out[#out + 1] = "# HELP modelyard_evictions_total Models the host agent unloaded to make room, by reason."
+    out[#out + 1] = "# TYPE modelyard_evictions_total counter"
+    for _, line in ipairs(evictions) do
+        out[#out + 1] = line
+    end
+    out[#out + 1] = "# HELP modelyard_cold_start_seconds How long requests for a model that was not resident"
+        .. " were held until it was, in seconds."
+    out[#out + 1] = "# TYPE modelyard_cold_start_seconds histogram"
+    for _, model in ipairs(models) do
+        local cumulative, name = 0, label_value(model)
+        for i = 1, #M.BUCKETS + 1 do
+            cumulative = cumulative + ((cold[model] or {})[i] or 0)
+            local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
+            out[#out + 1] = string.format('modelyard_cold_start_seconds_bucket{model="%s",le="%s"} %d', name, le,
+                cumulative)
+        end
+        out[#out + 1] = string.format('modelyard_cold_start_seconds_sum{model="%s"} %.9g', name, sums[model])
+        out[#out + 1] = string.format('modelyard_cold_start_seconds_count{model="%s"} %d', name, cumulative)
+    end
+    return out
+end
+
+return M

@@ -1,0 +1,113 @@
+"""The gateway's side of models on demand, as the agent drives it: which models are registered on demand,
+their state (resident, cold, evicting) and the loader's long poll (``modelyard_residency.lua``).
+
+A model registered here need not be loaded in Triton: the gateway holds a request for it while it is not
+resident and asks the agent's loader (``modelyard_agent.residency``) for it; models not registered are always
+resident and the gateway passes their requests untouched. ``residency.json`` beside the routes keeps the
+registrations for the next start of nginx, which then takes every model for cold until the loader reports.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from modelyard_agent.runtimes.base import atomic_write
+from modelyard_agent.runtimes.routes import read_json_file
+
+RESIDENT, COLD, EVICTING = "resident", "cold", "evicting"
+
+
+class ResidencyControl:
+    """Mixed into ``TritonGateway`` (which provides ``dir``, ``_lock()`` and ``_control``)."""
+
+    dir: Path
+
+    @property
+    def residency_file(self) -> Path:
+        return self.dir / "residency.json"
+
+    def residency(self) -> dict:
+        """What the running gateway holds: ``{"models": {model: {"pinned", "state", "held" (requests held now),
+        "last_used" (epoch seconds of the last request, or None), "wanted", "failure" ({message, retry_after}
+        or None), "cold_start_timeout" (seconds), "max_held"}}, "budget": {"budget_bytes", "resident_bytes"}}``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path="/residency")
+
+    def register_on_demand(self, model: str, *, pinned: bool = False, cold_start_timeout: float = 30.0,
+                           max_held: int = 256, state: str | None = None,
+                           footprint_bytes: int | None = None) -> dict:
+        """Register ``model`` on demand (or change its settings): its requests are held while it is not
+        resident, up to ``cold_start_timeout`` seconds and ``max_held`` requests at once; ``state`` sets its
+        state too (None: leave it, a new model counts as cold). ``footprint_bytes`` is the model's measured memory
+        when its deployment knows it (the loader measures it otherwise). Kept in ``residency.json``. Idempotent.
+
+        Returns:
+            ``residency()`` after the change.
+
+        Raises:
+            ValueError: a timeout that is not positive, ``max_held`` below 1 or an unknown state.
+            ServingRuntimeError: the gateway refused or did not answer.
+        """
+        if float(cold_start_timeout) <= 0 or int(max_held) < 1:
+            raise ValueError("cold_start_timeout must be positive seconds and max_held at least 1")
+        if state not in (None, RESIDENT, COLD, EVICTING):
+            raise ValueError(f"state must be resident, cold or evicting; got {state!r}")
+        entry = {"pinned": bool(pinned), "cold_start_timeout": float(cold_start_timeout), "max_held": int(max_held),
+                 **({"footprint_bytes": int(footprint_bytes)} if footprint_bytes is not None else {})}
+        return self._change_registrations(model, entry, state)
+
+    def unregister_on_demand(self, model: str) -> dict:
+        """Make ``model`` always resident again at the gateway (its requests pass untouched). Idempotent.
+
+        Raises:
+            ServingRuntimeError: as ``register_on_demand``.
+        """
+        return self._change_registrations(model, None, None)
+
+    def _change_registrations(self, model: str, entry: dict | None, state: str | None) -> dict:
+        with self._lock():
+            held = read_json_file(self.residency_file)
+            models = held.get("models", {})
+            if entry is None:
+                models.pop(model, None)
+            else:
+                models[model] = entry
+            atomic_write(self.residency_file, json.dumps({"models": models}, indent=1, sort_keys=True))
+            states = {name: {"state": state} for name in models if name == model and state}
+            body = {"models": {name: {**settings, **states.get(name, {})} for name, settings in models.items()}}
+            return self._control("POST", body, path="/residency")
+
+    def report_residency(self, model: str, state: str | None = None, *, reason: str | None = None,
+                         failure: tuple[str, float] | None = None, budget: dict | None = None) -> dict:
+        """The loader's report of ``model``: its ``state`` (None: unchanged), the ``reason`` of an eviction (with
+        state cold; counted in ``modelyard_evictions_total``), a failed load as ``(message, retry_after
+        seconds)`` (held requests are answered 503 with it, and so is every request until it expires) and the
+        host's ``budget`` (``{"budget_bytes", "resident_bytes"}``, exposed as gauges).
+
+        Raises:
+            ServingRuntimeError: the gateway refused or did not answer.
+        """
+        body: dict = {"model": model}
+        if state is not None:
+            body["state"] = state
+        if reason is not None:
+            body["reason"] = reason
+        if failure is not None:
+            body["failure"] = {"message": failure[0], "retry_after": float(failure[1])}
+        if budget is not None:
+            body["budget"] = budget
+        return self._control("PUT", body, path="/residency/state")
+
+    def wanted(self, wait: float = 10.0) -> list[str]:
+        """The loader's long poll: the models held requests wait for that no earlier poll took, as soon as there
+        is one, or ``[]`` after ``wait`` seconds (at most 30). Each model is handed out once; a loader that stops
+        polling for ``LOADER_STALE`` (3) seconds is taken for dead and held requests are answered 503.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("GET", path=f"/residency/wanted?wait={float(wait):g}", timeout=float(wait) + 5.0)
