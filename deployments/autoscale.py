@@ -105,7 +105,8 @@ def autoscale_fleet(*, now=None, client=None) -> list[ScaleDecision]:
             model_version=target.deployment.version, hosts=[target.host],
             config_overrides={**target.deployment.config_overrides, "instance_group": groups},
             autoscale=target.deployment.autoscale,
-            max_request_bytes=target.deployment.max_request_bytes, trigger=RolloutTrigger.AUTOSCALE,
+            max_request_bytes=target.deployment.max_request_bytes,
+            **target.deployment.residency_settings(), trigger=RolloutTrigger.AUTOSCALE,
         )
         logger.info("autoscale %s on %s: %s -> %s instances (queue %.1f ms)", model, host, before, after, queue_ms)
         decisions.append(ScaleDecision(host, model, target.deployment.version.version, before, after, queue_ms,

@@ -116,7 +116,8 @@ def promote_canary(deployment_id: int, *, actor=None) -> Deployment:
         promotion = create_rollout(
             model_version=deployment.version, hosts=[t.host for t in targets], batch_size=deployment.batch_size,
             failure_policy=deployment.failure_policy, config_overrides=deployment.config_overrides,
-            autoscale=deployment.autoscale, max_request_bytes=deployment.max_request_bytes, actor=actor,
+            autoscale=deployment.autoscale, max_request_bytes=deployment.max_request_bytes,
+            **deployment.residency_settings(), actor=actor,
             reason=f"promote the canary of deployment {deployment.pk}",
         )
         # Rolling the promotion back returns each host to the version that was stable under the canary.

@@ -141,6 +141,15 @@ class RolloutTrigger(models.TextChoices):
     AUTOSCALE = "autoscale", "The autoscaler"
 
 
+class Residency(models.TextChoices):
+    """Whether a deployment's model stays loaded on its hosts. ``always``: loaded while it serves (a host's
+    memory must hold it); ``on_demand``: registered on each host but loaded at its first request and evicted
+    when the host's memory budget needs room (Triton hosts with a gateway; ``modelyard_agent.residency``)."""
+
+    ALWAYS = "always", "Always resident"
+    ON_DEMAND = "on_demand", "On demand"
+
+
 class CanaryState(models.TextChoices):
     """Where a canary (or shadow) deployment stands (blank for a deployment without one). ``active``: each
     host keeps the version it served (stable) beside the new one, and its gateway sends the

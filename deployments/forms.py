@@ -2,7 +2,7 @@
 
 from django import forms
 
-from deployments.choices import FailurePolicy, Runtime
+from deployments.choices import FailurePolicy, Residency, Runtime
 from deployments.models import MAX_DEADLINE_SECONDS
 from modelyard.forms import KeepEveryCharacter
 from modelyard.jsonobject import parse_json_object
@@ -89,6 +89,14 @@ class RolloutForm(KeepEveryCharacter, forms.Form):
         required=False, min_value=MIN_REQUEST_BYTES, max_value=MAX_REQUEST_BYTES, label="Request body limit (bytes)",
         help_text="the most an infer request body may hold at the hosts' gateways (413 beyond); empty: derived "
                   "from the version's signature")
+    residency = forms.ChoiceField(
+        choices=Residency.choices, initial=Residency.ALWAYS, required=False, label="Residency",
+        help_text="on demand: each host registers the model but loads it at its first request (held until then) "
+                  "and evicts it when its memory budget needs room; Triton hosts only")
+    pinned = forms.BooleanField(required=False, label="Pinned", help_text="on demand: never evicted once loaded")
+    cold_start_timeout = forms.FloatField(
+        required=False, min_value=0.1, max_value=600, label="Cold-start timeout (seconds)",
+        help_text="on demand: how long a request waits for the model to load before a 503; empty: 30 s")
     confirm_breaking = forms.BooleanField(
         required=False, label="Roll out although it breaks the signature",
         help_text="needed when the version's inputs, outputs or batching break the clients of the version it "

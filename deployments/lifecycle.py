@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.services import record_audit_event
-from deployments.choices import ACTIVE_TARGET_STATES, RolloutTrigger, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, Residency, RolloutTrigger, TargetState
 from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
 from deployments.models import Deployment, DeploymentTarget
@@ -132,6 +132,7 @@ def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
                                     config_overrides=unloaded.deployment.config_overrides,
                                     autoscale=unloaded.deployment.autoscale,
                                     max_request_bytes=unloaded.deployment.max_request_bytes,
+                                    **unloaded.deployment.residency_settings(),
                                     trigger=RolloutTrigger.RELOAD, actor=actor)
         record_audit_event(action=AuditAction.MODEL_RELOADED, actor=actor, obj_type="host", obj_id=host.pk,
                            model=model, data={"host": host.name, "version": unloaded.deployment.version.version,
@@ -142,7 +143,8 @@ def reload_model(*, host_name: str, model_name: str, actor=None) -> Deployment:
 def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     """Unload every served (host, model) that answered no request for ``settings.IDLE_UNLOAD_AFTER`` s.
 
-    Does nothing when the setting is 0. Only models served for longer than the window qualify.
+    Does nothing when the setting is 0. Only models served for longer than the window qualify, and none
+    deployed on demand (their hosts evict them by memory, and a request loads them again).
 
     Returns:
         The (host, model) pairs unloaded.
@@ -164,6 +166,8 @@ def unload_idle_models(*, now=None, client=None) -> list[tuple[str, str]]:
     for (host, served_as), target in sorted(served.items()):
         if target.updated_at > now - timedelta(seconds=window):
             continue  # loaded within the window: too new to judge
+        if target.deployment.residency == Residency.ON_DEMAND:
+            continue  # the host's agent evicts it when it needs room; unloading here would unregister it
         if counts.get((host, served_as)) == 0:
             model = target.deployment.model.name
             unload_model(host_name=host, model_name=model, reason=f"served no request for {window:g} s")

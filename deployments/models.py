@@ -9,6 +9,7 @@ from deployments.choices import (
     DeploymentStatus,
     FailurePolicy,
     JobStatus,
+    Residency,
     RolloutTrigger,
     Runtime,
     TargetState,
@@ -170,6 +171,13 @@ class Deployment(models.Model):
         null=True, blank=True, validators=[MinValueValidator(1024)],
         help_text="bytes: the most an infer request body may hold at the hosts' gateways; empty: the bound of the "
                   "version's signature (the host's default where its dims vary)")
+    residency = models.CharField(max_length=16, choices=Residency.choices, default=Residency.ALWAYS, help_text=(
+        "always: loaded while it serves; on_demand: loaded at its first request, evicted when the host needs room"))
+    pinned = models.BooleanField(default=False, help_text="on demand: never evicted once loaded")
+    cold_start_timeout = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.1), MaxValueValidator(600)],
+        help_text="seconds: on demand, how long the gateway holds a request while the model loads (503 after); "
+                  "empty: 30 s")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -182,6 +190,11 @@ class Deployment(models.Model):
 
     def __str__(self) -> str:
         return f"deployment {self.pk} of {self.version}"
+
+    def residency_settings(self) -> dict:
+        """``{"residency", "pinned", "cold_start_timeout"}``: what a rollout that repeats this one (a repair,
+        a rollback, the autoscaler's) passes to ``services.create_rollout`` to keep the model's residency."""
+        return {"residency": self.residency, "pinned": self.pinned, "cold_start_timeout": self.cold_start_timeout}
 
 
 class DeploymentTarget(models.Model):

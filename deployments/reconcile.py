@@ -3,7 +3,8 @@
 Desired state per (host, model) is the version of the newest deployment target that reached READY
 there (with, for an active canary, its stable version beside it: a host that lost either is sent
 back to the stable version, and the canary ends rolled back). Observed state is the host's last
-heartbeat (Triton's repository index). Drift, such as a restarted Triton that came back empty or a
+heartbeat (Triton's repository index; a version of an on-demand model that is not loaded now reads REGISTERED, which
+is no drift: it loads at its next request). Drift, such as a restarted Triton that came back empty or a
 version unloaded by hand, is repaired by starting a new deployment of the desired version on that
 host, audited with the reconciler as actor; so is a version the runtime holds LOADING or UNLOADING
 past the host's deadline (``_repair_stuck_versions``). Deployment targets that no agent picked up
@@ -26,7 +27,7 @@ from django.utils.dateparse import parse_datetime
 
 from deployments.canaries import resend_routes
 from deployments.capture import resend_capture
-from deployments.choices import ACTIVE_TARGET_STATES, CanaryState, RolloutTrigger, TargetState
+from deployments.choices import ACTIVE_TARGET_STATES, CanaryState, Residency, RolloutTrigger, TargetState
 from deployments.lifecycle import request_unload
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.profiles import fail_stalled_profiles
@@ -37,6 +38,7 @@ from deployments.services import create_rollout
 from deployments.targets import record_target_progress
 from modelyard.celery import broker
 from modelyard_agent.claims import CANCELLED, claim_key, claim_target
+from modelyard_agent.contract import REGISTERED
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +144,7 @@ def _models_at_work(report: dict) -> set[str]:
 def _reconcile_locked_host(host: ServingHost, *, now) -> list[Repair]:
     reported = {(m.get("name"), m.get("version")): m.get("state") for m in host.heartbeat.get("models", [])}
     served = {key for key, state in reported.items() if state == "READY"}
+    registered = {key for key, state in reported.items() if state == REGISTERED}
     desired, active, newest = _desired_and_active(host)
     busy = active | _models_at_work(host.heartbeat)
     backoff = timedelta(seconds=settings.RECONCILE_BACKOFF)
@@ -149,6 +152,8 @@ def _reconcile_locked_host(host: ServingHost, *, now) -> list[Repair]:
     for model, target in sorted(desired.items()):
         version = target.deployment.version.version
         stable = _canary_stable(target)
+        if target.deployment.residency == Residency.ON_DEMAND:
+            served = served | {key for key in registered if key[0] == model}  # loaded at its next request
         if (model, version) in served and (stable is None or (model, stable.version) in served) or model in busy:
             continue
         if host.last_heartbeat_at <= target.updated_at:
@@ -171,7 +176,7 @@ def _reconcile_locked_host(host: ServingHost, *, now) -> list[Repair]:
         deployment = create_rollout(
             model_version=stable or target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
-            max_request_bytes=target.deployment.max_request_bytes,
+            max_request_bytes=target.deployment.max_request_bytes, **target.deployment.residency_settings(),
             trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
         logger.warning("reconcile: %s; redeploying (deployment %s)", reason, deployment.pk)
@@ -208,7 +213,7 @@ def _repair_stuck_versions(host: ServingHost, desired: dict, active: set, *, now
         deployment = create_rollout(
             model_version=target.deployment.version, hosts=[host],
             config_overrides=target.deployment.config_overrides, autoscale=target.deployment.autoscale,
-            max_request_bytes=target.deployment.max_request_bytes,
+            max_request_bytes=target.deployment.max_request_bytes, **target.deployment.residency_settings(),
             trigger=RolloutTrigger.RECONCILER, reason=reason,
         )
         logger.warning("reconcile: %s; redeploying version %s (deployment %s)", reason,

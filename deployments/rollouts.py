@@ -291,7 +291,8 @@ def _send_back(deployment: Deployment, targets, *, actor) -> list[Deployment]:
     return [create_rollout(
         model_version=moved[0].previous_version, hosts=[t.host for t in moved], batch_size=deployment.batch_size,
         failure_policy=FailurePolicy.PAUSE, config_overrides=deployment.config_overrides,
-        autoscale=deployment.autoscale, max_request_bytes=deployment.max_request_bytes, rollback_of=deployment,
+        autoscale=deployment.autoscale, max_request_bytes=deployment.max_request_bytes,
+        **deployment.residency_settings(), rollback_of=deployment,
         trigger=RolloutTrigger.ROLLBACK, actor=actor,
     ) for moved in back_to.values()]
 
@@ -373,7 +374,7 @@ def follow_alias(model_id: int, alias: str, *, actor=None) -> Deployment | None:
             model_version=version, hosts=hosts, batch_size=current.batch_size,
             failure_policy=current.failure_policy, config_overrides=current.config_overrides,
             follow_alias=alias, selector=current.selector, autoscale=current.autoscale,
-            max_request_bytes=current.max_request_bytes,
+            max_request_bytes=current.max_request_bytes, **current.residency_settings(),
             trigger=RolloutTrigger.ALIAS, actor=actor,
         )
 

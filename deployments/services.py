@@ -11,7 +11,7 @@ from django.db import transaction
 
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
-from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, RolloutTrigger, TargetState
+from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, Residency, RolloutTrigger, TargetState
 from deployments.enqueue import Job, job
 from deployments.hosts import check_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost
@@ -111,12 +111,42 @@ def check_canary_hosts(model_version, hosts: list[ServingHost]) -> None:
         raise Conflict("a canary cannot run here: " + "; ".join(problems))
 
 
+def check_residency(residency: str, pinned, cold_start_timeout, hosts: list[ServingHost]) -> float | None:
+    """Check a rollout's residency settings; returns the cold-start timeout in seconds (None: the default).
+
+    Raises:
+        InvalidInput: an unknown residency, a ``pinned`` that is not true or false, a timeout outside 0.1-600 s,
+            or pinned or a timeout without ``on_demand``.
+        Conflict: ``on_demand`` to a BentoML host: its front holds no requests while a ``bentoml serve``
+            process starts (README, "Models on demand"), so every cold request would fail.
+    """
+    if residency not in Residency.values:
+        raise InvalidInput(f"residency must be one of {', '.join(Residency.values)}, got {residency!r}")
+    if not isinstance(pinned, bool):
+        raise InvalidInput(f"pinned must be true or false, got {pinned!r}")
+    if residency != Residency.ON_DEMAND:
+        if pinned or cold_start_timeout is not None:
+            raise InvalidInput('pinned and cold_start_timeout apply to residency "on_demand" only')
+        return None
+    if cold_start_timeout is not None:
+        if isinstance(cold_start_timeout, bool) or not isinstance(cold_start_timeout, int | float) \
+                or not 0.1 <= cold_start_timeout <= 600:
+            raise InvalidInput(f"cold_start_timeout must be seconds from 0.1 to 600, got {cold_start_timeout!r}")
+        cold_start_timeout = float(cold_start_timeout)
+    bento = [host.name for host in hosts if host.runtime == Runtime.BENTOML]
+    if bento:
+        raise Conflict(f"residency on_demand needs Triton hosts with a gateway; {', '.join(bento)} run BentoML, "
+                       "whose front cannot hold a request while a model starts: deploy there with residency always")
+    return cold_start_timeout
+
+
 def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
     failure_policy: str = FailurePolicy.PAUSE, config_overrides: dict | None = None, autoscale: dict | None = None,
     actor=None, authorize=None, config: str = "", confirm_breaking: bool = False, canary_percent=None,
-    shadow_percent=None, max_request_bytes: int | None = None,
+    shadow_percent=None, max_request_bytes: int | None = None, residency: str = Residency.ALWAYS,
+    pinned: bool = False, cold_start_timeout: float | None = None,
 ) -> Deployment:
     """Roll one model version out to a set of hosts, ``batch_size`` hosts at a time.
 
@@ -149,6 +179,7 @@ def start_deployment(
             serves and sends this share of the requests that name no version to the new one.
         shadow_percent: 0-100: also mirror this share of them to the new one (its answers discarded); without
             ``canary_percent`` the canary percent is 0 (a shadow deployment).
+        residency, pinned, cold_start_timeout: as ``create_rollout``.
 
     Returns:
         The new Deployment, RUNNING; its first batch is dispatched once the transaction commits.
@@ -205,7 +236,7 @@ def start_deployment(
         model_version=model_version, hosts=hosts, batch_size=batch_size, failure_policy=failure_policy,
         config_overrides=config_overrides, follow_alias=alias, selector=selector or {}, autoscale=autoscale,
         actor=actor, canary_percent=canary_percent, shadow_percent=shadow_percent,
-        max_request_bytes=max_request_bytes,
+        max_request_bytes=max_request_bytes, residency=residency, pinned=pinned, cold_start_timeout=cold_start_timeout,
     )
 
 
@@ -215,7 +246,8 @@ def create_rollout(
     selector: dict | None = None, rollback_of: Deployment | None = None,
     prerequisite_for: Deployment | None = None, autoscale: dict | None = None,
     trigger: str = RolloutTrigger.OPERATOR, reason: str = "", actor=None, canary_percent: float | None = None,
-    shadow_percent: float | None = None, max_request_bytes: int | None = None,
+    shadow_percent: float | None = None, max_request_bytes: int | None = None, residency: str = Residency.ALWAYS,
+    pinned: bool = False, cold_start_timeout: float | None = None,
 ) -> Deployment:
     """Write a deployment and its targets in batches, then (on commit) start its rollout.
 
@@ -227,9 +259,14 @@ def create_rollout(
     rollback returns it to. Hosts keep the given order; batch ``i`` holds hosts
     ``i*batch_size .. (i+1)*batch_size-1``.
 
+    ``residency`` "on_demand" registers the model on each host without keeping it loaded
+    (``check_residency``); ``pinned`` keeps it once loaded, ``cold_start_timeout`` (seconds) bounds how long
+    a request waits for its load.
+
     Raises:
-        InvalidInput: no hosts, a batch size below 1, an unknown policy, or bad overrides.
-        Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT.
+        InvalidInput: no hosts, a batch size below 1, an unknown policy or residency, or bad overrides.
+        Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT, or an
+            on-demand model goes to a host that cannot hold requests (``check_residency``).
         ServiceUnavailable: the task queue does not answer (``modelyard.celery.require_broker``); nothing written.
     """
 
@@ -248,6 +285,7 @@ def create_rollout(
             max_request_bytes, int) or not MIN_REQUEST_BYTES <= max_request_bytes <= MAX_REQUEST_BYTES):
         raise InvalidInput(f"max_request_bytes must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
                            f"{MAX_REQUEST_BYTES}, got {max_request_bytes!r}")
+    cold_start_timeout = check_residency(residency, pinned, cold_start_timeout, hosts)
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(
@@ -273,7 +311,8 @@ def create_rollout(
             config_overrides=overrides, rollback_of=rollback_of, prerequisite_for=prerequisite_for,
             autoscale=limits, trigger=trigger, canary_percent=canary_percent, shadow_percent=shadow_percent,
             canary_state=CanaryState.ACTIVE if canary_percent is not None else "",
-            max_request_bytes=max_request_bytes,
+            max_request_bytes=max_request_bytes, residency=residency, pinned=bool(pinned),
+            cold_start_timeout=cold_start_timeout,
         )
         DeploymentTarget.objects.bulk_create(
             DeploymentTarget(deployment=deployment, host=host, batch=i // batch_size,

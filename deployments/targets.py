@@ -108,4 +108,5 @@ def build_agent_payload(target: DeploymentTarget, *, download_url: str) -> dict:
         "shadow_percent": (target.deployment.shadow_percent
                            if target.deployment.canary_state == CanaryState.ACTIVE else None),
         "max_request_bytes": target.deployment.max_request_bytes,
+        **target.deployment.residency_settings(),
     }

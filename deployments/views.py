@@ -12,7 +12,7 @@ from django.views.decorators.http import require_POST
 from accounts.access import Action, Principal, check, require
 from deployments import canaries, lifecycle, rollouts
 from deployments.capture import capture_panel
-from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, TargetState
+from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, Residency, TargetState
 from deployments.forms import CaptureForm, RolloutForm, ServingHostForm, TryItForm
 from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
@@ -259,6 +259,8 @@ def rollout_create(request, model_name: str):
                 authorize=lambda version, hosts: require(principal, Action.DEPLOY, model=model, hosts=hosts),
                 confirm_breaking=data["confirm_breaking"], max_request_bytes=data["max_request_bytes"],
                 canary_percent=data["canary_percent"], shadow_percent=data["shadow_percent"],
+                residency=data["residency"] or Residency.ALWAYS, pinned=data["pinned"],
+                cold_start_timeout=data["cold_start_timeout"],
             )
         except BreakingSignature as exc:
             form.add_error("confirm_breaking", exc.message.replace(" (confirm_breaking)", " below"))

@@ -96,6 +96,11 @@ def main(argv: list[str] | None = None) -> int:
     current.cache_clear()
     from modelyard_agent.worker import app  # configured from the settings just exported
 
+    if config.runtime == Runtime.TRITON:
+        from modelyard_agent.adapters.triton import start_loader
+
+        start_loader()  # threads of this process, not of the worker processes Celery forks
+
     worker = app.Worker(
         queues=[host_queue(config.host)], hostname=host_format(f"agent-{config.host}@%h"),
         concurrency=config.concurrency,

@@ -30,7 +30,9 @@ Protocol history:
    to a candidate's copy); request capture: ``capture`` (``CaptureSettings``) on ``ROUTE`` payloads, which
    may then carry no canary (the version the host serves as ``stable``), and ``capture`` in the ``gateway``
    block of Triton heartbeat reports. The orchestrator sends ``REPLAY`` and capture settings only to agents
-   that report protocol 5 or newer.
+   that report protocol 5 or newer. Models on demand: ``residency``, ``pinned`` and ``cold_start_timeout`` on
+   deploy payloads, ``residency`` in the ``gateway`` block, and heartbeat rows of state ``REGISTERED``
+   (no new protocol number: an agent that ignores ``residency`` keeps the model loaded, as "always").
 """
 
 from __future__ import annotations
@@ -183,6 +185,16 @@ class DeployPayload(TypedDict):
     # bytes: the most an infer request body to this model may hold at the host's gateway; absent or None:
     # derived from the version's signature (``formats.request_limits``).
     max_request_bytes: NotRequired[int | None]
+    # "always" (absent: the same) or "on_demand": registered at the host's gateway, loaded at its first request,
+    # evicted when the host's memory budget needs room (``modelyard_agent.residency``).
+    residency: NotRequired[str]
+    pinned: NotRequired[bool]  # on demand: never evicted
+    cold_start_timeout: NotRequired[float | None]  # seconds a request is held while the model loads; None: 30
+
+
+# The heartbeat state of a version of an on-demand model that Triton does not hold now (Triton's own states are
+# READY, LOADING, UNLOADING and UNAVAILABLE): registered, loaded at its next request.
+REGISTERED = "REGISTERED"
 
 
 class CaptureSettings(TypedDict):
@@ -225,6 +237,8 @@ class GatewayReport(TypedDict):
     live: bool
     routes: dict[str, dict]
     capture: NotRequired[dict[str, dict]]
+    # ``residency_control.ResidencyControl.residency()``: the models registered on demand and their state.
+    residency: NotRequired[dict]
 
 
 class UnloadPayload(TypedDict):

@@ -312,3 +312,38 @@ def ensure_version_ready(payload: dict, *, load_timeout: float, grpc_url: str = 
     except ServingRuntimeError as exc:
         logger.error("could not reload %s v%s: %s", model, version, exc.message)
         return False
+
+
+def stage_on_demand(payload: dict, *, model_repository: Path, versions: list[int],
+                    report: Callable[[str], None] = lambda state: None, load_timeout: float = 600.0,
+                    staging_dir: Path | None = None) -> dict:
+    """Stage ``payload``'s version of a model registered on demand that is not resident: its files go into the
+    model repository and its ``config.pbtxt`` names ``versions`` (the new one, with a canary's stable version
+    beside it), so the loader's next load from disk serves them; Triton is not asked to load anything.
+
+    Args:
+        payload: as ``deploy_triton_version``.
+        versions: the versions the model serves from now on, ``payload``'s among them.
+
+    Returns:
+        As ``deploy_triton_version``: ready with ``details["resident"]`` False, or failed (a download or a
+        config that does not parse; nothing in the repository changed then).
+    """
+    paths = AgentPaths(Path(model_repository), Path(staging_dir) if staging_dir else None)
+    model, version = payload["model"], int(payload["version"])
+    steps = DeploySteps(model, version, report)
+    steps.begin(TargetState.STAGING)
+    try:
+        steps.details["staged"] = stage_version(payload, paths, timeout=load_timeout)
+        text = staged_config_text(paths, model, version, payload["config_text"])
+        config = render_load_config(text, model_name=model, versions=sorted(versions),
+                                    parameters=payload.get("parameters") or {},
+                                    overrides=payload.get("config_overrides"))
+    except StagingError as exc:
+        return steps.failed(exc.message, retryable=exc.retryable)
+    except ModelConfigError as exc:
+        return steps.failed(f"the config of {model} version {version} does not parse: {exc}")
+    _write_model_config(paths, model, config)
+    steps.done("stage_seconds")
+    steps.details.update(resident=False, previous_versions=[], kept_versions=sorted(set(versions) - {version}))
+    return steps.ready()

@@ -71,6 +71,12 @@ def cmd_deploy(client: Client, args) -> int:
         request["max_request_bytes"] = parse_quantity(args.max_request_bytes, SIZE_UNITS, "--max-request-bytes")
     if args.shadow is not None:
         request["shadow_percent"] = args.shadow
+    if args.on_demand:
+        request.update(residency="on_demand", pinned=args.pinned)
+        if args.cold_start_timeout is not None:
+            request["cold_start_timeout"] = args.cold_start_timeout
+    elif args.pinned or args.cold_start_timeout is not None:
+        raise CLIError("--pinned and --cold-start-timeout go with --on-demand")
     body = client.request("POST", "deployments/", json=request)
     if not args.wait:
         print(json.dumps({"id": body["id"], "status": body["status"]}))
@@ -131,6 +137,12 @@ def add_deploy_parser(sub: argparse._SubParsersAction) -> None:
     deploy.add_argument("--max-request-bytes", metavar="SIZE",
                         help="the most an infer request body may hold at the hosts' gateways, such as 4MiB (413 "
                              "beyond; default: derived from the version's signature)")
+    deploy.add_argument("--on-demand", action="store_true",
+                        help="register the model on each host but load it at its first request (held by the "
+                             "gateway until then) and evict it when the host needs room (Triton hosts)")
+    deploy.add_argument("--pinned", action="store_true", help="with --on-demand: never evicted once loaded")
+    deploy.add_argument("--cold-start-timeout", type=float, metavar="SECONDS",
+                        help="with --on-demand: how long a request waits for the load before a 503 (default 30)")
     deploy.add_argument("--wait", action="store_true", help="wait; exit 1 unless the rollout succeeds")
     deploy.add_argument("--timeout", type=float, default=900, help="seconds to wait (default 900)")
     deploy.set_defaults(func=cmd_deploy)

@@ -6,7 +6,7 @@ from rest_framework import serializers
 
 from accounts.access import Principal
 from deployments.canaries import canary_summary
-from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, JobStatus, Runtime
+from deployments.choices import CanaryState, DeploymentStatus, FailurePolicy, JobStatus, Residency, Runtime
 from deployments.models import (
     MAX_DEADLINE_SECONDS,
     Deployment,
@@ -103,11 +103,24 @@ class DeploymentTargetSerializer(serializers.ModelSerializer):
 
     host = serializers.SlugRelatedField(slug_field="name", read_only=True)
     previous_version = serializers.IntegerField(source="previous_version.version", read_only=True, allow_null=True)
+    residency = serializers.SerializerMethodField(help_text=(
+        "on demand: the model's state on the host as its gateway last reported it (resident, cold or evicting), "
+        "whether it is pinned, the requests held now, the last request (unix seconds) and the last failed load "
+        "({message, retry_after}); null for a model that is always resident or a host that reported none"))
 
     class Meta:
         model = DeploymentTarget
-        fields = ["host", "batch", "state", "error", "previous_version", "dispatched_at", "details", "updated_at"]
+        fields = ["host", "batch", "state", "error", "previous_version", "dispatched_at", "details", "residency",
+                  "updated_at"]
         read_only_fields = fields
+
+    def get_residency(self, target: DeploymentTarget) -> dict | None:
+
+        gateway = (target.host.heartbeat or {}).get("gateway") or {}
+        held = ((gateway.get("residency") or {}).get("models") or {}).get(target.runtime_name)
+        if held is None:
+            return None
+        return {key: held.get(key) for key in ("state", "pinned", "held", "last_used", "failure")}
 
 
 class RolloutEventSerializer(serializers.ModelSerializer):
@@ -138,7 +151,8 @@ class DeploymentSerializer(serializers.ModelSerializer):
         model = Deployment
         fields = ["id", "model", "version", "status", "trigger", "batch_size", "failure_policy", "follow_alias",
                   "selector", "config_overrides", "autoscale", "rollback_of", "prerequisite_for", "canary_percent",
-                  "shadow_percent", "canary_state", "canary", "max_request_bytes", "targets", "events", "created_by",
+                  "shadow_percent", "canary_state", "canary", "max_request_bytes", "residency", "pinned",
+                  "cold_start_timeout", "targets", "events", "created_by",
                   "created_at", "finished_at"]
         read_only_fields = fields
 
@@ -204,6 +218,14 @@ class DeploymentCreateSerializer(_NoBooleans, RefuseUnknownFields, serializers.S
             "bytes: the most an infer request body may hold at each host's gateway (413 beyond), capped by the "
             "host's --max-request-bytes; default: derived from the version's signature (max_batch_size x dims x "
             "data type, and a bound per JSON element), the host's default where its dims vary"))
+    residency = serializers.ChoiceField(choices=Residency.choices, default=Residency.ALWAYS, help_text=(
+        '"on_demand": registered on each host but loaded at its first request (which the gateway holds until '
+        'then) and evicted, least recently used first, when the host\'s memory budget needs room; Triton hosts '
+        'with a gateway only. "always": loaded while it serves'))
+    pinned = serializers.BooleanField(default=False, help_text="on demand: never evicted once loaded")
+    cold_start_timeout = serializers.FloatField(min_value=0.1, max_value=600, required=False, allow_null=True,
+                                                help_text=("seconds the gateway holds a request while an on-demand "
+                                                           "model loads, 503 with Retry-After past it; default 30"))
 
 
 class InferenceRequestSerializer(RefuseUnknownFields, serializers.Serializer):

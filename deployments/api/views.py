@@ -170,7 +170,8 @@ class DeploymentViewSet(
             config_overrides=fields.get("config_overrides"), autoscale=fields.get("autoscale"), actor=request.user,
             authorize=authorize, config=fields.get("config", ""), confirm_breaking=fields["confirm_breaking"],
             canary_percent=fields.get("canary_percent"), shadow_percent=fields.get("shadow_percent"),
-            max_request_bytes=fields.get("max_request_bytes"),
+            max_request_bytes=fields.get("max_request_bytes"), residency=fields["residency"],
+            pinned=fields["pinned"], cold_start_timeout=fields.get("cold_start_timeout"),
         )
         return Response(self._show(deployment.pk), status=status.HTTP_201_CREATED)
 

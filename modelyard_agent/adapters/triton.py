@@ -10,12 +10,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelyard_agent.adapters.common import direct, load_deadline, running_profiles, running_tasks, unload_deadline
+from modelyard_agent.adapters.on_demand import (
+    ON_DEMAND,
+    deploy_cold,
+    model_lock,
+    register_residency,
+    registered_not_resident,
+)
 from modelyard_agent.capture import enforce as enforce_capture
 from modelyard_agent.config import current as settings
 from modelyard_agent.formats.request_limits import RequestLimit, request_limit
 from modelyard_agent.formats.triton_config import ModelConfigError
 from modelyard_agent.profiling.triton import profile_triton_version, remove_stale_copies
 from modelyard_agent.replay.triton import remove_stale_replay_copies, replay_triton_version
+from modelyard_agent.residency import OnDemandLoader
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.nginx_process import listen_address
@@ -95,16 +103,22 @@ class TritonHostAgent:
         that served (the stable one) loaded beside the new one, routes ``canary_percent`` of the requests that
         name no version to the new one and mirrors ``shadow_percent`` of them to it (answers discarded); a
         payload with neither, on a model the gateway routes, sends every request to the new version before
-        the others unload, then drops the route."""
+        the others unload, then drops the route.
+
+        A payload with ``residency`` "on_demand" registers the model on demand at the gateway (it keeps a route,
+        and its requests are held while it is not resident): a model resident now is swapped as any other; one
+        that is not is only staged (``triton_host.stage_on_demand``), to be loaded at its next request."""
 
         model, version = payload["model"], int(payload["version"])
         percent, shadow_percent = payload.get("canary_percent"), payload.get("shadow_percent")
         split = percent is not None or shadow_percent is not None
+        on_demand = payload.get("residency") == ON_DEMAND
         gateway = triton_gateway(payload["inference_url"])
-        if gateway is None and split:
+        if gateway is None and (split or on_demand):
             return {"state": "failed", "retryable": False, "details": {}, "error": (
-                "a canary or shadow needs the host's gateway: run this host's agent with --triton-url "
-                "(MODELYARD_AGENT_TRITON_URL) and register the gateway's address as the host's inference_url")}
+                f"{'residency on_demand' if on_demand else 'a canary or shadow'} needs the host's gateway: run this "
+                "host's agent with --triton-url (MODELYARD_AGENT_TRITON_URL) and register the gateway's address as "
+                "the host's inference_url")}
         route, captured, limit, held_limit = None, False, None, None
         if gateway is not None:
             try:
@@ -120,6 +134,10 @@ class TritonHostAgent:
             except ServingRuntimeError as exc:
                 return {"state": "failed", "retryable": exc.retryable, "details": {},
                         "error": f"the host's gateway: {exc.message}"}
+        if on_demand:
+            cold = deploy_cold(gateway, payload, route=route if split else None, limit=limit)
+            if cold is not None:
+                return cold
 
         def keep(previous: list[int]) -> list[int]:
             if not split or not previous:
@@ -134,7 +152,7 @@ class TritonHostAgent:
             if kept:
                 gateway.set_route(model, stable=kept[0], canary=version, percent=float(percent or 0),
                                   shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
-            elif route is not None or captured:
+            elif route is not None or captured or on_demand:
                 gateway.set_route(model, stable=version)
             # A request the old route gave a version that now unloads may still be on its way to Triton.
             drain_errors.extend(drain_routed(gateway, model, kept=[*kept, version], timeout=unload_deadline(payload)))
@@ -154,9 +172,10 @@ class TritonHostAgent:
         if gateway is not None and result["state"] == "ready":
             result["details"]["request_limit"] = {"bytes": limit.bytes, "basis": limit.basis}
             try:
-                if not result["details"].get("kept_versions") and route is not None and not captured:
+                if not result["details"].get("kept_versions") and route is not None and not captured and not on_demand:
                     gateway.remove_route(model)
                 result["details"]["route"] = gateway.routes().get(model)
+                result["details"]["residency"] = register_residency(gateway, payload, resident=True)
             except ServingRuntimeError as exc:
                 result["details"]["route_error"] = exc.message
         return result
@@ -205,7 +224,8 @@ class TritonHostAgent:
     def heartbeat(self, request: dict) -> dict:
         """Start the gateway unless it runs, remove profile and replay copies no running profile or replay owns
         (``modelyard_agent.copies``), apply each captured model's retention and scope (``capture.enforce``),
-        then report, with the gateway's routes and captures."""
+        then report, with the gateway's routes, captures and on-demand residency; each version routed of an
+        on-demand model that Triton does not hold now is reported with state "REGISTERED"."""
 
         errors, gateway_report = [], None
         gateway = triton_gateway(request["inference_url"]) if request.get("inference_url") else None
@@ -234,6 +254,13 @@ class TritonHostAgent:
                 gateway_report["capture"] = enforce_capture(gateway, served)
             except (ServingRuntimeError, OSError) as exc:
                 errors.append(f"capture: {getattr(exc, 'message', exc)}")
+        if gateway_report is not None and gateway_report["live"]:
+            try:
+                gateway_report["residency"] = gateway.residency()
+                report["models"] += registered_not_resident(gateway_report["residency"]["models"],
+                                                            gateway_report["routes"], report["models"])
+            except ServingRuntimeError as exc:
+                errors.append(f"residency: {exc.message}")
         report["errors"] = report["errors"] + errors
         report["gateway"] = gateway_report
         return report
@@ -285,3 +312,21 @@ def capture_directory(inference_url: str, model: str) -> Path:
     return gateway.capture_directory(model)
 
 
+
+
+def start_loader() -> OnDemandLoader | None:
+    """Start this Triton host's on-demand loader (``modelyard_agent.residency``) in the agent's main process, or
+    return None on a host without a gateway (``--triton-url``), where nothing can be held on demand."""
+
+    config = settings()
+    if not config.triton_url:
+        return None
+    # Only the gateway's control socket and files are used: the heartbeat starts the gateway itself.
+    loader = OnDemandLoader(
+        triton_gateway(config.triton_url),
+        TritonRuntime(config.triton_url, load_timeout=config.load_deadline, grpc_url=config.triton_grpc_url),
+        budget_bytes=config.memory_budget_bytes, metrics_url=config.triton_metrics_url,
+        state_dir=AgentPaths(Path(config.model_repository), config.staging_dir).state_dir,
+        model_lock=model_lock, unload_timeout=config.unload_deadline)
+    loader.start()
+    return loader

@@ -194,3 +194,13 @@ def test_capture_is_set_shown_and_turned_off_from_the_cli(cli):
     ignored = cli("capture", "off", "iris", "--fraction", "0.5")
     assert ignored.returncode == 1 and "capture off takes no --fraction" in ignored.stderr
     assert RegisteredModel.objects.get(name="iris").capture_fraction == 0
+
+
+def test_a_model_is_deployed_on_demand_from_the_cli(cli):
+    _deployment(TargetState.READY)
+    started = cli("deploy", "iris", "1", "--host", "gpu-0", "--on-demand", "--pinned", "--cold-start-timeout", "20")
+    assert started.returncode == 0, started.stderr
+    deployment = Deployment.objects.get(pk=json.loads(started.stdout)["id"])
+    assert deployment.residency_settings() == {"residency": "on_demand", "pinned": True, "cold_start_timeout": 20.0}
+    refused = cli("deploy", "iris", "1", "--host", "gpu-0", "--pinned")
+    assert refused.returncode != 0 and "--pinned and --cold-start-timeout go with --on-demand" in refused.stderr

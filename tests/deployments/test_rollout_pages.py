@@ -226,3 +226,19 @@ def test_the_version_field_defaults_to_the_version_page_s_version_or_the_newest(
 def test_a_viewer_gets_no_roll_out_action_on_the_version_page(client, deployment):
     client.force_login(team_member(get_user_model().objects.create_user(username="reader"), "viewer"))
     assert "Roll out…" not in client.get("/models/iris/versions/1/").content.decode()
+
+
+def test_the_rollout_form_deploys_on_demand_and_says_what_is_wrong(browser, deployment,
+                                                                 django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        answer = browser.post("/deployments/new/iris/", {
+            "version": "1", "hosts": ["gpu-1"], "batch_size": "1", "failure_policy": "pause",
+            "residency": "on_demand", "pinned": "on", "cold_start_timeout": "15"})
+    newest = Deployment.objects.order_by("-id").first()
+    assert answer.status_code == 302, answer.content.decode()[:2000]
+    assert newest.residency_settings() == {"residency": "on_demand", "pinned": True, "cold_start_timeout": 15.0}
+    assert "on demand, pinned; requests wait up to 15.0 s" in browser.get(f"/deployments/{newest.pk}/").content.decode()
+    refused = browser.post("/deployments/new/iris/", {"version": "1", "hosts": ["gpu-1"], "batch_size": "1",
+                                                      "failure_policy": "pause", "pinned": "on"})
+    assert refused.status_code == 200 and "apply to residency" in refused.content.decode()
+    assert Deployment.objects.order_by("-id").first() == newest

@@ -30,6 +30,16 @@ def wait_deployment(client: APIClient, deployment_id: int, timeout: float = 240)
     pytest.fail(f"deployment {deployment_id} still in progress after {timeout} s: {body}")
 
 
+def deploy_iris(client: APIClient, host: str, version: int, **fields) -> dict:
+    """Deploy iris ``version`` to ``host`` through the API and wait: the rollout, which must succeed."""
+    answer = client.post("/api/v1/deployments/", {"model": "iris", "version": version, "hosts": [host], **fields},
+                         format="json")
+    assert answer.status_code == 201, answer.content
+    done = wait_deployment(client, answer.json()["id"])
+    assert done["status"] == "succeeded", done
+    return done
+
+
 def upload(client: APIClient, archive) -> int:
     with open(archive, "rb") as fh:
         answer = client.post("/api/v1/models/iris/versions/", {"artifact": fh}, format="multipart")
@@ -147,10 +157,11 @@ class GatewayStack:
 
 @contextlib.contextmanager
 def gateway_stack(host: str, *, versions: int, s3_endpoint: str, start_triton: Callable,
-                  start_celery_worker: Callable, tmp_path: Path) -> Iterator[GatewayStack]:
+                  start_celery_worker: Callable, tmp_path: Path,
+                  agent_env: dict | None = None) -> Iterator[GatewayStack]:
     """Start the workers, register iris versions 1..``versions`` and the host ``host``; stop the gateway after
     (nginx runs as a daemon of its own). The agent's files live in a directory nginx's workers may traverse
-    (they run as nobody under a root agent)."""
+    (they run as nobody under a root agent). ``agent_env`` adds to the agent's environment."""
     from django.contrib.auth import get_user_model
 
     from demo.iris import build_iris_archive
@@ -167,6 +178,7 @@ def gateway_stack(host: str, *, versions: int, s3_endpoint: str, start_triton: C
         "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository),
         "MODELYARD_AGENT_STAGING_DIR": str(home / "staging"),
         "MODELYARD_AGENT_TRITON_GRPC_URL": triton.grpc_url, "MODELYARD_AGENT_TRITON_URL": triton.http_url,
+        **(agent_env or {}),
     })
     user = get_user_model().objects.create_user(username="ci", password="a-long-test-password", is_staff=True)
     client = APIClient()

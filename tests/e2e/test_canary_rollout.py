@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from deployments.models import ServingHost
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.e2e.support import Heartbeats, Traffic, gateway_stack, wait_deployment
+from tests.e2e.support import Heartbeats, Traffic, deploy_iris, gateway_stack, wait_deployment
 from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -25,13 +25,8 @@ def stack(s3_endpoint, start_triton, start_celery_worker, tmp_path):
         yield stack.client, stack.triton, stack.gateway_url
 
 
-def deploy(client: APIClient, version: int, **fields) -> dict:
-    answer = client.post("/api/v1/deployments/", {"model": "iris", "version": version, "hosts": [HOST], **fields},
-                         format="json")
-    assert answer.status_code == 201, answer.content
-    done = wait_deployment(client, answer.json()["id"])
-    assert done["status"] == "succeeded", done
-    return done
+def deploy(client, version: int, **fields) -> dict:
+    return deploy_iris(client, HOST, version, **fields)
 
 
 def applied(client: APIClient, deployment: int) -> float | None:
