@@ -18,9 +18,11 @@ Memory is measured, never estimated from file size: a model's footprint is the o
 (measured when it was deployed or profiled), else the rise of Triton's memory gauges (GPU where Triton
 reports GPUs, else CPU: ``runtimes.triton.read_memory_in_use``) across its first load here, kept in
 ``<state dir>/footprints.json``. A model not measured yet is assumed as large as the largest one measured
-until its load measures it. The policy is plain LRU on the gateway's last request time (docs/architecture.md
-says why); a model that is pinned, has requests in flight or held, or is itself being loaded is never evicted.
-When no such room can be made, the load is refused (503 at the gateway) and nothing is overcommitted.
+until its load measures it. Victims go in order of least demand (requests decayed with a half-life of 5 minutes),
+then least recent use (``OnDemandLoader.victims`` says why not plain LRU); a model that is pinned, has requests in
+flight or held, or is itself being loaded is never evicted. Between loads the loader keeps the largest footprint
+free, so a cold load seldom waits for an eviction. When no room can be made, the load is refused (503 at the
+gateway) and nothing is overcommitted.
 
 A load that fails is reported with a backoff (1, 2, 4 ... 60 s): until it passes, requests for the model are
 answered 503 naming Triton's error, and no new load is tried.
@@ -48,6 +50,8 @@ logger = logging.getLogger(__name__)
 SYNC_SECONDS = 2.0
 POLL_WAIT_SECONDS = 1.0
 DRAIN_SECONDS = 5.0
+# The half-life of a model's demand score, seconds: a request counts half as much this long after it came.
+DEMAND_HALF_LIFE_SECONDS = 300.0
 MAX_BACKOFF_SECONDS = 60.0
 NO_ROOM_RETRY_SECONDS = 1.0
 
@@ -91,6 +95,7 @@ class OnDemandLoader:
         self.model_lock = model_lock or (lambda model: nullcontext())
         self.unload_timeout = unload_timeout
         self.failures: dict[str, int] = {}
+        self.demand: dict[str, tuple[float, int, float]] = {}  # model: (score, requests counted, when)
         self.wanted: queue.Queue[str] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -132,6 +137,7 @@ class OnDemandLoader:
             try:
                 model = self.wanted.get(timeout=0.2)
             except queue.Empty:
+                self._keep_headroom()
                 continue
             self.serve(model)
 
@@ -221,7 +227,7 @@ class OnDemandLoader:
         self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
         if self.budget is not None and self._resident_bytes(ready) > self.budget:
             # Measured larger than assumed: others leave now, so the budget holds again.
-            ready -= self._make_room(None, self.gateway.residency()["models"], ready)
+            self._make_room(None, self.gateway.residency()["models"], ready)
         return Loaded(seconds, footprint)
 
     def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
@@ -250,9 +256,12 @@ class OnDemandLoader:
         logger.info("evicted %s (%s)", model, reason)
         return True
 
-    def _make_room(self, loading: str | None, registered: dict, ready: set[str]) -> set[str]:
-        """Evict the least recently used models until ``loading`` (None: nothing more) fits in the budget beside
-        the resident ones; returns the models evicted.
+    def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, free: int = 0,
+                   wait: float = DRAIN_SECONDS) -> set[str]:
+        """Evict the models of least demand (``victims``) until ``loading`` (None: nothing more) fits in the budget
+        beside the resident ones with ``free`` bytes to spare; returns the models evicted. A model with requests
+        held or in flight is passed over; when only such models are left it waits for them up to ``wait`` s
+        (a model whose load just ended still has its held requests on their way).
 
         Raises:
             NoRoom: what is left is pinned or busy, or the model alone is larger than the budget.
@@ -263,20 +272,64 @@ class OnDemandLoader:
                          f"{self.budget} bytes")
         resident = {m for m in ready if m in registered}
         evicted: set[str] = set()
-        for victim in sorted((m for m in resident if m != loading and not registered[m]["pinned"]),
-                             key=lambda m: registered[m]["last_used"] or 0):
-            if self._resident_bytes(resident) + need <= self.budget:
-                break
-            if registered[victim]["held"] or self._in_flight(victim):
-                continue
-            if self.evict(victim, "budget"):
-                evicted.add(victim)
-                resident.discard(victim)
-        if self._resident_bytes(resident) + need > self.budget:
-            raise NoRoom(f"no room for {loading or 'the models resident'} in this host's on-demand memory budget "
-                         f"of {self.budget} bytes: {self._resident_bytes(resident)} bytes are held by models pinned "
-                         f"or busy ({', '.join(sorted(resident))})")
+        deadline = time.monotonic() + wait
+        while self._resident_bytes(resident) + need + free > self.budget:
+            busy = False
+            for victim in self.victims(registered, resident - {loading}):
+                if registered[victim]["held"] or self._in_flight(victim):
+                    busy = True
+                    continue
+                if self.evict(victim, "budget"):
+                    evicted.add(victim)
+                    resident.discard(victim)
+                    break
+                busy = True
+            else:
+                if not busy or time.monotonic() > deadline:
+                    raise NoRoom(f"no room for {loading or 'the models resident'} in this host's on-demand memory "
+                                 f"budget of {self.budget} bytes: {self._resident_bytes(resident)} bytes are held by "
+                                 f"models pinned or busy ({', '.join(sorted(resident))})")
+                time.sleep(0.01)
+                registered = self.gateway.residency()["models"]
         return evicted
+
+    def victims(self, registered: dict, resident: set[str]) -> list[str]:
+        """The resident models that may be evicted (not pinned), in the order they go: least demand first
+        (requests with an exponential decay of ``DEMAND_HALF_LIFE_SECONDS``), then least recently used.
+
+        Why not plain LRU: under a skewed (Zipf) load, a burst of rare models pushes the popular ones out of an
+        LRU cache, and each comes back at the cost of a load; weighing how often a model is asked keeps the
+        popular ones (``bench/on_demand.py`` measures both on one trace, docs/architecture.md has the figures).
+        """
+        self._refresh_demand(registered)
+        return sorted((m for m in resident if not registered[m]["pinned"]),
+                      key=lambda m: (self.demand.get(m, (0.0, 0, 0.0))[0], registered[m]["last_used"] or 0))
+
+    def _refresh_demand(self, registered: dict) -> None:
+        """Fold the requests each model was asked since the last look into its decayed demand score."""
+        now = time.monotonic()
+        for model, entry in registered.items():
+            score, counted, then = self.demand.get(model, (0.0, 0, now))
+            total = int(entry.get("requests") or 0)
+            rise = total - counted if total >= counted else total  # a restarted nginx counts from 0 again
+            score = score * 0.5 ** ((now - then) / DEMAND_HALF_LIFE_SECONDS) + rise
+            self.demand[model] = (score, total, now)
+
+    def _keep_headroom(self) -> None:
+        """Between loads: evict the models of least demand until the largest footprint fits in what is left of the
+        budget, so that the next cold load does not wait for an eviction. Never raises (logged)."""
+        if self.budget is None:
+            return
+        try:
+            registered = self.gateway.residency()["models"]
+            ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+            largest = self._largest_footprint()
+            if self._resident_bytes({m for m in ready if m in registered}) + largest > self.budget:
+                self._make_room(None, registered, ready, free=largest, wait=0)
+        except NoRoom:
+            pass  # what is resident is pinned or busy: the next load makes room, or says why not
+        except ServingRuntimeError as exc:
+            logger.info("on-demand headroom: %s", exc.message)
 
     # Footprints.
 
@@ -313,17 +366,18 @@ class OnDemandLoader:
 
     def _measure(self, model: str, before, after) -> int | None:
         """The rise of Triton's memory across ``model``'s load (GPU where it reports GPUs, else CPU), bytes,
-        kept in ``footprints.json``; None when either reading is missing."""
+        kept in ``footprints.json``; None when either reading is missing or the gauge did not rise (its CPU
+        gauge is the machine's: another process may have freed memory meanwhile)."""
         if before is None or after is None:
             return None
         gpu = bool(after.gpus) and before.gpu_bytes is not None and after.gpu_bytes is not None
         rise = (after.gpu_bytes - before.gpu_bytes) if gpu else (
             (after.cpu_bytes - before.cpu_bytes) if before.cpu_bytes is not None and after.cpu_bytes is not None
             else None)
-        if rise is None:
-            return None
+        if rise is None or rise <= 0:
+            return None  # another process freed memory meanwhile: measured again at the next load
         footprints = read_json_file(self.footprints_file)
-        footprints[model] = max(0, int(rise))
+        footprints[model] = int(rise)
         atomic_write(self.footprints_file, json.dumps(footprints, indent=1, sort_keys=True))
         return footprints[model]
 

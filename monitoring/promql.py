@@ -398,3 +398,25 @@ def queue_ms_per_host_model(window: int) -> str:
     by = "host, model"
     return (f"sum by ({by})(rate(nv_inference_queue_duration_us[{w}]))"
             f" / sum by ({by})(rate(nv_inference_request_success[{w}])) / 1000")
+
+
+ON_DEMAND_REQUESTS = "modelyard_on_demand_requests_total"
+COLD_STARTS = "modelyard_cold_start_seconds"
+EVICTIONS = "modelyard_evictions_total"
+
+
+def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
+    """The queries of the on-demand panel, per host and model over the last ``window`` seconds, from the
+    gateways' own series (``modelyard_residency.lua``): ``requests`` by ``outcome`` (hit, cold, and the 503
+    reasons), the ``cold_p50`` and ``cold_p99`` of the waits (seconds, ``histogram_quantile`` of
+    ``modelyard_cold_start_seconds``; NaN without a cold start) and ``evictions`` by ``reason``. Each counter's
+    rise as ``_gateway_increase`` takes it, so the first cold starts after a model is registered count."""
+    w, matchers = _window(window), _matchers(selector)
+    out = {
+        "requests": _gateway_increase(ON_DEMAND_REQUESTS, matchers, w, by="host, model, outcome"),
+        "evictions": _gateway_increase(EVICTIONS, matchers, w, by="host, model, reason"),
+    }
+    buckets = _gateway_increase(COLD_STARTS + "_bucket", matchers, w, by="host, model, le")
+    for name, q in (("cold_p50", 0.5), ("cold_p99", 0.99)):
+        out[name] = f"histogram_quantile({q}, {buckets})"
+    return out

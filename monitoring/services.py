@@ -423,3 +423,47 @@ def _traffic(selector: dict, window_seconds: int, group: str, name: str, client:
         })
     table.sort(key=lambda r: (r[name], _version_sort_key(r["version"]), ROLE_ORDER.get(r["role"], 9)))
     return table
+
+
+def on_demand_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> dict[str, dict]:
+    """What each host's gateway measured of ``model_name`` on demand over the window (four queries, whatever the
+    number of hosts; ``promql.on_demand``).
+
+    Returns:
+        ``{host: {"hits", "cold" (requests held for a load), "refused" ({reason: requests answered 503}),
+        "hit_rate" (0..1, None without requests), "cold_p50_ms", "cold_p99_ms" (None without a cold start),
+        "evictions" ({reason: count})}}``; a host without on-demand series is left out.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    client = client or PrometheusClient()
+    queries = promql.on_demand(model_selector(model_name), window_seconds)
+    try:
+        results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
+    except PrometheusUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    table: dict[str, dict] = {}
+
+    def row(host: str) -> dict:
+        return table.setdefault(host, {"hits": 0, "cold": 0, "refused": {}, "hit_rate": None, "cold_p50_ms": None,
+                                       "cold_p99_ms": None, "evictions": {}})
+
+    for sample in results["requests"]:
+        entry, outcome = row(sample.labels.get("host", "")), sample.labels.get("outcome", "")
+        count = round(sample.value)
+        if outcome in ("hit", "cold"):
+            entry["hits" if outcome == "hit" else "cold"] += count
+        elif count:
+            entry["refused"][outcome] = count
+    for sample in results["evictions"]:
+        if round(sample.value):
+            row(sample.labels.get("host", ""))["evictions"][sample.labels.get("reason", "")] = round(sample.value)
+    for key in ("cold_p50", "cold_p99"):
+        for sample in results[key]:
+            if sample.value == sample.value:  # not NaN
+                row(sample.labels.get("host", ""))[f"{key}_ms"] = sample.value * 1000
+    for entry in table.values():
+        asked = entry["hits"] + entry["cold"]
+        entry["hit_rate"] = entry["hits"] / asked if asked else None
+    return table

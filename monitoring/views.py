@@ -11,7 +11,7 @@ from accounts.access import Principal
 from deployments.choices import CanaryState
 from deployments.hosts import get_host
 from deployments.models import ServingHost
-from deployments.served import get_deployment
+from deployments.served import get_deployment, serving_now
 from deployments.serving import model_serving as serving_panel
 from modelyard.errors import ServiceUnavailable
 from modelyard.views import found_or_404
@@ -246,3 +246,29 @@ def overview(request):
 def overview_table(request):
     """The overview's table alone, for the htmx refresh."""
     return render(request, "monitoring/partials/overview_table.html", _overview_context(request))
+
+
+@login_required
+def model_on_demand(request, name: str):
+    """The on-demand panel of the model page (htmx, polled; ``?range=``): per host where the model is registered
+    on demand, its state as the host's gateway last reported it (resident, cold or evicting; pinned; requests
+    held), and from Prometheus over the range the hit rate, the cold starts with their p50 and p99 wait, the
+    requests answered 503 by reason and the evictions by reason (``monitoring.services.on_demand_table``).
+    Empty for a model no host holds on demand."""
+    model = model_or_404(request, name)
+    hosts = []
+    for target in serving_now(deployment__model=model):
+        held = (((target.host.heartbeat or {}).get("gateway") or {}).get("residency") or {}).get("models") or {}
+        if target.runtime_name in held:
+            hosts.append({"host": target.host.name, **held[target.runtime_name]})
+    context = {"model": model, "range": request.GET.get("range") or PANEL_RANGE, "hosts": hosts,
+               "prometheus_error": ""}
+    if hosts:
+        try:
+            measured = services.on_demand_table(model.name, window_seconds=promql.parse_range(context["range"]))
+        except ServiceUnavailable as exc:
+            context["prometheus_error"] = exc.message
+        else:
+            for row in hosts:
+                row["measured"] = measured.get(row["host"])
+    return render(request, "monitoring/partials/on_demand.html", context)

@@ -114,7 +114,8 @@ local function wait(model, settings, deadline)
 end
 
 -- rewrite_by_lua, before the request is counted in flight: return at once for a model that is always resident
--- or resident now; otherwise hold the request until its model is, or answer 503 (refuse).
+-- or resident now; otherwise hold the request until its model is (its answer then carries
+-- X-Modelyard-Cold-Start: the seconds it was held), or answer 503 (refuse).
 function M.hold(model)
     local settings = M.settings(model)
     if not settings then
@@ -140,8 +141,11 @@ function M.hold(model)
         return refuse(model, reason, message, retry_after)
     end
     ngx.update_time()
-    observe_cold(model, ngx.now() - started)
+    local waited = ngx.now() - started
+    observe_cold(model, waited)
     count(model, "cold")
+    -- The answer says how long the request was held (seconds), so clients can tell a cold start.
+    ngx.header["X-Modelyard-Cold-Start"] = string.format("%.3f", waited)
 end
 
 -- Whether a request counted in flight on `model` may go on to Triton: the model is always resident, or
@@ -167,8 +171,12 @@ local function snapshot()
     local models = {}
     local settings = cjson.decode(dict:get(SETTINGS) or "{}") or {}
     for model, entry in pairs(settings) do
+        local requests = 0
+        for _, outcome in ipairs(OUTCOMES) do
+            requests = requests + (dict:get("r\t" .. model .. "\t" .. outcome) or 0)
+        end
         models[model] = {
-            pinned = entry.pinned == true, state = dict:get("s\t" .. model) or "cold",
+            pinned = entry.pinned == true, state = dict:get("s\t" .. model) or "cold", requests = requests,
             held = dict:get("h\t" .. model) or 0, last_used = dict:get("u\t" .. model) or cjson.null,
             wanted = dict:get("w\t" .. model) ~= nil, failure = failure(model) or cjson.null,
             cold_start_timeout = entry.cold_start_timeout or M.DEFAULT_TIMEOUT,

@@ -28,7 +28,8 @@ class ResidencyControl:
         return self.dir / "residency.json"
 
     def residency(self) -> dict:
-        """What the running gateway holds: ``{"models": {model: {"pinned", "state", "held" (requests held now),
+        """What the running gateway holds: ``{"models": {model: {"pinned", "state", "requests" (asked for since
+        nginx started, whatever the outcome), "held" (requests held now),
         "last_used" (epoch seconds of the last request, or None), "wanted", "failure" ({message, retry_after}
         or None), "cold_start_timeout" (seconds), "max_held"}}, "budget": {"budget_bytes", "resident_bytes"}}``.
 

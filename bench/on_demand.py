@@ -1,0 +1,384 @@
+"""Benchmark: models on demand, many more models registered on one Triton host than its memory budget holds.
+
+What it runs, all real: one tritonserver (explicit model control, as the tests start it), the host's gateway
+(nginx with its Lua modules) and the agent's on-demand loader (``modelyard_agent.residency``, the threads
+``modelyard-agent`` runs beside its worker, here in this process), Triton reached over gRPC model control.
+
+- ``--models`` (100) python-backend models (``bench/static_batch_model.py``), each holding a real FP32 weight
+  matrix of ``--model-mib`` (32 MiB) drawn when it loads, all registered on demand, none loaded.
+- The budget holds ``--budget-share`` (15 %) of them: ``floor(share × models)`` times the footprint the loader
+  measured at a first load (Triton's memory gauges across the load), and one pinned model beside them.
+- The trace: Zipf(s = ``--zipf``) over the models, in a random order fixed by ``--seed``. Its rate is picked so
+  that cold loads use at most half of the host's load capacity: LRU simulated offline on the same trace gives
+  the miss ratio m; the bare load time L and unload time U (means of ``--load-samples`` loads from local disk
+  and unloads, measured first in the same run) give the capacity 1 / (L + U) cold loads/s, since in a full
+  budget each load evicts a model; the rate is 0.5 / ((L + U) × m) requests/s. Requests are sent
+  on that schedule (open loop) for ``--duration`` seconds (600).
+- Meanwhile a co-tenant probe sends ``--probe-rate`` requests/s to the pinned model, and its p99 is compared
+  with the same probe's p99 before the trace, when nothing loads.
+- Warm overhead: in rounds before the trace, a resident on-demand model and the same model registered
+  always-resident (a second name) are asked in turn through the same gateway.
+- Memory: every second, the resident set size of Triton's process group (tritonserver and its python
+  stubs) above its size with nothing loaded, and what the loader accounts against the budget.
+
+Targets (docs/architecture.md, "Models on demand"): 0 failed requests; a hit rate at most 2 points below LRU
+simulated offline (Belady's optimum reported beside it); cold-start wait p99 ≤ 1.2 × L + 50 ms; warm overhead
+≤ 0.05 ms p50; resident memory never above the budget; the pinned model's p99 during the trace ≤ 1.5 × its
+p99 with no loads.
+
+Usage::
+
+    python bench/on_demand.py --duration 600
+"""
+
+import argparse
+import math
+import random
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import requests
+from stack import REPO, _triton_install, finish, log, machine, percentile
+
+NAME = "on_demand"
+WIDTH = 64
+PINNED, ALWAYS = "od_pinned", "od_always"
+BODY = {"inputs": [{"name": "x", "shape": [1, WIDTH], "datatype": "FP32", "data": [0.5] * WIDTH}]}
+
+
+def write_model(repository: Path, name: str, *, mib: int, execution_env: Path) -> None:
+    """A python-backend model holding a ``mib`` MiB FP32 matrix (``static_batch_model.py``), version 1."""
+    hidden = max(1, mib * (1 << 20) // (WIDTH * 4))
+    version = repository / name / "1"
+    version.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(REPO / "bench" / "static_batch_model.py", version / "model.py")
+    (repository / name / "config.pbtxt").write_text(f"""name: "{name}"
+backend: "python"
+max_batch_size: 1
+version_policy {{ specific {{ versions: 1 }} }}
+input [{{ name: "x" data_type: TYPE_FP32 dims: [{WIDTH}] }}]
+output [{{ name: "label" data_type: TYPE_INT64 dims: [1] }}]
+instance_group [{{ kind: KIND_CPU count: 1 }}]
+parameters {{ key: "HIDDEN_UNITS" value: {{ string_value: "{hidden}" }} }}
+parameters {{ key: "EXECUTION_ENV_PATH" value: {{ string_value: "{execution_env}" }} }}
+""")
+
+
+def zipf_trace(models: list[str], length: int, s: float, seed: int) -> list[str]:
+    """``length`` draws from Zipf(s) over ``models`` (rank 1 the most frequent), ranks shuffled by ``seed``."""
+    rng = random.Random(seed)
+    ranked = models[:]
+    rng.shuffle(ranked)
+    weights = [1.0 / (rank ** s) for rank in range(1, len(ranked) + 1)]
+    return rng.choices(ranked, weights=weights, k=length)
+
+
+def lru_hits(trace: list[str], capacity: int) -> int:
+    """Hits of an LRU cache of ``capacity`` equal-sized models on ``trace``."""
+    cache: OrderedDict[str, None] = OrderedDict()
+    hits = 0
+    for model in trace:
+        if model in cache:
+            hits += 1
+            cache.move_to_end(model)
+            continue
+        cache[model] = None
+        if len(cache) > capacity:
+            cache.popitem(last=False)
+    return hits
+
+
+def belady_hits(trace: list[str], capacity: int) -> int:
+    """Hits of Belady's optimum (evict the model asked for again farthest in the future) on ``trace``."""
+    following, seen = [0] * len(trace), {}
+    for i in range(len(trace) - 1, -1, -1):
+        following[i] = seen.get(trace[i], math.inf)
+        seen[trace[i]] = i
+    cache: dict[str, float] = {}
+    hits = 0
+    for i, model in enumerate(trace):
+        if model in cache:
+            hits += 1
+        elif len(cache) >= capacity:
+            del cache[max(cache, key=cache.get)]
+        cache[model] = following[i]
+    return hits
+
+
+def process_group_rss(pid: int) -> int:
+    """Bytes resident in ``pid`` and its descendants (tritonserver and its python stubs)."""
+    try:
+        root = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [root, *root.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
+def infer(session: requests.Session, url: str, model: str) -> tuple[int, float, float | None, str]:
+    """(status, seconds, seconds held for a cold start or None, the error of a failed answer) of one request
+    through the gateway."""
+    started = time.perf_counter()
+    answer = session.post(f"{url}/v2/models/{model}/infer", json=BODY, timeout=120)
+    seconds = time.perf_counter() - started
+    cold = answer.headers.get("X-Modelyard-Cold-Start")
+    return answer.status_code, seconds, float(cold) if cold else None, "" if answer.ok else answer.text[:300]
+
+
+def counters(url: str) -> dict[str, float]:
+    """The gateway's on-demand request counters by outcome, summed over the models of the trace (not the pinned
+    one the probe asks)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[str, float] = {}
+    for family in text_string_to_metric_families(requests.get(f"{url}/metrics", timeout=10).text):
+        for sample in family.samples:
+            if sample.name == "modelyard_on_demand_requests_total" and sample.labels["model"] != PINNED:
+                totals[sample.labels["outcome"]] = totals.get(sample.labels["outcome"], 0) + sample.value
+    return totals
+
+
+def probe(url: str, model: str, rate: float, stop: threading.Event, out: list[float]) -> None:
+    """Send ``rate`` requests/s to ``model`` until ``stop``; latencies (seconds) of the 200s into ``out``."""
+    with requests.Session() as session:
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            status, seconds, _, _ = infer(session, url, model)
+            if status == 200:
+                out.append(seconds)
+            next_at += 1.0 / rate
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+
+
+def run(args: argparse.Namespace) -> dict:
+    from modelyard_agent.residency import OnDemandLoader
+    from modelyard_agent.runtimes.gateway import TritonGateway
+    from modelyard_agent.runtimes.triton import TritonRuntime
+    from tests.fixtures.services import free_port
+    from tests.fixtures.triton import _start
+
+    install = _triton_install()
+    work = Path(tempfile.mkdtemp(prefix="modelyard-bench-on-demand-"))
+    work.chmod(0o711)
+    repository = work / "models"
+    names = [f"od_{i:03d}" for i in range(args.models)]
+    for name in [*names, PINNED, ALWAYS]:
+        write_model(repository, name, mib=args.model_mib, execution_env=install.execution_env)
+    (work / "triton").mkdir()
+    triton = _start(install, work / "triton", repository)
+    gateway = TritonGateway(work / "gateway", free_port(), triton=triton.http_url.removeprefix("http://"),
+                            listen_host="127.0.0.1")
+    loader = None
+    try:
+        gateway.ensure_running()
+        url = f"http://127.0.0.1:{gateway.listen_port}"
+        runtime = TritonRuntime(triton.http_url, load_timeout=300, grpc_url=triton.grpc_url)
+        baseline_rss = process_group_rss(triton.process.pid)
+
+        # Bare loads from local disk, and the footprint: the rise of the process group's resident set across a
+        # load (the stub's interpreter and numpy beside the weights), as a deployment measures it.
+        load_seconds, rises, unload_seconds = [], [], []
+        for name in names[:args.load_samples]:
+            before_rss = process_group_rss(triton.process.pid)
+            started = time.perf_counter()
+            runtime.load(name, None)
+            load_seconds.append(time.perf_counter() - started)
+            rises.append(process_group_rss(triton.process.pid) - before_rss)
+            unload_started = time.perf_counter()
+            runtime.unload(name)
+            runtime.wait_versions_gone(name, [1], timeout=120)
+            unload_seconds.append(time.perf_counter() - unload_started)
+        bare_load, measured = statistics.mean(load_seconds), max(rises)
+        log(NAME, f"bare load from local disk: mean {bare_load:.3f} s, unload {statistics.mean(unload_seconds):.3f} s,"
+                  f" over {len(load_seconds)}; footprint {measured} bytes")
+        capacity = max(1, math.floor(args.budget_share * args.models))
+        budget = (capacity + 1) * measured  # the pinned model's share beside the others
+        for name in [*names, PINNED]:  # every model counts with the measured footprint
+            gateway.register_on_demand(name, pinned=name == PINNED, cold_start_timeout=120, max_held=1000,
+                                       footprint_bytes=measured)
+        loader = OnDemandLoader(gateway, runtime, budget_bytes=budget, metrics_url=triton.metrics_url,
+                                state_dir=work)
+        loader.start()
+        log(NAME, f"footprint {measured} bytes; budget {budget} bytes = {capacity} models + the pinned one")
+
+        # Warm overhead: a resident on-demand model against the same model always resident, in turns.
+        runtime.load(ALWAYS, None)
+        with requests.Session() as session:
+            assert infer(session, url, PINNED)[0] == 200
+            warm = {"on_demand": [], "always": []}
+            for _ in range(100):  # both warmed up first
+                infer(session, url, PINNED), infer(session, url, ALWAYS)
+            for _ in range(args.warm_rounds * 50):
+                for label, model in (("on_demand", PINNED), ("always", ALWAYS)):
+                    warm[label].append(infer(session, url, model)[1])
+        runtime.unload(ALWAYS)
+
+        # The pinned model with no loads going on.
+        quiet: list[float] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=probe, args=(url, PINNED, args.probe_rate, stop, quiet), daemon=True)
+        thread.start()
+        time.sleep(args.quiet_seconds)
+        stop.set()
+        thread.join()
+
+        # The trace, its rate from LRU's offline miss ratio and the bare load time.
+        sample = zipf_trace(names, 20000, args.zipf, args.seed)
+        miss_ratio = 1 - lru_hits(sample, capacity) / len(sample)
+        cycle = bare_load + statistics.mean(unload_seconds)  # a cold load in a full budget evicts one model too
+        rate = 0.5 / (cycle * miss_ratio)
+        length = max(1, int(rate * args.duration))
+        trace = zipf_trace(names, length, args.zipf, args.seed)
+        log(NAME, f"LRU miss ratio {miss_ratio:.3f}: {rate:.3f} requests/s for {args.duration} s ({length} requests)")
+
+        before = counters(url)
+        samples, peak = [], {"rss": 0, "accounted": 0}
+        sampling = threading.Event()
+
+        def sample_memory():
+            while not sampling.wait(1.0):
+                rss = max(0, process_group_rss(triton.process.pid) - baseline_rss)
+                accounted = gateway.residency()["budget"].get("resident_bytes", 0)
+                samples.append((rss, accounted))
+                peak["rss"], peak["accounted"] = max(peak["rss"], rss), max(peak["accounted"], accounted)
+
+        sampler = threading.Thread(target=sample_memory, daemon=True)
+        sampler.start()
+        during: list[float] = []
+        stop = threading.Event()
+        thread = threading.Thread(target=probe, args=(url, PINNED, args.probe_rate, stop, during), daemon=True)
+        thread.start()
+        results = []
+        started = time.perf_counter()
+        local = threading.local()
+
+        def send(model):
+            local.session = getattr(local, "session", None) or requests.Session()
+            try:
+                return (model, *infer(local.session, url, model))
+            except requests.RequestException as exc:
+                return model, 0, 0.0, None, str(exc)[:300]
+
+        with ThreadPoolExecutor(64) as pool:
+            futures = []
+            for i, model in enumerate(trace):
+                time.sleep(max(0.0, started + i / rate - time.perf_counter()))
+                futures.append(pool.submit(send, model))
+            results = [f.result() for f in futures]
+        stop.set()
+        thread.join()
+        sampling.set()
+        sampler.join()
+        after = counters(url)
+    finally:
+        if loader is not None:
+            loader.stop()
+        gateway.stop()
+        triton.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    failed = [r for r in results if r[1] != 200]
+    hits = after.get("hit", 0) - before.get("hit", 0)
+    colds = after.get("cold", 0) - before.get("cold", 0)
+    held = [r[3] for r in results if r[1] == 200 and r[3] is not None]
+    hit_rate = hits / (hits + colds) if hits + colds else None
+    lru = lru_hits(trace, capacity) / len(trace)
+    belady = belady_hits(trace, capacity) / len(trace)
+    cold_p99 = percentile(held, 99)
+    warm_delta = (statistics.median(warm["on_demand"]) - statistics.median(warm["always"])) * 1000
+    quiet_p99, during_p99 = percentile(quiet, 99), percentile(during, 99)
+    checks = {
+        "no failed request": not failed,
+        "hit rate within 2 points of LRU": hit_rate is not None and hit_rate >= lru - 0.02,
+        "cold-start p99 ≤ 1.2 × load + 50 ms": cold_p99 is not None and cold_p99 <= 1.2 * bare_load + 0.05,
+        "warm overhead ≤ 0.05 ms p50": warm_delta <= 0.05,
+        "memory within the budget": peak["accounted"] <= budget and peak["rss"] <= budget,
+        "pinned p99 ≤ 1.5 × quiet": bool(quiet_p99 and during_p99 and during_p99 <= 1.5 * quiet_p99),
+    }
+    missed = [name for name, ok in checks.items() if not ok]
+    return {
+        "benchmark": NAME, "machine": machine(), "models": args.models, "model_mib": args.model_mib,
+        "budget_bytes": budget, "capacity_models": capacity, "footprint_bytes": measured,
+        "bare_load_seconds": bare_load, "bare_unload_seconds": statistics.mean(unload_seconds),
+        "load_capacity_per_s": 1 / (bare_load + statistics.mean(unload_seconds)), "lru_miss_ratio_sample": miss_ratio,
+        "rate_per_s": rate, "cold_loads_per_s": colds / args.duration, "duration_s": args.duration,
+        "requests": len(results), "failed": len(failed), "failures": [r[1:] for r in failed[:10]],
+        "hit_rate": hit_rate, "lru_hit_rate": lru, "belady_hit_rate": belady, "cold_starts": len(held),
+        "cold_p50_s": percentile(held, 50), "cold_p99_s": cold_p99,
+        "warm_p50_ms": {k: statistics.median(v) * 1000 for k, v in warm.items()}, "warm_delta_p50_ms": warm_delta,
+        "pinned_p99_quiet_ms": quiet_p99 and quiet_p99 * 1000, "pinned_p99_during_ms": during_p99 and during_p99 * 1000,
+        "peak_rss_bytes": peak["rss"], "peak_accounted_bytes": peak["accounted"], "memory_samples": len(samples),
+        "checks": checks, "verdict": "PASS" if not missed else "MISS",
+        "verdict_reason": "every target met" if not missed else "missed: " + ", ".join(missed),
+    }
+
+
+def markdown(r: dict) -> str:
+    def ms(value):
+        return "n/a" if value is None else f"{value * 1000:.1f} ms"
+
+    rows = "\n".join(f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in r["checks"].items())
+    failures = ("; first: " + " · ".join(f"{f[0]} {f[3]}".replace("|", "/") for f in r["failures"][:3])
+                if r["failures"] else "")
+    return f"""# Models on demand
+
+**Verdict: {r['verdict']}** — {r['verdict_reason']}
+
+Machine: {r['machine']}. `python bench/on_demand.py` (`bench/run.sh on_demand`); the method is in the module's
+docstring.
+
+- {r['models']} models registered on demand (python backend, {r['model_mib']} MiB of weights each), one more
+  pinned; budget {r['budget_bytes']} bytes = {r['capacity_models']} models + the pinned one, at the footprint
+  the loader measured ({r['footprint_bytes']} bytes).
+- Bare load from local disk: {r['bare_load_seconds']:.3f} s mean (an unload and its wait
+  {r['bare_unload_seconds']:.3f} s), so a capacity of
+  {r['load_capacity_per_s']:.3f} loads/s; trace rate {r['rate_per_s']:.3f} requests/s for {r['duration_s']} s
+  ({r['requests']} requests), cold loads {r['cold_loads_per_s']:.3f}/s (at most half the capacity by design).
+
+| measure | value |
+|---|---|
+| failed requests | {r['failed']} of {r['requests']}{failures} |
+| hit rate (gateway's counters) | {r['hit_rate']:.3f} |
+| LRU simulated offline, same trace and budget | {r['lru_hit_rate']:.3f} |
+| Belady's optimum, same trace and budget | {r['belady_hit_rate']:.3f} |
+| cold starts | {r['cold_starts']}: p50 {ms(r['cold_p50_s'])}, p99 {ms(r['cold_p99_s'])} (target ≤ \
+{1.2 * r['bare_load_seconds'] * 1000 + 50:.0f} ms) |
+| warm p50, on demand vs always | {r['warm_p50_ms']['on_demand']:.3f} vs {r['warm_p50_ms']['always']:.3f} ms \
+(+{r['warm_delta_p50_ms']:.3f} ms) |
+| pinned model p99, quiet vs during the trace | {r['pinned_p99_quiet_ms']:.2f} vs {r['pinned_p99_during_ms']:.2f} ms |
+| peak memory, sampled each second (RSS above idle) | {r['peak_rss_bytes']} bytes |
+| peak memory, accounted by footprints | {r['peak_accounted_bytes']} bytes |
+
+| target | met |
+|---|---|
+{rows}
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", type=Path, default=REPO / f"bench/results/{NAME}.json")
+    parser.add_argument("--markdown", type=Path, default=REPO / f"bench/results/{NAME}.md")
+    parser.add_argument("--models", type=int, default=100)
+    parser.add_argument("--model-mib", type=int, default=32)
+    parser.add_argument("--budget-share", type=float, default=0.15)
+    parser.add_argument("--zipf", type=float, default=1.0)
+    parser.add_argument("--seed", type=int, default=29)
+    parser.add_argument("--duration", type=float, default=600.0, help="seconds of trace (default 600)")
+    parser.add_argument("--load-samples", type=int, default=5)
+    parser.add_argument("--warm-rounds", type=int, default=20)
+    parser.add_argument("--probe-rate", type=float, default=20.0)
+    parser.add_argument("--quiet-seconds", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    result = run(args)
+    return finish(NAME, args, result, markdown(result))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""The model page's on-demand panel on real components: two models registered on demand behind a real gateway in
+front of a real Triton, the agent's loader keeping them within a budget, a real Prometheus scraping the gateway;
+the panel shows each host's state, hit rate, cold starts with their waits, and evictions by reason."""
+
+import pytest
+import requests
+
+from deployments.choices import Residency
+from deployments.models import Deployment, ServingHost
+from monitoring.services import on_demand_table
+from tests.deployments.test_on_demand import MB, infer, make_host, put_model  # noqa: F401 (make_host: fixture)
+from tests.fixtures.services import wait_for
+from tests.monitoring.synthetic import deploy_version
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+HOST = "od-0"
+
+
+def scraped(prometheus_url: str, query: str) -> float | None:
+    rows = requests.get(f"{prometheus_url}/api/v1/query", params={"query": query}, timeout=5).json()["data"]["result"]
+    return float(rows[0]["value"][1]) if rows else None
+
+
+def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(make_host, triton_server, start_prometheus,
+                                                                  client, user, settings):
+    gateway = make_host(triton_server)
+    for name in ("panel_a", "panel_b"):
+        put_model(triton_server, name)
+        gateway.register_on_demand(name, footprint_bytes=100 * MB)
+    gateway.start_loader(budget_bytes=250 * MB)  # two models, and the next load's room when one is idle
+    prometheus = start_prometheus([{"target": gateway.url.removeprefix("http://"), "labels": {"host": HOST}}])
+    settings.PROMETHEUS_URL = prometheus.url
+    wait_for(lambda: scraped(prometheus.url, 'sum(modelyard_on_demand_requests_total{model="panel_a"})') == 0,
+             timeout=60, interval=0.5, what="Prometheus to scrape the on-demand series at 0")
+    for _ in range(4):
+        assert infer(gateway, "panel_a").status_code == 200  # one cold start, then three hits
+    assert infer(gateway, "panel_b").status_code == 200  # fits; then, asked least, it leaves to keep room
+    wait_for(lambda: scraped(prometheus.url, 'sum(modelyard_evictions_total{model="panel_b"})') == 1,
+             timeout=60, interval=0.5, what="Prometheus to see panel_b's eviction")
+    wait_for(lambda: scraped(prometheus.url, 'sum(modelyard_on_demand_requests_total{model="panel_a"})') == 4,
+             timeout=30, interval=0.5, what="Prometheus to scrape panel_a's requests")
+
+    host = ServingHost.objects.create(name=HOST, inference_url=gateway.url, heartbeat={
+        "gateway": {"live": True, "routes": {}, "residency": gateway.residency()}})
+    for name in ("panel_a", "panel_b"):
+        Deployment.objects.filter(pk=deploy_version(name, 1, host).pk).update(residency=Residency.ON_DEMAND)
+
+    measured = on_demand_table("panel_a", window_seconds=900)[HOST]
+    assert (measured["hits"], measured["cold"], measured["hit_rate"]) == (3, 1, 0.75)
+    assert 0 < measured["cold_p50_ms"] <= measured["cold_p99_ms"] and measured["evictions"] == {}
+    assert on_demand_table("panel_b", window_seconds=900)[HOST]["evictions"] == {"budget": 1}
+
+    client.force_login(user)
+    page = client.get("/monitoring/models/panel_a/on-demand/?range=15m").content.decode()
+    row = page.split(f'data-host="{HOST}"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-state="resident"' in page and "75.0" in row and '<td class="num cold-starts">1</td>' in row
+    evicted = client.get("/monitoring/models/panel_b/on-demand/?range=15m").content.decode()
+    assert 'data-state="cold"' in evicted and '<td class="evictions">budget 1</td>' in evicted
+    # A model no host holds on demand shows no panel.
+    deploy_version("plain", 1, host)
+    assert "On demand" not in client.get("/monitoring/models/plain/on-demand/").content.decode()
