@@ -230,6 +230,21 @@ def _display_row(row: dict, span=None) -> dict:
     }
 
 
+def on_demand_hosts() -> list[dict]:
+    """Per host whose gateway holds models on demand, from its last heartbeat: ``{"host", "registered",
+    "resident" (models), "budget_bytes", "resident_bytes" (None without a budget)}``, by host name."""
+    rows = []
+    for name, heartbeat in ServingHost.objects.order_by("name").values_list("name", "heartbeat"):
+        residency = ((heartbeat or {}).get("gateway") or {}).get("residency") or {}
+        models = residency.get("models") or {}
+        if models:
+            budget = residency.get("budget") or {}
+            rows.append({"host": name, "registered": len(models),
+                         "resident": sum(1 for m in models.values() if m.get("state") == "resident"),
+                         "budget_bytes": budget.get("budget_bytes"), "resident_bytes": budget.get("resident_bytes")})
+    return rows
+
+
 @login_required
 def overview(request):
     """The fleet overview: every deployed model version with its live metrics and a sparkline.
@@ -237,9 +252,10 @@ def overview(request):
     Query parameters: ``range`` (the metrics' window, one of ``promql.PAGE_RANGES``; default 15m,
     as on the model page), ``q`` (model name substring), ``host``, ``sort`` (a column key),
     ``order`` (asc|desc) and ``page`` (50 rows a page, sorted across all pages). The table
-    refreshes itself every 15 s through htmx.
+    refreshes itself every 15 s through htmx. Hosts that hold models on demand get a line each: registered
+    against resident models and the memory budget (``on_demand_hosts``).
     """
-    return render(request, "monitoring/overview.html", _overview_context(request))
+    return render(request, "monitoring/overview.html", {**_overview_context(request), "on_demand": on_demand_hosts()})
 
 
 @login_required

@@ -357,6 +357,7 @@ PAGES = [
     ("GET", "monitoring:overview-table", {}, None, EVERYONE),
     ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "monitoring:model-traffic", {"name": "resnet"}, None, needs("viewer")),
+    ("GET", "monitoring:model-on-demand", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "monitoring:rollout-canary-traffic", {"pk": "dev"}, None, needs("viewer")),
     ("GET", "monitoring:host-traffic", {"name": "gpu-dev"}, None, EVERYONE),
     ("GET", "accounts:team-list", {}, None, EVERYONE),

@@ -15,69 +15,13 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from demo.iris import build_iris_model_dir
-from modelyard_agent.formats.triton_config import render_config_file, render_load_config
-from modelyard_agent.residency import OnDemandLoader
 from modelyard_agent.runtimes.base import ServingRuntimeError
-from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
-from tests.fixtures.services import free_port, wait_for
+from tests.fixtures.on_demand import MB, put_model
+from tests.fixtures.services import wait_for
 
 pytestmark = pytest.mark.integration
-
-MB = 1 << 20
-
-
-class CountingRuntime(TritonRuntime):
-    """The real Triton client, counting the loads it sends per model."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loads: dict[str, int] = {}
-
-    def load(self, model, config_json):
-        self.loads[model] = self.loads.get(model, 0) + 1
-        return super().load(model, config_json)
-
-
-def put_model(server, name: str, *, broken: bool = False) -> None:
-    """iris under ``name`` in the server's repository, with the config.pbtxt a deployment writes."""
-    build_iris_model_dir(server.model_repository, name=name, broken=broken)
-    config = render_load_config((server.model_repository / name / "config.pbtxt").read_text(), model_name=name,
-                                versions=[1], parameters={"EXECUTION_ENV_PATH": str(server.execution_env)})
-    (server.model_repository / name / "config.pbtxt").write_text(render_config_file(config))
-
-
-@pytest.fixture
-def make_host(tmp_path):
-    """``make_host(server)``: a gateway in front of ``server``, whose ``start_loader(budget_bytes, ...)`` starts a
-    loader (stopped at the end, as is the gateway)."""
-    gateways, loaders = [], []
-
-    def make(server):
-        gateway = TritonGateway(tmp_path / f"gateway{len(gateways)}", free_port(),
-                                triton=server.http_url.removeprefix("http://"), listen_host="127.0.0.1")
-        gateway.ensure_running()
-        gateways.append(gateway)
-        gateway.url, gateway.server = f"http://127.0.0.1:{gateway.listen_port}", server
-
-        def start_loader(budget_bytes=None, **kwargs):
-            runtime = CountingRuntime(server.http_url, load_timeout=120, grpc_url=server.grpc_url)
-            loader = OnDemandLoader(gateway, runtime, budget_bytes=budget_bytes, state_dir=gateway.dir,
-                                    metrics_url=server.metrics_url, **kwargs)
-            loader.start()
-            loaders.append(loader)
-            return loader
-
-        gateway.start_loader = start_loader
-        return gateway
-
-    yield make
-    for loader in loaders:
-        loader.stop()
-    for gateway in gateways:
-        gateway.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,8 @@ import requests
 from deployments.choices import Residency
 from deployments.models import Deployment, ServingHost
 from monitoring.services import on_demand_table
-from tests.deployments.test_on_demand import MB, infer, make_host, put_model  # noqa: F401 (make_host: fixture)
+from tests.deployments.test_on_demand import infer
+from tests.fixtures.on_demand import MB, put_model
 from tests.fixtures.services import wait_for
 from tests.monitoring.synthetic import deploy_version
 
@@ -60,3 +61,17 @@ def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(make_host, tri
     # A model no host holds on demand shows no panel.
     deploy_version("plain", 1, host)
     assert "On demand" not in client.get("/monitoring/models/plain/on-demand/").content.decode()
+
+
+def test_the_fleet_page_shows_each_hosts_registered_and_resident_models(client, user):
+    ServingHost.objects.create(name="od-1", inference_url="http://od-1:8000", heartbeat={"gateway": {
+        "live": True, "routes": {}, "residency": {
+            "models": {"a": {"state": "resident"}, "b": {"state": "cold"}, "c": {"state": "evicting"}},
+            "budget": {"budget_bytes": 4 << 30, "resident_bytes": 1 << 30}}}})
+    ServingHost.objects.create(name="always-0", inference_url="http://always-0:8000", heartbeat={})
+    client.force_login(user)
+    page = client.get("/monitoring/").content.decode()
+    row = page.split('data-host="od-1"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num registered">3</td>' in row and '<td class="num resident">1</td>' in row
+    assert "1.0\xa0GB / 4.0\xa0GB" in row
+    assert 'data-host="always-0"' not in page
