@@ -135,7 +135,7 @@ SETTINGS = (
             "request with Connection: close (default: 75 where nginx's Lua module drains each reload first, else 0)"),
     Setting("memory_budget_bytes", "MODELYARD_AGENT_MEMORY_BUDGET_BYTES", "",
             "the bytes of memory (GPU where Triton reports GPUs, else CPU) the models registered on demand may hold "
-            "at once: the agent evicts the least recently used to load another; empty: no budget"),
+            "at once: the agent evicts the least asked-for to load another; empty: no budget"),
     Setting("triton_metrics_url", "MODELYARD_AGENT_TRITON_METRICS_URL", "",
             "Triton's Prometheus endpoint (http://127.0.0.1:8002/metrics), read around each on-demand load to "
             "measure the model's footprint"),

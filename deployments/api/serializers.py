@@ -220,7 +220,7 @@ class DeploymentCreateSerializer(_NoBooleans, RefuseUnknownFields, serializers.S
             "data type, and a bound per JSON element), the host's default where its dims vary"))
     residency = serializers.ChoiceField(choices=Residency.choices, default=Residency.ALWAYS, help_text=(
         '"on_demand": registered on each host but loaded at its first request (which the gateway holds until '
-        'then) and evicted, least recently used first, when the host\'s memory budget needs room; Triton hosts '
+        'then) and evicted, the least asked-for first, when the host\'s memory budget needs room; Triton hosts '
         'with a gateway only. "always": loaded while it serves'))
     pinned = serializers.BooleanField(default=False, help_text="on demand: never evicted once loaded")
     cold_start_timeout = serializers.FloatField(min_value=0.1, max_value=600, required=False, allow_null=True,

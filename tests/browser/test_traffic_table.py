@@ -1,7 +1,8 @@
 """The traffic tables of the model page and the host page in a real Chromium, at 1440 and 390 px, against
 real requests sent through a real gateway in front of a real Triton and scraped by a real Prometheus: each
-share within 2 points of what the clients counted over 2,000 requests, each p99 within one bucket of the
-one the clients measured, the host or model column and the share in view at both widths."""
+share within 2 points of what the clients counted over 2,000 requests, each p99 at most in the bucket of the
+clients' own p99 and at least in the one under the clients' median, the host or model column and the share in
+view at both widths."""
 
 import bisect
 import time
@@ -65,7 +66,12 @@ def test_the_traffic_tables_show_the_measured_shares_and_p99_at_1440_and_390_px(
             shown_p99 = float(row.locator("td.p99").inner_text()) / 1000
             ordered = sorted(waited[version])
             client_p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-            assert abs(bucket(shown_p99) - bucket(client_p99)) <= 1, (path, version, shown_p99, client_p99)
+            # The gateway times each request inside the client's own wait, so its p99 is never above the clients'
+            # (to the bucket); what the client adds (its own scheduling on a busy machine) may push the clients'
+            # p99 several buckets up, so below it is bounded by the bucket under the clients' median.
+            median = ordered[len(ordered) // 2]
+            assert bucket(median) - 1 <= bucket(shown_p99) <= bucket(client_p99), (
+                path, version, shown_p99, client_p99, median)
             # The first column and the share are on screen, at 390 px too (the table scrolls under them).
             for cell in (row.locator("td").first, row.locator("td.share")):
                 box = cell.bounding_box()
