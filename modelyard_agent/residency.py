@@ -14,15 +14,16 @@ The loader runs in the agent's main process, beside its Celery worker, in two th
   with Triton's repository index every ``SYNC_SECONDS``, so models a restarted Triton no longer holds read
   as cold and come back at their next request.
 
-Memory is measured, never estimated from file size: a model's footprint is the one its deployment carries
-(measured when it was deployed or profiled), else the rise of Triton's memory gauges (GPU where Triton
-reports GPUs, else CPU: ``runtimes.triton.read_memory_in_use``) across its first load here, kept in
-``<state dir>/footprints.json``. A model not measured yet is assumed as large as the largest one measured
-until its load measures it. Victims go in order of least demand (requests decayed with a half-life of 5 minutes),
-then least recent use (``OnDemandLoader.victims`` says why not plain LRU); a model that is pinned, has requests in
-flight or held, or is itself being loaded is never evicted. Between loads the loader keeps the largest footprint
-free, so a cold load seldom waits for an eviction. When no room can be made, the load is refused (503 at the
-gateway) and nothing is overcommitted.
+Memory is measured, never estimated from file size: a model's footprint is the one its deployment carries (measured
+when it was deployed or profiled), else what its first load here added, kept in ``<state dir>/footprints.json``: on
+GPUs, the rise of Triton's GPU memory gauges (``runtimes.triton.read_memory_in_use``); on a CPU host, the rise of
+the resident memory of the Triton process that listens on ``--triton-url``'s port and of its children (the python
+backend's stubs), where the agent can see it, else of Triton's CPU gauge (which is the machine's). A model not
+measured yet is assumed as large as the largest one measured until its load measures it. Victims go in order of
+least demand (requests decayed with a half-life of 5 minutes), then least recent use (``OnDemandLoader.victims``
+says why not plain LRU); a model that is pinned, has requests in flight or held, or is itself being loaded is never
+evicted. Between loads the loader keeps the largest footprint free, so a cold load seldom waits for an eviction.
+When no room can be made, the load is refused (503 at the gateway) and nothing is overcommitted.
 
 A load that fails is reported with a backoff (1, 2, 4 ... 60 s): until it passes, requests for the model are
 answered 503 naming Triton's error, and no new load is tried.
@@ -39,6 +40,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
+
+import psutil
 
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
@@ -117,6 +121,13 @@ class OnDemandLoader:
             thread.join(timeout)
 
     def _poll(self) -> None:
+        while not self._stop.is_set():  # what a loader before this one took and left is this one's now
+            try:
+                self.gateway.forget_taken()
+                break
+            except ServingRuntimeError as exc:
+                logger.debug("on-demand start: %s", exc.message)
+                self._stop.wait(0.5)
         while not self._stop.is_set():
             try:
                 for model in self.gateway.wanted(wait=POLL_WAIT_SECONDS):
@@ -227,7 +238,10 @@ class OnDemandLoader:
         self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
         if self.budget is not None and self._resident_bytes(ready) > self.budget:
             # Measured larger than assumed: others leave now, so the budget holds again.
-            self._make_room(None, self.gateway.residency()["models"], ready)
+            try:
+                self._make_room(None, self.gateway.residency()["models"], ready)
+            except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
+                logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
         return Loaded(seconds, footprint)
 
     def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
@@ -355,25 +369,33 @@ class OnDemandLoader:
             return None
         return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready)}
 
-    def _memory(self):
-        if not self.metrics_url:
-            return None
-        try:
-            return read_memory_in_use(self.metrics_url)
-        except ServingRuntimeError as exc:
-            logger.info("memory not measured: %s", exc.message)
-            return None
+    def _memory(self) -> tuple:
+        """``(Triton's memory gauges or None, bytes resident in Triton's processes or None)`` now."""
+        gauges = None
+        if self.metrics_url:
+            try:
+                gauges = read_memory_in_use(self.metrics_url)
+            except ServingRuntimeError as exc:
+                logger.info("memory not measured: %s", exc.message)
+        return gauges, triton_resident_bytes(self.runtime.inference_url)
 
-    def _measure(self, model: str, before, after) -> int | None:
-        """The rise of Triton's memory across ``model``'s load (GPU where it reports GPUs, else CPU), bytes,
-        kept in ``footprints.json``; None when either reading is missing or the gauge did not rise (its CPU
-        gauge is the machine's: another process may have freed memory meanwhile)."""
-        if before is None or after is None:
-            return None
-        gpu = bool(after.gpus) and before.gpu_bytes is not None and after.gpu_bytes is not None
-        rise = (after.gpu_bytes - before.gpu_bytes) if gpu else (
-            (after.cpu_bytes - before.cpu_bytes) if before.cpu_bytes is not None and after.cpu_bytes is not None
-            else None)
+    def _measure(self, model: str, before: tuple, after: tuple) -> int | None:
+        """The memory ``model``'s load added, bytes (``_memory`` readings around it): GPU where Triton reports
+        GPUs, else the resident memory of Triton's processes, else its CPU gauge; kept in ``footprints.json``.
+        None when the readings are missing or did not rise (the CPU gauge is the machine's: another process
+        may have freed memory meanwhile)."""
+        (gauges_before, rss_before), (gauges_after, rss_after) = before, after
+
+        def rise_of(a, b):
+            return None if a is None or b is None else b - a
+
+        rise = None
+        if gauges_after is not None and gauges_after.gpus and gauges_before is not None:
+            rise = rise_of(gauges_before.gpu_bytes, gauges_after.gpu_bytes)
+        elif rss_before is not None and rss_after is not None:
+            rise = rss_after - rss_before
+        elif gauges_before is not None and gauges_after is not None:
+            rise = rise_of(gauges_before.cpu_bytes, gauges_after.cpu_bytes)
         if rise is None or rise <= 0:
             return None  # another process freed memory meanwhile: measured again at the next load
         footprints = read_json_file(self.footprints_file)
@@ -383,3 +405,19 @@ class OnDemandLoader:
 
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
+
+
+def triton_resident_bytes(inference_url: str) -> int | None:
+    """Bytes resident (RSS) in the process listening on ``inference_url``'s port on this machine and in its
+    children (Triton and its python-backend stubs); None when no such process is visible from here (Triton
+    on another machine or in a container of its own, or not allowed to look)."""
+    port = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}").port
+    try:
+        for connection in psutil.net_connections(kind="tcp"):
+            if connection.status == psutil.CONN_LISTEN and connection.pid and connection.laddr \
+                    and connection.laddr.port == port:
+                root = psutil.Process(connection.pid)
+                return sum(process.memory_info().rss for process in [root, *root.children(recursive=True)])
+    except (psutil.Error, OSError):
+        return None
+    return None

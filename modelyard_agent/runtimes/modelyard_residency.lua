@@ -196,6 +196,16 @@ local function keep_budget(body)
     end
 end
 
+-- Wants a loader took and never answered (an agent that died meanwhile) are handed out again.
+local function forget_taken()
+    for _, key in ipairs(dict:get_keys(0)) do
+        if key:sub(1, 2) == "t\t" then
+            dict:delete(key)
+        end
+    end
+    return true
+end
+
 -- POST /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?}}, "budget": {...}}:
 -- replace the registered models (a model left out is always resident again); "state" sets where given.
 local function register(body)
@@ -213,12 +223,7 @@ local function register(body)
         end
     end
     local settings = {}
-    -- A want the loader took and never answered (an agent that died meanwhile) is asked again.
-    for _, key in ipairs(dict:get_keys(0)) do
-        if key:sub(1, 2) == "t\t" then
-            dict:delete(key)
-        end
-    end
+    forget_taken()
     for model, entry in pairs(body.models) do
         settings[model] = { pinned = entry.pinned == true, cold_start_timeout = entry.cold_start_timeout,
                             max_held = entry.max_held }
@@ -304,6 +309,10 @@ function M.control()
     if uri == "/residency/wanted" then
         return wanted()
     end
+    if uri == "/residency/taken" and method == "DELETE" then
+        forget_taken()
+        return answer(snapshot())
+    end
     local apply = nil
     if uri == "/residency" and method == "POST" then
         apply = register
@@ -311,7 +320,8 @@ function M.control()
         apply = report
     elseif not (uri == "/residency" and method == "GET") then
         ngx.status = 404
-        ngx.say("the residency endpoints are GET|POST /residency, PUT /residency/state, GET /residency/wanted")
+        ngx.say("the residency endpoints are GET|POST /residency, PUT /residency/state, GET /residency/wanted, "
+            .. "DELETE /residency/taken")
         return
     end
     if apply then

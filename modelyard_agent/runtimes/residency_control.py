@@ -103,6 +103,15 @@ class ResidencyControl:
             body["budget"] = budget
         return self._control("PUT", body, path="/residency/state")
 
+    def forget_taken(self) -> dict:
+        """Hand out again every want an earlier loader took and never answered (a loader that starts calls it:
+        the one before it may have died between taking a model and loading it). Returns ``residency()``.
+
+        Raises:
+            ServingRuntimeError: the control socket does not answer (retryable).
+        """
+        return self._control("DELETE", path="/residency/taken")
+
     def wanted(self, wait: float = 10.0) -> list[str]:
         """The loader's long poll: the models held requests wait for that no earlier poll took, as soon as there
         is one, or ``[]`` after ``wait`` seconds (at most 30). Each model is handed out once; a loader that stops

@@ -65,8 +65,10 @@ def test_many_requests_for_a_cold_model_start_one_load_and_are_all_answered(host
     assert seen[("modelyard_on_demand_requests_total", (("model", "cold_a"), ("outcome", "hit")))] == 2
     assert seen[("modelyard_cold_start_seconds_count", (("model", "cold_a"),))] == 16
     assert seen[("modelyard_on_demand_models", (("state", "resident"),))] == 1
-    # The footprint was measured at the first load (Triton's CPU gauge: no GPU here) and kept.
-    assert loader.footprint("cold_a") is not None
+    # The footprint was measured at the first load (no GPU here: what Triton's processes hold more) and kept.
+    measured = loader.footprint("cold_a")
+    assert measured is not None and measured > 1 << 20, measured
+    assert json.loads((host.dir / "footprints.json").read_text()) == {"cold_a": measured}
 
 
 def test_the_budget_evicts_the_least_asked_keeps_room_for_the_next_load_and_never_a_pinned_model(host):

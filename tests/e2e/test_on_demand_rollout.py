@@ -68,7 +68,7 @@ def test_an_on_demand_model_is_staged_loaded_at_its_first_request_and_left_regis
         wait_for(lambda: reported("REGISTERED") == {("iris", 2)}, timeout=60, what="iris v2 reported REGISTERED")
         assert [r for r in reconcile_fleet() if r.host == HOST] == []
         answer = requests.post(f"{stack.gateway_url}/v2/models/iris/infer", json=BODY, timeout=90)
-        assert answer.status_code == 200 and answer.json()["model_version"] == "2"
+        assert answer.status_code == 200 and answer.json()["model_version"] == "2", answer.text
         metrics = requests.get(f"{stack.gateway_url}/metrics", timeout=10).text
         assert 'modelyard_on_demand_requests_total{model="iris",outcome="cold"} 2' in metrics
         assert "modelyard_memory_budget_bytes 8589934592" in metrics
