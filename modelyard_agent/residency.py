@@ -102,17 +102,27 @@ class OnDemandLoader:
         self.demand: dict[str, tuple[float, int, float]] = {}  # model: (score, requests counted, when)
         self.wanted: queue.Queue[str] = queue.Queue()
         self._stop = threading.Event()
+        self._announced = threading.Event()  # the gateway counts this loader as alive
         self._threads: list[threading.Thread] = []
 
     # The threads.
 
-    def start(self) -> None:
-        """Start the poller and the loading thread (daemons: they end with the agent's process)."""
+    def start(self, timeout: float = 10.0) -> bool:
+        """Start the poller and the loading thread (daemons: they end with the agent's process), and wait up to
+        ``timeout`` seconds for the gateway to count this loader as alive, so that a request sent once this
+        returns is held for a load rather than answered ``no_loader``.
+
+        Returns:
+            True once the gateway counts the loader; False when it did not answer within ``timeout`` (the poller
+            keeps trying; held requests are answered ``no_loader`` meanwhile).
+        """
         self._stop.clear()
+        self._announced.clear()
         self._threads = [threading.Thread(target=self._poll, name="on-demand-poller", daemon=True),
                          threading.Thread(target=self._work, name="on-demand-loader", daemon=True)]
         for thread in self._threads:
             thread.start()
+        return self._announced.wait(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop both threads (a load in progress finishes first)."""
@@ -124,6 +134,7 @@ class OnDemandLoader:
         while not self._stop.is_set():  # what a loader before this one took and left is this one's now
             try:
                 self.gateway.forget_taken()
+                self._announced.set()
                 break
             except ServingRuntimeError as exc:
                 logger.debug("on-demand start: %s", exc.message)

@@ -312,8 +312,6 @@ def capture_directory(inference_url: str, model: str) -> Path:
     return gateway.capture_directory(model)
 
 
-
-
 def start_loader() -> OnDemandLoader | None:
     """Start this Triton host's on-demand loader (``modelyard_agent.residency``) in the agent's main process, or
     return None on a host without a gateway (``--triton-url``), where nothing can be held on demand."""
@@ -328,5 +326,5 @@ def start_loader() -> OnDemandLoader | None:
         budget_bytes=config.memory_budget_bytes, metrics_url=config.triton_metrics_url,
         state_dir=AgentPaths(Path(config.model_repository), config.staging_dir).state_dir,
         model_lock=model_lock, unload_timeout=config.unload_deadline)
-    loader.start()
+    loader.start(timeout=0)  # the gateway may not run yet: the first heartbeat starts it
     return loader

@@ -196,8 +196,11 @@ local function keep_budget(body)
     end
 end
 
--- Wants a loader took and never answered (an agent that died meanwhile) are handed out again.
+-- A loader that starts: the wants a loader before it took and never answered (an agent that died meanwhile)
+-- are handed out again, and it counts as alive from now on, before its first long poll.
 local function forget_taken()
+    ngx.update_time()
+    dict:set(POLLED, ngx.now())
     for _, key in ipairs(dict:get_keys(0)) do
         if key:sub(1, 2) == "t\t" then
             dict:delete(key)

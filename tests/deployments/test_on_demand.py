@@ -97,7 +97,8 @@ def test_no_room_is_a_503_and_never_an_overcommitted_host(host):
         put_model(host.server, name)
         host.register_on_demand(name, pinned=name == "room_pinned", footprint_bytes=100 * MB)
     host.start_loader(budget_bytes=150 * MB)
-    assert infer(host, "room_pinned").status_code == 200
+    pinned = infer(host, "room_pinned")
+    assert pinned.status_code == 200, pinned.text
     refused = infer(host, "room_b")
     assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
     assert refused.json()["reason"] == "load_failed" and "no room" in refused.json()["error"]
