@@ -19,6 +19,7 @@ import time
 import uuid
 
 from django.conf import settings
+from django.utils import timezone
 
 from deployments.enqueue import send_to_host
 from deployments.hosts import get_host
@@ -51,7 +52,9 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
     Raises:
         NotFound: unknown model, host or version, or nothing deployed there.
         InvalidInput: inputs that do not fit the signature, or that the runtime refused.
-        ServiceUnavailable: the host (or its agent) did not answer, or the version is not ready there.
+        ServiceUnavailable: the host (or its agent) did not answer, or the version is not ready there. On
+            the agent route, a host whose agent has not reported within ``HOST_OFFLINE_AFTER`` seconds is
+            refused at once instead of after the reply's timeout (nothing would take the task).
     """
     host = get_host(host_name)
     if version:
@@ -73,9 +76,20 @@ def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int
         except InferenceRefused as exc:
             raise (ServiceUnavailable if exc.retryable else InvalidInput)(f"{host.name}: {exc.message}") from exc
     else:
+        if not host.agent_is_reporting():
+            raise ServiceUnavailable(_silent_agent(host))
         result = _through_agent(host.name, request)
     route_ms = round((time.perf_counter() - started) * 1000, 3)
     return {"host": host.name, "model": model_name, **result, "route": route, "route_ms": route_ms}
+
+
+def _silent_agent(host) -> str:
+    """Why Try it does not send a task to ``host``'s agent: when it last reported, if ever."""
+    if host.last_heartbeat_at is None:
+        return f"{host.name}: its agent has never reported (is it running?)"
+    age = (timezone.now() - host.last_heartbeat_at).total_seconds()
+    return (f"{host.name}: its agent last reported {age:.0f} s ago, more than {settings.HOST_OFFLINE_AFTER:g} s "
+            "(is it running?)")
 
 
 def _through_agent(host: str, request: dict) -> dict:

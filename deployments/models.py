@@ -61,15 +61,20 @@ class ServingHost(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def is_online(self, now=None) -> bool:
-        """True when the agent reported within ``settings.HOST_OFFLINE_AFTER`` seconds and its runtime was live."""
+    def agent_is_reporting(self, now=None) -> bool:
+        """True when the host's agent reported within ``settings.HOST_OFFLINE_AFTER`` seconds (90 by
+        default): it is there to take a task, whatever its runtime's state."""
         from django.conf import settings
         from django.utils import timezone
 
         if self.last_heartbeat_at is None:
             return False
         age = ((now or timezone.now()) - self.last_heartbeat_at).total_seconds()
-        return age <= settings.HOST_OFFLINE_AFTER and bool(self.heartbeat.get("runtime_live"))
+        return age <= settings.HOST_OFFLINE_AFTER
+
+    def is_online(self, now=None) -> bool:
+        """True when the agent reported within ``settings.HOST_OFFLINE_AFTER`` seconds and its runtime was live."""
+        return self.agent_is_reporting(now=now) and bool(self.heartbeat.get("runtime_live"))
 
     @property
     def load_deadline_seconds(self) -> float:

@@ -260,6 +260,8 @@ def test_an_unloaded_model_stops_being_routed_and_its_processes_stop(bentos, art
 @pytest.mark.parametrize("route", ["agent", "direct"])
 def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifact_server, agent_root, settings,
                                                                    route, request):
+    from django.utils import timezone
+
     from deployments.inference import try_inference
     from deployments.models import Deployment, DeploymentTarget, ServingHost
     from registry.models import ModelVersion, RegisteredModel
@@ -274,7 +276,8 @@ def test_try_it_on_a_bentoml_host_answers_from_the_served_version(bentos, artifa
     model = RegisteredModel.objects.create(name=MODEL, next_version=2)
     version = ModelVersion.objects.create(model=model, version=1, format="bento", artifact_key="sha256/01/x",
                                           artifact_sha256="1" * 64, artifact_size=10, signature=signature)
-    host = ServingHost.objects.create(name="bento-host", runtime="bentoml", inference_url=url)
+    host = ServingHost.objects.create(name="bento-host", runtime="bentoml", inference_url=url,
+                                      last_heartbeat_at=timezone.now())  # its agent reports in
     deployment = Deployment.objects.create(model=model, version=version)
     DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
 

@@ -9,6 +9,7 @@ import shutil
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from demo.iris import SAMPLE_INPUT, build_iris_model_dir, expected_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost
@@ -42,7 +43,8 @@ def served(request, triton_server, tmp_path, settings) -> ServingHost:
         artifact_size=1, config_text=config_text, signature=describe_signature(parse_model_config(config_text)),
         metadata={"sample_input": {"input": SAMPLE_INPUT}},
     )
-    host = ServingHost.objects.create(name="cpu-0", inference_url=triton_server.http_url)
+    host = ServingHost.objects.create(name="cpu-0", inference_url=triton_server.http_url,
+                                      last_heartbeat_at=timezone.now())  # its agent reports in
     deployment = Deployment.objects.create(model=model, version=version, status="succeeded")
     DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
     return host
@@ -72,13 +74,39 @@ def test_a_host_whose_agent_does_not_answer_is_a_503_naming_it(api_client, trans
     model = RegisteredModel.objects.create(name="iris", next_version=2)
     version = ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR,
                                           artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
-    host = ServingHost.objects.create(name="silent", inference_url="http://127.0.0.1:1")
+    host = ServingHost.objects.create(name="silent", inference_url="http://127.0.0.1:1",
+                                      last_heartbeat_at=timezone.now())  # reported, then went quiet
     DeploymentTarget.objects.create(deployment=Deployment.objects.create(model=model, version=version), host=host,
                                     state="ready")
     answer = api_client.post("/api/v1/models/iris/infer/", {"host": "silent", "inputs": {"input": SAMPLE_INPUT}},
                              format="json")
     assert answer.status_code == 503, answer.content
     assert "silent: its agent did not answer within 5.5 s" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(("reported_s_ago", "message"), [
+    (None, "gone: its agent has never reported (is it running?)"),
+    (600, "gone: its agent last reported 600 s ago, more than 90 s (is it running?)"),
+])
+def test_a_host_whose_agent_stopped_reporting_is_a_503_at_once_without_sending_it_a_task(
+        api_client, db, settings, reported_s_ago, message):
+    from deployments.enqueue import host_queue
+    from modelyard.celery import broker
+
+    settings.TRY_IT_ROUTE, settings.HOST_OFFLINE_AFTER = "agent", 90.0
+    model = RegisteredModel.objects.create(name="iris", next_version=2)
+    version = ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR,
+                                          artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
+    last = None if reported_s_ago is None else timezone.now() - timezone.timedelta(seconds=reported_s_ago)
+    host = ServingHost.objects.create(name="gone", inference_url="http://127.0.0.1:1", last_heartbeat_at=last)
+    DeploymentTarget.objects.create(deployment=Deployment.objects.create(model=model, version=version), host=host,
+                                    state="ready")
+    queued = broker().llen(host_queue("gone"))
+    answer = api_client.post("/api/v1/models/iris/infer/", {"host": "gone", "inputs": {"input": SAMPLE_INPUT}},
+                             format="json")
+    assert answer.status_code == 503, answer.content
+    assert message in answer.json()["detail"]  # refused, not timed out after 15 s
+    assert broker().llen(host_queue("gone")) == queued  # no task left for an agent that is not there
 
 
 @pytest.mark.parametrize(
