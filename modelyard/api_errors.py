@@ -44,6 +44,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
                       "a state that does not allow it (resuming a finished rollout)"),
     "breaking_signature": (409, "the version breaks the signature the replaced version's clients use; "
                                 "send `confirm_breaking: true` to go on"),
+    "precondition_failed": (412, "`If-Match` names a state that is no longer current (another client changed "
+                                 "it since); nothing changed: read it again and decide"),
     "request_too_large": (413, "the body is over the size limit"),
     "unsupported_media_type": (415, "the body's `Content-Type` is not one the operation takes"),
     "throttled": (429, "too many requests (no operation is throttled yet); `Retry-After` says in how many "
@@ -54,8 +56,9 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
 }
 # The code of an answer whose exception names none this table knows, by its HTTP status.
 _CODE_FOR_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
-                    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 413: "request_too_large",
-                    415: "unsupported_media_type", 429: "throttled", 503: "service_unavailable"}
+                    405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 412: "precondition_failed",
+                    413: "request_too_large", 415: "unsupported_media_type", 429: "throttled",
+                    503: "service_unavailable"}
 _DEFAULT_NOT_FOUND = re.compile(r"No .+ matches the given query\.")
 _NON_FIELD_KEYS = {api_settings.NON_FIELD_ERRORS_KEY, "__all__"}  # DRF's and Django forms' (django-filter)
 

@@ -52,6 +52,14 @@ class Conflict(DomainError):
     code = "conflict"
 
 
+class PreconditionFailed(DomainError):
+    """A conditional change (``If-Match``, or a caller's expected state) found the state changed since
+    the caller read it; nothing changed: HTTP 412."""
+
+    status_code = 412
+    code = "precondition_failed"
+
+
 class ServiceUnavailable(DomainError):
     """A backing service (S3, Prometheus) cannot be reached; retrying may help: HTTP 503."""
 

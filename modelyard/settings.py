@@ -52,6 +52,9 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # An ETag (the digest of the body) on every GET answer that sets none itself, and a 304 for an
+    # If-None-Match that names it: a client polling an unchanged object gets no body back.
+    "django.middleware.http.ConditionalGetMiddleware",
     "modelyard.middleware.FormBodyLimitMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

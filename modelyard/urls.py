@@ -9,7 +9,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.api.teams import TeamViewSet
-from accounts.api.views import ApiTokenViewSet
+from accounts.api.views import ApiTokenViewSet, WhoAmIView
 from deployments.api.views import (
     DeploymentViewSet,
     ModelCaptureView,
@@ -75,6 +75,7 @@ api_v1 = [
     path("models/<str:model_name>/capture/", ModelCaptureView.as_view(), name="model-capture"),
     path("models/<str:model_name>/metrics/series/", ModelMetricSeriesView.as_view(), name="model-metric-series"),
     path("prometheus/targets/", ScrapeTargetsView.as_view(), name="prometheus-targets"),
+    path("whoami/", WhoAmIView.as_view(), name="whoami"),
     path("", include(router.urls)),
     re_path(r"^.*$", api_not_found, name="not-found"),  # last: any other path under /api/v1/
 ]

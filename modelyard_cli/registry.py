@@ -101,17 +101,30 @@ def cmd_model(client: Client, args) -> int:
     return 0
 
 
+def _expected_alias_etag(client: Client, args) -> str | None:
+    """With ``--expect-version N``: the alias's ETag, once its GET shows it names version N (else a
+    CLIError); the change then goes with ``If-Match`` and is refused (412) if the alias moves meanwhile."""
+    if args.expect_version is None:
+        return None
+    named = client.request("GET", f"models/{args.model}/aliases/{args.alias}/")["version"]
+    if named != args.expect_version:
+        raise CLIError(f"@{args.alias} of {args.model} names v{named}, not v{args.expect_version} "
+                       "(--expect-version); nothing changed")
+    return client.last_etag
+
+
 def cmd_alias(client: Client, args) -> int:
+    path = f"models/{args.model}/aliases/{args.alias}/"
     if args.action == "set":
         if args.version is None:
             raise CLIError("alias set needs a version number")
         sent = {"version": args.version, **({"reason": args.reason} if args.reason else {})}
-        body = client.request("PUT", f"models/{args.model}/aliases/{args.alias}/", json=sent)
+        body = client.request("PUT", path, json=sent, if_match=_expected_alias_etag(client, args))
     elif args.action in ("lock", "unlock"):
         sent = {"protected": args.action == "lock", **({"reason": args.reason} if args.reason else {})}
-        body = client.request("PATCH", f"models/{args.model}/aliases/{args.alias}/", json=sent)
+        body = client.request("PATCH", path, json=sent, if_match=_expected_alias_etag(client, args))
     elif args.action == "delete":
-        client.request("DELETE", f"models/{args.model}/aliases/{args.alias}/")
+        client.request("DELETE", path, if_match=_expected_alias_etag(client, args))
         body = {"model": args.model, "alias": args.alias, "deleted": True}
     else:
         body = client.request("GET", f"models/{args.model}/aliases/{args.alias}/")
@@ -159,4 +172,7 @@ def add_alias_parser(sub: argparse._SubParsersAction) -> None:
     alias.add_argument("alias")
     alias.add_argument("version", nargs="?", type=int)
     alias.add_argument("--reason", help="why: needed to set a locked (protected) alias; kept in the audit log")
+    alias.add_argument("--expect-version", type=int, metavar="N",
+                       help="change the alias only if it names version N now, and nobody moves it before the "
+                            "change lands (If-Match); otherwise exit 1 and change nothing")
     alias.set_defaults(func=cmd_alias)

@@ -20,7 +20,7 @@ from deployments.models import Replay
 from deployments.profiles import profile_comparison
 from deployments.replays import latest_replay, start_replay
 from modelyard.celery import require_broker
-from modelyard.errors import Conflict, DomainError, NotFound, ServiceUnavailable
+from modelyard.errors import Conflict, DomainError, NotFound, PreconditionFailed, ServiceUnavailable
 from monitoring.services import version_gate_metrics
 from promotions import gates, ramps
 from promotions.choices import FINAL_DECISIONS, Decision, EvaluationTrigger, WebhookEvent
@@ -97,14 +97,31 @@ def _finish(evaluation: PromotionEvaluation, decision: str, reason: str, *, acto
 
 
 def _promote(evaluation: PromotionEvaluation, *, approved_by=None) -> None:
-    """Move the target alias to the candidate version; inside a transaction holding the evaluation's lock."""
+    """Move the target alias to the candidate version; inside a transaction holding the evaluation's lock.
+
+    A compare-and-set: the alias moves only if it still names the version the gates judged against
+    (``evaluation.target_version``, or still does not exist), checked under the model's row lock.
+
+    Raises:
+        PreconditionFailed: the alias moved since the evaluation (another policy, a person); it stays.
+    """
     policy = evaluation.policy
     data = {"policy": policy.pk, "evaluation": evaluation.pk}
     if approved_by is not None:
         data["approved_by"] = approved_by.username
+    judged = evaluation.target_version
+
+    def still_as_judged(current) -> None:
+        if getattr(current, "version_id", None) != getattr(judged, "pk", None):
+            now = f"v{current.version.version}" if current is not None else "no version"
+            then = f"v{judged.version}" if judged is not None else "no version"
+            raise PreconditionFailed(f"@{policy.target_alias} names {now} now, not {then} as when this evaluation "
+                                     "judged it; run the policy again")
+
     set_alias(model_name=policy.model.name, alias=policy.target_alias, version=evaluation.candidate_version.version,
               actor=PolicyActor(policy.actor_label), audit_data=data, owner=approved_by,
-              reason=f"promotion policy {policy.pk}, evaluation {evaluation.pk}: {evaluation.reason}"[:1000])
+              reason=f"promotion policy {policy.pk}, evaluation {evaluation.pk}: {evaluation.reason}"[:1000],
+              precondition=still_as_judged)
     emit(WebhookEvent.PROMOTION, model=policy.model, data={
         "model": policy.model.name, "policy": policy.pk, "evaluation": evaluation.pk,
         "alias": policy.target_alias, "from_version": getattr(evaluation.target_version, "version", None),
@@ -357,7 +374,10 @@ def approve_evaluation(evaluation_id: int, *, actor) -> PromotionEvaluation:
             return evaluation
         _finish(evaluation, Decision.APPROVED,
                 f"{evaluation.reason}; approved by {actor.username}", actor=actor)
-        _promote(evaluation, approved_by=actor)
+        try:
+            _promote(evaluation, approved_by=actor)
+        except PreconditionFailed as exc:  # moved between the check above and the model's lock
+            raise Conflict(exc.message) from exc
     return evaluation
 
 

@@ -4,6 +4,8 @@ Every move and removal happens under the model's row lock (serialised with ``reg
 audited with the version it left, and sends ``registry.signals.alias_moved`` inside the transaction.
 """
 
+from collections.abc import Callable
+
 from django.db import transaction
 
 from accounts.access import Action, Principal, require
@@ -37,6 +39,11 @@ def resolve_alias(model_name: str, alias: str) -> ModelVersion:
         raise NotFound(f"model {model_name!r} has no alias {alias!r}") from exc
 
 
+def current_alias(model: RegisteredModel, name: str) -> Alias | None:
+    """The alias ``name`` of ``model`` with its version, or None."""
+    return Alias.objects.filter(model=model, name=name).select_related("version").first()
+
+
 REASON_MAX_LENGTH = 1000
 
 
@@ -53,7 +60,7 @@ def alias_is_protected(model: RegisteredModel, alias: str | None) -> bool:
 
 
 def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_data: dict | None = None,
-              reason: str = "", owner=None) -> Alias:
+              reason: str = "", owner=None, precondition: Callable[[Alias | None], None] | None = None) -> Alias:
     """Point ``alias`` of a model at one of its versions, creating or moving it.
 
     Idempotent: setting an alias to the version it already names writes nothing.
@@ -72,11 +79,16 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         reason: why the alias moves (at most 1000 characters); required for a protected alias.
         owner: the user who decided the move of a protected alias when ``actor`` is an automated
             actor (the owner approving a promotion); default ``actor``.
+        precondition: called under the model's row lock with the alias as it is then (None when it
+            does not exist yet), before anything is written: a compare-and-set raises
+            ``PreconditionFailed`` from it when the alias is no longer what the caller saw (an API
+            client's ``If-Match``, the version a promotion judged against).
 
     Returns:
         The Alias row.
 
     Raises:
+        PreconditionFailed: ``precondition`` refused the alias's current state; nothing changed.
         InvalidInput: bad or reserved alias name; a protected alias without a reason.
         Forbidden: the alias is protected and the deciding user is not an owner of the model's team.
         NotFound: no such model or version.
@@ -97,7 +109,9 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
         if status == VersionStatus.CORRUPT:
             raise Conflict(f"{model_name} v{version} is corrupt (its stored bytes do not match its sha256); "
                            "an alias cannot name it")
-        current = Alias.objects.filter(model=model, name=name).select_related("version").first()
+        current = current_alias(model, name)
+        if precondition is not None:
+            precondition(current)
         if current is not None and current.version_id == target.pk:
             return current
         details = dict(audit_data or {})
@@ -127,19 +141,25 @@ def set_alias(*, model_name: str, alias: str, version: int, actor=None, audit_da
     return current
 
 
-def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
+def delete_alias(*, model_name: str, alias: str, actor=None,
+                 precondition: Callable[[Alias | None], None] | None = None) -> None:
     """Remove an alias from a model (the versions are untouched).
 
+    ``precondition``, as ``set_alias``'s, runs under the model's row lock with the alias as it is then.
+
     Raises:
+        PreconditionFailed: ``precondition`` refused the alias's current state; nothing changed.
         NotFound: no such model or alias.
         Conflict: the alias is protected (an owner unlocks it first).
     """
     model = get_model(model_name)
     with transaction.atomic():
         RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        current = Alias.objects.filter(model=model, name=alias).select_related("version").first()
+        current = current_alias(model, alias)
         if current is None:
             raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        if precondition is not None:
+            precondition(current)
         if current.protected:
             raise Conflict(f"@{alias} is protected: an owner of team '{model.team.name}' unlocks it before it "
                            "can be deleted")
@@ -150,7 +170,8 @@ def delete_alias(*, model_name: str, alias: str, actor=None) -> None:
         current.delete()
 
 
-def protect_alias(*, model_name: str, alias: str, protected: bool, actor, reason: str = "") -> Alias:
+def protect_alias(*, model_name: str, alias: str, protected: bool, actor, reason: str = "",
+                  precondition: Callable[[Alias | None], None] | None = None) -> Alias:
     """Lock (``protected=True``) or unlock an alias; audited as ``alias.protected`` with the reason.
 
     Idempotent: locking a locked alias (or unlocking an unlocked one) writes nothing.
@@ -161,11 +182,13 @@ def protect_alias(*, model_name: str, alias: str, protected: bool, actor, reason
         protected: the new state.
         actor: the requesting user or ``accounts.access.Principal``; an owner of the model's team.
         reason: why (optional, at most 1000 characters).
+        precondition: as ``set_alias``'s, under the model's row lock.
 
     Returns:
         The Alias row.
 
     Raises:
+        PreconditionFailed: ``precondition`` refused the alias's current state; nothing changed.
         NotFound: no such model or alias.
         Forbidden: the actor is not an owner of the model's team.
         InvalidInput: the reason is too long.
@@ -176,9 +199,11 @@ def protect_alias(*, model_name: str, alias: str, protected: bool, actor, reason
     require(principal, Action.PROTECT_ALIAS, model=model, alias=alias)
     with transaction.atomic():
         RegisteredModel.objects.select_for_update().get(pk=model.pk)
-        current = Alias.objects.filter(model=model, name=alias).select_related("version").first()
+        current = current_alias(model, alias)
         if current is None:
             raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        if precondition is not None:
+            precondition(current)
         if current.protected == bool(protected):
             return current
         current.protected = bool(protected)

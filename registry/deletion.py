@@ -4,6 +4,7 @@ The artifact stays in S3 until ``registry.gc`` finds no live version referencing
 """
 
 import logging
+from collections.abc import Callable
 
 from django.db import transaction
 from django.utils import timezone
@@ -43,7 +44,8 @@ def _version_in_use(version: ModelVersion) -> list[str]:
     return reasons
 
 
-def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion:
+def delete_version(*, model_name: str, version: int, actor=None,
+                   precondition: Callable[[ModelVersion], None] | None = None) -> ModelVersion:
     """Soft-delete a model version: status DELETED, its aliases removed, all in one transaction.
 
     The number is never given out again (``RegisteredModel.next_version`` only grows); the artifact
@@ -55,11 +57,15 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
         version: the version number.
         actor: the requesting user or ``accounts.access.Principal``; an owner of the model's team or
             the maintainer who registered the version.
+        precondition: called under the model's and the version's row locks with the version as it is
+            then, before anything is written; raises ``PreconditionFailed`` to refuse (an API client's
+            ``If-Match``).
 
     Returns:
         The version row, now DELETED.
 
     Raises:
+        PreconditionFailed: ``precondition`` refused the version's current state; nothing changed.
         NotFound: no such model, or no live version with that number (deleting twice is a 404).
         Forbidden: the actor is neither an owner of the model's team nor the maintainer who registered it.
         Conflict: a live ensemble version composes it, or a host serves it or is deploying it
@@ -76,6 +82,8 @@ def delete_version(*, model_name: str, version: int, actor=None) -> ModelVersion
         if row is None:
             raise NotFound(f"model {model_name!r} has no version {version}")
         require(Principal.of(actor), Action.DELETE_VERSION, model=model, version=row)
+        if precondition is not None:
+            precondition(row)
         reasons = _version_in_use(row)
         locked = [f"@{a}" for a in row.aliases.filter(protected=True).order_by("name").values_list("name", flat=True)]
         if locked:

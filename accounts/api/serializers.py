@@ -57,3 +57,13 @@ class ApiTokenCreateSerializer(RefuseUnknownFields, serializers.Serializer):
         required=False, allow_null=True,
         help_text=f"ISO 8601, in the future; null for no expiry; left out: {DEFAULT_EXPIRY_DAYS} days from now "
                   "(a token created with an expiring token expires with it at the latest)")
+
+
+class WhoAmISerializer(serializers.Serializer):
+    """Who a request is authenticated as."""
+
+    username = serializers.CharField()
+    auth = serializers.ChoiceField(choices=["token", "session"], help_text="how the request was authenticated")
+    token = serializers.CharField(allow_null=True, help_text="the API token's name; null for a browser session")
+    scopes = serializers.ListField(child=serializers.CharField(), allow_null=True,
+                                   help_text="the token's scopes; null for a browser session (no scope limit)")

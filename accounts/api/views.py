@@ -6,9 +6,15 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
 from accounts.access import Principal
-from accounts.api.serializers import ApiTokenCreatedSerializer, ApiTokenCreateSerializer, ApiTokenSerializer
+from accounts.api.serializers import (
+    ApiTokenCreatedSerializer,
+    ApiTokenCreateSerializer,
+    ApiTokenSerializer,
+    WhoAmISerializer,
+)
 from accounts.models import ApiToken
 from accounts.tokens import default_expiry, find_team, issue_token, revoke_token
 from modelyard.api import error_responses
@@ -93,3 +99,18 @@ class ApiTokenViewSet(
     def revoke(self, request, pk=None):
         """Revoke the token now (idempotent); it answers 401 from then on."""
         return Response(ApiTokenSerializer(revoke_token(self.get_object(), request.user)).data)
+
+
+class WhoAmIView(APIView):
+    """``GET /api/v1/whoami/``: who the request is authenticated as (a CI job's check of its token).
+
+    Built from what authentication already loaded, with no query of its own: its time is the floor of
+    every API answer (the server, the middleware and authentication alone), which the registry
+    benchmark reports beside the registry's reads (``bench/registry_vs_mlflow.py``).
+    """
+
+    @extend_schema(responses={200: WhoAmISerializer, **error_responses(401)})
+    def get(self, request):
+        token = request.auth if isinstance(request.auth, ApiToken) else None
+        return Response({"username": request.user.get_username(), "auth": "token" if token else "session",
+                         "token": token.name if token else None, "scopes": list(token.scopes) if token else None})

@@ -12,10 +12,11 @@ from rest_framework.views import APIView
 from accounts.access import Action, Principal, require, scope_team_filter, team_for_new_model
 from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
+from modelyard.conditional import entity_tag, precondition_from
 from modelyard.errors import NotFound
 from registry import cards
 from registry.access import model_for
-from registry.aliases import delete_alias, protect_alias, resolve_alias, set_alias
+from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -101,6 +102,11 @@ class ModelVersionViewSet(
             .order_by("-version")
         )
 
+    def retrieve(self, request, *args, **kwargs):
+        """One version; its ``ETag`` (``version_etag``) goes back in ``If-None-Match`` (304) or ``If-Match``."""
+        found = self.get_object()
+        return _with_etag(Response(self.get_serializer(found).data), version_etag(found))
+
     def get_object(self):
         number = int(self.kwargs["version"])
         found = self.get_queryset().filter(version=number).first()  # the model's check is in get_queryset
@@ -127,19 +133,22 @@ class ModelVersionViewSet(
         return Response(ModelVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
-        responses={204: None, **error_responses(403, 404, 409)},
+        responses={204: None, **error_responses(403, 404, 409, 412)},
         description="Soft-delete a version (owners of the model's team, and the maintainer who registered it): "
         "its aliases go with it "
         "in the same transaction, its number is never reused, and its artifact is removed from S3 by the next "
         "garbage collection once no live version shares it. 409 while an ensemble composes it or a host "
-        "serves it; deleting it again is a 404.",
+        "serves it; deleting it again is a 404. With `If-Match` (the `ETag` of its GET), only if it has not "
+        "changed since (412 otherwise).",
     )
     def destroy(self, request, *args, **kwargs):
         principal = Principal.of(request)
         version = get_version(self.kwargs["model_name"], int(self.kwargs["version"]), visible_to=principal)
         require(principal, Action.DELETE_VERSION, model=version.model, version=version)
+        check = precondition_from(request, f"{self.kwargs['model_name']} v{self.kwargs['version']}")
         delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
-                       actor=request.user)
+                       actor=request.user, precondition=None if check is None else (
+                           lambda current: check(version_etag(self.get_queryset().get(pk=current.pk)))))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -153,49 +162,86 @@ class AliasListView(APIView):
         return Response(AliasSerializer(aliases, many=True).data)
 
 
+def version_etag(version: ModelVersion) -> str:
+    """The entity tag of ``GET .../versions/<n>/`` (``modelyard.conditional``): of the version's JSON."""
+    return entity_tag("version", ModelVersionSerializer(version).data)
+
+
+def alias_etag(alias: Alias | None) -> str | None:
+    """The entity tag of ``GET .../aliases/<alias>/`` (``modelyard.conditional``): the alias's state (the
+    version it names, whether it is locked, when it last changed) and the JSON of that version, so it
+    changes whenever that answer would; None for an alias that does not exist."""
+    if alias is None:
+        return None
+    return entity_tag("alias", alias.pk, alias.version_id, alias.protected, alias.updated_at.isoformat(),
+                      ModelVersionSerializer(alias.version).data)
+
+
+def _alias_precondition(request, model_name: str, alias: str):
+    """The service's ``precondition`` for ``request``'s ``If-Match`` on an alias, or None without one."""
+    check = precondition_from(request, f"alias {alias!r} of {model_name!r}")
+    return None if check is None else (lambda current: check(alias_etag(current)))
+
+
+def _with_etag(response: Response, etag: str | None) -> Response:
+    if etag is not None:
+        response["ETag"] = etag
+    return response
+
+
+IF_MATCH = ("Send the `ETag` of the alias's last GET, PUT or PATCH in `If-Match` to change it only if nobody did "
+            "since (412 `precondition_failed` otherwise, and nothing changes).")
+
+
 class AliasDetailView(APIView):
     """One alias: ``GET`` resolves it (``latest`` too), ``PUT {"version": n}`` sets or moves it,
     ``PATCH {"protected": true}`` locks or unlocks it, ``DELETE`` removes it. Every change is an audit
-    event."""
+    event. Every answer about a stored alias carries its ``ETag`` (the alias's state: the version it
+    names, whether it is locked), which ``If-Match`` sends back to make a change a compare-and-set."""
 
-    @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)})
+    @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)},
+                   description="The version the alias names; `ETag` is the alias's state, for `If-Match` on a "
+                   "later PUT, PATCH or DELETE (absent for `latest`, which is not stored).")
     def get(self, request, model_name: str, alias: str):
-        model_for(Principal.of(request), model_name)
-        return Response(ModelVersionSerializer(resolve_alias(model_name, alias)).data)
+        model = model_for(Principal.of(request), model_name)
+        version = resolve_alias(model_name, alias)
+        return _with_etag(Response(ModelVersionSerializer(version).data), alias_etag(current_alias(model, alias)))
 
-    @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
+    @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404, 412)},
                    description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner; moving "
                    "a protected alias needs a team owner and a `reason` (400 without one). Both are in the audit "
-                   "log.")
+                   "log. " + IF_MATCH + " `If-Match: *` moves it only if it exists.")
     def put(self, request, model_name: str, alias: str):
         data = AliasSetSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
         row = set_alias(
             model_name=model_name, alias=alias, version=data.validated_data["version"], actor=request.user,
-            reason=data.validated_data["reason"],
+            reason=data.validated_data["reason"], precondition=_alias_precondition(request, model_name, alias),
         )
-        return Response(AliasSerializer(self._loaded(row)).data)
+        return self._answer(row)
 
-    @extend_schema(request=AliasProtectSerializer, responses={200: AliasSerializer, **error_responses(403, 404)},
-                   description="Lock (`protected: true`) or unlock an alias: team owners only; audited.")
+    @extend_schema(request=AliasProtectSerializer, responses={200: AliasSerializer, **error_responses(403, 404, 412)},
+                   description="Lock (`protected: true`) or unlock an alias: team owners only; audited. " + IF_MATCH)
     def patch(self, request, model_name: str, alias: str):
         data = AliasProtectSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         model_for(Principal.of(request), model_name, Action.PROTECT_ALIAS, alias=alias)
         row = protect_alias(model_name=model_name, alias=alias, actor=Principal.of(request),
-                            **data.validated_data)
-        return Response(AliasSerializer(self._loaded(row)).data)
+                            precondition=_alias_precondition(request, model_name, alias), **data.validated_data)
+        return self._answer(row)
 
     @staticmethod
-    def _loaded(row: Alias) -> Alias:
-        return Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
+    def _answer(row: Alias) -> Response:
+        row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
+        return _with_etag(Response(AliasSerializer(row).data), alias_etag(current_alias(row.model, row.name)))
 
-    @extend_schema(responses={204: None, **error_responses(403, 404, 409)},
-                   description="409 while the alias is protected: an owner unlocks it first.")
+    @extend_schema(responses={204: None, **error_responses(403, 404, 409, 412)},
+                   description="409 while the alias is protected: an owner unlocks it first. " + IF_MATCH)
     def delete(self, request, model_name: str, alias: str):
         model_for(Principal.of(request), model_name, Action.MOVE_ALIAS, alias=alias)
-        delete_alias(model_name=model_name, alias=alias, actor=request.user)
+        delete_alias(model_name=model_name, alias=alias, actor=request.user,
+                     precondition=_alias_precondition(request, model_name, alias))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

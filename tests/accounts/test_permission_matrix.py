@@ -168,6 +168,7 @@ API = [
      {"role": "viewer"}, ADMINS),
     ("DELETE", "/api/v1/teams/{name}/members/{username}/", {"name": "vision", "username": "viewer"}, None, ADMINS),
     ("GET", "/api/v1/tokens/", {}, None, EVERYONE),
+    ("GET", "/api/v1/whoami/", {}, None, EVERYONE),
     ("POST", "/api/v1/tokens/", {}, {"name": "ci", "scopes": ["read"]}, EVERYONE),
     ("GET", "/api/v1/tokens/{id}/", {"id": "token"}, None, UPLOADER),
     ("DELETE", "/api/v1/tokens/{id}/", {"id": "token"}, None, UPLOADER),

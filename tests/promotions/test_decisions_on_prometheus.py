@@ -147,6 +147,22 @@ def test_approval_is_refused_once_the_target_moved_since_the_evaluation(promethe
     assert production() == 3
 
 
+def test_a_promotion_does_not_overwrite_an_alias_moved_after_the_evaluation_last_looked(prometheus, monkeypatch):
+    policy = policy_for(staging=2)
+    judge = evaluations.gates.judge
+
+    def judge_while_a_person_moves_it(*args, **kwargs):  # after the "moved while read" check, before the move
+        Alias.objects.filter(name="production").update(version=policy.model.versions.get(version=3))
+        return judge(*args, **kwargs)
+
+    monkeypatch.setattr(evaluations.gates, "judge", judge_while_a_person_moves_it)
+    evaluation = evaluate(policy, prometheus.client)
+    assert evaluation.decision == Decision.ERROR, evaluation.reason
+    assert "@production names v3 now, not v1 as when this evaluation judged it" in evaluation.reason
+    assert production() == 3
+    assert not AuditEvent.objects.filter(action=AuditAction.ALIAS_SET, data__alias="production").exists()
+
+
 def test_a_candidate_the_target_already_names_is_skipped(prometheus):
     policy = policy_for(staging=1)
     assert evaluate(policy, prometheus.client).decision == Decision.SKIPPED
