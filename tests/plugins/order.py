@@ -22,7 +22,6 @@ LONGEST = (
     "tests/deployments/test_bentoml_canary.py",  # 134 s
     "tests/test_api_fuzzing.py",                 # 118 s
     "tests/accounts/test_permission_matrix.py",  # 115 s
-    "tests/test_install.py",                     # 92 s
     "tests/monitoring/test_latency_on_triton.py",  # 70 s
     "tests/e2e/test_profiles.py",                # 63 s
     "tests/deployments/test_stuck_loads.py",     # 61 s
@@ -36,6 +35,12 @@ LONGEST = (
     "tests/e2e/test_fleet_rollout.py",           # 41 s
 )
 
+#: Modules handed out after every other: ``tests/test_install.py`` installs ``requirements.txt`` into a new
+#: virtualenv (161 s on a clean clone, nearly all of it pip's downloads), which ``scripts/test.sh`` starts
+#: making in the background as the run starts (``python -m tests.fixtures.wheels``); by the end it is made, and
+#: the module's fixture finds it instead of waiting for it. Its own time then is about 50 s.
+LAST = ("tests/test_install.py",)
+
 
 def _random_order_asked(config: pytest.Config) -> bool:
     """True when pytest-random-order will shuffle: ``--random-order``, or a bucket or seed given."""
@@ -47,8 +52,11 @@ def _random_order_asked(config: pytest.Config) -> bool:
 
 
 def module_rank(item: pytest.Item) -> int:
-    """The place of ``item``'s module in ``LONGEST`` (0 first), ``len(LONGEST)`` for a module not listed."""
+    """The place of ``item``'s module in ``LONGEST`` (0 first), ``len(LONGEST)`` for a module not listed, and
+    after those for a module of ``LAST``."""
     path = item.nodeid.split("::", 1)[0]
+    if path in LAST:
+        return len(LONGEST) + 1 + LAST.index(path)
     try:
         return LONGEST.index(path)
     except ValueError:
