@@ -9,7 +9,7 @@ from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import Action, Principal, require, scope_team_filter, team_for_new_model
+from accounts.access import Action, Principal, can_see, require, scope_team_filter, team_for_new_model
 from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
 from modelyard.conditional import entity_tag, precondition_from
@@ -103,9 +103,25 @@ class ModelVersionViewSet(
         )
 
     def retrieve(self, request, *args, **kwargs):
-        """One version; its ``ETag`` (``version_etag``) goes back in ``If-None-Match`` (304) or ``If-Match``."""
-        found = self.get_object()
-        return _with_etag(Response(self.get_serializer(found).data), version_etag(found))
+        """One version; its ``ETag`` (``version_etag``) goes back in ``If-None-Match`` (304) or ``If-Match``.
+
+        The version, its model and the model's team come in one query (``get_object`` would look the model
+        up first); a version that is not found, or a model the principal may not read, goes the usual way
+        for the same 404 as every other path.
+        """
+        principal = Principal.of(request)
+        found = (
+            ModelVersion.objects.filter(model__name=self.kwargs["model_name"], version=int(self.kwargs["version"]))
+            .exclude(status=VersionStatus.DELETED)
+            .select_related("model__team", "created_by")
+            .prefetch_related("members__member__model", "aliases")
+            .first()
+        )
+        if found is None or not can_see(principal, found.model):
+            found = self.get_object()  # raises the NotFound naming the model or the version
+        require(principal, Action.VIEW, model=found.model)
+        data = self.get_serializer(found).data
+        return _with_etag(Response(data), entity_tag("version", data))
 
     def get_object(self):
         number = int(self.kwargs["version"])
@@ -163,7 +179,8 @@ class AliasListView(APIView):
 
 
 def version_etag(version: ModelVersion) -> str:
-    """The entity tag of ``GET .../versions/<n>/`` (``modelyard.conditional``): of the version's JSON."""
+    """The entity tag of ``GET .../versions/<n>/`` (``modelyard.conditional``): of the version's JSON (as
+    ``ModelVersionViewSet.retrieve`` computes it from the body it answers)."""
     return entity_tag("version", ModelVersionSerializer(version).data)
 
 
