@@ -97,9 +97,10 @@ args=()
 # the run fails, for its logs; removed when it passes.
 BASETEMP="$(mktemp -d "${TMPDIR:-/tmp}/modelyard-tests.XXXXXX")"
 args+=(--basetemp "$BASETEMP/run")
-# A full run (no test path given) makes the install test's virtualenv of requirements.txt in the background
-# while the other tests run: pip's downloads take most of its ~160 s, and that module runs last
-# (tests/plugins/order.py), so it finds the virtualenv made. It waits on the same lock if it is not.
+# A full run (no test path given) makes the install tests' virtualenvs (the agent's wheel, requirements.txt)
+# in the background while the other tests run: pip's downloads take most of their ~200 s, and
+# tests/test_install.py runs last (tests/plugins/order.py), so it finds them made. It waits on the same locks
+# if they are not.
 PREFETCH=""
 if ((!FAST)) && [[ ! " $* " =~ \ tests/ ]]; then
     nice -n 10 "$PY" -m tests.fixtures.wheels >"$BASETEMP/requirements-venv.log" 2>&1 &
