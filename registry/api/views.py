@@ -103,7 +103,8 @@ class ModelVersionViewSet(
         )
 
     def retrieve(self, request, *args, **kwargs):
-        """One version; its ``ETag`` (``version_etag``) goes back in ``If-None-Match`` (304) or ``If-Match``.
+        """One version; its ``ETag`` (``version_etag`` of the body) goes back in ``If-None-Match`` (304) or
+        ``If-Match``.
 
         The version, its model and the model's team come in one query (``get_object`` would look the model
         up first); a version that is not found, or a model the principal may not read, goes the usual way
@@ -121,7 +122,7 @@ class ModelVersionViewSet(
             found = self.get_object()  # raises the NotFound naming the model or the version
         require(principal, Action.VIEW, model=found.model)
         data = self.get_serializer(found).data
-        return _with_etag(Response(data), entity_tag("version", data))
+        return _with_etag(Response(data), version_etag(data))
 
     def get_object(self):
         number = int(self.kwargs["version"])
@@ -164,7 +165,7 @@ class ModelVersionViewSet(
         check = precondition_from(request, f"{self.kwargs['model_name']} v{self.kwargs['version']}")
         delete_version(model_name=self.kwargs["model_name"], version=int(self.kwargs["version"]),
                        actor=request.user, precondition=None if check is None else (
-                           lambda current: check(version_etag(self.get_queryset().get(pk=current.pk)))))
+                           lambda current: check(version_etag(ModelVersionSerializer(current).data))))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -178,10 +179,10 @@ class AliasListView(APIView):
         return Response(AliasSerializer(aliases, many=True).data)
 
 
-def version_etag(version: ModelVersion) -> str:
-    """The entity tag of ``GET .../versions/<n>/`` (``modelyard.conditional``): of the version's JSON (as
-    ``ModelVersionViewSet.retrieve`` computes it from the body it answers)."""
-    return entity_tag("version", ModelVersionSerializer(version).data)
+def version_etag(data: dict) -> str:
+    """The entity tag of ``GET .../versions/<n>/`` (``modelyard.conditional``): of ``data``, the version's
+    JSON (``ModelVersionSerializer``'s output)."""
+    return entity_tag("version", data)
 
 
 def alias_etag(alias: Alias | None) -> str | None:
@@ -251,7 +252,7 @@ class AliasDetailView(APIView):
     @staticmethod
     def _answer(row: Alias) -> Response:
         row = Alias.objects.select_related("model", "version", "updated_by").get(pk=row.pk)
-        return _with_etag(Response(AliasSerializer(row).data), alias_etag(current_alias(row.model, row.name)))
+        return _with_etag(Response(AliasSerializer(row).data), alias_etag(row))
 
     @extend_schema(responses={204: None, **error_responses(403, 404, 409, 412)},
                    description="409 while the alias is protected: an owner unlocks it first. " + IF_MATCH)
