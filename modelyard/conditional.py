@@ -26,8 +26,9 @@ def entity_tag(*values) -> str:
 
 
 def _tags(header: str) -> list[str]:
-    """The entity tags of an ``If-Match`` value, weak prefixes dropped."""
-    return [tag.strip().removeprefix("W/") for tag in header.split(",") if tag.strip()]
+    """The entity tags of an ``If-Match`` value as sent: a weak one keeps its ``W/``, so under the strong
+    comparison ``If-Match`` needs (RFC 9110, 13.1.1) it matches nothing."""
+    return [tag.strip() for tag in header.split(",") if tag.strip()]
 
 
 def precondition_from(request, what: str) -> Callable[[str | None], None] | None:

@@ -70,6 +70,9 @@ def test_moving_an_alias_with_a_stale_if_match_is_a_412_and_changes_nothing(api)
                         headers={"If-Match": seen.headers["ETag"]}, timeout=10)
     assert moved.status_code == 200 and moved.json()["version"] == 2 and moved.headers["ETag"] != seen.headers["ETag"]
     events = AuditEvent.objects.count()
+    weak = session.put(f"{url}/models/iris/aliases/production/", json={"version": 3},
+                       headers={"If-Match": "W/" + moved.headers["ETag"]}, timeout=10)
+    assert weak.status_code == 412  # If-Match compares strongly: a weak tag matches nothing
     stale = session.put(f"{url}/models/iris/aliases/production/", json={"version": 3},
                         headers={"If-Match": seen.headers["ETag"]}, timeout=10)
     assert stale.status_code == 412
