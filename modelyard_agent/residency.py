@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -130,6 +130,12 @@ class OnDemandLoader:
         for thread in self._threads:
             thread.join(timeout)
 
+    def _loading(self) -> bool:
+        """Whether the loading thread runs: the poller stops polling once it does not, so the gateway takes the
+        loader for dead (``no_loader``, at once) instead of holding requests that nothing will load."""
+        loading = self._threads[1] if len(self._threads) > 1 else None
+        return loading is None or loading.ident is None or loading.is_alive()  # not started yet counts as alive
+
     def _poll(self) -> None:
         while not self._stop.is_set():  # what a loader before this one took and left is this one's now
             try:
@@ -139,7 +145,7 @@ class OnDemandLoader:
             except ServingRuntimeError as exc:
                 logger.debug("on-demand start: %s", exc.message)
                 self._stop.wait(0.5)
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self._loading():
             try:
                 for model in self.gateway.wanted(wait=POLL_WAIT_SECONDS):
                     self.wanted.put(model)
@@ -155,6 +161,8 @@ class OnDemandLoader:
                     self.sync()
                 except ServingRuntimeError as exc:
                     logger.info("on-demand sync: %s", exc.message)
+                except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
+                    logger.exception("on-demand sync failed")
                 synced = time.monotonic()
             try:
                 model = self.wanted.get(timeout=0.2)
@@ -187,19 +195,22 @@ class OnDemandLoader:
 
     def serve(self, model: str) -> None:
         """Load ``model`` for the requests held for it and report the outcome to the gateway: resident, or a
-        failure (with its backoff) that the gateway answers the held requests with. Never raises."""
+        failure (with its backoff) that the gateway answers the held requests with. Never raises: whatever
+        fails (Triton, the gateway, the lock's Redis, a model unregistered meanwhile) fails this load only, and
+        the next want is served."""
         try:
             with self.model_lock(model):
                 loaded = self.load(model)
         except NoRoom as exc:
             self._report_failure(model, str(exc), NO_ROOM_RETRY_SECONDS)
             return
-        except (ServingRuntimeError, TimeoutError) as exc:
+        except Exception as exc:  # noqa: BLE001 - ServingRuntimeError, TimeoutError, and what nobody foresaw
             count = self.failures[model] = self.failures.get(model, 0) + 1
             backoff = min(MAX_BACKOFF_SECONDS, 2.0 ** (count - 1))
-            logger.error("on-demand load of %s failed (%d in a row; next try in %g s): %s", model, count, backoff,
-                         getattr(exc, "message", exc))
-            self._report_failure(model, getattr(exc, "message", str(exc)), backoff)
+            message = load_failure_message(model, exc)
+            log = logger.error if isinstance(exc, ServingRuntimeError | TimeoutError) else logger.exception
+            log("on-demand load of %s failed (%d in a row; next try in %g s): %s", model, count, backoff, message)
+            self._report_failure(model, message, backoff)
             return
         self.failures.pop(model, None)
         logger.info("loaded %s on demand in %.3f s (footprint %s bytes)", model, loaded.seconds, loaded.footprint)
@@ -209,6 +220,8 @@ class OnDemandLoader:
             self.gateway.report_residency(model, failure=(message, retry_after))
         except ServingRuntimeError as exc:
             logger.error("could not report the failed load of %s: %s", model, exc.message)
+        except Exception:  # noqa: BLE001 - the loading thread goes on; held requests time out
+            logger.exception("could not report the failed load of %s", model)
 
     def load(self, model: str) -> Loaded:
         """Make room for ``model`` within the budget, load it from the model repository and report it resident.
@@ -256,16 +269,27 @@ class OnDemandLoader:
         return Loaded(seconds, footprint)
 
     def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
-        """Unload ``model`` once no request is in flight on it; new requests are held meanwhile (state
-        evicting). ``reason`` labels ``modelyard_evictions_total``.
+        """Unload ``model`` once no request is in flight on it, under its lock (``model_lock``: no deployment
+        of it is under way); new requests are held meanwhile (state evicting). ``reason`` labels
+        ``modelyard_evictions_total``.
 
         Returns:
-            True when it left; False when requests were still in flight after ``timeout`` seconds (it stays
-            resident).
+            True when it left; False when a deployment of it holds its lock, or requests were still in flight
+            after ``timeout`` seconds (it stays resident).
 
         Raises:
             ServingRuntimeError: Triton or the gateway does not answer.
+            Exception: what ``model_lock`` raises when its lock cannot be asked for (the broker's Redis down).
         """
+        with ExitStack() as locked:
+            try:
+                locked.enter_context(self.model_lock(model))
+            except TimeoutError as exc:  # a deployment of the model holds its lock
+                logger.info("%s not evicted: %s", model, exc)
+                return False
+            return self._evict(model, reason, timeout)
+
+    def _evict(self, model: str, reason: str, timeout: float) -> bool:
         self.gateway.report_residency(model, EVICTING)
         deadline = time.monotonic() + timeout
         while self._in_flight(model):
@@ -316,6 +340,7 @@ class OnDemandLoader:
                                  f"models pinned or busy ({', '.join(sorted(resident))})")
                 time.sleep(0.01)
                 registered = self.gateway.residency()["models"]
+                resident &= set(registered)  # one unregistered meanwhile is always resident, outside the budget
         return evicted
 
     def victims(self, registered: dict, resident: set[str]) -> list[str]:
@@ -327,7 +352,7 @@ class OnDemandLoader:
         popular ones (``bench/on_demand.py`` measures both on one trace, docs/architecture.md has the figures).
         """
         self._refresh_demand(registered)
-        return sorted((m for m in resident if not registered[m]["pinned"]),
+        return sorted((m for m in resident if m in registered and not registered[m]["pinned"]),
                       key=lambda m: (self.demand.get(m, (0.0, 0, 0.0))[0], registered[m]["last_used"] or 0))
 
     def _refresh_demand(self, registered: dict) -> None:
@@ -355,6 +380,8 @@ class OnDemandLoader:
             pass  # what is resident is pinned or busy: the next load makes room, or says why not
         except ServingRuntimeError as exc:
             logger.info("on-demand headroom: %s", exc.message)
+        except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
+            logger.exception("on-demand headroom failed")
 
     # Footprints.
 
@@ -367,13 +394,27 @@ class OnDemandLoader:
         measured = read_json_file(self.footprints_file).get(model)
         return None if measured is None else int(measured)
 
+    def _footprints(self) -> dict[str, int | None]:
+        """``footprint`` of every registered model, from one read of each file."""
+        measured = read_json_file(self.footprints_file)
+        out: dict[str, int | None] = {}
+        for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items():
+            known = entry.get("footprint_bytes")
+            if known is None:
+                known = measured.get(model)
+            out[model] = None if known is None else int(known)
+        return out
+
     def _largest_footprint(self) -> int:
-        known = [self.footprint(m) for m in read_json_file(self.gateway.residency_file).get("models", {})]
-        return max([f for f in known if f is not None] or [0])
+        return max([f for f in self._footprints().values() if f is not None] or [0])
 
     def _resident_bytes(self, ready: set[str]) -> int:
-        models = read_json_file(self.gateway.residency_file).get("models", {})
-        return sum(self.footprint(m) or 0 for m in ready if m in models)
+        """Bytes the registered models in ``ready`` hold: a model whose footprint is not measured (its load added
+        no memory that could be seen) counts as large as the largest one measured, as its load assumed, never as
+        0 bytes, so the budget still holds."""
+        footprints = self._footprints()
+        largest = max([f for f in footprints.values() if f is not None] or [0])
+        return sum(largest if footprints[m] is None else footprints[m] for m in ready if m in footprints)
 
     def _budget_report(self, ready: set[str]) -> dict | None:
         if self.budget is None:
@@ -416,6 +457,16 @@ class OnDemandLoader:
 
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
+
+
+def load_failure_message(model: str, exc: BaseException) -> str:
+    """What held requests for ``model`` are answered when its load failed with ``exc``: Triton's or the
+    gateway's own message, or the kind of error and its text (a lock whose Redis does not answer)."""
+    if isinstance(exc, ServingRuntimeError):
+        return exc.message
+    if isinstance(exc, TimeoutError):
+        return str(exc)
+    return f"the host agent could not load {model}: {type(exc).__name__}: {exc}"
 
 
 def triton_resident_bytes(inference_url: str) -> int | None:

@@ -11,7 +11,8 @@ from tests.fixtures.services import traversable
 
 pytest_plugins = [
     "tests.fixtures.services", "tests.fixtures.triton", "tests.fixtures.bentos", "tests.fixtures.expositions",
-    "tests.fixtures.netns", "tests.fixtures.on_demand", "tests.fixtures.wheels", "tests.plugins.census",
+    "tests.fixtures.netns", "tests.fixtures.on_demand", "tests.fixtures.redis_server", "tests.fixtures.wheels",
+    "tests.plugins.census",
     "tests.plugins.tiers", "tests.plugins.timing", "tests.plugins.order", "tests.plugins.envelope",
 ]
 

@@ -6,8 +6,11 @@ beside the agent's worker (``adapters.triton.start_loader``)."""
 from __future__ import annotations
 
 import logging
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+
+from redis.lock import Lock
 
 from modelyard_agent.config import current as settings
 from modelyard_agent.contract import REGISTERED
@@ -101,17 +104,27 @@ def deploy_cold(gateway, payload: dict, *, route: dict | None, limit) -> dict | 
     return result
 
 
-@contextmanager
-def model_lock(model: str):
-    """The agent's per-(host, model) lock for one on-demand load or eviction; a deployment that holds it for
-    more than ``LOCK_WAIT_SECONDS`` makes it raise ``TimeoutError`` (the held requests get 503, retry soon)."""
-    lock = host_model_lock(settings().host, model)
-    if not lock.acquire(blocking_timeout=LOCK_WAIT_SECONDS):
-        raise TimeoutError(f"a deployment of {model} on this host is in progress; try again when it ends")
-    try:
-        yield
-    finally:
+def model_locks(lock_of: Callable[[str], Lock]) -> Callable[[str], AbstractContextManager]:
+    """``model -> context manager`` holding ``lock_of(model)`` (a Redis lock) around one on-demand load or
+    eviction: a deployment that holds it for more than ``LOCK_WAIT_SECONDS`` makes it raise ``TimeoutError`` (a
+    load is then answered 503, retry soon; an eviction passes the model over). When Redis does not answer, the
+    ``redis`` error is raised as it is (the loader fails that one load and goes on)."""
+
+    @contextmanager
+    def model_lock(model: str):
+        lock = lock_of(model)
+        if not lock.acquire(blocking_timeout=LOCK_WAIT_SECONDS):
+            raise TimeoutError(f"a deployment of {model} on this host is in progress; try again when it ends")
         try:
-            lock.release()
-        except Exception:  # noqa: BLE001 - an expired lock is released already
-            logger.warning("the lock of %s expired during an on-demand load", model)
+            yield
+        finally:
+            try:
+                lock.release()
+            except Exception:  # noqa: BLE001 - an expired lock is released already; Redis may be down
+                logger.warning("the lock of %s could not be released (expired, or Redis does not answer)", model)
+
+    return model_lock
+
+
+# The agent's per-(host, model) lock (``coordination.host_model_lock``), the one its deployments take.
+model_lock = model_locks(lambda model: host_model_lock(settings().host, model))

@@ -80,7 +80,7 @@ def drain_routed(gateway: TritonGateway, model: str, *, kept: list[int], timeout
     while True:
         try:
             busy = {key: count for key, count in gateway.inflight().items()
-                    if count > 0 and key.split("/")[0] == model and int(key.split("/")[1]) not in kept}
+                    if count > 0 and key.split("/")[0] == model and not _kept(key.split("/")[1], kept)}
             problem = ""
         except ServingRuntimeError as exc:
             if not exc.retryable:
@@ -92,6 +92,12 @@ def drain_routed(gateway: TritonGateway, model: str, *, kept: list[int], timeout
             return [problem] if problem else [f"{count} request(s) to {key.replace('/', ' v')} still in flight after "
                                               f"{timeout:g} s" for key, count in sorted(busy.items())]
         time.sleep(poll)
+
+
+def _kept(version: str, kept: list[int]) -> bool:
+    """Whether requests counted in flight under ``version`` (a number, or ``*``: an on-demand model's requests
+    that no route gave a version, which Triton answers with any) go to a version in ``kept``."""
+    return version.isdigit() and int(version) in kept
 
 
 class TritonHostAgent:
@@ -270,6 +276,9 @@ class TritonHostAgent:
         gateway = triton_gateway(payload["inference_url"])
         if gateway is not None and gateway.master_pid() is not None:
             gateway.remove_route(payload["model"])
+            # Before the unload: a model still registered on demand would be loaded again at its next request.
+            if payload["model"] in gateway.residency()["models"]:
+                gateway.unregister_on_demand(payload["model"])
             for problem in drain_routed(gateway, payload["model"], kept=[], timeout=unload_deadline(payload)):
                 logger.warning("unloading %s with requests in flight: %s", payload["model"], problem)
         payload = direct(payload)

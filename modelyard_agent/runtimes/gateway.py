@@ -70,6 +70,7 @@ from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.residency_control import ResidencyControl
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
+    CONTROL_BODIES,
     LUA_DIR,
     METRICS_DICT_SIZE,
     ROUTING_KEY_HEADER,
@@ -86,8 +87,9 @@ CAPTURE_BODY_LIMIT = 1 << 20
 # Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
 WORKER_USER = "nobody"
 CAPTURE_SUFFIX = ".ndjson"
-# The shared memory of the on-demand models' states and metrics (modelyard_residency.lua): some 2,000 models.
-RESIDENCY_DICT_SIZE = "4m"
+# The shared memory of the on-demand models' states and metrics (modelyard_residency.lua): about 1 KiB a model
+# before its cold starts fill its histogram, 3 KiB after: some 5,000 models.
+RESIDENCY_DICT_SIZE = "16m"
 
 # Header and timeout limits: a client that sends slowly or sends huge headers is cut off by nginx, not by
 # Triton, whose older HTTP server crashes on crafted requests (SECURITY.md).
@@ -250,6 +252,7 @@ http {{
     }}
 {grpc_server}    server {{
         listen unix:{dir}/control/sock;
+{control_bodies}
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
@@ -345,7 +348,7 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             metrics_size=METRICS_DICT_SIZE, measure="" if self.measure else ", false",
             start='                require("modelyard_metrics").start()\n' if self.measure else "",
-            residency_size=RESIDENCY_DICT_SIZE,
+            residency_size=RESIDENCY_DICT_SIZE, control_bodies=CONTROL_BODIES,
             answered='            body_filter_by_lua_block { require("modelyard_gateway").answered() }\n'
             if self.measure else "",
             identity=ANSWER_IN_CLEAR if self.measure else "",

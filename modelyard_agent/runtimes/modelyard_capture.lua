@@ -175,8 +175,7 @@ end
 function M.control()
     local method = ngx.req.get_method()
     if method == "POST" or method == "PUT" then
-        ngx.req.read_body()
-        local body = cjson.decode(ngx.req.get_body_data() or "")
+        local body = require("modelyard_routes").request_json()
         if method == "POST" then
             local count, err = M.apply(body)
             if not count then

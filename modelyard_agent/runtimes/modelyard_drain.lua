@@ -20,8 +20,7 @@ end
 -- {"draining": false} ends it; GET and POST answer {"draining": bool}.
 function M.control()
     if ngx.req.get_method() == "POST" then
-        ngx.req.read_body()
-        local body = cjson.decode(ngx.req.get_body_data() or "")
+        local body = require("modelyard_routes").request_json()
         if type(body) ~= "table" or type(body.draining) ~= "boolean" then
             ngx.status = 400
             ngx.say('a drain is {"draining": true} or {"draining": false}')

@@ -16,15 +16,15 @@ local M = {}
 -- the model's state again, so that an eviction either waits for it or holds it.
 function M.route(model)
     local route, version, key = M.claim_resident(model, routes.pick)
+    if key then
+        ngx.var.modelyard_counted = key
+    end
     if not route then
         ngx.var.modelyard_role = "unrouted"
         -- answered() reads the version from Triton's answer, asked for without compression
         ngx.ctx.modelyard_unrouted = true
         ngx.var.modelyard_accept_encoding = ""
         return
-    end
-    if key then
-        ngx.var.modelyard_counted = key
     end
     ngx.var.modelyard_version = version
     ngx.var.modelyard_role = version == route.canary and "canary" or "stable"
@@ -98,11 +98,15 @@ function M.answered()
 end
 
 -- `routes.claim(model, choose)` once `model` is resident (held until then; at once for a model that is
--- always resident), counted in flight while it still is.
+-- always resident), counted in flight while it still is: an on-demand model's request that no route counts
+-- on a version is counted on the model alone (routes.claim_model).
 function M.claim_resident(model, choose)
     while true do
         residency.hold(model)
         local route, version, key = routes.claim(model, choose)
+        if not key and residency.settings(model) then
+            key = routes.claim_model(model)
+        end
         if residency.still_resident(model) then
             return route, version, key
         end
@@ -116,8 +120,13 @@ function M.named(model, version)
     if not residency.settings(model) then
         return
     end
-    local _, _, key = M.claim_resident(model, function()
-        return tonumber(version)
+    -- Counted on the version when the model's route gives it (a drain of that version waits for it), else on
+    -- the model alone: a version taken from the client's digits would add a counter per number sent.
+    local _, _, key = M.claim_resident(model, function(route)
+        local named = tonumber(version)
+        if named == route.stable or named == route.canary or named == route.shadow then
+            return named
+        end
     end)
     ngx.var.modelyard_counted = key or ""
 end

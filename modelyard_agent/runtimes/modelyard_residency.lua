@@ -328,8 +328,7 @@ function M.control()
         return
     end
     if apply then
-        ngx.req.read_body()
-        local ok, err = apply(cjson.decode(ngx.req.get_body_data() or ""))
+        local ok, err = apply(require("modelyard_routes").request_json())
         if not ok then
             return bad(err)
         end

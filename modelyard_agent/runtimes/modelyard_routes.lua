@@ -180,6 +180,19 @@ function M.claim(model, choose)
     end
 end
 
+-- Count one request in flight on `model` without a version ("<model>/*/<worker pid>"): an on-demand model's
+-- request that no route gave a version (the model has no route, or the request names a version the route does
+-- not give), so that an eviction of the model waits for it too. Returns its counter's key (for `release`).
+-- The key is one per model and worker, whatever version a client names, so clients cannot add counters.
+function M.claim_model(model)
+    if not inflight then
+        return nil
+    end
+    local key = model .. "/*/" .. string.format("%d", ngx.worker.pid())
+    inflight:incr(key, 1, 0)
+    return key
+end
+
 -- The request counted under `key` by `claim` ended (its log phase); nil or "" counts nothing.
 function M.release(key)
     if key and key ~= "" and inflight then
@@ -208,14 +221,29 @@ function M.encoded()
     return next(out) and cjson.encode(out) or "{}"
 end
 
+-- The JSON a control socket's request carries, decoded (nil when it is none). Read whole, from memory or from
+-- the temporary file nginx wrote it to (a body larger than client_body_buffer_size: 2,000 models' routes).
+function M.request_json()
+    ngx.req.read_body()
+    local data = ngx.req.get_body_data()
+    if not data then
+        local path = ngx.req.get_body_file()
+        local file = path and io.open(path, "rb")
+        if file then
+            data = file:read("*a")
+            file:close()
+        end
+    end
+    return cjson.decode(data or "")
+end
+
 -- For a control socket's POST: give `apply` the JSON object the request carries; false (having answered 400
 -- with `apply`'s message) when it refused it. Other methods change nothing and return true.
 function M.replace_from_request(apply)
     if ngx.req.get_method() ~= "POST" then
         return true
     end
-    ngx.req.read_body()
-    local count, err = apply(cjson.decode(ngx.req.get_body_data() or ""))
+    local count, err = apply(M.request_json())
     if not count then
         ngx.status = 400
         ngx.say(err)

@@ -37,6 +37,7 @@ from pathlib import Path
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.routes import (
+    CONTROL_BODIES,
     LUA_DIR,
     METRICS_DICT_SIZE,
     SHADOW_HEADER,
@@ -112,6 +113,7 @@ _SPLIT_SERVER = DRAIN_SERVER.replace("{", "{{").replace("}", "}}") + """\
 _CONTROL_SERVER = """\
     server {{
         listen unix:{dir}/control/sock;
+{control_bodies}
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
@@ -227,7 +229,7 @@ class NginxFront(RouteControl, NginxProcess):
             split = {"load_modules": _load_modules(),
                      "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir, metrics_size=METRICS_DICT_SIZE),
                      "split_server": _SPLIT_SERVER.format(metrics_prefix=METRICS_PREFIX),
-                     "control_server": _CONTROL_SERVER.format(dir=self.dir)}
+                     "control_server": _CONTROL_SERVER.format(dir=self.dir, control_bodies=CONTROL_BODIES)}
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),
                                  keepalive=int(self.client_keepalive), temp_paths=TEMP_PATHS.format(dir=self.dir),
                                  **split)

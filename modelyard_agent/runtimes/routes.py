@@ -24,6 +24,12 @@ from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 # (model, version, role), so some 4,000 series; past that nginx evicts the least recently used counters.
 METRICS_DICT_SIZE = "8m"
 
+# The control socket's bodies (every route, residency or capture setting at once: some 60 bytes a model) stay in
+# memory up to 1 MiB; a larger one goes to nginx's temporary file, which modelyard_routes.lua's request_json reads.
+CONTROL_BODIES = """\
+        client_max_body_size 64m;
+        client_body_buffer_size 1m;"""
+
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
 ROUTING_KEY_HEADER = "X-Modelyard-Routing-Key"

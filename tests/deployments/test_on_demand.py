@@ -198,12 +198,7 @@ LOADER_PROCESS = textwrap.dedent("""
 
 def test_held_requests_get_503_when_the_agent_is_killed_and_serving_resumes_after_its_restart(host, tmp_path):
     # A model whose load takes 8 s, so requests are held when the agent's process is SIGKILLed.
-    slow = host.server.model_repository / "sleepy"
-    put_model(host.server, "sleepy")
-    model_py = next(slow.glob("1/model.py"))
-    model_py.write_text(model_py.read_text().replace("    def initialize(self, args):\n",
-                                                     "    def initialize(self, args):\n        import time\n"
-                                                     "        time.sleep(8)\n", 1))
+    put_model(host.server, "sleepy", load_seconds=8)
     put_model(host.server, "after_a")
     host.register_on_demand("sleepy", cold_start_timeout=60)
     host.register_on_demand("after_a", cold_start_timeout=60)

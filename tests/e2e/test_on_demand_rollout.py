@@ -72,3 +72,12 @@ def test_an_on_demand_model_is_staged_loaded_at_its_first_request_and_left_regis
         metrics = requests.get(f"{stack.gateway_url}/metrics", timeout=10).text
         assert 'modelyard_on_demand_requests_total{model="iris",outcome="cold"} 2' in metrics
         assert "modelyard_memory_budget_bytes 8589934592" in metrics
+
+        # Unloaded from the host: no longer registered on demand, so its next request gets Triton's own answer
+        # for a model it does not hold, and nothing loads it back.
+        unloaded = client.post(f"/api/v1/hosts/{HOST}/models/iris/unload/")
+        assert unloaded.status_code == 202, unloaded.content
+        wait_for(lambda: runtime.ready_versions("iris") == [], timeout=60, what="iris unloaded")
+        after = requests.post(f"{stack.gateway_url}/v2/models/iris/infer", json=BODY, timeout=60)
+        assert after.status_code != 200 and "X-Modelyard-Cold-Start" not in after.headers, after.text
+        assert runtime.ready_versions("iris") == []

@@ -5,50 +5,15 @@ left alone), with append-only persistence as docker-compose runs it, so queued m
 restart. It is restarted while the host agent loads the new version.
 """
 
-import shutil
-import signal
 import time
 
 import pytest
-import redis
 
 from deployments.models import DeploymentTarget
 from tests.e2e.support import Traffic, wait_deployment
-from tests.fixtures.services import Service, _spawn, free_port, wait_for
+from tests.fixtures.services import wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-
-class RestartableRedis:
-    """A redis-server on a fixed port with its append-only file in ``workdir``."""
-
-    def __init__(self, workdir):
-        self.port = free_port()
-        self.workdir = workdir
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.service: Service | None = None
-
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            pytest.fail("redis-server is not installed")
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.service = _spawn("redis", [binary, "--port", str(self.port), "--bind", "127.0.0.1",
-                                        "--appendonly", "yes", "--save", "", "--dir", str(self.workdir)],
-                              self.workdir)
-        wait_for(lambda: redis.Redis.from_url(self.url).ping(), timeout=30, what="redis-server")
-
-    def stop(self) -> None:
-        if self.service is not None:
-            self.service.stop(sig=signal.SIGTERM)
-
-
-@pytest.fixture
-def restartable_redis(tmp_path):
-    server = RestartableRedis(tmp_path / "redis")
-    server.start()
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,181 @@
+"""Models on demand when something goes wrong, on a real Triton behind a real gateway, with a real Redis for the
+per-model locks: the loader outlives its lock service going down and a model unregistered while a load waits
+for room; an eviction never takes a model whose deployment holds its lock; every control takes 2,000 models."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+import requests
+
+from modelyard_agent.adapters.on_demand import model_locks
+from modelyard_agent.coordination import lock_key
+from modelyard_agent.runtimes.routes import make_route
+from modelyard_agent.runtimes.triton import TritonRuntime
+from tests.deployments.test_gateway import BODY
+from tests.fixtures.on_demand import MB, put_model
+from tests.fixtures.services import wait_for
+
+pytestmark = pytest.mark.integration
+
+HOST = "on-demand-faults"
+
+
+@pytest.fixture
+def host(make_host, triton_server):
+    """A gateway in front of the session's shared Triton."""
+    return make_host(triton_server)
+
+
+@pytest.fixture
+def locks(restartable_redis):
+    """The agent's per-model locks (``adapters.on_demand.model_locks``) in a Redis of this test's own, and a client
+    of it for taking a lock as a deployment does."""
+    client = redis.Redis.from_url(restartable_redis.url, socket_timeout=2, socket_connect_timeout=2)
+    return model_locks(lambda model: client.lock(lock_key(HOST, model), timeout=60)), client
+
+
+def infer(gateway, model: str, timeout: float = 60) -> requests.Response:
+    return requests.post(f"{gateway.url}/v2/models/{model}/infer", json=BODY, timeout=timeout)
+
+
+def ready_models(server) -> set[str]:
+    return {e.name for e in TritonRuntime(server.http_url).repository_index() if e.state == "READY"}
+
+
+def evictions(gateway, model: str) -> float:
+    text = requests.get(f"{gateway.url}/metrics", timeout=10).text
+    prefix = f'modelyard_evictions_total{{model="{model}",'
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+def test_the_loader_outlives_its_lock_service_going_down_for_10_s(host, locks, restartable_redis):
+    model_lock, _ = locks
+    put_model(host.server, "redis_a")
+    host.register_on_demand("redis_a", cold_start_timeout=20)
+    loader = host.start_loader(model_lock=model_lock)
+    restartable_redis.stop()
+    down = time.monotonic()
+    try:
+        refused = infer(host, "redis_a")
+        # The load fails at once, naming why, instead of ending the loading thread (every cold request would then
+        # wait out its cold-start timeout until the agent restarts).
+        assert refused.status_code == 503, refused.text
+        assert refused.json()["reason"] == "load_failed", refused.json()
+        assert "ConnectionError" in refused.json()["error"] and "redis_a" in refused.json()["error"]
+        assert time.monotonic() - down < 10
+        time.sleep(max(0.0, 10 - (time.monotonic() - down)))  # the outage itself, not a wait for a result
+    finally:
+        restartable_redis.start()
+    # Past the backoff (1 s after one failure), the next request loads it.
+    wait_for(lambda: infer(host, "redis_a").status_code == 200, timeout=20, what="redis_a served once Redis is back")
+    assert loader.runtime.loads == {"redis_a": 1}
+    assert all(thread.is_alive() for thread in loader._threads)
+
+
+def test_a_model_unregistered_while_a_load_waits_for_room_leaves_the_loader_working(host):
+    # busy_a (50 MB) and busy_c (100 MB) answer in 4 s each, so both are in flight when wait_b (100 MB) asks for
+    # room in a budget of 160 MB; busy_a is unregistered during that wait. Routed, so they count in flight.
+    for name, footprint in (("busy_a", 50), ("busy_c", 100), ("wait_b", 100)):
+        put_model(host.server, name, infer_seconds=4 if name.startswith("busy") else 0)
+        host.register_on_demand(name, footprint_bytes=footprint * MB, cold_start_timeout=15)
+    for name in ("busy_a", "busy_c"):
+        host.set_route(name, stable=1)
+    loader = host.start_loader(budget_bytes=160 * MB)
+    with ThreadPoolExecutor(3) as pool:
+        slow = [pool.submit(infer, host, "busy_a")]
+        wait_for(lambda: host.inflight().get("busy_a/1") == 1, timeout=30, what="busy_a in flight")
+        slow.append(pool.submit(infer, host, "busy_c"))
+        wait_for(lambda: host.inflight().get("busy_c/1") == 1, timeout=30, what="busy_c in flight")
+        waiting = pool.submit(infer, host, "wait_b")
+        wait_for(lambda: host.residency()["models"]["wait_b"]["held"] == 1, timeout=10, what="wait_b held")
+        time.sleep(0.3)  # the loader is in its wait for room
+        host.unregister_on_demand("busy_a")
+        answer = waiting.result()
+        assert [future.result().status_code for future in slow] == [200, 200]
+    # The wait ends with room (busy_c done) or without (503 no room); never with the loader gone, which leaves
+    # every cold request to wait out its timeout.
+    assert answer.status_code == 200 or answer.json()["reason"] == "load_failed", answer.text
+    assert all(thread.is_alive() for thread in loader._threads)
+    wait_for(lambda: infer(host, "wait_b", timeout=30).status_code == 200, timeout=20, what="wait_b served")
+
+
+def test_an_eviction_passes_over_a_model_whose_deployment_holds_its_lock(host, locks):
+    model_lock, client = locks
+    for name in ("locked_x", "idle_y"):
+        put_model(host.server, name)
+        host.register_on_demand(name, footprint_bytes=100 * MB)
+    host.start_loader(budget_bytes=250 * MB, model_lock=model_lock)  # two models and room for one more
+    first = infer(host, "locked_x")
+    assert first.status_code == 200, first.text
+    deployment = client.lock(lock_key(HOST, "locked_x"), timeout=60)
+    assert deployment.acquire(blocking=False)  # a deployment of locked_x begins
+    try:
+        for _ in range(3):  # idle_y is asked more: locked_x is the first victim by demand
+            assert infer(host, "idle_y").status_code == 200
+        # Between loads the loader keeps 100 MB free: one of the two leaves, and it is not the locked one.
+        wait_for(lambda: "idle_y" not in ready_models(host.server), timeout=30, what="idle_y evicted instead")
+        assert "locked_x" in ready_models(host.server)
+        assert evictions(host, "locked_x") == 0
+    finally:
+        deployment.release()
+
+
+def test_every_control_takes_2000_models_at_once(host):
+    # Each control body carries every model (some 60 bytes a model): 2,000 are far past nginx's 16-KiB body buffer.
+    names = [f"many_{i:04d}" for i in range(2000)]
+    residency = host._control("POST", {"models": {name: {"pinned": False, "cold_start_timeout": 5, "max_held": 4}
+                                                  for name in names}}, path="/residency")
+    assert set(residency["models"]) == set(names)
+    routes = host._control("POST", {name: make_route(stable=1) for name in names})
+    assert set(routes) == set(names) and routes["many_1999"]["stable"] == 1
+    limits = host._control("POST", {name: 1 << 20 for name in names}, path="/limits")
+    assert set(limits["models"]) == set(names)
+    # The last one is on demand indeed: with no loader polling, its request is answered at once.
+    answer = infer(host, "many_1999")
+    assert answer.status_code == 503 and answer.json()["reason"] == "no_loader", answer.text
+
+
+def test_a_request_to_an_on_demand_model_without_a_route_counts_in_flight_so_no_eviction_cuts_it(host):
+    put_model(host.server, "unrouted_a", infer_seconds=3)
+    host.register_on_demand("unrouted_a")
+    loader = host.start_loader()
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(infer, host, "unrouted_a")
+        wait_for(lambda: host.inflight().get("unrouted_a/*", 0) == 1, timeout=30, what="unrouted_a in flight")
+        # The eviction waits for it (and gives up after its timeout), rather than unloading under it.
+        assert loader.evict("unrouted_a", "budget", timeout=0.5) is False
+        answer = slow.result()
+    assert answer.status_code == 200, answer.text
+    assert "unrouted_a" in ready_models(host.server)
+    assert host.inflight().get("unrouted_a/*") == 0
+
+
+def test_requests_that_name_versions_add_no_counter_per_number_sent(host):
+    put_model(host.server, "named_a")
+    host.register_on_demand("named_a")
+    host.set_route("named_a", stable=1)
+    host.start_loader()
+    for version in range(1, 41):
+        requests.post(f"{host.url}/v2/models/named_a/versions/{version}/infer", json=BODY, timeout=60)
+    keys = {key for key in host._control("GET", path="/inflight") if key.startswith("named_a/")}
+    # One counter for the routed version and one for the model alone, per nginx worker: not one per number.
+    assert {key.split("/")[1] for key in keys} <= {"1", "*"}, keys
+
+
+def test_a_model_whose_footprint_cannot_be_measured_counts_as_the_largest_not_as_0_bytes(host, monkeypatch):
+    # Triton in a container of its own, without a metrics URL: the agent sees no memory rise (the shipped
+    # docker-compose.yml). A fault injected by hand, since this machine always lets the agent see Triton.
+    monkeypatch.setattr("modelyard_agent.residency.triton_resident_bytes", lambda url: None)
+    for name in ("known_a", "unseen_b", "known_c"):
+        put_model(host.server, name)
+        host.register_on_demand(name, **({} if name == "unseen_b" else {"footprint_bytes": 100 * MB}))
+    loader = host.start_loader(budget_bytes=250 * MB, metrics_url="")
+    for name in ("known_a", "unseen_b", "known_c"):
+        assert infer(host, name).status_code == 200
+    assert loader.footprint("unseen_b") is None
+    # Three models of some 100 MB each never sit together in 250 MB.
+    resident = ready_models(host.server) & {"known_a", "unseen_b", "known_c"}
+    assert len(resident) <= 2, resident
+    assert host.residency()["budget"]["resident_bytes"] <= 250 * MB
