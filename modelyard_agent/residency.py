@@ -64,6 +64,10 @@ class NoRoom(Exception):
     """The budget cannot hold a model: everything resident that would have to leave is pinned or busy."""
 
 
+class Abandoned(Exception):
+    """No request waits for the model any more: it is not loaded."""
+
+
 @dataclass
 class Loaded:
     """A load's outcome: seconds Triton took and the footprint in bytes (None: not measured)."""
@@ -204,6 +208,9 @@ class OnDemandLoader:
         except NoRoom as exc:
             self._report_failure(model, str(exc), NO_ROOM_RETRY_SECONDS)
             return
+        except Abandoned as exc:
+            logger.info("on-demand load of %s skipped: %s", model, exc)
+            return
         except Exception as exc:  # noqa: BLE001 - ServingRuntimeError, TimeoutError, and what nobody foresaw
             count = self.failures[model] = self.failures.get(model, 0) + 1
             backoff = min(MAX_BACKOFF_SECONDS, 2.0 ** (count - 1))
@@ -231,6 +238,7 @@ class OnDemandLoader:
 
         Raises:
             NoRoom: the budget cannot hold it (nothing loaded, nothing evicted beyond what was idle).
+            Abandoned: no request is held for it any more (nothing loaded; the gateway's want ended).
             ServingRuntimeError: the model is not registered on demand here, or Triton refused or failed the
                 load (its message; the failed entry is unloaded again), or Triton does not answer.
         """
@@ -241,6 +249,11 @@ class OnDemandLoader:
         if model in ready:
             self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
             return Loaded(0.0, self.footprint(model))
+        if not registered[model]["held"]:
+            # Every request that wanted it gave up (timed out, refused) while other loads ran: loading it now
+            # would only evict models in use. The want ends; a request that comes later wants it again.
+            self.gateway.report_residency(model, abandoned=True)
+            raise Abandoned(f"no request waits for {model} any more")
         if self.budget is not None:
             ready -= self._make_room(model, registered, ready)
         before = self._memory()

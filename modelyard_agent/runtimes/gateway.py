@@ -193,6 +193,7 @@ http {{
             set $modelyard_shadow_counted "";
             set $modelyard_capture "";
             set $modelyard_accept_encoding $http_accept_encoding;
+            lua_check_client_abort on;
             rewrite_by_lua_block {{
 {start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
@@ -224,6 +225,7 @@ http {{
         location ~ ^/v2/models/(?<modelyard_model>[^/]+)/versions/(?<modelyard_named>[0-9]+)/infer$ {{
             set $modelyard_capture "";
             set $modelyard_counted "";
+            lua_check_client_abort on;
             rewrite_by_lua_block {{
 {start}                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)

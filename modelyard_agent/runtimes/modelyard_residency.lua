@@ -135,7 +135,22 @@ function M.hold(model)
         return refuse(model, "queue_full", held - 1 .. " requests already wait for " .. model
             .. " to load (its queue holds " .. (settings.max_held or M.DEFAULT_MAX_HELD) .. ")", 1)
     end
+    -- A client that closes its connection while held gives its place back at once (lua_check_client_abort is on
+    -- in the inference locations), rather than keeping it until its timeout and then reaching Triton for no one.
+    local ctx = ngx.ctx
+    ctx.modelyard_held = model
+    if not ctx.modelyard_abort_handled then
+        ctx.modelyard_abort_handled = true
+        ngx.on_abort(function()
+            if ngx.ctx.modelyard_held then
+                dict:incr("h\t" .. ngx.ctx.modelyard_held, -1, 0)
+                ngx.ctx.modelyard_held = nil
+            end
+            return ngx.exit(499)
+        end)
+    end
     local reason, message, retry_after = wait(model, settings, started + settings.cold_start_timeout)
+    ctx.modelyard_held = nil
     dict:incr("h\t" .. model, -1, 0)
     if reason then
         return refuse(model, reason, message, retry_after)
@@ -246,8 +261,9 @@ local function register(body)
     return true
 end
 
--- PUT /residency/state {"model", "state", "reason"?, "failure"?: {message, retry_after}, "budget"?}: the
--- loader's report of one model. "resident" or a failure ends the want; "cold" with a reason counts an eviction.
+-- PUT /residency/state {"model", "state", "reason"?, "failure"?: {message, retry_after}, "budget"?,
+-- "abandoned"?}: the loader's report of one model. "resident", a failure or "abandoned" (no request waits for it
+-- any more, so it is not loaded) ends the want; "cold" with a reason counts an eviction.
 local function report(body)
     if type(body) ~= "table" or type(body.model) ~= "string" then
         return nil, "a state report is {model, state, reason?, failure?: {message, retry_after}}"
@@ -267,7 +283,7 @@ local function report(body)
         dict:set("f\t" .. model, cjson.encode({ message = tostring(body.failure.message),
                                                 retry_after = retry_after }), retry_after)
     end
-    if body.state == "resident" or type(body.failure) == "table" then
+    if body.state == "resident" or type(body.failure) == "table" or body.abandoned == true then
         dict:delete("w\t" .. model)
         dict:delete("t\t" .. model)
     end

@@ -83,11 +83,13 @@ class ResidencyControl:
             return self._control("POST", body, path="/residency")
 
     def report_residency(self, model: str, state: str | None = None, *, reason: str | None = None,
-                         failure: tuple[str, float] | None = None, budget: dict | None = None) -> dict:
+                         failure: tuple[str, float] | None = None, budget: dict | None = None,
+                         abandoned: bool = False) -> dict:
         """The loader's report of ``model``: its ``state`` (None: unchanged), the ``reason`` of an eviction (with
         state cold; counted in ``modelyard_evictions_total``), a failed load as ``(message, retry_after
         seconds)`` (held requests are answered 503 with it, and so is every request until it expires) and the
-        host's ``budget`` (``{"budget_bytes", "resident_bytes"}``, exposed as gauges).
+        host's ``budget`` (``{"budget_bytes", "resident_bytes"}``, exposed as gauges); ``abandoned``: the loader
+        will not load it, since no request waits for it any more (its want ends, so a later request wants it anew).
 
         Raises:
             ServingRuntimeError: the gateway refused or did not answer.
@@ -101,6 +103,8 @@ class ResidencyControl:
             body["failure"] = {"message": failure[0], "retry_after": float(failure[1])}
         if budget is not None:
             body["budget"] = budget
+        if abandoned:
+            body["abandoned"] = True
         return self._control("PUT", body, path="/residency/state")
 
     def forget_taken(self) -> dict:

@@ -2,6 +2,9 @@
 per-model locks: the loader outlives its lock service going down and a model unregistered while a load waits
 for room; an eviction never takes a model whose deployment holds its lock; every control takes 2,000 models."""
 
+import json
+import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -179,3 +182,55 @@ def test_a_model_whose_footprint_cannot_be_measured_counts_as_the_largest_not_as
     resident = ready_models(host.server) & {"known_a", "unseen_b", "known_c"}
     assert len(resident) <= 2, resident
     assert host.residency()["budget"]["resident_bytes"] <= 250 * MB
+
+
+def test_a_model_whose_requests_all_gave_up_is_not_loaded(host):
+    put_model(host.server, "slow_load", load_seconds=3)
+    put_model(host.server, "gave_up")
+    host.register_on_demand("slow_load", cold_start_timeout=30)
+    host.register_on_demand("gave_up", cold_start_timeout=2)
+    loader = host.start_loader()
+    with ThreadPoolExecutor(1) as pool:
+        slow = pool.submit(infer, host, "slow_load")
+        wait_for(lambda: loader.runtime.loads.get("slow_load") == 1, timeout=10, what="the load of slow_load")
+        gave_up = infer(host, "gave_up")  # held behind that load (one at a time) past its timeout
+        assert gave_up.status_code == 503 and gave_up.json()["reason"] == "timeout", gave_up.text
+        assert slow.result().status_code == 200
+    # The loader comes to gave_up's want once slow_load is in: nobody waits for it, so it is not loaded (a load
+    # would evict models in use, for no one).
+    wait_for(lambda: not host.residency()["models"]["gave_up"]["wanted"], timeout=10, what="gave_up's want to end")
+    assert "gave_up" not in loader.runtime.loads and "gave_up" not in ready_models(host.server)
+    # A request that comes later wants it anew.
+    host.register_on_demand("gave_up", cold_start_timeout=30)
+    assert infer(host, "gave_up").status_code == 200
+    assert loader.runtime.loads["gave_up"] == 1
+
+
+def test_a_client_that_leaves_while_held_gives_its_place_back_at_once(host):
+    put_model(host.server, "left_a")
+    host.register_on_demand("left_a", cold_start_timeout=30, max_held=1)
+    polling = threading.Event()
+
+    def poll():  # a loader that polls (it lives) but never loads: requests stay held
+        while not polling.is_set():
+            host.wanted(wait=0.5)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        body = json.dumps(BODY).encode()
+        client = socket.create_connection(("127.0.0.1", host.listen_port))
+        client.sendall(b"POST /v2/models/left_a/infer HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 1, timeout=10, what="left_a held")
+        client.close()  # the client gives up
+        wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 0, timeout=5, what="its place given back")
+        # The queue (one place) takes the next client: it waits, rather than being refused queue_full.
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(infer, host, "left_a")
+            wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 1, timeout=10, what="the next held")
+            polling.set()  # the loader dies: the held request is answered no_loader within a few seconds
+            assert waiting.result().json()["reason"] == "no_loader"
+    finally:
+        polling.set()
+        poller.join()
