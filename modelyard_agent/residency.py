@@ -87,9 +87,9 @@ class OnDemandLoader:
         metrics_url: Triton's metrics endpoint, read around each load to measure a footprint; empty: not
             measured (a model then counts with its deployment's footprint, or 0).
         state_dir: where ``footprints.json`` lives.
-        model_lock: ``model -> context manager`` held around each load and eviction (the agent's
-            per-(host, model) lock, so no deployment swaps a model while it loads or leaves); a lock that
-            cannot be had raises ``TimeoutError``.
+        model_lock: ``(model, wait=None) -> context manager`` held around each load and eviction (the agent's
+            per-(host, model) lock, so no deployment swaps a model while it loads or leaves; ``wait``: seconds to
+            wait for it, None for its default); a lock that cannot be had raises ``TimeoutError``.
         unload_timeout: seconds to wait for an evicted model's versions to be gone.
     """
 
@@ -100,7 +100,7 @@ class OnDemandLoader:
         self.budget = budget_bytes
         self.metrics_url = metrics_url
         self.footprints_file = Path(state_dir) / "footprints.json"
-        self.model_lock = model_lock or (lambda model: nullcontext())
+        self.model_lock = model_lock or (lambda model, wait=None: nullcontext())
         self.unload_timeout = unload_timeout
         self.failures: dict[str, int] = {}
         self.demand: dict[str, tuple[float, int, float]] = {}  # model: (score, requests counted, when)
@@ -276,7 +276,7 @@ class OnDemandLoader:
         if self.budget is not None and self._resident_bytes(ready) > self.budget:
             # Measured larger than assumed: others leave now, so the budget holds again.
             try:
-                self._make_room(None, self.gateway.residency()["models"], ready)
+                self._make_room(None, self.gateway.residency()["models"], ready, keep=model)
             except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
                 logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
         return Loaded(seconds, footprint)
@@ -296,7 +296,7 @@ class OnDemandLoader:
         """
         with ExitStack() as locked:
             try:
-                locked.enter_context(self.model_lock(model))
+                locked.enter_context(self.model_lock(model, wait=0))  # an eviction is optional: never waits
             except TimeoutError as exc:  # a deployment of the model holds its lock
                 logger.info("%s not evicted: %s", model, exc)
                 return False
@@ -319,9 +319,10 @@ class OnDemandLoader:
         return True
 
     def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, free: int = 0,
-                   wait: float = DRAIN_SECONDS) -> set[str]:
+                   wait: float = DRAIN_SECONDS, keep: str | None = None) -> set[str]:
         """Evict the models of least demand (``victims``) until ``loading`` (None: nothing more) fits in the budget
-        beside the resident ones with ``free`` bytes to spare; returns the models evicted. A model with requests
+        beside the resident ones with ``free`` bytes to spare, never evicting ``keep`` (the model just loaded, whose
+        lock this thread holds); returns the models evicted. A model with requests
         held or in flight is passed over; when only such models are left it waits for them up to ``wait`` s
         (a model whose load just ended still has its held requests on their way).
 
@@ -337,7 +338,7 @@ class OnDemandLoader:
         deadline = time.monotonic() + wait
         while self._resident_bytes(resident) + need + free > self.budget:
             busy = False
-            for victim in self.victims(registered, resident - {loading}):
+            for victim in self.victims(registered, resident - {loading, keep}):
                 if registered[victim]["held"] or self._in_flight(victim):
                     busy = True
                     continue

@@ -105,15 +105,16 @@ def deploy_cold(gateway, payload: dict, *, route: dict | None, limit) -> dict | 
 
 
 def model_locks(lock_of: Callable[[str], Lock]) -> Callable[[str], AbstractContextManager]:
-    """``model -> context manager`` holding ``lock_of(model)`` (a Redis lock) around one on-demand load or
-    eviction: a deployment that holds it for more than ``LOCK_WAIT_SECONDS`` makes it raise ``TimeoutError`` (a
-    load is then answered 503, retry soon; an eviction passes the model over). When Redis does not answer, the
+    """``(model, wait=None) -> context manager`` holding ``lock_of(model)`` (a Redis lock) around one on-demand load
+    or eviction: a deployment that holds it for more than ``wait`` seconds (None: ``LOCK_WAIT_SECONDS``; 0: not
+    at all, as evictions ask) makes it raise ``TimeoutError`` (a load is then answered 503, retry soon; an
+    eviction passes the model over). When Redis does not answer, the
     ``redis`` error is raised as it is (the loader fails that one load and goes on)."""
 
     @contextmanager
-    def model_lock(model: str):
+    def model_lock(model: str, wait: float | None = None):
         lock = lock_of(model)
-        if not lock.acquire(blocking_timeout=LOCK_WAIT_SECONDS):
+        if not lock.acquire(blocking=wait != 0, blocking_timeout=LOCK_WAIT_SECONDS if wait is None else wait):
             raise TimeoutError(f"a deployment of {model} on this host is in progress; try again when it ends")
         try:
             yield

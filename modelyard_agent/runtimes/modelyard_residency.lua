@@ -169,6 +169,19 @@ function M.still_resident(model)
     return not M.settings(model) or dict:get("s\t" .. model) == "resident"
 end
 
+-- log_by_lua of an inference request for `model`: Triton's answer says it holds no ready version of an
+-- on-demand model read as resident (503: the version is not at ready state; 404 to a request that named no
+-- version: no available versions), so Triton dropped it on its own (an unload through its API, a crashed
+-- backend): the model reads cold at once, and the next request is held and loads it again, rather than failing
+-- too until the agent's reconciliation (every 2 s) notices. `named`: the request named its version, whose 404
+-- (a version that does not exist) changes nothing, so clients cannot make a resident model cold.
+function M.answered(model, status, named)
+    if (status == 503 or (status == 404 and not named)) and M.settings(model)
+            and dict:get("s\t" .. model) == "resident" then
+        dict:set("s\t" .. model, "cold")
+    end
+end
+
 -- The agent's reports (control socket).
 
 local function answer(text)

@@ -234,3 +234,15 @@ def test_a_client_that_leaves_while_held_gives_its_place_back_at_once(host):
     finally:
         polling.set()
         poller.join()
+
+
+def test_a_model_triton_dropped_on_its_own_is_held_and_loaded_from_the_next_request(host):
+    put_model(host.server, "dropped_a")
+    host.register_on_demand("dropped_a")
+    loader = host.start_loader()
+    assert infer(host, "dropped_a").status_code == 200
+    TritonRuntime(host.server.http_url).unload("dropped_a")  # as a crashed backend: the agent did not do it
+    # Sent at once, well within the agent's reconciliation (every 2 s): at most the first meets Triton's 503.
+    answers = [infer(host, "dropped_a") for _ in range(3)]
+    assert [a.status_code for a in answers[1:]] == [200, 200], [a.text for a in answers]
+    assert loader.runtime.loads == {"dropped_a": 2}

@@ -67,7 +67,11 @@ def test_an_on_demand_model_is_staged_loaded_at_its_first_request_and_left_regis
         runtime.unload("iris")
         wait_for(lambda: reported("REGISTERED") == {("iris", 2)}, timeout=60, what="iris v2 reported REGISTERED")
         assert [r for r in reconcile_fleet() if r.host == HOST] == []
+        # The heartbeat reads Triton's index; the gateway learns it from the agent's reconciliation (every 2 s)
+        # or from a request Triton refuses, whichever comes first: the request after that is held and loads it.
         answer = requests.post(f"{stack.gateway_url}/v2/models/iris/infer", json=BODY, timeout=90)
+        if answer.status_code == 503 and "not at ready state" in answer.text:
+            answer = requests.post(f"{stack.gateway_url}/v2/models/iris/infer", json=BODY, timeout=90)
         assert answer.status_code == 200 and answer.json()["model_version"] == "2", answer.text
         metrics = requests.get(f"{stack.gateway_url}/metrics", timeout=10).text
         assert 'modelyard_on_demand_requests_total{model="iris",outcome="cold"} 2' in metrics
