@@ -48,9 +48,17 @@ def broker() -> redis.Redis:
     return _client(app.conf.broker_url)
 
 
+# Seconds a broker call may take to connect and to answer: a Redis that hangs (rather than refusing) fails the
+# call, so a lock taken around an on-demand load fails that load, not the loader (redis-py before 6 waits forever).
+BROKER_CONNECT_TIMEOUT_S = 5.0
+BROKER_SOCKET_TIMEOUT_S = 10.0
+
+
 @cache
 def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url)  # redis-py's pool reconnects in a forked worker process
+    # redis-py's pool reconnects in a forked worker process
+    return redis.Redis.from_url(url, socket_connect_timeout=BROKER_CONNECT_TIMEOUT_S,
+                                socket_timeout=BROKER_SOCKET_TIMEOUT_S)
 
 
 def host_model_lock(host: str, model: str, load_deadline: float | None = None) -> redis.lock.Lock:

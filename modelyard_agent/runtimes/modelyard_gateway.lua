@@ -140,7 +140,12 @@ function M.pinned_done(model, version, measure)
     if measure == false then
         return
     end
-    metrics.observe(M.known(model, version, "pinned"))
+    if not ngx.var.upstream_addr then
+        -- Answered by the gateway itself (held past its timeout, no loader, a client gone, a body too large):
+        -- Triton never vouched for the version the client named, so it counts under none.
+        version = ""
+    end
+    metrics.observe(M.known(model, version, version == "" and "refused" or "pinned"))
 end
 
 -- What an answer counts under, so that clients cannot add series at will: a 404 (an unknown model or version)

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import redis
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from modelyard_agent.adapters.on_demand import model_locks
 from modelyard_agent.coordination import lock_key
@@ -45,6 +46,11 @@ def infer(gateway, model: str, timeout: float = 60) -> requests.Response:
 
 def ready_models(server) -> set[str]:
     return {e.name for e in TritonRuntime(server.http_url).repository_index() if e.state == "READY"}
+
+
+def samples_of(text: str, name: str) -> list[tuple[str, dict, float]]:
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == name]
 
 
 def evictions(gateway, model: str) -> float:
@@ -246,3 +252,16 @@ def test_a_model_triton_dropped_on_its_own_is_held_and_loaded_from_the_next_requ
     answers = [infer(host, "dropped_a") for _ in range(3)]
     assert [a.status_code for a in answers[1:]] == [200, 200], [a.text for a in answers]
     assert loader.runtime.loads == {"dropped_a": 2}
+
+
+def test_versions_named_in_requests_the_gateway_answers_itself_add_no_series(host):
+    put_model(host.server, "series_a")
+    host.register_on_demand("series_a", cold_start_timeout=5)
+    host.set_route("series_a", stable=1)
+    for version in range(1, 21):  # no loader: each is answered 503 no_loader by the gateway, never by Triton
+        answer = requests.post(f"{host.url}/v2/models/series_a/versions/{version}/infer", json=BODY, timeout=30)
+        assert answer.json()["reason"] == "no_loader"
+    text = requests.get(f"{host.url}/metrics", timeout=10).text
+    counted = {labels["version"]: value for name, labels, value in samples_of(text, "modelyard_gateway_requests_total")
+               if labels["model"] == "series_a" and value}
+    assert counted == {"": 20}, counted  # one series of refusals, none per number sent
