@@ -151,6 +151,11 @@ class Principal:
             )
         return self._roles[team_id]
 
+    def note_role(self, team_id: int, role: str | None) -> None:
+        """Record the principal's membership role in team ``team_id`` (None: not a member) as a query that
+        joined the membership read it, so ``role_in`` asks the database no more for that team."""
+        self._roles[team_id] = role
+
     def team_ids(self, minimum: str = Role.VIEWER) -> QuerySet | None:
         """Ids of the teams where the principal holds at least role ``minimum``; None means every team
         (an administrator without a team-limited token)."""

@@ -60,9 +60,13 @@ def filter_by_tag(queryset, value: str):
     ``value`` has passed ``validate_tag_filter``."""
     key, sep, tag_value = value.partition("=")
     if sep:
+        if queryset.db and connections[queryset.db].vendor == "postgresql":
+            # Containment (tags @> {"key": "value"}), which the GIN index on tags serves (migration 0018); tags
+            # hold string values only (registered_models.validate_tags), so it matches what the text compare does.
+            return queryset.filter(tags__contains={key: tag_value})
         # A key transform, not a "tags__<key>" lookup: a key like "a__contains" stays a key. Cast to
-        # text so the comparison is plain text on every database (SQLite would otherwise compare
-        # JSON and read the value as a JSON document).
+        # text so the comparison is plain text (SQLite would otherwise compare JSON and read the value as a
+        # JSON document).
         return queryset.annotate(_tag_value=Cast(KeyTextTransform(key, "tags"), TextField())).filter(
             _tag_value=tag_value)
     return queryset.filter(tags__has_key=key)

@@ -1,0 +1,102 @@
+"""``GET /api/v1/models/<name>/versions/<n>/`` answers from one query without the serializer on PostgreSQL
+(``registry.api.reads``): the same JSON as ``ModelVersionSerializer`` for every kind of version (aliases,
+ensemble members, lineage, a verified digest, no creator), the same 404 and 403 as before, and two SQL queries
+in all (the token; the version with everything it shows) for a member and for an administrator."""
+
+from datetime import UTC, datetime
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from accounts.choices import Role
+from accounts.models import Team
+from accounts.services import default_team, set_membership
+from registry.api.serializers import ModelVersionSerializer
+from registry.choices import ArtifactFormat, VersionStatus
+from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
+from tests.factories import token_for
+
+pytestmark = [pytest.mark.django_db,
+              pytest.mark.skipif(connection.vendor != "postgresql", reason="the one-query read is PostgreSQL's")]
+
+
+def version(model: RegisteredModel, number: int, **fields) -> ModelVersion:
+    return ModelVersion.objects.create(model=model, version=number, format=fields.pop("format", ArtifactFormat.ONNX),
+                                       artifact_key=f"k/{model.name}/{number}", artifact_sha256=f"{number:064x}",
+                                       artifact_size=1234 * number, **fields)
+
+
+@pytest.fixture
+def versions(user):
+    iris = RegisteredModel.objects.create(name="iris", team=default_team(), next_version=4)
+    plain = version(iris, 1, created_by=None)
+    lineage = version(iris, 2, created_by=user, tags={"stage": "ci", "empty": ""}, metadata={"a": [1, 2]},
+                      signature={"inputs": [{"name": "x", "data_type": "TYPE_FP32", "dims": [4]}]},
+                      source_commit="abc123", ci_run_url="https://ci.example/run/7", training_data_uri="s3://d/x",
+                      metrics={"accuracy": 0.97}, sha256_verified_at=datetime(2026, 12, 6, 1, 2, 3, 456789, UTC),
+                      status=VersionStatus.CORRUPT, integrity_error="digest differs")
+    for name in ("staging", "production", "canary"):
+        Alias.objects.create(model=iris, name=name, version=lineage, updated_by=user)
+    other = RegisteredModel.objects.create(name="bert", team=iris.team, next_version=2)
+    member_b = version(other, 1)
+    ensemble = version(iris, 3, format=ArtifactFormat.TRITON_ENSEMBLE, created_by=user)
+    EnsembleMember.objects.create(ensemble=ensemble, member=member_b, requested_version=-1)
+    EnsembleMember.objects.create(ensemble=ensemble, member=plain, requested_version=1)
+    return [plain, lineage, ensemble]
+
+
+def expected(row: ModelVersion) -> dict:
+    row = ModelVersion.objects.select_related("model", "created_by").prefetch_related(
+        "members__member__model", "aliases").get(pk=row.pk)
+    return ModelVersionSerializer(row).data
+
+
+def counted(client, url: str):
+    """``client.get(url)`` and the SQL it ran, after one request that stamps the token's last use (a write
+    made at most once a minute)."""
+    client.get("/api/v1/whoami/")
+    with CaptureQueriesContext(connection) as queries:
+        answer = client.get(url)
+    return answer, [query["sql"] for query in queries.captured_queries]
+
+
+def test_each_version_reads_as_the_serializer_shows_it_in_two_queries(api_client, versions):
+    for row in versions:
+        answer, queries = counted(api_client, f"/api/v1/models/{row.model.name}/versions/{row.version}/")
+        assert answer.status_code == 200, answer.content
+        assert list(answer.json()) == list(expected(row))  # the same fields in the same order
+        assert answer.json() == _as_json(expected(row)), row.version
+        assert len(queries) == 2, queries  # the token; the version with all it shows
+    # Ensemble members by model name, aliases by name, as the serializer orders them.
+    ensemble = api_client.get("/api/v1/models/iris/versions/3/").json()
+    assert [m["model"] for m in ensemble["ensemble_members"]] == ["bert", "iris"]
+    assert api_client.get("/api/v1/models/iris/versions/2/").json()["aliases"] == ["canary", "production", "staging"]
+
+
+def _as_json(data) -> dict:
+    import json
+
+    from rest_framework.renderers import JSONRenderer
+
+    return json.loads(JSONRenderer().render(data))
+
+
+def test_an_administrator_reads_it_in_two_queries_and_others_get_the_usual_404(versions):
+    admin = get_user_model().objects.create_user(username="root", password="a-long-test-password", is_staff=True)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(admin)}")
+    answer, queries = counted(client, "/api/v1/models/iris/versions/2/")
+    assert answer.status_code == 200 and len(queries) == 2, queries
+    outsider = get_user_model().objects.create_user(username="outsider", password="a-long-test-password")
+    set_membership(team=Team.objects.create(name="elsewhere"), user=outsider, role=Role.OWNER)
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(outsider)}")
+    hidden = client.get("/api/v1/models/iris/versions/2/")
+    missing = client.get("/api/v1/models/nope/versions/2/")
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json()["code"] == missing.json()["code"]
+    ModelVersion.objects.filter(model__name="iris", version=1).update(status=VersionStatus.DELETED)
+    assert APIClient(HTTP_AUTHORIZATION=f"Bearer {token_for(admin)}").get(
+        "/api/v1/models/iris/versions/1/").status_code == 404
