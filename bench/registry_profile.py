@@ -39,6 +39,8 @@ PHASES = {
     "permissions": [("rest_framework/views.py", "check_permissions"), ("accounts/access.py", "model_for"),
                     ("registry/access.py", "model_for"), ("accounts/access.py", "scope_team_filter")],
     "serialisation": [("rest_framework/serializers.py", "data")],
+    # get a version on PostgreSQL: its one query and the JSON built from the row (registry.api.reads)
+    "one-query read": [("registry/api/reads.py", "version_json")],
     "rendering": [("rest_framework/renderers.py", "render")],
     "SQL": [("django/db/backends/utils.py", "_execute")],
 }

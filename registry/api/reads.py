@@ -1,18 +1,22 @@
-"""The registry API's hottest read, ``GET /api/v1/models/<name>/versions/<n>/`` (what a CI pipeline polls), in
-one query and without building model instances or a ``ModelVersionSerializer``: the version's row, its model's
-name and team, its creator's name, its aliases and ensemble members (array and ``jsonb_agg`` subqueries) and
-the caller's role in the model's team (a scalar subquery), turned into the JSON the serializer gives by a plain
-function. ``tests/registry/test_fast_reads.py`` holds the two equal, field by field, for every kind of version.
+"""The registry API's hottest reads without building model instances or serializers, each the JSON its
+serializer gives, from rows the database hands back as they are:
 
-PostgreSQL only (array subqueries); elsewhere ``version_json`` returns None and the view takes the serializer's
-path. Where the time went before, and after: ``bench/results/registry_profile.md``.
+- ``GET /api/v1/models/<name>/versions/<n>/`` (what a CI pipeline polls) in one query: the version's row, its
+  model's name and team, its creator's name, its aliases and ensemble members (array and ``jsonb_agg``
+  subqueries) and the caller's role in the model's team (a scalar subquery), in SQL written here. PostgreSQL
+  only; elsewhere ``version_json`` returns None and the view takes the serializer's path.
+- a page of ``GET /api/v1/models/`` from ``values()`` rows (``model_rows``, ``model_json``), on every database.
+
+``tests/registry/test_fast_reads.py`` holds each equal to its serializer's output, field by field. Where the
+time went before, and after: ``bench/results/registry_profile.md``.
 """
 
-from django.contrib.postgres.aggregates import JSONBAgg
-from django.contrib.postgres.expressions import ArraySubquery
-from django.db import connections
-from django.db.models import CharField, F, JSONField, OuterRef, Subquery, Value
-from django.db.models.functions import JSONObject
+import json
+from functools import cache
+
+from django.contrib.auth import get_user_model
+from django.db import connections, router
+from django.db.models import F
 from rest_framework.fields import DateTimeField
 
 from accounts.access import Principal
@@ -32,44 +36,84 @@ _COLUMNS = ("version", "status", "format", "artifact_sha256", "artifact_size", "
             "training_data_uri", "metrics", "created_at")
 
 
+@cache
+def _version_sql() -> str:
+    """The one query of ``version_json``, over the tables' real names; params ``user`` (the caller's id, or
+    None), ``name``, ``number``, ``deleted``."""
+    version, model, alias = ModelVersion._meta.db_table, RegisteredModel._meta.db_table, Alias._meta.db_table
+    member, membership = EnsembleMember._meta.db_table, Membership._meta.db_table
+    user = get_user_model()._meta.db_table
+    columns = ", ".join(f"v.{column}" for column in _COLUMNS)
+    return f"""
+        SELECT v.model_id, m.name, m.team_id, u.username,
+               ARRAY(SELECT a.name FROM {alias} a WHERE a.version_id = v.id ORDER BY a.name),
+               (SELECT jsonb_agg(jsonb_build_object('model', mm.name, 'version', mv.version,
+                                                    'requested_version', e.requested_version) ORDER BY mm.name)
+                  FROM {member} e JOIN {version} mv ON mv.id = e.member_id JOIN {model} mm ON mm.id = mv.model_id
+                 WHERE e.ensemble_id = v.id),
+               (SELECT r.role FROM {membership} r WHERE r.user_id = %(user)s AND r.team_id = m.team_id LIMIT 1),
+               {columns}
+          FROM {version} v JOIN {model} m ON m.id = v.model_id LEFT JOIN {user} u ON u.id = v.created_by_id
+         WHERE m.name = %(name)s AND v.version = %(number)s AND v.status <> %(deleted)s"""
+
+
+_JSON_COLUMNS = {"signature", "metadata", "tags", "metrics"}
+
+
+def _json(value):
+    """A jsonb column as Python: Django's PostgreSQL backend has psycopg hand jsonb over as text."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
 def version_json(principal: Principal, model_name: str, number: int) -> tuple[RegisteredModel, dict] | None:
     """Version ``number`` of ``model_name`` as ``ModelVersionSerializer`` shows it, with its model (an unsaved
-    ``RegisteredModel`` carrying ``pk``, ``name`` and ``team_id``, for the permission check), in one query; the
-    caller's role in the model's team is recorded on ``principal`` (``Principal.note_role``), so the check
-    that follows asks the database nothing more.
+    ``RegisteredModel`` carrying ``pk``, ``name`` and ``team_id``, for the permission check), in one query
+    (hand-written SQL: the ORM took longer to build this query than PostgreSQL to answer it); the caller's role
+    in the model's team is recorded on ``principal`` (``Principal.note_role``), so the check that follows asks
+    the database nothing more.
 
     Returns:
         ``(model, data)``, or None when there is no such live version or the database is not PostgreSQL (the
         caller then takes the serializer's path, which raises the usual NotFound).
     """
-    query = ModelVersion.objects.filter(model__name=model_name, version=number).exclude(status=VersionStatus.DELETED)
-    if connections[query.db].vendor != "postgresql":
+    database = connections[router.db_for_read(ModelVersion)]
+    if database.vendor != "postgresql":
         return None
     user = principal.user
     reads_membership = principal.is_authenticated and not user.is_staff
-    role = (Subquery(Membership.objects.filter(user_id=user.pk, team_id=OuterRef("model__team_id"))
-                     .values("role")[:1]) if reads_membership else Value(None, output_field=CharField()))
-    members = (EnsembleMember.objects.filter(ensemble=OuterRef("pk")).values("ensemble")
-               .annotate(rows=JSONBAgg(JSONObject(model="member__model__name", version="member__version",
-                                                  requested_version="requested_version"),
-                                       order_by="member__model__name"))
-               .values("rows"))
-    row = (query
-           .annotate(_model_name=F("model__name"), _team_id=F("model__team_id"), _creator=F("created_by__username"),
-                     _aliases=ArraySubquery(Alias.objects.filter(version=OuterRef("pk")).order_by("name")
-                                            .values("name")),
-                     _members=Subquery(members, output_field=JSONField()), _role=role)
-           .values("model_id", "_model_name", "_team_id", "_creator", "_aliases", "_members", "_role", *_COLUMNS)
-           .first())
+    with database.cursor() as cursor:
+        cursor.execute(_version_sql(), {"user": user.pk if reads_membership else None, "name": model_name,
+                                        "number": number, "deleted": VersionStatus.DELETED})
+        row = cursor.fetchone()
     if row is None:
         return None
+    model_id, name, team_id, creator, aliases, members, role, *values = row
     if reads_membership:
-        principal.note_role(row["_team_id"], row["_role"])
-    data = {column: row[column] for column in _COLUMNS}
-    data.update(model=row["_model_name"], created_by=row["_creator"], aliases=row["_aliases"],
-                ensemble_members=row["_members"] or [],
-                sha256_verified_at=_DATETIME.to_representation(row["sha256_verified_at"])
-                if row["sha256_verified_at"] is not None else None,
-                created_at=_DATETIME.to_representation(row["created_at"]))
-    model = RegisteredModel(pk=row["model_id"], name=row["_model_name"], team_id=row["_team_id"])
-    return model, {field: data[field] for field in FIELDS}
+        principal.note_role(team_id, role)
+    data = dict(zip(_COLUMNS, values, strict=True))
+    for column in _JSON_COLUMNS:
+        data[column] = _json(data[column])
+    data.update(model=name, created_by=creator, aliases=list(aliases), ensemble_members=_json(members) or [],
+                sha256_verified_at=None if data["sha256_verified_at"] is None
+                else _DATETIME.to_representation(data["sha256_verified_at"]),
+                created_at=_DATETIME.to_representation(data["created_at"]))
+    return RegisteredModel(pk=model_id, name=name, team_id=team_id), {field: data[field] for field in FIELDS}
+
+
+# RegisteredModelSerializer's fields, in its order.
+MODEL_FIELDS = ("name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at")
+
+
+def model_rows(queryset):
+    """``queryset`` (registered models annotated ``with_version_summary``, filtered and ordered) as ``values()``
+    rows holding what ``model_json`` needs; the order, and so a cursor's position (``name``), is kept."""
+    return queryset.values("name", "description", "tags", "latest_version", "created_at", "updated_at",
+                           _team=F("team__name"), _creator=F("created_by__username"))
+
+
+def model_json(row: dict) -> dict:
+    """One row of ``model_rows`` as ``RegisteredModelSerializer`` shows the model."""
+    return {"name": row["name"], "team": row["_team"], "description": row["description"], "tags": row["tags"],
+            "latest_version": row["latest_version"], "created_by": row["_creator"],
+            "created_at": _DATETIME.to_representation(row["created_at"]),
+            "updated_at": _DATETIME.to_representation(row["updated_at"])}

@@ -17,7 +17,7 @@ from modelyard.errors import NotFound
 from registry import cards
 from registry.access import model_for
 from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
-from registry.api.reads import version_json
+from registry.api.reads import model_json, model_rows, version_json
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -53,6 +53,12 @@ class RegisteredModelViewSet(
     def get_queryset(self):
         models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary()
         return scope_team_filter(Principal.of(self.request), models).order_by("name")
+
+    def list(self, request, *args, **kwargs):
+        """A page of models, built from ``values()`` rows rather than model instances and a serializer
+        (``registry.api.reads.model_json`` gives what ``RegisteredModelSerializer`` would)."""
+        page = self.paginate_queryset(model_rows(self.filter_queryset(self.get_queryset())))
+        return self.get_paginated_response([model_json(row) for row in page])
 
     def get_object(self):
         model = model_for(Principal.of(self.request), self.kwargs["name"])  # a NotFound that names the model

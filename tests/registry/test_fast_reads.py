@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 from accounts.choices import Role
 from accounts.models import Team
 from accounts.services import default_team, set_membership
-from registry.api.serializers import ModelVersionSerializer
+from registry.api.serializers import ModelVersionSerializer, RegisteredModelSerializer
 from registry.choices import ArtifactFormat, VersionStatus
 from registry.models import Alias, EnsembleMember, ModelVersion, RegisteredModel
 from tests.factories import token_for
@@ -100,3 +100,15 @@ def test_an_administrator_reads_it_in_two_queries_and_others_get_the_usual_404(v
     ModelVersion.objects.filter(model__name="iris", version=1).update(status=VersionStatus.DELETED)
     assert APIClient(HTTP_AUTHORIZATION=f"Bearer {token_for(admin)}").get(
         "/api/v1/models/iris/versions/1/").status_code == 404
+
+
+def test_a_page_of_models_reads_as_the_serializer_shows_it(api_client, user, versions):
+    RegisteredModel.objects.create(name="alpha", team=default_team(), description="first", tags={"team": "ml"},
+                                   created_by=user)
+    answer = api_client.get("/api/v1/models/?page_size=2")
+    assert answer.status_code == 200
+    rows = answer.json()["results"] + api_client.get(answer.json()["next"]).json()["results"]
+    models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary().order_by("name")
+    assert rows == [_as_json(RegisteredModelSerializer(m).data) for m in models]
+    assert [row["latest_version"] for row in rows] == [None, 1, 3]  # alpha has none; iris's 3 is its newest
+    assert api_client.get("/api/v1/models/?tag=team%3Dml").json()["results"] == rows[:1]
