@@ -3,7 +3,8 @@
 MLflow's ``SqlAlchemyStore`` creates its schema (its own migrations); a sample of models and
 versions is created through the store's public API and timed, then the rest is inserted in bulk
 through MLflow's own SQLAlchemy tables (the rows the public API writes: a registered model, its
-tags, its versions with status READY), since 50,000 API calls would take most of an hour here.
+tags, its versions with status READY and their tag ``stage=bench``), since 50,000 API calls would take most of
+an hour here.
 Prints one JSON object with the timings.
 
 Usage: python bench/mlflow_populate.py DB_URI MODELS VERSIONS TEAMS
@@ -13,7 +14,12 @@ import json
 import sys
 import time
 
-from mlflow.store.model_registry.dbmodels.models import SqlModelVersion, SqlRegisteredModel, SqlRegisteredModelTag
+from mlflow.store.model_registry.dbmodels.models import (
+    SqlModelVersion,
+    SqlModelVersionTag,
+    SqlRegisteredModel,
+    SqlRegisteredModelTag,
+)
 from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
 from sqlalchemy import insert
 
@@ -29,13 +35,14 @@ def main(db_uri: str, models: int, versions: int, teams: int) -> dict:
     def name(i: int) -> str:
         return f"model-{i:05d}"
 
-    from mlflow.entities.model_registry import RegisteredModelTag
+    from mlflow.entities.model_registry import ModelVersionTag, RegisteredModelTag
 
     started = time.perf_counter()
     for i in range(API_SAMPLE):
         store.create_registered_model(name(i), tags=[RegisteredModelTag("team", f"team-{i % teams}")])
         for v in range(1, versions + 1):
-            store.create_model_version(name(i), source=f"s3://bench/{name(i)}/{v}")
+            store.create_model_version(name(i), source=f"s3://bench/{name(i)}/{v}",
+                                       tags=[ModelVersionTag("stage", "bench")])
     api_s = time.perf_counter() - started
 
     now = int(time.time() * 1000)
@@ -54,6 +61,10 @@ def main(db_uri: str, models: int, versions: int, teams: int) -> dict:
                  "user_id": None, "current_stage": "None", "source": f"s3://bench/{name(i)}/{v}",
                  "storage_location": f"s3://bench/{name(i)}/{v}", "run_id": None, "run_link": None,
                  "status": "READY", "status_message": None}
+                for i in chunk for v in range(1, versions + 1)
+            ])
+            session.execute(insert(SqlModelVersionTag.__table__), [
+                {"name": name(i), "version": v, "key": "stage", "value": "bench"}
                 for i in chunk for v in range(1, versions + 1)
             ])
     bulk_s = time.perf_counter() - started

@@ -37,9 +37,10 @@ _COLUMNS = ("version", "status", "format", "artifact_sha256", "artifact_size", "
 
 
 @cache
-def _version_sql() -> str:
-    """The one query of ``version_json``, over the tables' real names; params ``user`` (the caller's id, or
-    None), ``name``, ``number``, ``deleted``."""
+def _version_sql(where: str) -> str:
+    """The query of ``version_json`` and ``versions_json``, over the tables' real names, for the versions
+    ``where`` (a condition on ``v``, the version, and ``m``, its model) selects; params ``user`` (the caller's
+    id, or None) and those of ``where``."""
     version, model, alias = ModelVersion._meta.db_table, RegisteredModel._meta.db_table, Alias._meta.db_table
     member, membership = EnsembleMember._meta.db_table, Membership._meta.db_table
     user = get_user_model()._meta.db_table
@@ -52,9 +53,13 @@ def _version_sql() -> str:
                   FROM {member} e JOIN {version} mv ON mv.id = e.member_id JOIN {model} mm ON mm.id = mv.model_id
                  WHERE e.ensemble_id = v.id),
                (SELECT r.role FROM {membership} r WHERE r.user_id = %(user)s AND r.team_id = m.team_id LIMIT 1),
-               {columns}
+               {columns}, v.id
           FROM {version} v JOIN {model} m ON m.id = v.model_id LEFT JOIN {user} u ON u.id = v.created_by_id
-         WHERE m.name = %(name)s AND v.version = %(number)s AND v.status <> %(deleted)s"""
+         WHERE {where}"""
+
+
+_ONE = "m.name = %(name)s AND v.version = %(number)s AND v.status <> %(deleted)s"
+_BY_IDS = "v.id = ANY(%(ids)s::bigint[])"
 
 
 _JSON_COLUMNS = {"signature", "metadata", "tags", "metrics"}
@@ -82,22 +87,43 @@ def version_json(principal: Principal, model_name: str, number: int) -> tuple[Re
     user = principal.user
     reads_membership = principal.is_authenticated and not user.is_staff
     with database.cursor() as cursor:
-        cursor.execute(_version_sql(), {"user": user.pk if reads_membership else None, "name": model_name,
-                                        "number": number, "deleted": VersionStatus.DELETED})
+        cursor.execute(_version_sql(_ONE), {"user": user.pk if reads_membership else None, "name": model_name,
+                                            "number": number, "deleted": VersionStatus.DELETED})
         row = cursor.fetchone()
     if row is None:
         return None
-    model_id, name, team_id, creator, aliases, members, role, *values = row
+    model, role, data = _version_row(row)
     if reads_membership:
-        principal.note_role(team_id, role)
-    data = dict(zip(_COLUMNS, values, strict=True))
+        principal.note_role(model.team_id, role)
+    return model, data
+
+
+def versions_json(ids: list[int]) -> list[dict] | None:
+    """The versions of primary keys ``ids`` as ``ModelVersionSerializer`` shows them, in the order of ``ids``, in
+    one query (a page of ``GET /api/v1/models/<name>/versions/``, whose permission check came before); None
+    when the database is not PostgreSQL (the caller serializes the page itself)."""
+    database = connections[router.db_for_read(ModelVersion)]
+    if database.vendor != "postgresql":
+        return None
+    if not ids:
+        return []
+    with database.cursor() as cursor:
+        cursor.execute(_version_sql(_BY_IDS), {"user": None, "ids": list(ids)})
+        rows = {row[-1]: _version_row(row)[2] for row in cursor.fetchall()}
+    return [rows[pk] for pk in ids]
+
+
+def _version_row(row: tuple) -> tuple[RegisteredModel, str | None, dict]:
+    """A row of ``_version_sql`` as (its model, the caller's role in the model's team, the version's JSON)."""
+    model_id, name, team_id, creator, aliases, members, role, *values = row
+    data = dict(zip((*_COLUMNS, "id"), values, strict=True))
     for column in _JSON_COLUMNS:
         data[column] = _json(data[column])
     data.update(model=name, created_by=creator, aliases=list(aliases), ensemble_members=_json(members) or [],
                 sha256_verified_at=None if data["sha256_verified_at"] is None
                 else _DATETIME.to_representation(data["sha256_verified_at"]),
                 created_at=_DATETIME.to_representation(data["created_at"]))
-    return RegisteredModel(pk=model_id, name=name, team_id=team_id), {field: data[field] for field in FIELDS}
+    return RegisteredModel(pk=model_id, name=name, team_id=team_id), role, {field: data[field] for field in FIELDS}
 
 
 # RegisteredModelSerializer's fields, in its order.

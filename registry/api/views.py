@@ -17,7 +17,7 @@ from modelyard.errors import NotFound
 from registry import cards
 from registry.access import model_for
 from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
-from registry.api.reads import model_json, model_rows, version_json
+from registry.api.reads import model_json, model_rows, version_json, versions_json
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -108,6 +108,16 @@ class ModelVersionViewSet(
             .prefetch_related("members__member__model", "aliases")
             .order_by("-version")
         )
+
+    def list(self, request, *args, **kwargs):
+        """A page of the model's versions: on PostgreSQL the page's keys first, then its rows with their aliases
+        and ensemble members in one query without the serializer (``registry.api.reads.versions_json``)."""
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset.select_related(None).prefetch_related(None).values("pk", "version"))
+        rows = versions_json([row["pk"] for row in page])
+        if rows is None:
+            rows = self.get_serializer(queryset.filter(pk__in=[row["pk"] for row in page]), many=True).data
+        return self.get_paginated_response(rows)
 
     def retrieve(self, request, *args, **kwargs):
         """One version; its ``ETag`` (``version_etag`` of the body) goes back in ``If-None-Match`` (304) or
