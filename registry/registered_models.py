@@ -110,7 +110,8 @@ def get_model(name: str, *, visible_to=None) -> RegisteredModel:
     Raises:
         NotFound: there is none (or none the principal may read).
     """
-    model = RegisteredModel.objects.select_related("team").filter(name=name).first()
+    # A NUL cannot be in a name (PostgreSQL's text refuses it, so the query would fail): no such model.
+    model = None if "\x00" in name else RegisteredModel.objects.select_related("team").filter(name=name).first()
     if model is None or (visible_to is not None and not can_see(visible_to, model)):
         raise NotFound(f"no model named {name!r}")
     return model

@@ -58,6 +58,8 @@ def _version_sql(where: str) -> str:
          WHERE {where}"""
 
 
+# The largest version number a column holds (PositiveIntegerField: PostgreSQL's integer).
+MAX_VERSION = 2**31 - 1
 _ONE = "m.name = %(name)s AND v.version = %(number)s AND v.status <> %(deleted)s"
 _BY_IDS = "v.id = ANY(%(ids)s::bigint[])"
 
@@ -82,8 +84,8 @@ def version_json(principal: Principal, model_name: str, number: int) -> tuple[Re
         caller then takes the serializer's path, which raises the usual NotFound).
     """
     database = connections[router.db_for_read(ModelVersion)]
-    if database.vendor != "postgresql":
-        return None
+    if database.vendor != "postgresql" or not 0 < number <= MAX_VERSION or "\x00" in model_name:
+        return None  # the usual path answers what cannot name a version (no such version, or the 400 it gives)
     user = principal.user
     reads_membership = principal.is_authenticated and not user.is_staff
     with database.cursor() as cursor:

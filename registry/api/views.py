@@ -17,7 +17,7 @@ from modelyard.errors import NotFound
 from registry import cards
 from registry.access import model_for
 from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
-from registry.api.reads import model_json, model_rows, version_json, versions_json
+from registry.api.reads import MAX_VERSION, model_json, model_rows, version_json, versions_json
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -133,6 +133,8 @@ class ModelVersionViewSet(
         if fast is not None and can_see(principal, fast[0]):
             require(principal, Action.VIEW, model=fast[0])
             return _with_etag(Response(fast[1]), version_etag(fast[1]))
+        if "\x00" in self.kwargs["model_name"] or int(self.kwargs["version"]) > MAX_VERSION:
+            self.get_object()  # raises the NotFound naming the model or the version, without a query that fails
         found = (
             ModelVersion.objects.filter(model__name=self.kwargs["model_name"], version=int(self.kwargs["version"]))
             .exclude(status=VersionStatus.DELETED)

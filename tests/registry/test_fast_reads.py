@@ -122,3 +122,8 @@ def test_a_page_of_versions_reads_as_the_serializer_shows_it_in_five_queries(api
     # The token; the model and the caller's role in its team (the permission check); the page's keys; its rows.
     assert len(queries) == 5, queries
     assert api_client.get("/api/v1/models/iris/versions/?tag=stage%3Dci").json()["results"] == rows[1:2]
+
+
+def test_a_version_number_past_the_column_or_a_nul_in_the_name_is_a_404_not_a_server_error(api_client, versions):
+    assert api_client.get(f"/api/v1/models/iris/versions/{2**63}/").status_code == 404
+    assert api_client.get("/api/v1/models/ir%00is/versions/1/").status_code in (400, 404)
