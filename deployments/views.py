@@ -87,6 +87,15 @@ def _unloaded_models(host: ServingHost, served: set[str], visible) -> list[dict]
             for name, t in sorted(latest.items()) if name not in served]
 
 
+def _budget_problem(host) -> str:
+    """Why the host's on-demand memory budget cannot be held as measured, as its agent last reported it
+    (``modelyard_agent.residency.OnDemandLoader.enforcement_problem``), or ""."""
+    residency = ((host.heartbeat or {}).get("gateway") or {}).get("residency") or {}
+    budget = residency.get("budget") if isinstance(residency, dict) else None
+    problem = budget.get("problem") if isinstance(budget, dict) else None
+    return problem if isinstance(problem, str) else ""
+
+
 @login_required
 def host_detail(request, name: str):
     """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
@@ -104,7 +113,8 @@ def host_detail(request, name: str):
                                                  owners),
                "stuck": visible_report_rows(principal, host.pk, host.stuck_versions(), owners),
                "gpus": [], "cpu": None, "prometheus_error": "",
-               "headroom": None, "may_delete": check(principal, Action.ADMIN) is None}
+               "headroom": None, "may_delete": check(principal, Action.ADMIN) is None,
+               "budget_problem": _budget_problem(host)}
     try:
         found = monitoring.host_metrics([host.name])[host.name]
         context["gpus"], context["cpu"] = found["gpus"], found["cpu"]

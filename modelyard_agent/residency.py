@@ -107,6 +107,8 @@ class OnDemandLoader:
         self.wanted: queue.Queue[str] = queue.Queue()
         self._stop = threading.Event()
         self._announced = threading.Event()  # the gateway counts this loader as alive
+        # Why the budget cannot be held as measured (None: it can), in each budget report (``_budget_report``).
+        self.problem: str | None = None
         self._threads: list[threading.Thread] = []
 
     # The threads.
@@ -159,6 +161,12 @@ class OnDemandLoader:
 
     def _work(self) -> None:
         synced = 0.0
+        try:
+            self.problem = self.enforcement_problem()
+        except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
+            logger.exception("could not check how the on-demand budget is measured")
+        if self.problem:
+            logger.warning("on-demand memory budget: %s", self.problem)
         while not self._stop.is_set():
             if time.monotonic() - synced >= SYNC_SECONDS:
                 try:
@@ -271,6 +279,10 @@ class OnDemandLoader:
         footprint = self.footprint(model)
         if footprint is None:
             footprint = self._measure(model, before, self._memory())
+            if footprint is None and self.budget is not None:
+                self.problem = (f"budget not enforceable as measured: the load of {model} added no memory the agent "
+                                f"could see, so it counts as {self._assumed_bytes()} bytes until a load measures it")
+                logger.warning("on-demand memory budget: %s", self.problem)
         ready.add(model)
         self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
         if self.budget is not None and self._resident_bytes(ready) > self.budget:
@@ -329,7 +341,7 @@ class OnDemandLoader:
         Raises:
             NoRoom: what is left is pinned or busy, or the model alone is larger than the budget.
         """
-        need = 0 if loading is None else (self.footprint(loading) or self._largest_footprint())
+        need = 0 if loading is None else (self.footprint(loading) or self._assumed_bytes())
         if need > self.budget:
             raise NoRoom(f"{loading} needs {need} bytes, more than this host's on-demand memory budget of "
                          f"{self.budget} bytes")
@@ -422,18 +434,37 @@ class OnDemandLoader:
     def _largest_footprint(self) -> int:
         return max([f for f in self._footprints().values() if f is not None] or [0])
 
+    def _assumed_bytes(self, footprints: dict[str, int | None] | None = None) -> int:
+        """What a model not measured yet counts as: the largest footprint known, or, with none known, the whole
+        budget (one such model at a time: never past the budget, at the cost of evictions)."""
+        known = [f for f in (self._footprints() if footprints is None else footprints).values() if f is not None]
+        return max(known) if known else (self.budget or 0)
+
     def _resident_bytes(self, ready: set[str]) -> int:
         """Bytes the registered models in ``ready`` hold: a model whose footprint is not measured (its load added
-        no memory that could be seen) counts as large as the largest one measured, as its load assumed, never as
-        0 bytes, so the budget still holds."""
+        no memory that could be seen) counts as ``_assumed_bytes``, as its load assumed, never as 0 bytes, so the
+        budget still holds."""
         footprints = self._footprints()
-        largest = max([f for f in footprints.values() if f is not None] or [0])
-        return sum(largest if footprints[m] is None else footprints[m] for m in ready if m in footprints)
+        assumed = self._assumed_bytes(footprints)
+        return sum(assumed if footprints[m] is None else footprints[m] for m in ready if m in footprints)
+
+    def enforcement_problem(self) -> str | None:
+        """Why this host's budget cannot be held as measured, or None: with a budget, the agent must see Triton's
+        memory gauges (``metrics_url``) or its processes' resident memory, else no load is measured and only the
+        footprints deployments declare count (the others as ``_assumed_bytes``)."""
+        if self.budget is None:
+            return None
+        gauges, resident = self._memory()
+        if gauges is None and resident is None:
+            return ("budget not enforceable as measured: the agent sees neither Triton's metrics "
+                    "(--triton-metrics-url) nor its processes, so no load is measured; models count with the "
+                    "footprints their deployments declare, the others as the largest of those (or the whole budget)")
+        return None
 
     def _budget_report(self, ready: set[str]) -> dict | None:
         if self.budget is None:
             return None
-        return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready)}
+        return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready), "problem": self.problem}
 
     def _memory(self) -> tuple:
         """``(Triton's memory gauges or None, bytes resident in Triton's processes or None)`` now."""

@@ -154,3 +154,15 @@ def test_the_api_refuses_a_host_name_of_124_characters_naming_the_limit(admin):
     assert answer.status_code == 400
     assert "longer than 63 characters" in str(answer.json())
     assert not ServingHost.objects.exists()
+
+
+def test_the_host_page_says_when_its_on_demand_budget_cannot_be_held_as_measured(client, admin):
+    problem = "budget not enforceable as measured: the agent sees neither Triton's metrics nor its processes"
+    ServingHost.objects.create(name="gpu-9", inference_url="http://gpu-9:8000", heartbeat={
+        "models": [], "gateway": {"residency": {"models": {}, "budget": {"budget_bytes": 1 << 30,
+                                                                          "resident_bytes": 0, "problem": problem}}}})
+    ServingHost.objects.create(name="gpu-10", inference_url="http://gpu-10:8000", heartbeat={
+        "gateway": {"residency": {"budget": {"budget_bytes": 1 << 30, "resident_bytes": 0, "problem": None}}}})
+    client.force_login(admin)
+    assert "On-demand memory: " + problem in client.get("/hosts/gpu-9/").content.decode().replace("&#x27;", "'")
+    assert b"On-demand memory" not in client.get("/hosts/gpu-10/").content

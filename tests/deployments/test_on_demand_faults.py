@@ -265,3 +265,20 @@ def test_versions_named_in_requests_the_gateway_answers_itself_add_no_series(hos
     counted = {labels["version"]: value for name, labels, value in samples_of(text, "modelyard_gateway_requests_total")
                if labels["model"] == "series_a" and value}
     assert counted == {"": 20}, counted  # one series of refusals, none per number sent
+
+
+def test_with_nothing_measurable_the_budget_is_reported_not_enforceable_and_still_holds(host, monkeypatch):
+    # Triton out of the agent's sight and no metrics URL: nothing can be measured, and no deployment declared a
+    # footprint. A model not measured then counts as the whole budget, so two never sit in it together.
+    monkeypatch.setattr("modelyard_agent.residency.triton_resident_bytes", lambda url: None)
+    for name in ("blind_a", "blind_b"):
+        put_model(host.server, name)
+        host.register_on_demand(name)
+    loader = host.start_loader(budget_bytes=500 * MB, metrics_url="")
+    assert infer(host, "blind_a").status_code == 200
+    assert infer(host, "blind_b").status_code == 200
+    assert ready_models(host.server) & {"blind_a", "blind_b"} == {"blind_b"}
+    budget = host.residency()["budget"]
+    assert budget["resident_bytes"] <= 500 * MB
+    assert budget["problem"].startswith("budget not enforceable as measured"), budget
+    assert loader.problem == budget["problem"]
