@@ -24,7 +24,8 @@ from deployments.choices import ACTIVE_TARGET_STATES, TERMINAL_TARGET_STATES, Ta
 from deployments.enqueue import Job, send_to_host
 from deployments.heartbeats import record_heartbeat
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.targets import build_agent_payload, record_target_progress
+from deployments.placement import deploy_payload
+from deployments.targets import record_target_progress
 from modelyard.celery import DATABASE_ERRORS, broker
 from modelyard.errors import ServiceUnavailable
 from modelyard_agent.claims import claim_key, supersede
@@ -56,7 +57,7 @@ def dispatch_target(target_id: int) -> None:
         )
         rollouts.advance_rollout(target.deployment_id)  # as after an agent's report: pause, fail or roll back now
         return
-    payload = build_agent_payload(target, download_url=store.presigned_host_download_url(key))
+    payload = deploy_payload(target, download_url=store.presigned_host_download_url(key))
     send_to_host(target.host.name, AgentTask.DEPLOY, payload)
 
 
@@ -89,7 +90,7 @@ def resend_target(target_id: int, dispatched_at: str) -> bool:
         return False
     target.dispatched_at = now
     url = ArtifactStore().presigned_host_download_url(target.deployment.version.artifact_key)
-    send_to_host(target.host.name, AgentTask.DEPLOY, build_agent_payload(target, download_url=url))
+    send_to_host(target.host.name, AgentTask.DEPLOY, deploy_payload(target, download_url=url))
     logger.warning("target %s (%s on %s, %s) was dropped by a restarted agent; sent again", target.pk,
                    target.deployment.version, target.host.name, target.state)
     return True

@@ -58,6 +58,8 @@ DRAIN_SECONDS = 5.0
 DEMAND_HALF_LIFE_SECONDS = 300.0
 MAX_BACKOFF_SECONDS = 60.0
 NO_ROOM_RETRY_SECONDS = 1.0
+# The footprints the loader measured, per model, in the agent's state directory.
+FOOTPRINTS_FILE = "footprints.json"
 
 
 class NoRoom(Exception):
@@ -99,7 +101,7 @@ class OnDemandLoader:
         self.gateway, self.runtime = gateway, runtime
         self.budget = budget_bytes
         self.metrics_url = metrics_url
-        self.footprints_file = Path(state_dir) / "footprints.json"
+        self.footprints_file = Path(state_dir) / FOOTPRINTS_FILE
         self.model_lock = model_lock or (lambda model, wait=None: nullcontext())
         self.unload_timeout = unload_timeout
         self.failures: dict[str, int] = {}
@@ -502,6 +504,15 @@ class OnDemandLoader:
 
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
+
+
+def forget_footprint(state_dir: Path, model: str) -> None:
+    """Drop the footprint measured for ``model`` in ``<state_dir>/footprints.json``: a deployment changed what it
+    loads (another version, another config), so its next on-demand load measures it again."""
+    path = Path(state_dir) / FOOTPRINTS_FILE
+    footprints = read_json_file(path)
+    if footprints.pop(model, None) is not None:
+        atomic_write(path, json.dumps(footprints, indent=1, sort_keys=True))
 
 
 def load_failure_message(model: str, exc: BaseException) -> str:

@@ -47,6 +47,8 @@ def validate_tag_filter(value: str) -> None:
     """Raises ValidationError (a 400 naming the parameter) unless ``value`` is ``key`` or ``key=value``."""
     if not value.partition("=")[0]:
         raise ValidationError("tag must be 'key' or 'key=value'")
+    if "\x00" in value:  # no tag holds one (PostgreSQL's jsonb refuses it)
+        raise ValidationError("tag must not contain a NUL character")
 
 
 def validate_metric_filter(value: str) -> None:

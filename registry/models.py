@@ -152,7 +152,7 @@ class EnsembleMember(models.Model):
     requested_version = models.BigIntegerField(default=-1)
 
     class Meta:
-        ordering = ["ensemble", "member__model__name"]
+        ordering = ["ensemble", "member__model__name", "member__version"]
         constraints = [models.UniqueConstraint(fields=["ensemble", "member"], name="unique_ensemble_member")]
 
     def __str__(self) -> str:

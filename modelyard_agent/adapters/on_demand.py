@@ -15,10 +15,12 @@ from redis.lock import Lock
 from modelyard_agent.config import current as settings
 from modelyard_agent.contract import REGISTERED
 from modelyard_agent.coordination import host_model_lock
+from modelyard_agent.residency import forget_footprint
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, RESIDENT
 from modelyard_agent.runtimes.triton import TritonRuntime
 from modelyard_agent.triton_host import stage_on_demand
+from modelyard_agent.triton_staging import AgentPaths
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ def register_residency(gateway, payload: dict, *, resident: bool) -> str:
                                cold_start_timeout=float(payload.get("cold_start_timeout")
                                                         or DEFAULT_COLD_START_TIMEOUT),
                                footprint_bytes=payload.get("footprint_bytes"), state=RESIDENT if resident else COLD)
+    # What the loader measured of the model was of what it loaded before this deployment.
+    forget_footprint(AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir, model)
     return ON_DEMAND
 
 

@@ -49,7 +49,8 @@ def _version_sql(where: str) -> str:
         SELECT v.model_id, m.name, m.team_id, u.username,
                ARRAY(SELECT a.name FROM {alias} a WHERE a.version_id = v.id ORDER BY a.name),
                (SELECT jsonb_agg(jsonb_build_object('model', mm.name, 'version', mv.version,
-                                                    'requested_version', e.requested_version) ORDER BY mm.name)
+                                                    'requested_version', e.requested_version)
+                                 ORDER BY mm.name, mv.version)
                   FROM {member} e JOIN {version} mv ON mv.id = e.member_id JOIN {model} mm ON mm.id = mv.model_id
                  WHERE e.ensemble_id = v.id),
                (SELECT r.role FROM {membership} r WHERE r.user_id = %(user)s AND r.team_id = m.team_id LIMIT 1),
@@ -61,7 +62,7 @@ def _version_sql(where: str) -> str:
 # The largest version number a column holds (PositiveIntegerField: PostgreSQL's integer).
 MAX_VERSION = 2**31 - 1
 _ONE = "m.name = %(name)s AND v.version = %(number)s AND v.status <> %(deleted)s"
-_BY_IDS = "v.id = ANY(%(ids)s::bigint[])"
+_BY_IDS = "v.id = ANY(%(ids)s::bigint[]) AND v.status <> %(deleted)s"
 
 
 _JSON_COLUMNS = {"signature", "metadata", "tags", "metrics"}
@@ -110,9 +111,9 @@ def versions_json(ids: list[int]) -> list[dict] | None:
     if not ids:
         return []
     with database.cursor() as cursor:
-        cursor.execute(_version_sql(_BY_IDS), {"user": None, "ids": list(ids)})
+        cursor.execute(_version_sql(_BY_IDS), {"user": None, "ids": list(ids), "deleted": VersionStatus.DELETED})
         rows = {row[-1]: _version_row(row)[2] for row in cursor.fetchall()}
-    return [rows[pk] for pk in ids]
+    return [rows[pk] for pk in ids if pk in rows]  # one deleted since the page's keys were read is left out
 
 
 def _version_row(row: tuple) -> tuple[RegisteredModel, str | None, dict]:

@@ -7,13 +7,14 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from modelyard_agent.adapters.on_demand import model_locks
+from modelyard_agent.adapters.on_demand import model_locks, register_residency
 from modelyard_agent.coordination import lock_key
 from modelyard_agent.runtimes.routes import make_route
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -282,3 +283,15 @@ def test_with_nothing_measurable_the_budget_is_reported_not_enforceable_and_stil
     assert budget["resident_bytes"] <= 500 * MB
     assert budget["problem"].startswith("budget not enforceable as measured"), budget
     assert loader.problem == budget["problem"]
+
+
+def test_a_deployment_makes_the_loader_measure_the_model_again(host, agent_settings, tmp_path):
+    config = agent_settings(model_repository=tmp_path / "repository", staging_dir=tmp_path / "state")
+    footprints = Path(config.staging_dir) / "footprints.json"
+    footprints.parent.mkdir(parents=True)
+    footprints.write_text(json.dumps({"redeployed": 5 * MB, "other": 7 * MB}))
+    # A new version (or config) of "redeployed" is deployed on demand: what its earlier load measured is stale.
+    register_residency(host, {"model": "redeployed", "residency": "on_demand", "footprint_bytes": None},
+                       resident=False)
+    assert json.loads(footprints.read_text()) == {"other": 7 * MB}
+    assert host.residency()["models"]["redeployed"]["state"] == "cold"

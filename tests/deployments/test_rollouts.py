@@ -7,6 +7,7 @@ from audit.models import AuditEvent
 from deployments import rollouts
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
+from deployments.placement import deploy_payload
 from deployments.services import start_deployment
 from deployments.targets import build_agent_payload, record_target_progress
 from modelyard.errors import Conflict, InvalidInput
@@ -296,3 +297,16 @@ def test_a_host_that_finishes_loading_after_its_rollout_was_rolled_back_is_rolle
     late = Deployment.objects.filter(rollback_of=second).exclude(pk=early.pk)
     assert [(d.version.version, list(d.targets.values_list("host__name", flat=True))) for d in late] == [
         (1, ["gpu-1"])]
+
+
+def test_an_on_demand_payload_carries_the_versions_measured_footprint(model, hosts):
+    earlier = start_deployment(model_name="iris", version=2, host_names=["gpu-0"])
+    DeploymentTarget.objects.filter(deployment=earlier).update(
+        state=TargetState.READY, details={"footprint_bytes": {"gpu": 3 << 30, "cpu": None}})
+    on_demand = start_deployment(model_name="iris", version=2, host_names=["gpu-1"], residency="on_demand")
+    assert deploy_payload(on_demand.targets.get(), download_url="http://s3/x")["footprint_bytes"] == 3 << 30
+    # Not measured anywhere yet: None, and the host's loader measures it at its first load.
+    unmeasured = start_deployment(model_name="iris", version=1, host_names=["gpu-1"], residency="on_demand")
+    assert deploy_payload(unmeasured.targets.get(), download_url="http://s3/x")["footprint_bytes"] is None
+    # Always resident: the payload says nothing of it (the agent measures the load itself).
+    assert "footprint_bytes" not in deploy_payload(earlier.targets.get(), download_url="http://s3/x")

@@ -40,11 +40,13 @@ def versions(user):
                       status=VersionStatus.CORRUPT, integrity_error="digest differs")
     for name in ("staging", "production", "canary"):
         Alias.objects.create(model=iris, name=name, version=lineage, updated_by=user)
-    other = RegisteredModel.objects.create(name="bert", team=iris.team, next_version=2)
-    member_b = version(other, 1)
+    other = RegisteredModel.objects.create(name="bert", team=iris.team, next_version=3)
+    member_b2, member_b1 = version(other, 2), version(other, 1)
     ensemble = version(iris, 3, format=ArtifactFormat.TRITON_ENSEMBLE, created_by=user)
-    EnsembleMember.objects.create(ensemble=ensemble, member=member_b, requested_version=-1)
+    # Two steps of one model at two versions: ordered by model, then version, on both paths.
+    EnsembleMember.objects.create(ensemble=ensemble, member=member_b2, requested_version=-1)
     EnsembleMember.objects.create(ensemble=ensemble, member=plain, requested_version=1)
+    EnsembleMember.objects.create(ensemble=ensemble, member=member_b1, requested_version=1)
     return [plain, lineage, ensemble]
 
 
@@ -72,7 +74,8 @@ def test_each_version_reads_as_the_serializer_shows_it_in_two_queries(api_client
         assert len(queries) == 2, queries  # the token; the version with all it shows
     # Ensemble members by model name, aliases by name, as the serializer orders them.
     ensemble = api_client.get("/api/v1/models/iris/versions/3/").json()
-    assert [m["model"] for m in ensemble["ensemble_members"]] == ["bert", "iris"]
+    assert [(m["model"], m["version"]) for m in ensemble["ensemble_members"]] == [("bert", 1), ("bert", 2),
+                                                                                ("iris", 1)]
     assert api_client.get("/api/v1/models/iris/versions/2/").json()["aliases"] == ["canary", "production", "staging"]
 
 
@@ -110,7 +113,7 @@ def test_a_page_of_models_reads_as_the_serializer_shows_it(api_client, user, ver
     rows = answer.json()["results"] + api_client.get(answer.json()["next"]).json()["results"]
     models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary().order_by("name")
     assert rows == [_as_json(RegisteredModelSerializer(m).data) for m in models]
-    assert [row["latest_version"] for row in rows] == [None, 1, 3]  # alpha has none; iris's 3 is its newest
+    assert [row["latest_version"] for row in rows] == [None, 2, 3]  # alpha has none; iris's 3 is its newest
     assert api_client.get("/api/v1/models/?tag=team%3Dml").json()["results"] == rows[:1]
 
 
@@ -127,3 +130,8 @@ def test_a_page_of_versions_reads_as_the_serializer_shows_it_in_five_queries(api
 def test_a_version_number_past_the_column_or_a_nul_in_the_name_is_a_404_not_a_server_error(api_client, versions):
     assert api_client.get(f"/api/v1/models/iris/versions/{2**63}/").status_code == 404
     assert api_client.get("/api/v1/models/ir%00is/versions/1/").status_code in (400, 404)
+
+
+def test_a_tag_filter_with_a_nul_is_a_400(api_client, versions):
+    answer = api_client.get("/api/v1/models/?tag=a%00b")
+    assert answer.status_code == 400 and "NUL" in answer.content.decode()
