@@ -286,7 +286,7 @@ class OnDemandLoader:
                                 f"could see, so it counts as {self._assumed_bytes()} bytes until a load measures it")
                 logger.warning("on-demand memory budget: %s", self.problem)
         ready.add(model)
-        self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
+        self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready), load_seconds=seconds)
         if self.budget is not None and self._resident_bytes(ready) > self.budget:
             # Measured larger than assumed: others leave now, so the budget holds again.
             try:

@@ -23,6 +23,7 @@
 --   "h\t<model>"       requests held now
 --   "u\t<model>"       when a request last asked for the model (the loader's recency)
 --   metrics: "c\t<model>\t<i>" cold-start waits in bucket i, "cs\t<model>" their sum (seconds),
+--            "l\t<model>\t<i>" and "ls\t<model>": the loader's loads, as long as Triton took (seconds),
 --            "r\t<model>\t<outcome>" requests by outcome, "e\t<model>\t<reason>" evictions by reason
 local cjson = require("cjson.safe")
 
@@ -59,7 +60,8 @@ local function count(model, outcome)
     dict:incr("r\t" .. model .. "\t" .. outcome, 1, 0)
 end
 
-local function observe_cold(model, seconds)
+-- Count `seconds` in the histogram whose keys start with `bucket` ("<bucket>\t<model>\t<i>") and `sum`.
+local function observe(bucket, sum, model, seconds)
     local i = #M.BUCKETS + 1
     for j, bound in ipairs(M.BUCKETS) do
         if seconds <= bound then
@@ -67,8 +69,12 @@ local function observe_cold(model, seconds)
             break
         end
     end
-    dict:incr("c\t" .. model .. "\t" .. i, 1, 0)
-    dict:incr("cs\t" .. model, seconds, 0)
+    dict:incr(bucket .. "\t" .. model .. "\t" .. i, 1, 0)
+    dict:incr(sum .. "\t" .. model, seconds, 0)
+end
+
+local function observe_cold(model, seconds)
+    observe("c", "cs", model, seconds)
 end
 
 -- Answer 503 with Retry-After (whole seconds) and {"error", "model", "reason", "retry_after"}; ends the request.
@@ -291,6 +297,9 @@ local function report(body)
             dict:incr("e\t" .. model .. "\t" .. body.reason, 1, 0)
         end
     end
+    if type(body.load_seconds) == "number" and body.load_seconds >= 0 and M.settings(model) then
+        observe("l", "ls", model, body.load_seconds)
+    end
     if type(body.failure) == "table" then
         local retry_after = tonumber(body.failure.retry_after) or 1
         dict:set("f\t" .. model, cjson.encode({ message = tostring(body.failure.message),
@@ -421,6 +430,7 @@ function M.exposition()
         out[#out + 1] = string.format("modelyard_resident_bytes %d", budget.resident_bytes or 0)
     end
     local requests, evictions, cold, sums, models = {}, {}, {}, {}, {}
+    local loads, load_sums, loaded = {}, {}, {}
     for _, key in ipairs(dict:get_keys(0)) do
         local kind, model, last = key:match("^(%a%a?)\t([^\t]*)\t?(.*)$")
         local value = kind and dict:get(key)
@@ -436,11 +446,18 @@ function M.exposition()
         elseif kind == "cs" then
             sums[model] = value
             models[#models + 1] = model
+        elseif kind == "l" then
+            loads[model] = loads[model] or {}
+            loads[model][tonumber(last)] = value
+        elseif kind == "ls" then
+            load_sums[model] = value
+            loaded[#loaded + 1] = model
         end
     end
     table.sort(requests)
     table.sort(evictions)
     table.sort(models)
+    table.sort(loaded)
     out[#out + 1] = "# HELP modelyard_on_demand_requests_total Requests for on-demand models: hit (resident),"
         .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader)."
     out[#out + 1] = "# TYPE modelyard_on_demand_requests_total counter"
@@ -452,20 +469,24 @@ function M.exposition()
     for _, line in ipairs(evictions) do
         out[#out + 1] = line
     end
-    out[#out + 1] = "# HELP modelyard_cold_start_seconds How long requests for a model that was not resident"
-        .. " were held until it was, in seconds."
-    out[#out + 1] = "# TYPE modelyard_cold_start_seconds histogram"
-    for _, model in ipairs(models) do
-        local cumulative, name = 0, label_value(model)
-        for i = 1, #M.BUCKETS + 1 do
-            cumulative = cumulative + ((cold[model] or {})[i] or 0)
-            local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
-            out[#out + 1] = string.format('modelyard_cold_start_seconds_bucket{model="%s",le="%s"} %d', name, le,
-                cumulative)
+    local function histogram(name, help, names, buckets, totals)
+        out[#out + 1] = "# HELP " .. name .. " " .. help
+        out[#out + 1] = "# TYPE " .. name .. " histogram"
+        for _, model in ipairs(names) do
+            local cumulative, label = 0, label_value(model)
+            for i = 1, #M.BUCKETS + 1 do
+                cumulative = cumulative + ((buckets[model] or {})[i] or 0)
+                local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
+                out[#out + 1] = string.format('%s_bucket{model="%s",le="%s"} %d', name, label, le, cumulative)
+            end
+            out[#out + 1] = string.format('%s_sum{model="%s"} %.9g', name, label, totals[model])
+            out[#out + 1] = string.format('%s_count{model="%s"} %d', name, label, cumulative)
         end
-        out[#out + 1] = string.format('modelyard_cold_start_seconds_sum{model="%s"} %.9g', name, sums[model])
-        out[#out + 1] = string.format('modelyard_cold_start_seconds_count{model="%s"} %d', name, cumulative)
     end
+    histogram("modelyard_cold_start_seconds", "How long requests for a model that was not resident were held until"
+        .. " it was, in seconds.", models, cold, sums)
+    histogram("modelyard_model_load_seconds", "How long the host agent's on-demand loads took in Triton, in"
+        .. " seconds (the wait beyond it is modelyard_cold_start_seconds' share).", loaded, loads, load_sums)
     return out
 end
 

@@ -84,12 +84,13 @@ class ResidencyControl:
 
     def report_residency(self, model: str, state: str | None = None, *, reason: str | None = None,
                          failure: tuple[str, float] | None = None, budget: dict | None = None,
-                         abandoned: bool = False) -> dict:
+                         abandoned: bool = False, load_seconds: float | None = None) -> dict:
         """The loader's report of ``model``: its ``state`` (None: unchanged), the ``reason`` of an eviction (with
         state cold; counted in ``modelyard_evictions_total``), a failed load as ``(message, retry_after
         seconds)`` (held requests are answered 503 with it, and so is every request until it expires) and the
         host's ``budget`` (``{"budget_bytes", "resident_bytes"}``, exposed as gauges); ``abandoned``: the loader
-        will not load it, since no request waits for it any more (its want ends, so a later request wants it anew).
+        will not load it, since no request waits for it any more (its want ends, so a later request wants it anew);
+        ``load_seconds``: how long the load that made it resident took in Triton (``modelyard_model_load_seconds``).
 
         Raises:
             ServingRuntimeError: the gateway refused or did not answer.
@@ -105,6 +106,8 @@ class ResidencyControl:
             body["budget"] = budget
         if abandoned:
             body["abandoned"] = True
+        if load_seconds is not None:
+            body["load_seconds"] = float(load_seconds)
         return self._control("PUT", body, path="/residency/state")
 
     def forget_taken(self) -> dict:

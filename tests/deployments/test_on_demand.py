@@ -64,6 +64,10 @@ def test_many_requests_for_a_cold_model_start_one_load_and_are_all_answered(host
     assert seen[("modelyard_on_demand_requests_total", (("model", "cold_a"), ("outcome", "cold")))] == 16
     assert seen[("modelyard_on_demand_requests_total", (("model", "cold_a"), ("outcome", "hit")))] == 2
     assert seen[("modelyard_cold_start_seconds_count", (("model", "cold_a"),))] == 16
+    # One load, in seconds as Triton took it; the held requests waited about that long each (and a little more).
+    assert seen[("modelyard_model_load_seconds_count", (("model", "cold_a"),))] == 1
+    load = seen[("modelyard_model_load_seconds_sum", (("model", "cold_a"),))]
+    assert 0 < load < seen[("modelyard_cold_start_seconds_sum", (("model", "cold_a"),))] / 16 + 0.5
     assert seen[("modelyard_on_demand_models", (("state", "resident"),))] == 1
     # The footprint was measured at the first load (no GPU here: what Triton's processes hold more) and kept.
     measured = loader.footprint("cold_a")
