@@ -499,6 +499,7 @@ class OnDemandLoader:
             return None  # another process freed memory meanwhile: measured again at the next load
         footprints = read_json_file(self.footprints_file)
         footprints[model] = int(rise)
+        self.footprints_file.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(self.footprints_file, json.dumps(footprints, indent=1, sort_keys=True))
         return footprints[model]
 

@@ -284,6 +284,12 @@ _GRPC_SERVER = """\
         grpc_read_timeout 300s;
         grpc_send_timeout 300s;
         location ~ ^/(inference\\.GRPCInferenceService/({methods})|grpc\\.health\\.v1\\.Health/(Check|Watch))$ {{
+            set $modelyard_counted "";
+            lua_check_client_abort on;
+            # An inference call that names its model in the metadata header x-modelyard-model is held while an
+            # on-demand model is not resident, and counted in flight on it (modelyard_gateway.lua's grpc).
+            rewrite_by_lua_block {{ require("modelyard_gateway").grpc(ngx.var.http_x_modelyard_model) }}
+            log_by_lua_block {{ require("modelyard_routes").release(ngx.var.modelyard_counted) }}
             grpc_pass grpc://modelyard_triton_grpc;
         }}
         location / {{

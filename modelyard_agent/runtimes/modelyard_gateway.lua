@@ -132,6 +132,25 @@ function M.named(model, version)
     ngx.var.modelyard_counted = key or ""
 end
 
+-- rewrite_by_lua of a gRPC call through the gateway. gRPC carries its model inside the protobuf body, where
+-- nginx does not look, so a client of an on-demand model names it in the metadata header x-modelyard-model: an
+-- inference call (ModelInfer, ModelStreamInfer) that does is held like an HTTP request while the model is not
+-- resident (a refusal is HTTP 503, which gRPC clients read as UNAVAILABLE) and counted in flight on the model
+-- alone until its log phase, so no eviction cuts it. Other calls, and calls without the header, pass as sent.
+function M.grpc(model)
+    if not model or model == "" or not residency.settings(model) then
+        return
+    end
+    local uri = ngx.var.uri
+    if not (uri:sub(-11) == "/ModelInfer" or uri:sub(-17) == "/ModelStreamInfer") then
+        return
+    end
+    local _, _, key = M.claim_resident(model, function()
+        return nil
+    end)
+    ngx.var.modelyard_counted = key or ""
+end
+
 -- log_by_lua of a request that named its version: no longer in flight; counted as "pinned" (a 404 as M.known
 -- says) unless `measure` is false.
 function M.pinned_done(model, version, measure)

@@ -14,13 +14,16 @@ import redis
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from demo.iris import sample_input
 from modelyard_agent.adapters.on_demand import model_locks, register_residency
 from modelyard_agent.coordination import lock_key
+from modelyard_agent.residency import OnDemandLoader
+from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.routes import make_route
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
-from tests.fixtures.on_demand import MB, put_model
-from tests.fixtures.services import wait_for
+from tests.fixtures.on_demand import MB, CountingRuntime, put_model
+from tests.fixtures.services import free_port, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -295,3 +298,40 @@ def test_a_deployment_makes_the_loader_measure_the_model_again(host, agent_setti
                        resident=False)
     assert json.loads(footprints.read_text()) == {"other": 7 * MB}
     assert host.residency()["models"]["redeployed"]["state"] == "cold"
+
+
+def test_a_grpc_call_that_names_its_model_is_held_loaded_and_counted_in_flight(triton_server, tmp_path):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    gateway = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+                            listen_host="127.0.0.1", grpc_listen=f"127.0.0.1:{free_port()}",
+                            triton_grpc=triton_server.grpc_url)
+    gateway.ensure_running()
+    put_model(triton_server, "grpc_a", infer_seconds=2)
+    gateway.register_on_demand("grpc_a", cold_start_timeout=60)
+    loader = OnDemandLoader(gateway, CountingRuntime(triton_server.http_url, load_timeout=120,
+                                                     grpc_url=triton_server.grpc_url),
+                            budget_bytes=None, state_dir=tmp_path / "state")
+    assert loader.start()
+    client = grpcclient.InferenceServerClient(gateway.grpc_listen)
+    tensor = grpcclient.InferInput("input", [len(sample_input()), 4], "FP32")
+    tensor.set_data_from_numpy(np.asarray(sample_input(), dtype=np.float32))
+    try:
+        # Without the header the gateway cannot tell the model: the call passes as sent, to Triton's own error.
+        with pytest.raises(InferenceServerException):
+            client.infer("grpc_a", [tensor])
+        assert loader.runtime.loads == {}
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(client.infer, "grpc_a", [tensor], headers={"x-modelyard-model": "grpc_a"})
+            wait_for(lambda: gateway.inflight().get("grpc_a/*") == 1, timeout=60, what="the gRPC call in flight")
+            # An eviction waits for it (and gives up after its timeout), rather than unloading under it.
+            assert loader.evict("grpc_a", "budget", timeout=0.3) is False
+            answer = call.result()
+        assert answer.as_numpy("label").shape[0] == len(sample_input())
+        assert loader.runtime.loads == {"grpc_a": 1} and gateway.inflight().get("grpc_a/*") == 0
+    finally:
+        client.close()
+        loader.stop()
+        gateway.stop()
