@@ -31,7 +31,6 @@ answered 503 naming Triton's error, and no new load is tried.
 
 from __future__ import annotations
 
-import json
 import logging
 import queue
 import threading
@@ -40,11 +39,9 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import urlsplit
 
-import psutil
-
-from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
+from modelyard_agent.footprints import FOOTPRINTS_FILE, keep_footprint, memory_rise, triton_resident_bytes
+from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
 from modelyard_agent.runtimes.routes import read_json_file
 from modelyard_agent.runtimes.triton import TritonRuntime, read_memory_in_use
@@ -58,8 +55,6 @@ DRAIN_SECONDS = 5.0
 DEMAND_HALF_LIFE_SECONDS = 300.0
 MAX_BACKOFF_SECONDS = 60.0
 NO_ROOM_RETRY_SECONDS = 1.0
-# The footprints the loader measured, per model, in the agent's state directory.
-FOOTPRINTS_FILE = "footprints.json"
 
 
 class NoRoom(Exception):
@@ -483,37 +478,14 @@ class OnDemandLoader:
         GPUs, else the resident memory of Triton's processes, else its CPU gauge; kept in ``footprints.json``.
         None when the readings are missing or did not rise (the CPU gauge is the machine's: another process
         may have freed memory meanwhile)."""
-        (gauges_before, rss_before), (gauges_after, rss_after) = before, after
-
-        def rise_of(a, b):
-            return None if a is None or b is None else b - a
-
-        rise = None
-        if gauges_after is not None and gauges_after.gpus and gauges_before is not None:
-            rise = rise_of(gauges_before.gpu_bytes, gauges_after.gpu_bytes)
-        elif rss_before is not None and rss_after is not None:
-            rise = rss_after - rss_before
-        elif gauges_before is not None and gauges_after is not None:
-            rise = rise_of(gauges_before.cpu_bytes, gauges_after.cpu_bytes)
-        if rise is None or rise <= 0:
+        rise = memory_rise(before, after)
+        if rise is None:
             return None  # another process freed memory meanwhile: measured again at the next load
-        footprints = read_json_file(self.footprints_file)
-        footprints[model] = int(rise)
-        self.footprints_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.footprints_file, json.dumps(footprints, indent=1, sort_keys=True))
-        return footprints[model]
+        keep_footprint(self.footprints_file, model, rise)
+        return rise
 
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
-
-
-def forget_footprint(state_dir: Path, model: str) -> None:
-    """Drop the footprint measured for ``model`` in ``<state_dir>/footprints.json``: a deployment changed what it
-    loads (another version, another config), so its next on-demand load measures it again."""
-    path = Path(state_dir) / FOOTPRINTS_FILE
-    footprints = read_json_file(path)
-    if footprints.pop(model, None) is not None:
-        atomic_write(path, json.dumps(footprints, indent=1, sort_keys=True))
 
 
 def load_failure_message(model: str, exc: BaseException) -> str:
@@ -524,19 +496,3 @@ def load_failure_message(model: str, exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return str(exc)
     return f"the host agent could not load {model}: {type(exc).__name__}: {exc}"
-
-
-def triton_resident_bytes(inference_url: str) -> int | None:
-    """Bytes resident (RSS) in the process listening on ``inference_url``'s port on this machine and in its
-    children (Triton and its python-backend stubs); None when no such process is visible from here (Triton
-    on another machine or in a container of its own, or not allowed to look)."""
-    port = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}").port
-    try:
-        for connection in psutil.net_connections(kind="tcp"):
-            if connection.status == psutil.CONN_LISTEN and connection.pid and connection.laddr \
-                    and connection.laddr.port == port:
-                root = psutil.Process(connection.pid)
-                return sum(process.memory_info().rss for process in [root, *root.children(recursive=True)])
-    except (psutil.Error, OSError):
-        return None
-    return None

@@ -15,7 +15,7 @@ from redis.lock import Lock
 from modelyard_agent.config import current as settings
 from modelyard_agent.contract import REGISTERED
 from modelyard_agent.coordination import host_model_lock
-from modelyard_agent.residency import forget_footprint
+from modelyard_agent.footprints import forget_footprint
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, RESIDENT
 from modelyard_agent.runtimes.triton import TritonRuntime

@@ -67,6 +67,7 @@ from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
+from modelyard_agent.runtimes.gateway_grpc import grpc_server
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.residency_control import ResidencyControl
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
@@ -267,41 +268,6 @@ http {{
 """
 
 
-# The client methods of Triton's gRPC service (grpc_service.proto of triton-inference-server/common); the
-# others (RepositoryIndex, RepositoryModelLoad/Unload, *SharedMemory*, TraceSetting, LogSettings) are the agent's.
-GRPC_CLIENT_METHODS = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelInfer",
-                       "ModelStreamInfer", "ModelConfig", "ModelStatistics")
-
-# A gRPC refusal is a "trailers-only" answer: HTTP 200 whose headers carry grpc-status, no body (the gRPC
-# over HTTP/2 protocol, PROTOCOL-HTTP2.md of grpc/grpc); nginx sends it as a header-only 204.
-_GRPC_SERVER = """\
-    upstream modelyard_triton_grpc {{
-        server {triton_grpc} max_fails=0;
-        keepalive 64;
-    }}
-    server {{
-        listen {grpc_listen} http2 backlog=4096;
-        grpc_read_timeout 300s;
-        grpc_send_timeout 300s;
-        location ~ ^/(inference\\.GRPCInferenceService/({methods})|grpc\\.health\\.v1\\.Health/(Check|Watch))$ {{
-            set $modelyard_counted "";
-            lua_check_client_abort on;
-            # An inference call that names its model in the metadata header x-modelyard-model is held while an
-            # on-demand model is not resident, and counted in flight on it (modelyard_gateway.lua's grpc).
-            rewrite_by_lua_block {{ require("modelyard_gateway").grpc(ngx.var.http_x_modelyard_model) }}
-            log_by_lua_block {{ require("modelyard_routes").release(ngx.var.modelyard_counted) }}
-            grpc_pass grpc://modelyard_triton_grpc;
-        }}
-        location / {{
-            default_type application/grpc;
-            add_header grpc-status 7 always;
-            add_header grpc-message "not a client method: the gateway passes health, metadata and inference" always;
-            return 204;
-        }}
-    }}
-"""
-
-
 class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
     """The gateway nginx of one Triton host.
 
@@ -366,8 +332,7 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             shutdown_timeout=int(self.shutdown_timeout), dir=self.dir, lua_dir=LUA_DIR, triton=self.triton,
             listen=self.listen, version_header=VERSION_HEADER, shadow_header=SHADOW_HEADER,
             temp_paths=TEMP_PATHS.format(dir=self.dir), drain_server=DRAIN_SERVER,
-            grpc_server=_GRPC_SERVER.format(triton_grpc=self.triton_grpc, grpc_listen=self.grpc_listen,
-                                            methods="|".join(GRPC_CLIENT_METHODS)) if self.grpc_listen else "",
+            grpc_server=grpc_server(self.triton_grpc, self.grpc_listen) if self.grpc_listen else "",
         )
 
     # Request body limits (modelyard_limits.lua; formats.request_limits derives them).
