@@ -14,6 +14,11 @@ from modelyard_agent.runtimes import bentoml as serve
 def child(tmp_path):
     """A live child process whose environment names ``tmp_path`` as its BENTOML_HOME."""
     process = subprocess.Popen(["sleep", "60"], env={"BENTOML_HOME": str(tmp_path)})
+    # Past its execve: until the kernel has filled in the new image's environment, the child reads as running
+    # whatever home it is asked about (is_running's execve window), which the tests below do not mean to test.
+    deadline = time.monotonic() + 10
+    while serve._home_of(process.pid) is None and time.monotonic() < deadline:
+        time.sleep(0.001)
     yield serve.Instance(model="m", version=1, tag="m:1", port=1, home=str(tmp_path), pid=process.pid)
     process.kill()
     process.wait()
