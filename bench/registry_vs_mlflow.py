@@ -33,7 +33,9 @@ Nothing here asserts it.
 
 Usage::
 
-    python bench/registry_vs_mlflow.py --json bench/results/registry.json --markdown bench/results/registry.md
+    python bench/registry_vs_mlflow.py                        # 10k x 5: bench/results/registry_vs_mlflow.md
+    python bench/registry_vs_mlflow.py --models 100000 --versions 10 --requests 100 \
+        --json bench/results/registry_vs_mlflow_100k.json --markdown bench/results/registry_vs_mlflow_100k.md
 """
 
 import argparse
@@ -473,8 +475,8 @@ def write_results(result: dict, json_path: Path, markdown_path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--json", type=Path, default=REPO / "bench/results/registry.json")
-    parser.add_argument("--markdown", type=Path, default=REPO / "bench/results/registry.md")
+    parser.add_argument("--json", type=Path, default=REPO / "bench/results/registry_vs_mlflow.json")
+    parser.add_argument("--markdown", type=Path, default=REPO / "bench/results/registry_vs_mlflow.md")
     parser.add_argument("--models", type=int, default=10_000)
     parser.add_argument("--versions", type=int, default=5)
     parser.add_argument("--workers", type=int, default=2)
