@@ -4,12 +4,25 @@ from django import forms
 from django.contrib import admin
 
 from audit.models import AuditEvent
+from modelyard.errors import InvalidInput
 from modelyard.forms import FullLengthModelForm
 from modelyard_agent.formats.names import InvalidName, validate_name
 from registry.models import ModelVersion, RegisteredModel
+from registry.registered_models import validate_tags
 
 
-class RegisteredModelAdminForm(FullLengthModelForm):
+class TagsChecked:
+    """A model form mixin: ``tags`` held to the API's rule (``registered_models.validate_tags``: string keys to string
+    values), so a tag saved in the admin is one that ``?tag=key=value`` finds on every database."""
+
+    def clean_tags(self) -> dict:
+        try:
+            return validate_tags(self.cleaned_data.get("tags"))
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message) from exc
+
+
+class RegisteredModelAdminForm(TagsChecked, FullLengthModelForm):
     """The model form, holding names to the grammar the API and pages use (``modelyard_agent.formats.names``)."""
 
     class Meta:
@@ -33,11 +46,26 @@ class RegisteredModelAdmin(admin.ModelAdmin):
     search_fields = ["name"]
 
 
+class ModelVersionAdminForm(TagsChecked, FullLengthModelForm):
+    """A version's admin form: its tags held to the API's rule."""
+
+    class Meta:
+        model = ModelVersion
+        # What an administrator may correct by hand; the artifact's identity and the model never change.
+        fields = ["status", "format", "artifact_filename", "sha256_verified_at", "integrity_error", "artifact_files",
+                  "metadata", "tags", "source_commit", "ci_run_url", "training_data_uri", "metrics"]
+
+
 @admin.register(ModelVersion)
 class ModelVersionAdmin(admin.ModelAdmin):
+    form = ModelVersionAdminForm
     list_display = ["model", "version", "status", "artifact_size", "created_at"]
     list_filter = ["status"]
-    readonly_fields = ["artifact_key", "artifact_sha256", "artifact_size", "config_text", "signature"]
+    readonly_fields = ["model", "version", "artifact_key", "artifact_sha256", "artifact_size", "config_text",
+                       "signature", "created_by", "created_at"]
+
+    def has_add_permission(self, request):
+        return False  # a version is registered with its artifact, through the API or the upload page
 
 
 @admin.register(AuditEvent)

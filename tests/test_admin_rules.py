@@ -93,3 +93,29 @@ def test_the_admin_refuses_a_webhook_of_one_team_limited_to_another_teams_model(
         "team": vision.pk, "enabled": "on"})
     assert answer.status_code == 200 and b"is not a model of team" in answer.content
     assert not Webhook.objects.exists()
+
+
+@pytest.mark.parametrize("tags", ['{"n": 1}', '{"b": true}', '{"=x": "y"}', '["a"]'])
+def test_the_admin_refuses_tags_the_api_refuses(admin_client, tags):
+    answer = admin_client.post("/admin/registry/registeredmodel/add/",
+                               {"name": "iris", "team": team_id(), "description": "", "tags": tags})
+    assert answer.status_code == 200 and b"errorlist" in answer.content
+    assert not RegisteredModel.objects.exists()
+    answer = admin_client.post("/admin/registry/registeredmodel/add/",
+                               {"name": "iris", "team": team_id(), "description": "", "tags": '{"n": "1"}'})
+    assert answer.status_code == 302 and RegisteredModel.objects.get().tags == {"n": "1"}
+
+
+def test_a_versions_admin_form_refuses_tags_the_api_refuses():
+    from registry.admin import ModelVersionAdminForm
+
+    form = ModelVersionAdminForm(data={"tags": '{"n": 1}'})
+    form.is_valid()
+    assert "tags" in form.errors and "string value" in str(form.errors["tags"])
+    form = ModelVersionAdminForm(data={"tags": '{"n": "1"}'})
+    form.is_valid()
+    assert "tags" not in form.errors
+
+
+def test_the_admin_registers_no_version_without_its_artifact(admin_client):
+    assert admin_client.get("/admin/registry/modelversion/add/").status_code == 403
