@@ -411,22 +411,14 @@ class OnDemandLoader:
     def footprint(self, model: str) -> int | None:
         """The bytes ``model`` counts with: its deployment's measured footprint (``footprint_bytes`` of its
         registration), else the one measured at its first load here, else None (not measured yet)."""
-        declared = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {}).get("footprint_bytes")
-        if declared is not None:
-            return int(declared)
-        measured = read_json_file(self.footprints_file).get(model)
-        return None if measured is None else int(measured)
+        entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
+        return _declared_else_measured(entry, read_json_file(self.footprints_file).get(model))
 
     def _footprints(self) -> dict[str, int | None]:
         """``footprint`` of every registered model, from one read of each file."""
         measured = read_json_file(self.footprints_file)
-        out: dict[str, int | None] = {}
-        for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items():
-            known = entry.get("footprint_bytes")
-            if known is None:
-                known = measured.get(model)
-            out[model] = None if known is None else int(known)
-        return out
+        return {model: _declared_else_measured(entry, measured.get(model))
+                for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items()}
 
     def _largest_footprint(self) -> int:
         return max([f for f in self._footprints().values() if f is not None] or [0])
@@ -486,6 +478,15 @@ class OnDemandLoader:
 
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
+
+
+def _declared_else_measured(registration: dict, measured) -> int | None:
+    """A model's footprint, bytes: what its registration declares (``footprint_bytes``), else what a load
+    measured here, else None."""
+    known = registration.get("footprint_bytes")
+    if known is None:
+        known = measured
+    return None if known is None else int(known)
 
 
 def load_failure_message(model: str, exc: BaseException) -> str:

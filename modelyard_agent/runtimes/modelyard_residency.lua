@@ -60,8 +60,9 @@ local function count(model, outcome)
     dict:incr("r\t" .. model .. "\t" .. outcome, 1, 0)
 end
 
--- Count `seconds` in the histogram whose keys start with `bucket` ("<bucket>\t<model>\t<i>") and `sum`.
-local function observe(bucket, sum, model, seconds)
+-- Count `seconds` in histogram `kind` ("c" cold-start waits, "l" loads): bucket "<kind>\t<model>\t<i>", sum
+-- "<kind>s\t<model>".
+local function observe(kind, model, seconds)
     local i = #M.BUCKETS + 1
     for j, bound in ipairs(M.BUCKETS) do
         if seconds <= bound then
@@ -69,12 +70,8 @@ local function observe(bucket, sum, model, seconds)
             break
         end
     end
-    dict:incr(bucket .. "\t" .. model .. "\t" .. i, 1, 0)
-    dict:incr(sum .. "\t" .. model, seconds, 0)
-end
-
-local function observe_cold(model, seconds)
-    observe("c", "cs", model, seconds)
+    dict:incr(kind .. "\t" .. model .. "\t" .. i, 1, 0)
+    dict:incr(kind .. "s\t" .. model, seconds, 0)
 end
 
 -- Answer 503 with Retry-After (whole seconds) and {"error", "model", "reason", "retry_after"}; ends the request.
@@ -163,7 +160,7 @@ function M.hold(model)
     end
     ngx.update_time()
     local waited = ngx.now() - started
-    observe_cold(model, waited)
+    observe("c", model, waited)
     count(model, "cold")
     -- The answer says how long the request was held (seconds), so clients can tell a cold start.
     ngx.header["X-Modelyard-Cold-Start"] = string.format("%.3f", waited)
@@ -298,7 +295,7 @@ local function report(body)
         end
     end
     if type(body.load_seconds) == "number" and body.load_seconds >= 0 and M.settings(model) then
-        observe("l", "ls", model, body.load_seconds)
+        observe("l", model, body.load_seconds)
     end
     if type(body.failure) == "table" then
         local retry_after = tonumber(body.failure.retry_after) or 1
@@ -429,8 +426,9 @@ function M.exposition()
         out[#out + 1] = "# TYPE modelyard_resident_bytes gauge"
         out[#out + 1] = string.format("modelyard_resident_bytes %d", budget.resident_bytes or 0)
     end
-    local requests, evictions, cold, sums, models = {}, {}, {}, {}, {}
-    local loads, load_sums, loaded = {}, {}, {}
+    local requests, evictions = {}, {}
+    -- What observe() counted, per kind: buckets[model][i], sums[model] and the models, for histogram() below.
+    local histograms = { c = { buckets = {}, sums = {}, models = {} }, l = { buckets = {}, sums = {}, models = {} } }
     for _, key in ipairs(dict:get_keys(0)) do
         local kind, model, last = key:match("^(%a%a?)\t([^\t]*)\t?(.*)$")
         local value = kind and dict:get(key)
@@ -440,24 +438,21 @@ function M.exposition()
         elseif kind == "e" then
             evictions[#evictions + 1] = string.format('modelyard_evictions_total{model="%s",reason="%s"} %d',
                 label_value(model), label_value(last), value)
-        elseif kind == "c" then
-            cold[model] = cold[model] or {}
-            cold[model][tonumber(last)] = value
-        elseif kind == "cs" then
-            sums[model] = value
-            models[#models + 1] = model
-        elseif kind == "l" then
-            loads[model] = loads[model] or {}
-            loads[model][tonumber(last)] = value
-        elseif kind == "ls" then
-            load_sums[model] = value
-            loaded[#loaded + 1] = model
+        elseif histograms[kind] then
+            local buckets = histograms[kind].buckets
+            buckets[model] = buckets[model] or {}
+            buckets[model][tonumber(last)] = value
+        elseif kind and #kind == 2 and kind:sub(2) == "s" and histograms[kind:sub(1, 1)] then
+            local counted = histograms[kind:sub(1, 1)]
+            counted.sums[model] = value
+            counted.models[#counted.models + 1] = model
         end
     end
     table.sort(requests)
     table.sort(evictions)
-    table.sort(models)
-    table.sort(loaded)
+    for _, counted in pairs(histograms) do
+        table.sort(counted.models)
+    end
     out[#out + 1] = "# HELP modelyard_on_demand_requests_total Requests for on-demand models: hit (resident),"
         .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader)."
     out[#out + 1] = "# TYPE modelyard_on_demand_requests_total counter"
@@ -469,24 +464,24 @@ function M.exposition()
     for _, line in ipairs(evictions) do
         out[#out + 1] = line
     end
-    local function histogram(name, help, names, buckets, totals)
+    local function histogram(name, help, counted)
         out[#out + 1] = "# HELP " .. name .. " " .. help
         out[#out + 1] = "# TYPE " .. name .. " histogram"
-        for _, model in ipairs(names) do
+        for _, model in ipairs(counted.models) do
             local cumulative, label = 0, label_value(model)
             for i = 1, #M.BUCKETS + 1 do
-                cumulative = cumulative + ((buckets[model] or {})[i] or 0)
+                cumulative = cumulative + ((counted.buckets[model] or {})[i] or 0)
                 local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
                 out[#out + 1] = string.format('%s_bucket{model="%s",le="%s"} %d', name, label, le, cumulative)
             end
-            out[#out + 1] = string.format('%s_sum{model="%s"} %.9g', name, label, totals[model])
+            out[#out + 1] = string.format('%s_sum{model="%s"} %.9g', name, label, counted.sums[model])
             out[#out + 1] = string.format('%s_count{model="%s"} %d', name, label, cumulative)
         end
     end
     histogram("modelyard_cold_start_seconds", "How long requests for a model that was not resident were held until"
-        .. " it was, in seconds.", models, cold, sums)
+        .. " it was, in seconds.", histograms.c)
     histogram("modelyard_model_load_seconds", "How long the host agent's on-demand loads took in Triton, in"
-        .. " seconds (the wait beyond it is modelyard_cold_start_seconds' share).", loaded, loads, load_sums)
+        .. " seconds (the wait beyond it is modelyard_cold_start_seconds' share).", histograms.l)
     return out
 end
 

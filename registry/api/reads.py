@@ -37,14 +37,16 @@ _COLUMNS = ("version", "status", "format", "artifact_sha256", "artifact_size", "
 
 
 @cache
-def _version_sql(where: str) -> str:
+def _version_sql(where: str, role: bool) -> str:
     """The query of ``version_json`` and ``versions_json``, over the tables' real names, for the versions
-    ``where`` (a condition on ``v``, the version, and ``m``, its model) selects; params ``user`` (the caller's
-    id, or None) and those of ``where``."""
+    ``where`` (a condition on ``v``, the version, and ``m``, its model) selects; params those of ``where`` and,
+    with ``role``, ``user`` (the caller's id, or None), whose role in the model's team it reads (else NULL)."""
     version, model, alias = ModelVersion._meta.db_table, RegisteredModel._meta.db_table, Alias._meta.db_table
     member, membership = EnsembleMember._meta.db_table, Membership._meta.db_table
     user = get_user_model()._meta.db_table
     columns = ", ".join(f"v.{column}" for column in _COLUMNS)
+    role_column = (f"(SELECT r.role FROM {membership} r WHERE r.user_id = %(user)s AND r.team_id = m.team_id LIMIT 1)"
+                   if role else "NULL")
     return f"""
         SELECT v.model_id, m.name, m.team_id, u.username,
                ARRAY(SELECT a.name FROM {alias} a WHERE a.version_id = v.id ORDER BY a.name),
@@ -53,7 +55,7 @@ def _version_sql(where: str) -> str:
                                  ORDER BY mm.name, mv.version)
                   FROM {member} e JOIN {version} mv ON mv.id = e.member_id JOIN {model} mm ON mm.id = mv.model_id
                  WHERE e.ensemble_id = v.id),
-               (SELECT r.role FROM {membership} r WHERE r.user_id = %(user)s AND r.team_id = m.team_id LIMIT 1),
+               {role_column},
                {columns}, v.id
           FROM {version} v JOIN {model} m ON m.id = v.model_id LEFT JOIN {user} u ON u.id = v.created_by_id
          WHERE {where}"""
@@ -90,8 +92,8 @@ def version_json(principal: Principal, model_name: str, number: int) -> tuple[Re
     user = principal.user
     reads_membership = principal.is_authenticated and not user.is_staff
     with database.cursor() as cursor:
-        cursor.execute(_version_sql(_ONE), {"user": user.pk if reads_membership else None, "name": model_name,
-                                            "number": number, "deleted": VersionStatus.DELETED})
+        cursor.execute(_version_sql(_ONE, role=reads_membership),
+                       {"user": user.pk, "name": model_name, "number": number, "deleted": VersionStatus.DELETED})
         row = cursor.fetchone()
     if row is None:
         return None
@@ -111,7 +113,7 @@ def versions_json(ids: list[int]) -> list[dict] | None:
     if not ids:
         return []
     with database.cursor() as cursor:
-        cursor.execute(_version_sql(_BY_IDS), {"user": None, "ids": list(ids), "deleted": VersionStatus.DELETED})
+        cursor.execute(_version_sql(_BY_IDS, role=False), {"ids": list(ids), "deleted": VersionStatus.DELETED})
         rows = {row[-1]: _version_row(row)[2] for row in cursor.fetchall()}
     return [rows[pk] for pk in ids if pk in rows]  # one deleted since the page's keys were read is left out
 
