@@ -106,9 +106,20 @@ if ((!FAST)) && [[ ! " $* " =~ \ tests/ ]]; then
     nice -n 10 "$PY" -m tests.fixtures.wheels >"$BASETEMP/requirements-venv.log" 2>&1 &
     PREFETCH=$!
 fi
+# The 20 longest modules are printed after pytest's summary, so a CI log's tail names where the time went;
+# a --module-times=FILE given on the command line writes there instead.
+MODULE_TIMES=""
+if [[ ! " $* " =~ \ --module-times ]]; then
+    MODULE_TIMES="$BASETEMP/module-times.md"
+    args+=(--module-times "$MODULE_TIMES")
+fi
 log "pytest ${args[*]} $*"
 rc=0
 "$PY" -m pytest "${args[@]}" "$@" || rc=$?
+if [[ -n "$MODULE_TIMES" && -s "$MODULE_TIMES" ]]; then
+    log "the longest modules (seconds summed over the workers):"
+    cat "$MODULE_TIMES"
+fi
 if [[ -n "$PREFETCH" ]] && ! wait "$PREFETCH"; then  # the install test made it itself then, or said why not
     log "making the install test's virtualenv in the background failed: $BASETEMP/requirements-venv.log"
 fi
