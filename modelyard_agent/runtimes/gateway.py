@@ -36,9 +36,9 @@ gives a version (and each shadow copy) counts in flight on that version until it
 on the control socket, ``RouteControl.wait_idle``): after a route change the agent unloads a version the
 route no longer gives only once no request is still on its way to it through nginx. The gateway's
 config itself changes only with the agent's settings (an upgrade, gRPC turned on); such a reload is
-preceded by a drain (``modelyard_drain.lua``): for ``DRAIN_SECONDS`` every request is answered with
-``Connection: close``, so no busy kept-alive client sits on an idle connection when the old workers
-close theirs.
+preceded by a drain (``modelyard_drain.lua``): for ``DRAIN_SECONDS`` (less once no client connection is
+open) every request is answered with ``Connection: close``, so no busy kept-alive client sits on an idle
+connection when the old workers close theirs.
 
 Per model, a share of the client infer requests may be **captured** for replays
 (``modelyard_capture.lua``): the draw happens in the rewrite phase, which reads a drawn request's body
@@ -165,8 +165,12 @@ http {{
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
         require("modelyard_gateway")
         require("modelyard_drain")
+        require("modelyard_workers")
     }}
-    init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
+    init_worker_by_lua_block {{
+        require("modelyard_routes").worker_started()
+        require("modelyard_residency").worker_started()
+    }}
     upstream modelyard_triton {{
         server {triton} max_fails=0;
         keepalive 64;

@@ -102,8 +102,10 @@ end
 -- always resident), counted in flight while it still is: an on-demand model's request that no route counts
 -- on a version is counted on the model alone (routes.claim_model).
 function M.claim_resident(model, choose)
+    ngx.update_time()
+    local started = ngx.now()  -- one deadline for every hold of this request: its cold_start_timeout is a bound
     while true do
-        residency.hold(model)
+        residency.hold(model, started)
         local route, version, key = routes.claim(model, choose)
         if not key and residency.settings(model) then
             key = routes.claim_model(model)

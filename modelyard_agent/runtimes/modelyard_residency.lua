@@ -20,7 +20,7 @@
 --   "f\t<model>"       JSON {message, retry_after} of the last failed load, until its backoff expires
 --   "w\t<model>"       when a held request first asked for the model (one load however many wait)
 --   "t\t<model>"       the loader took the want
---   "h\t<model>"       requests held now
+--   "h\t<model>"       requests held now; "H\t<model>\t<worker pid>" those of one worker (modelyard_workers.lua)
 --   "u\t<model>"       when a request last asked for the model (the loader's recency)
 --   metrics: "c\t<model>\t<i>" cold-start waits in bucket i, "cs\t<model>" their sum (seconds),
 --            "l\t<model>\t<i>" and "ls\t<model>": the loader's loads, as long as Triton took (seconds),
@@ -54,6 +54,17 @@ function M.settings(model)
         cached, cached_text = cjson.decode(text or "{}") or {}, text
     end
     return cached[model]
+end
+
+-- Add `n` to the requests held for `model`, in all and in this worker; returns the total.
+local function held_add(model, n)
+    dict:incr("H\t" .. model .. "\t" .. ngx.worker.pid(), n, 0)
+    return dict:incr("h\t" .. model, n, 0)
+end
+
+-- init_worker_by_lua: the requests that workers which died were holding are no longer held.
+function M.worker_started()
+    require("modelyard_workers").give_back(dict, "^H\t(.*)\t(%d+)$", "h\t")
 end
 
 local function count(model, outcome)
@@ -118,23 +129,26 @@ end
 
 -- rewrite_by_lua, before the request is counted in flight: return at once for a model that is always resident
 -- or resident now; otherwise hold the request until its model is (its answer then carries
--- X-Modelyard-Cold-Start: the seconds it was held), or answer 503 (refuse).
-function M.hold(model)
+-- X-Modelyard-Cold-Start: the seconds it was held), or answer 503 (refuse). `started` (ngx.now() seconds;
+-- now when nil): when the request began to wait, so that a request held again (its model was evicted between
+-- two holds) waits until its first hold's deadline, not a whole cold_start_timeout more.
+function M.hold(model, started)
     local settings = M.settings(model)
     if not settings then
         return
     end
     ngx.update_time()
-    local started = ngx.now()
-    dict:set("u\t" .. model, started)
+    local now = ngx.now()
+    started = started or now
+    dict:set("u\t" .. model, now)
     if dict:get("s\t" .. model) == "resident" then
         count(model, "hit")
         return
     end
     settings.cold_start_timeout = settings.cold_start_timeout or M.DEFAULT_TIMEOUT
-    local held = dict:incr("h\t" .. model, 1, 0)
+    local held = held_add(model, 1)
     if held > (settings.max_held or M.DEFAULT_MAX_HELD) then
-        dict:incr("h\t" .. model, -1, 0)
+        held_add(model, -1)
         return refuse(model, "queue_full", held - 1 .. " requests already wait for " .. model
             .. " to load (its queue holds " .. (settings.max_held or M.DEFAULT_MAX_HELD) .. ")", 1)
     end
@@ -146,7 +160,7 @@ function M.hold(model)
         ctx.modelyard_abort_handled = true
         ngx.on_abort(function()
             if ngx.ctx.modelyard_held then
-                dict:incr("h\t" .. ngx.ctx.modelyard_held, -1, 0)
+                held_add(ngx.ctx.modelyard_held, -1)
                 ngx.ctx.modelyard_held = nil
             end
             return ngx.exit(499)
@@ -154,7 +168,7 @@ function M.hold(model)
     end
     local reason, message, retry_after = wait(model, settings, started + settings.cold_start_timeout)
     ctx.modelyard_held = nil
-    dict:incr("h\t" .. model, -1, 0)
+    held_add(model, -1)
     if reason then
         return refuse(model, reason, message, retry_after)
     end

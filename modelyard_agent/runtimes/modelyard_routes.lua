@@ -118,8 +118,11 @@ function M.load(path)
     M.load_file(path, M.apply, "routes")
 end
 
-function M.seed()
+-- init_worker_by_lua: this worker's own random draws, and the requests that workers which died (a signal, a
+-- crash: no log phase ran) still counted in flight are forgotten, so no drain waits for them.
+function M.worker_started()
     math.randomseed(ngx.now() * 1000 + ngx.worker.pid())
+    require("modelyard_workers").forget(inflight, "^(.*)/(%d+)$")
 end
 
 -- Whether a request goes to the canary: a routing key (header X-Modelyard-Routing-Key) is hashed (CRC-32)

@@ -89,8 +89,9 @@ _SPLIT_HTTP = """\
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
         require("modelyard_bento")
         require("modelyard_drain")
+        require("modelyard_workers")
     }}
-    init_worker_by_lua_block {{ require("modelyard_routes").seed() }}
+    init_worker_by_lua_block {{ require("modelyard_routes").worker_started() }}
     upstream modelyard_split {{
         server 0.0.0.1;  # never used: the balancer picks the port
         balancer_by_lua_block {{ require("modelyard_bento").balance() }}

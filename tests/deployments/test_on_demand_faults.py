@@ -4,7 +4,6 @@ for room; an eviction never takes a model whose deployment holds its lock; every
 
 import json
 import socket
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,7 +21,7 @@ from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.routes import make_route
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
-from tests.fixtures.on_demand import MB, CountingRuntime, put_model
+from tests.fixtures.on_demand import MB, CountingRuntime, polling_without_loading, put_model
 from tests.fixtures.services import free_port, wait_for
 
 pytestmark = pytest.mark.integration
@@ -219,15 +218,7 @@ def test_a_model_whose_requests_all_gave_up_is_not_loaded(host):
 def test_a_client_that_leaves_while_held_gives_its_place_back_at_once(host):
     put_model(host.server, "left_a")
     host.register_on_demand("left_a", cold_start_timeout=30, max_held=1)
-    polling = threading.Event()
-
-    def poll():  # a loader that polls (it lives) but never loads: requests stay held
-        while not polling.is_set():
-            host.wanted(wait=0.5)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    try:
+    with polling_without_loading(host) as stop_polling:
         body = json.dumps(BODY).encode()
         client = socket.create_connection(("127.0.0.1", host.listen_port))
         client.sendall(b"POST /v2/models/left_a/infer HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
@@ -239,11 +230,8 @@ def test_a_client_that_leaves_while_held_gives_its_place_back_at_once(host):
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(infer, host, "left_a")
             wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 1, timeout=10, what="the next held")
-            polling.set()  # the loader dies: the held request is answered no_loader within a few seconds
+            stop_polling.set()  # the loader dies: the held request is answered no_loader within a few seconds
             assert waiting.result().json()["reason"] == "no_loader"
-    finally:
-        polling.set()
-        poller.join()
 
 
 def test_a_model_triton_dropped_on_its_own_is_held_and_loaded_from_the_next_request(host):
