@@ -17,7 +17,9 @@ end
 
 -- content_by_lua of the control socket's /drain: POST {"draining": true, "expires": seconds} starts the drain
 -- (it ends by itself after `expires`, if given, so a reload that never finishes cannot leave it on), POST
--- {"draining": false} ends it; GET and POST answer {"draining": bool}.
+-- {"draining": false} ends it; GET and POST answer {"draining": bool, "clients": n}, n the client connections
+-- open now other than this one, busy or idle, in every worker ($connections_active, ngx_http_stub_status_module):
+-- with none, no kept-alive client is there to lose a request to the reload, and the drain can end at once.
 function M.control()
     if ngx.req.get_method() == "POST" then
         local body = require("modelyard_routes").request_json()
@@ -34,7 +36,8 @@ function M.control()
         end
     end
     ngx.header["Content-Type"] = "application/json"
-    ngx.say(cjson.encode({draining = drain:get("draining") == true}))
+    local clients = (tonumber(ngx.var.connections_active) or 1) - 1
+    ngx.say(cjson.encode({draining = drain:get("draining") == true, clients = clients}))
 end
 
 return M

@@ -223,13 +223,30 @@ class NginxProcess:
         drained = self._set_draining(True, expires=self.DRAIN_SECONDS + timeout + 5)
         try:
             if drained:
-                time.sleep(self.DRAIN_SECONDS)
+                self._sleep_out_drain(self.DRAIN_SECONDS)
             self._nginx("-s", "reload")
             self._wait_reloaded(master, old_workers, timeout)
         finally:
             if drained and not self._set_draining(False):
                 logger.warning("nginx in %s: the drain could not be ended; it expires by itself", self.dir)
         return old_workers
+
+    def _sleep_out_drain(self, seconds: float, poll: float = 0.02) -> bool:
+        """Wait ``seconds`` for busy kept-alive clients to be told to close, or less: until no client connection is
+        open (``_client_connections``), since then none can lose a request to the reload (a reload of a host whose
+        clients do not keep connections alive, or that has none, is not held up). True when it ended because no
+        client connection was open, False when its time ran out."""
+        deadline = time.monotonic() + seconds
+        while self._client_connections() != 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll)
+        return True
+
+    def _client_connections(self) -> int | None:
+        """The client connections nginx holds open, busy or idle, other than the agent's own; None when unknown
+        (here: a config without the Lua module, which does not drain)."""
+        return None
 
     def _set_draining(self, draining: bool, expires: float = 0.0) -> bool:
         """Start (for at most ``expires`` seconds) or end answering every client request with

@@ -204,6 +204,15 @@ class RouteControl:
         except ServingRuntimeError:
             return False
 
+    def _client_connections(self) -> int | None:
+        """As ``NginxProcess._client_connections``, from the control socket's ``/drain`` (``modelyard_drain.lua``);
+        None when the running nginx does not say (started from an older config) or does not answer."""
+        try:
+            clients = self._control("GET", path="/drain").get("clients")
+        except ServingRuntimeError:
+            return None
+        return clients if isinstance(clients, int) else None
+
     def _read_file(self) -> dict[str, dict]:
         return read_json_file(self.routes_file)
 

@@ -138,9 +138,20 @@ def test_a_reload_drains_first_so_no_kept_alive_client_loses_a_request(gateway):
     assert len(closes(clients)) >= 8  # each drain told the busy clients to reconnect
     # ... after their requests went through their own locations: routed by the 50 % route (or naming v1).
     assert set(closes(clients)) <= {"1", "2", None} and {"1", "2"} <= set(closes(clients))
-    assert gateway._control("GET", path="/drain") == {"draining": False}
+    assert gateway._control("GET", path="/drain")["draining"] is False
     with requests.Session() as session:  # and keep-alive is back once the reload is done
         assert infer(session, gateway).headers.get("Connection", "").lower() != "close"
+
+
+def test_a_drain_ends_as_soon_as_no_client_connection_is_open(gateway):
+    # No client connected: nothing can lose a request to the reload, so the drain does not wait its time out.
+    assert gateway._client_connections() == 0
+    assert gateway._sleep_out_drain(60) is True
+    with requests.Session() as session:
+        assert infer(session, gateway).status_code == 200  # its connection stays open, idle, kept alive
+        assert gateway._client_connections() == 1
+        assert gateway._sleep_out_drain(0.2) is False  # it may send at the reload: the drain runs its time
+    wait_for(lambda: gateway._client_connections() == 0, timeout=10, what="the closed connection counted out")
 
 
 def test_a_restarted_gateway_routes_as_it_did(gateway):
