@@ -1,7 +1,7 @@
 """API fuzzing, the long run: schemathesis against /api/schema/ with ~10,000 generated cases.
 
 Runs tests/test_api_fuzzing.py (same world, checks and derandomized generation as in CI, where it
-sends 40 cases per operation) with ``--cases-per-operation`` cases per operation, on PostgreSQL
+sends 25 cases per operation) with ``--cases-per-operation`` cases per operation, on PostgreSQL
 (pytest-django creates and drops ``test_<database>``), the S3 stand-in and a real Prometheus.
 
     .venv/bin/python bench/api_fuzz.py --json bench/results/api_fuzz.json --markdown bench/results/api_fuzz.md

@@ -35,7 +35,7 @@ from tests.fuzzing import FuzzWorld, fuzz_api
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 # bench/api_fuzz.py runs this test longer through these variables and reads the report it writes.
-CASES_PER_OPERATION = int(os.environ.get("MODELYARD_FUZZ_CASES_PER_OPERATION", "40"))
+CASES_PER_OPERATION = int(os.environ.get("MODELYARD_FUZZ_CASES_PER_OPERATION", "25"))
 REPORT_PATH = os.environ.get("MODELYARD_FUZZ_REPORT", "")
 MIN_TOTAL_CASES = 1000
 

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 __all__ = ["agent_root", "artifact_server"]  # fixtures
 
 PIN_HEADER = "X-Modelyard-Version-Request"
+DRAWS = 2000  # requests per percent checked by the split test
 
 
 @pytest.fixture
@@ -86,22 +87,23 @@ def classify_load(url: str, threads: int = 3) -> KeptAliveLoad:
 def drawn_as(hits: int, draws: int, share: float, sigmas: float = 4.5) -> bool:
     """Whether ``hits`` of ``draws`` independent draws is what a probability of ``share`` gives: within
     ``sigmas`` standard deviations of the binomial (sqrt(n p (1 - p))), which a fair draw misses once in
-    about 150,000 runs. At 5,000 draws that is ±1.9 points at 10 % and ±3.2 points at 50 %."""
+    about 150,000 runs. At 2,000 draws that is ±3.0 points at 10 % and ±5.0 points at 50 % (the keyed split's exact
+    buckets are checked by the routing-key test below)."""
     return abs(hits - draws * share) <= sigmas * (draws * share * (1 - share)) ** 0.5
 
-def test_a_canary_takes_its_percent_of_5000_requests_at_10_and_at_50_beside_the_stable_version(host):
+def test_a_canary_takes_its_percent_of_2000_requests_at_10_and_at_50_beside_the_stable_version(host):
     host.deploy("v1", 1)
     canary = host.deploy("v2", 2, canary_percent=10)
     assert canary["details"]["kept_versions"] == [1] and canary["details"]["previous_versions"] == []
     assert canary["details"]["route"]["stable"] == 1 and canary["details"]["route"]["canary"] == 2
     assert sorted(i.version for i in ServeState(host.root).read()[MODEL].values()) == [1, 2]
-    answered = versions_of(host.url, 5000)
-    assert len(answered) == 5000 and set(answered) == {"1", "2"}
-    assert drawn_as(answered.count("2"), 5000, 0.10)
+    answered = versions_of(host.url, DRAWS)
+    assert len(answered) == DRAWS and set(answered) == {"1", "2"}
+    assert drawn_as(answered.count("2"), DRAWS, 0.10)
 
     assert host.route(stable=1, canary=2, percent=50)["percent"] == 50
-    answered = versions_of(host.url, 5000)
-    assert drawn_as(answered.count("2"), 5000, 0.50)
+    answered = versions_of(host.url, DRAWS)
+    assert drawn_as(answered.count("2"), DRAWS, 0.50)
 
 
 def test_a_routing_key_stays_on_its_version_and_a_higher_percent_only_moves_keys_to_the_canary(host):

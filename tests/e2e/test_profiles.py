@@ -139,7 +139,7 @@ def test_a_running_profile_is_cancelled_from_the_cli_and_leaves_nothing_on_the_h
                               text=True, timeout=120)
 
     long_sweep = {"instance_counts": [1], "dynamic_batching": [False], "concurrency": [1, 2, 4, 8],
-                  "measurement_interval_ms": 2000, "time_budget_s": 300}
+                  "measurement_interval_ms": 1000, "time_budget_s": 300}
     with Heartbeats(interval=1.0):
         wait_for(lambda: client.get(f"/api/v1/hosts/{HOST}/").json()["online"], timeout=60,
                  what="the host's first heartbeat", interval=0.5)

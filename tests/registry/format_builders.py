@@ -157,10 +157,11 @@ class Classifier:
     def __init__(self):
         if %r:
             raise RuntimeError("this service refuses to start")
+        self.model = bentoml.sklearn.load_model(self.model_ref)  # once per worker, as a real service does
 
     @bentoml.api
     def classify(self, features: np.ndarray) -> np.ndarray:
-        return bentoml.sklearn.load_model(self.model_ref).predict(features)
+        return self.model.predict(features)
 ''' % (name, refuse))
 # Not locked: locking resolves the requirements against a package index with uv, which these builds,
 # imported straight into a local store, have no use for.
