@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from accounts.choices import Scope
 from accounts.models import ApiToken, Membership, Team
+from accounts.token_lookup import token_by_prefix
 from audit.choices import AuditAction
 from audit.services import record_audit_event
 from modelyard.errors import Conflict, DomainError, Forbidden, InvalidInput, NotFound
@@ -228,7 +229,8 @@ def install_token(*, user, name: str, plaintext: str, scopes, team: Team | None 
 
 
 def authenticate_token(plaintext: str) -> ApiToken:
-    """The usable token whose plaintext is ``plaintext``, with its user and team loaded. One query.
+    """The usable token whose plaintext is ``plaintext``, with its user and team loaded. One query
+    (``accounts.token_lookup``).
 
     Raises:
         TokenRejected: (HTTP 401) with a sentence saying why: not a Modelyard token, unknown,
@@ -238,7 +240,7 @@ def authenticate_token(plaintext: str) -> ApiToken:
     match = TOKEN_RE.fullmatch(plaintext or "")
     if match is None:
         raise TokenRejected("invalid API token: Modelyard tokens read my_<prefix>_<secret>")
-    token = ApiToken.objects.select_related("user", "team").filter(prefix=match["prefix"]).first()
+    token = token_by_prefix(match["prefix"])
     if token is None or not hmac.compare_digest(token.digest, token_digest(plaintext)):
         raise TokenRejected("unknown API token")
     if token.revoked_at is not None:

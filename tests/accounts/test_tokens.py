@@ -420,3 +420,30 @@ def test_the_token_list_costs_the_same_queries_for_one_page_of_tokens_or_two(mem
     for i in range(60):
         issue_token(user=member, name=f"ci-{i}", scopes=["read"], team=None)
     assert count() == few
+
+
+def model_state(instance) -> dict:
+    """Every concrete field of ``instance`` as loaded (attribute name -> value)."""
+    return {field.attname: getattr(instance, field.attname) for field in type(instance)._meta.concrete_fields}
+
+
+@pytest.mark.parametrize("with_team", [False, True])
+def test_the_token_lookup_loads_what_the_orm_loads_in_one_query(with_team):
+    user = get_user_model().objects.create_user(username="lookup", first_name="Ada", is_staff=False)
+    team = Team.objects.create(name="lookup-team") if with_team else None
+    if team:
+        set_membership(team=team, user=user, role=Role.MAINTAINER, actor=None)
+    token, plaintext = issue_token(user=user, name="ci", scopes=["read", "write"], team=team,
+                                   expires_at=timezone.now() + timedelta(days=3))
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now() - timedelta(hours=1))
+    expected = ApiToken.objects.select_related("user", "team").get(pk=token.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        found = authenticate_token(plaintext)
+        user_state, team = model_state(found.user), found.team  # loaded with it: no query
+    assert len(queries) == 1, [q["sql"] for q in queries]
+    assert model_state(found) == model_state(expected)
+    assert found.scopes == ["read", "write"] and found.expires_at == expected.expires_at
+    assert user_state == model_state(expected.user)
+    assert (model_state(team) if team else None) == (model_state(expected.team) if with_team else None)
+    assert found._state.db == expected._state.db and not found._state.adding
