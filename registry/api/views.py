@@ -1,5 +1,7 @@
 """Registry API: models and their versions."""
 
+from functools import cache
+
 import django_filters
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -39,6 +41,13 @@ from registry.registered_models import create_model, update_model
 from registry.versions import get_version, register_version
 
 
+@cache
+def _models_with_summary():
+    """Registered models with their creator and team joined and ``with_version_summary``'s annotations: built once
+    per process (resolving the two correlated subqueries took a tenth of a page of models), cloned per request."""
+    return RegisteredModel.objects.select_related("created_by", "team").with_version_summary()
+
+
 class RegisteredModelViewSet(
     mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, viewsets.GenericViewSet
 ):
@@ -51,7 +60,7 @@ class RegisteredModelViewSet(
     ordering = "name"
 
     def get_queryset(self):
-        models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary()
+        models = _models_with_summary().all()  # a clone of the query built once, its subqueries resolved
         return scope_team_filter(Principal.of(self.request), models).order_by("name")
 
     def list(self, request, *args, **kwargs):
