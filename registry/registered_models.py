@@ -5,8 +5,10 @@ Each function takes explicit arguments, runs in one transaction where it writes,
 """
 
 from django.db import IntegrityError, transaction
+from django.db.models import OuterRef, Subquery
 
 from accounts.access import can_see
+from accounts.models import Membership
 from accounts.services import default_team
 from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
@@ -105,13 +107,25 @@ def get_model(name: str, *, visible_to=None) -> RegisteredModel:
     Args:
         name: the model's name.
         visible_to: an ``accounts.access.Principal``; when given, a model of a team it cannot
-            read is reported exactly as a missing one, so names do not leak across teams.
+            read is reported exactly as a missing one, so names do not leak across teams. Its role in
+            the model's team (not an administrator's) is read in the same query and recorded on it
+            (``Principal.note_role``), so the permission check that follows asks the database nothing.
 
     Raises:
         NotFound: there is none (or none the principal may read).
     """
     # A NUL cannot be in a name (PostgreSQL's text refuses it, so the query would fail): no such model.
-    model = None if "\x00" in name else RegisteredModel.objects.select_related("team").filter(name=name).first()
+    if "\x00" in name:
+        raise NotFound(f"no model named {name!r}")
+    query = RegisteredModel.objects.select_related("team").filter(name=name)
+    # The check that follows needs the principal's role in the model's team: read in the same query.
+    reads_role = visible_to is not None and visible_to.is_authenticated and not visible_to.user.is_staff
+    if reads_role:
+        query = query.annotate(_caller_role=Subquery(Membership.objects.filter(
+            user=visible_to.user, team_id=OuterRef("team_id")).values("role")[:1]))
+    model = query.first()
+    if model is not None and reads_role:
+        visible_to.note_role(model.team_id, model._caller_role)
     if model is None or (visible_to is not None and not can_see(visible_to, model)):
         raise NotFound(f"no model named {name!r}")
     return model

@@ -155,12 +155,12 @@ def test_the_page_says_how_to_profile_a_version_without_a_card(iris, page):
     assert 'class="compare-card-host"' not in html
 
 
-# The session and its user, the model and the user's role in its team, the live version numbers, the two
-# versions (with their model and author), and the cards of both (one query, hosts joined).
-COMPARE_PAGE_QUERIES = 7
-# The token and its user, the model and the user's role, each version with its model looked up again (two
-# each), the cards of both, and the serving part's model and deployment targets.
-COMPARE_API_QUERIES = 10
+# The session and its user, the model with the user's role in its team (one query), the live version numbers,
+# the two versions (with their model and author), and the cards of both (one query, hosts joined).
+COMPARE_PAGE_QUERIES = 6
+# The token and its user, the model with the user's role (one query), each version with its model looked up
+# again (two each), the cards of both, and the serving part's model and deployment targets.
+COMPARE_API_QUERIES = 9
 
 
 def test_the_compare_page_costs_the_same_pinned_queries_with_cards_or_without(iris, page, django_assert_num_queries):

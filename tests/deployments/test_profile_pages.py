@@ -62,7 +62,7 @@ def test_the_version_page_shows_the_card_with_its_recommendation_and_front(clien
                                  page, re.S).group(1))
     assert sum(len(c["points"]) for c in chart["configs"]) == len(CARD["rows"]) and chart["front"]
     assert 'role="img"' in page and "aria-label=\"Throughput against client p99" in page
-    with django_assert_num_queries(8):
+    with django_assert_num_queries(CARD_PANEL_QUERIES):
         assert client.get(PANEL).status_code == 200
 
 
@@ -119,12 +119,12 @@ def test_a_viewer_sees_the_card_but_no_form_or_controls(client, version, staging
     assert not Profile.objects.exclude(status="succeeded").exists()
 
 
-# The session and its user, the model and the user's role in its team, the version, its model card, its
-# aliases and its ensemble members. The performance card panel and the deployments load by htmx.
-VERSION_PAGE_QUERIES = 8
-# The session and its user, the model and the role, the version, the newest profiles (host and author
-# joined), the hosts the form offers, and the shown profile's version (for its config overrides).
-CARD_PANEL_QUERIES = 8
+# The session and its user, the model with the user's role in its team (one query), the version, its model
+# card, its aliases and its ensemble members. The performance card panel and the deployments load by htmx.
+VERSION_PAGE_QUERIES = 7
+# The session and its user, the model with the role (one query), the version, the newest profiles (host and
+# author joined), the hosts the form offers, and the shown profile's version (for its config overrides).
+CARD_PANEL_QUERIES = 7
 
 
 def test_the_version_page_and_its_card_panel_cost_pinned_queries_for_one_profile_or_many(

@@ -161,13 +161,13 @@ def test_the_serving_panel_hides_models_of_other_teams(client, iris_rolling_out)
     assert client.get("/deployments/serving/iris/").status_code == 404
 
 
-# The session and its user, the model and the user's role in its team, the model's aliases, what serves
-# it (serving_now: two), its active rollouts with their targets and the targets' hosts (three), and its
+# The session and its user, the model with the user's role in its team (one query), the model's aliases, what
+# serves it (serving_now: two), its active rollouts with their targets and the targets' hosts (three), and its
 # active traffic canaries (one; their targets, hosts and stable versions three more when there is one).
-SERVING_PANEL_QUERIES = 11
-# The session and its user, the model and the user's role in its team, its aliases, and its versions
-# with their creators and aliases (two). What serves where, and the other panels, load by htmx.
-MODEL_PAGE_QUERIES = 7
+SERVING_PANEL_QUERIES = 10
+# The session and its user, the model with the user's role in its team (one query), its aliases, and its
+# versions with their creators and aliases (two). What serves where, and the other panels, load by htmx.
+MODEL_PAGE_QUERIES = 6
 
 
 def test_the_serving_panel_and_the_model_page_cost_pinned_queries_however_many_hosts_and_versions(
