@@ -1,5 +1,6 @@
 """Host heartbeats: store each agent's report on its host, stamped with when the runtime came back and
-since when each model version has been loading or unloading.
+since when each model version has been loading or unloading; read back what the last one says of the models
+held on demand (``residency_report``, ``budget_problem``).
 """
 
 from django.db import transaction
@@ -62,3 +63,51 @@ def _with_transition_times(previous: dict, report: dict, now) -> dict:
             entry = {**entry, "since": seen.get(key) or now.isoformat()}
         stamped.append(entry)
     return {**report, "models": stamped}
+
+
+# What a model's entry in the gateway's residency report holds (modelyard_residency.lua's snapshot), in order.
+RESIDENCY_FIELDS = ("state", "pinned", "held", "requests", "last_used", "wanted", "failure", "cold_start_timeout",
+                    "max_held")
+
+
+def budget_problem(host: ServingHost) -> str:
+    """Why the host's on-demand memory budget cannot be held as measured, as its agent last reported it
+    (``modelyard_agent.residency.OnDemandLoader.enforcement_problem``), or ""."""
+    budget = _residency(host).get("budget")
+    problem = budget.get("problem") if isinstance(budget, dict) else None
+    return problem if isinstance(problem, str) else ""
+
+
+def residency_report(host: ServingHost, visible) -> dict:
+    """Models on demand on ``host`` as its last heartbeat reported them (``gateway.residency``).
+
+    Args:
+        host: the serving host.
+        visible: a function from a set of model names to those the caller may read; the others are left out, as
+            if absent.
+
+    Returns:
+        ``{"host", "reported_at" (the heartbeat's time, or None), "budget": {"budget_bytes", "resident_bytes"
+        (bytes, None when not reported), "problem" (why the budget cannot be held as measured, or "")},
+        "models": [{"model", "state" (resident, cold or evicting), "pinned", "held" (requests held now),
+        "requests" (since the gateway started), "last_used" (epoch seconds, or None), "wanted", "failure"
+        ({message, retry_after} of the last failed load, or None), "cold_start_timeout" (seconds), "max_held"}]}``,
+        models by name. A host that holds no model on demand, or has not reported, has none.
+    """
+    residency = _residency(host)
+    models = residency.get("models") if isinstance(residency.get("models"), dict) else {}
+    budget = residency.get("budget") if isinstance(residency.get("budget"), dict) else {}
+    shown = set(visible({name for name, entry in models.items() if isinstance(entry, dict)})) if models else set()
+    return {
+        "host": host.name,
+        "reported_at": host.last_heartbeat_at,
+        "budget": {"budget_bytes": budget.get("budget_bytes"), "resident_bytes": budget.get("resident_bytes"),
+                   "problem": budget_problem(host)},
+        "models": [{"model": name, **{field: entry.get(field) for field in RESIDENCY_FIELDS}}
+                   for name, entry in sorted(models.items()) if name in shown],
+    }
+
+
+def _residency(host: ServingHost) -> dict:
+    residency = ((host.heartbeat or {}).get("gateway") or {}).get("residency")
+    return residency if isinstance(residency, dict) else {}

@@ -14,6 +14,7 @@ from deployments import canaries, lifecycle, rollouts
 from deployments.capture import capture_panel
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, Residency, TargetState
 from deployments.forms import CaptureForm, RolloutForm, ServingHostForm, TryItForm
+from deployments.heartbeats import budget_problem
 from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
@@ -87,15 +88,6 @@ def _unloaded_models(host: ServingHost, served: set[str], visible) -> list[dict]
             for name, t in sorted(latest.items()) if name not in served]
 
 
-def _budget_problem(host) -> str:
-    """Why the host's on-demand memory budget cannot be held as measured, as its agent last reported it
-    (``modelyard_agent.residency.OnDemandLoader.enforcement_problem``), or ""."""
-    residency = ((host.heartbeat or {}).get("gateway") or {}).get("residency") or {}
-    budget = residency.get("budget") if isinstance(residency, dict) else None
-    problem = budget.get("problem") if isinstance(budget, dict) else None
-    return problem if isinstance(problem, str) else ""
-
-
 @login_required
 def host_detail(request, name: str):
     """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
@@ -114,7 +106,7 @@ def host_detail(request, name: str):
                "stuck": visible_report_rows(principal, host.pk, host.stuck_versions(), owners),
                "gpus": [], "cpu": None, "prometheus_error": "",
                "headroom": None, "may_delete": check(principal, Action.ADMIN) is None,
-               "budget_problem": _budget_problem(host)}
+               "budget_problem": budget_problem(host)}
     try:
         found = monitoring.host_metrics([host.name])[host.name]
         context["gpus"], context["cpu"] = found["gpus"], found["cpu"]

@@ -261,6 +261,32 @@ class ModelUnloadSerializer(RefuseUnknownFields, serializers.Serializer):
     version = serializers.IntegerField()
 
 
+class ResidentModelSerializer(serializers.Serializer):
+    """One model on demand on a host, as its gateway last reported it (``deployments.heartbeats``)."""
+
+    model = serializers.CharField()
+    state = serializers.CharField(allow_null=True, help_text="resident, cold (loaded at its next request) or evicting")
+    pinned = serializers.BooleanField(allow_null=True, help_text="never evicted")
+    held = serializers.IntegerField(allow_null=True, help_text="requests held now, waiting for it to load")
+    requests = serializers.IntegerField(allow_null=True, help_text="requests for it since the gateway started")
+    last_used = serializers.FloatField(allow_null=True, help_text="when a request last asked for it (epoch seconds)")
+    wanted = serializers.BooleanField(allow_null=True, help_text="a held request asked its load")
+    failure = serializers.JSONField(allow_null=True, help_text="{message, retry_after} of its last failed load")
+    cold_start_timeout = serializers.FloatField(allow_null=True, help_text="seconds a request is held at most")
+    max_held = serializers.IntegerField(allow_null=True, help_text="requests held at once at most")
+
+
+class HostResidencySerializer(serializers.Serializer):
+    """``GET /api/v1/hosts/<name>/residency/``: the host's models on demand and its memory budget."""
+
+    host = serializers.CharField()
+    reported_at = serializers.DateTimeField(allow_null=True, help_text="the heartbeat these figures come from")
+    budget = serializers.JSONField(help_text=(
+        "{budget_bytes, resident_bytes} (bytes; null without a budget) and problem: why the budget cannot be held "
+        "as measured, or an empty string"))
+    models = ResidentModelSerializer(many=True, help_text="the models the caller may read, by name")
+
+
 class ProfileCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/models/<m>/versions/<n>/profiles/``."""
 

@@ -17,6 +17,7 @@ from deployments.api.serializers import (
     DeploymentCreateSerializer,
     DeploymentSerializer,
     DeploymentUpdateSerializer,
+    HostResidencySerializer,
     InferenceRequestSerializer,
     InferenceResultSerializer,
     ModelUnloadSerializer,
@@ -28,11 +29,12 @@ from deployments.api.serializers import (
     ServingHostUpdateSerializer,
 )
 from deployments.capture import capture_panel
+from deployments.heartbeats import residency_report
 from deployments.inference import try_inference
 from deployments.models import Deployment, Profile, Replay, ServingHost
 from modelyard.api import error_responses
 from modelyard.errors import NotFound
-from registry.access import model_for
+from registry.access import model_for, visible_models
 from registry.capture import set_capture
 
 
@@ -90,6 +92,20 @@ class ServingHostViewSet(
         _authorize_host_operation(request, name, model_name)
         deployment = lifecycle.reload_model(host_name=name, model_name=model_name, actor=request.user)
         return Response(_deployment_data(deployment.pk), status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: HostResidencySerializer, **error_responses(404)})
+    @action(detail=True, methods=["get"], pagination_class=None,
+            permission_classes=[permissions.IsAuthenticated, TokenScopePermission])
+    def residency(self, request, name=None):
+        """The host's models on demand as its gateway last reported them (state, held requests, requests, last
+        use, last failed load), the models the caller may read only, and its memory budget with what the resident
+        models hold and, when the budget cannot be held as measured, why."""
+        principal = Principal.of(request)
+
+        def visible(names: set[str]) -> set[str]:
+            return set(visible_models(principal).filter(name__in=names).values_list("name", flat=True))
+
+        return Response(HostResidencySerializer(residency_report(self.get_object(), visible)).data)
 
 
 def _authorize_host_operation(request, host_name: str, model_name: str) -> None:

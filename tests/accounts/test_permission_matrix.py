@@ -114,6 +114,7 @@ API = [
     ("GET", "/api/v1/hosts/", {}, None, EVERYONE),
     ("POST", "/api/v1/hosts/", {}, {"name": "gpu-new", "inference_url": "http://gpu-new:8000"}, ADMINS),
     ("GET", "/api/v1/hosts/{name}/", {"name": "gpu-prod"}, None, EVERYONE),
+    ("GET", "/api/v1/hosts/{name}/residency/", {"name": "gpu-prod"}, None, EVERYONE),
     ("PATCH", "/api/v1/hosts/{name}/", {"name": "gpu-spare"}, {"production": True}, ADMINS),
     ("DELETE", "/api/v1/hosts/{name}/", {"name": "gpu-spare"}, None, ADMINS),
     ("POST", "/api/v1/hosts/{name}/models/{model_name}/unload/", {"name": "gpu-dev"}, None, needs("maintainer")),

@@ -3,13 +3,18 @@ cold-start timeout is kept on the deployment, sent to the agent and carried by t
 bad settings are refused with nothing written, and BentoML hosts refuse on demand."""
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework.test import APIClient
 
+from accounts.models import Team
 from deployments.choices import Residency, TargetState
 from deployments.lifecycle import reload_model
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.targets import build_agent_payload, transition
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from tests.factories import team_member, token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -75,3 +80,46 @@ def test_bentoml_hosts_refuse_on_demand_with_a_reason(api_client, db):
     assert answer.status_code == 409, answer.content
     assert "bento-0 run BentoML" in answer.json()["detail"]
     assert not Deployment.objects.exists()
+
+
+GB = 1 << 30
+REPORTED = {"gateway": {"live": True, "residency": {
+    "models": {
+        "iris": {"state": "resident", "pinned": False, "held": 0, "requests": 40, "last_used": 1_733_500_000.5,
+                 "wanted": False, "failure": None, "cold_start_timeout": 30, "max_held": 256},
+        "secret": {"state": "cold", "pinned": True, "held": 2, "requests": 3, "last_used": None, "wanted": True,
+                   "failure": {"message": "out of memory", "retry_after": 4}, "cold_start_timeout": 10, "max_held": 8},
+    },
+    "budget": {"budget_bytes": 8 * GB, "resident_bytes": 3 * GB,
+               "problem": "the memory of loaded models cannot be measured: no metrics URL"},
+}}}
+
+
+def test_a_hosts_residency_shows_each_model_on_demand_the_caller_may_read_and_the_budget(version):
+    RegisteredModel.objects.create(name="secret", team=Team.objects.create(name="vision"))
+    ServingHost.objects.filter(name="gpu-0").update(heartbeat=REPORTED, last_heartbeat_at=timezone.now())
+    member = APIClient()
+    member.credentials(HTTP_AUTHORIZATION="Bearer " + token_for(
+        team_member(get_user_model().objects.create_user(username="reader"), "viewer")))
+
+    answer = member.get("/api/v1/hosts/gpu-0/residency/")
+    assert answer.status_code == 200, answer.content
+    body = answer.json()
+    assert body["host"] == "gpu-0" and body["reported_at"]
+    assert body["budget"] == {"budget_bytes": 8 * GB, "resident_bytes": 3 * GB,
+                              "problem": "the memory of loaded models cannot be measured: no metrics URL"}
+    # "secret" belongs to a team the reader is not in: left out, as if absent.
+    assert body["models"] == [{"model": "iris", **REPORTED["gateway"]["residency"]["models"]["iris"]}]
+
+    staff = APIClient()
+    staff.credentials(HTTP_AUTHORIZATION="Bearer " + token_for(
+        get_user_model().objects.create_user(username="admin", is_staff=True)))
+    both = staff.get("/api/v1/hosts/gpu-0/residency/").json()["models"]
+    assert [m["model"] for m in both] == ["iris", "secret"] and both[1]["failure"]["message"] == "out of memory"
+
+    ServingHost.objects.create(name="cpu-1", inference_url="http://cpu-1:8000")  # never reported
+    assert staff.get("/api/v1/hosts/cpu-1/residency/").json() == {
+        "host": "cpu-1", "reported_at": None, "models": [],
+        "budget": {"budget_bytes": None, "resident_bytes": None, "problem": ""}}
+    missing = staff.get("/api/v1/hosts/nowhere/residency/")
+    assert missing.status_code == 404 and missing.json()["code"]
