@@ -16,6 +16,8 @@
 --   "\0settings"       JSON {model: {pinned, cold_start_timeout, max_held}}: the models registered on demand
 --   "\0budget"         JSON {budget_bytes, resident_bytes} the agent last reported
 --   "\0polled"         when the loader last polled (ngx.now(), seconds)
+--   "\0wants"          a list of the models wanted since the loader's last poll (the poll pops it rather than
+--                      scanning every key; an entry whose want was taken or ended meanwhile is skipped)
 --   "s\t<model>"       "resident", "cold" or "evicting"
 --   "f\t<model>"       JSON {message, retry_after} of the last failed load, until its backoff expires
 --   "w\t<model>"       when a held request first asked for the model (one load however many wait)
@@ -29,7 +31,7 @@ local cjson = require("cjson.safe")
 
 local M = {}
 local dict = ngx.shared.modelyard_residency
-local SETTINGS, BUDGET, POLLED = "\0settings", "\0budget", "\0polled"
+local SETTINGS, BUDGET, POLLED, WANTS = "\0settings", "\0budget", "\0polled", "\0wants"
 
 -- A held request polls its model's state this often (seconds), so it goes on within POLL of the load's end.
 local POLL = 0.002
@@ -121,7 +123,9 @@ local function wait(model, settings, deadline)
             return "timeout", model .. " did not become resident within its cold-start timeout of "
                 .. settings.cold_start_timeout .. " s", settings.cold_start_timeout
         end
-        dict:add("w\t" .. model, now)
+        if dict:add("w\t" .. model, now) then
+            dict:rpush(WANTS, model)
+        end
         ngx.sleep(math.min(poll, math.max(0.001, deadline - now)))
         poll = math.min(poll * 1.5, MAX_POLL)
     end
@@ -186,7 +190,8 @@ function M.still_resident(model)
     return not M.settings(model) or dict:get("s\t" .. model) == "resident"
 end
 
--- log_by_lua of an inference request for `model`: Triton's answer says it holds no ready version of an
+-- header_filter_by_lua of an inference request for `model` (before its client sees the status, so the client's
+-- next request finds the model cold, whichever worker takes it): Triton's answer says it holds no ready version of an
 -- on-demand model read as resident (503: the version is not at ready state; 404 to a request that named no
 -- version: no available versions), so Triton dropped it on its own (an unload through its API, a crashed
 -- backend): the model reads cold at once, and the next request is held and loads it again, rather than failing
@@ -249,6 +254,8 @@ local function forget_taken()
     for _, key in ipairs(dict:get_keys(0)) do
         if key:sub(1, 2) == "t\t" then
             dict:delete(key)
+        elseif key:sub(1, 2) == "w\t" then
+            dict:rpush(WANTS, key:sub(3))
         end
     end
     return true
@@ -324,16 +331,19 @@ local function report(body)
     return true
 end
 
--- The models held requests wait for that the loader has not taken yet; each is marked taken.
+-- The models held requests wait for that the loader has not taken yet; each is marked taken. Popped from the
+-- wants list, so a poll costs the same however many models are registered.
 local function take_wanted()
     local out = {}
-    for _, key in ipairs(dict:get_keys(0)) do
-        local model = key:match("^w\t(.*)$")
-        if model and dict:add("t\t" .. model, ngx.now()) then
+    while true do
+        local model = dict:lpop(WANTS)
+        if not model then
+            return out
+        end
+        if dict:get("w\t" .. model) and dict:add("t\t" .. model, ngx.now()) then
             out[#out + 1] = model
         end
     end
-    return out
 end
 
 -- GET /residency/wanted?wait=<seconds>: the loader's long poll. Answers as soon as a model is wanted, or with
