@@ -2,7 +2,24 @@
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.http import Http404
 from django.shortcuts import render
+
+
+class NulPathMiddleware:
+    """Answer 404 to a path that holds a NUL character (``%00``), as to any path no page has: no name (of a
+    model, host, team or user) can hold one, and PostgreSQL refuses it in a query (a ``DataError``, so a 500)
+    wherever a view looks a name up. The API's answer is its error envelope (``modelyard.api_errors``)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if "\x00" in request.path:
+            from modelyard.api_errors import handler404
+
+            return handler404(request, Http404("no such path: it holds a NUL character, which no name can"))
+        return self.get_response(request)
 
 
 class FormBodyLimitMiddleware:

@@ -11,6 +11,7 @@ from rest_framework import exceptions
 from rest_framework.test import APIClient
 
 from accounts.tokens import TokenRejected
+from deployments.models import ServingHost
 from deployments.services import BreakingSignature
 from modelyard.api_errors import ERROR_CODES, exception_handler, validation_body
 from modelyard.errors import DomainError, InvalidInput
@@ -238,3 +239,21 @@ def test_the_readme_lists_every_code():
     readme = (Path(__file__).parent.parent / "README.md").read_text()
     for code, (status, _meaning) in ERROR_CODES.items():
         assert f"| `{code}` | {status} |" in readme, code
+
+
+@pytest.mark.parametrize("path", [
+    "/api/v1/hosts/%00/residency/", "/api/v1/hosts/a%00b/", "/api/v1/teams/%00/",
+    "/api/v1/teams/%00/members/bob/", "/api/v1/models/%00/",
+])
+def test_a_name_holding_a_nul_is_no_such_object_in_the_envelope_not_a_server_error(api_client, path):
+    ServingHost.objects.create(name="a", inference_url="http://a:8000")
+    answer = api_client.get(path)
+    assert answer.status_code == 404, answer.content
+    assert answer.json()["code"] == "not_found", answer.json()
+
+
+def test_a_page_whose_path_holds_a_nul_is_the_404_page(db):
+    user = get_user_model().objects.create_user(username="nul-page", is_staff=True)
+    client = Client()
+    client.force_login(user)
+    assert client.get("/hosts/%00/").status_code == 404

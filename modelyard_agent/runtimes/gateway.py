@@ -207,7 +207,10 @@ http {{
 {identity}
             add_header {version_header} $modelyard_version always;
 {capture_body}
-{answered}            log_by_lua_block {{
+{answered}            header_filter_by_lua_block {{
+                require("modelyard_residency").answered(ngx.var.modelyard_model, ngx.status)
+            }}
+            log_by_lua_block {{
                 require("modelyard_gateway").done(ngx.var.modelyard_model{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model)
             }}
@@ -220,6 +223,9 @@ http {{
             mirror /_modelyard_shadow;
             mirror_request_body on;
 {capture_body}
+            header_filter_by_lua_block {{
+                require("modelyard_residency").answered(ngx.var.modelyard_model, ngx.status)
+            }}
             log_by_lua_block {{
                 require("modelyard_gateway").done(ngx.var.modelyard_model{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model)
@@ -237,6 +243,9 @@ http {{
                 require("modelyard_gateway").named(ngx.var.modelyard_model, ngx.var.modelyard_named)
             }}
 {capture_body}
+            header_filter_by_lua_block {{
+                require("modelyard_residency").answered(ngx.var.modelyard_model, ngx.status, true)
+            }}
             log_by_lua_block {{
                 require("modelyard_gateway").pinned_done(ngx.var.modelyard_model, ngx.var.modelyard_named{measure})
                 require("modelyard_capture").log(ngx.var.modelyard_model, ngx.var.modelyard_named)

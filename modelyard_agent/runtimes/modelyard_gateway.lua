@@ -68,7 +68,6 @@ end
 function M.done(model, measure)
     routes.release(ngx.var.modelyard_counted)
     routes.release(ngx.var.modelyard_shadow_counted)
-    residency.answered(model, ngx.status)
     if measure == false then
         return
     end
@@ -157,7 +156,6 @@ end
 -- says) unless `measure` is false.
 function M.pinned_done(model, version, measure)
     routes.release(ngx.var.modelyard_counted)
-    residency.answered(model, ngx.status, true)
     if measure == false then
         return
     end
