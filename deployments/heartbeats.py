@@ -73,9 +73,7 @@ RESIDENCY_FIELDS = ("state", "pinned", "held", "requests", "last_used", "wanted"
 def budget_problem(host: ServingHost) -> str:
     """Why the host's on-demand memory budget cannot be held as measured, as its agent last reported it
     (``modelyard_agent.residency.OnDemandLoader.enforcement_problem``), or ""."""
-    budget = _residency(host).get("budget")
-    problem = budget.get("problem") if isinstance(budget, dict) else None
-    return problem if isinstance(problem, str) else ""
+    return _problem(_budget(_residency(host)))
 
 
 def residency_report(host: ServingHost, visible) -> dict:
@@ -96,13 +94,13 @@ def residency_report(host: ServingHost, visible) -> dict:
     """
     residency = _residency(host)
     models = residency.get("models") if isinstance(residency.get("models"), dict) else {}
-    budget = residency.get("budget") if isinstance(residency.get("budget"), dict) else {}
+    budget = _budget(residency)
     shown = set(visible({name for name, entry in models.items() if isinstance(entry, dict)})) if models else set()
     return {
         "host": host.name,
         "reported_at": host.last_heartbeat_at,
         "budget": {"budget_bytes": budget.get("budget_bytes"), "resident_bytes": budget.get("resident_bytes"),
-                   "problem": budget_problem(host)},
+                   "problem": _problem(budget)},
         "models": [{"model": name, **{field: entry.get(field) for field in RESIDENCY_FIELDS}}
                    for name, entry in sorted(models.items()) if name in shown],
     }
@@ -111,3 +109,13 @@ def residency_report(host: ServingHost, visible) -> dict:
 def _residency(host: ServingHost) -> dict:
     residency = ((host.heartbeat or {}).get("gateway") or {}).get("residency")
     return residency if isinstance(residency, dict) else {}
+
+
+def _budget(residency: dict) -> dict:
+    budget = residency.get("budget")
+    return budget if isinstance(budget, dict) else {}
+
+
+def _problem(budget: dict) -> str:
+    problem = budget.get("problem")
+    return problem if isinstance(problem, str) else ""

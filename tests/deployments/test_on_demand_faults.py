@@ -3,7 +3,6 @@ per-model locks: the loader outlives its lock service going down and a model unr
 for room; an eviction never takes a model whose deployment holds its lock; every control takes 2,000 models."""
 
 import json
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,6 +20,7 @@ from modelyard_agent.runtimes.gateway import TritonGateway
 from modelyard_agent.runtimes.routes import make_route
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
+from tests.deployments.test_gateway_worker_death import send_and_leave_open
 from tests.fixtures.on_demand import MB, CountingRuntime, polling_without_loading, put_model
 from tests.fixtures.services import free_port, wait_for
 
@@ -219,10 +219,7 @@ def test_a_client_that_leaves_while_held_gives_its_place_back_at_once(host):
     put_model(host.server, "left_a")
     host.register_on_demand("left_a", cold_start_timeout=30, max_held=1)
     with polling_without_loading(host) as stop_polling:
-        body = json.dumps(BODY).encode()
-        client = socket.create_connection(("127.0.0.1", host.listen_port))
-        client.sendall(b"POST /v2/models/left_a/infer HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
-                       b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        client = send_and_leave_open(host, "left_a")
         wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 1, timeout=10, what="left_a held")
         client.close()  # the client gives up
         wait_for(lambda: host.residency()["models"]["left_a"]["held"] == 0, timeout=5, what="its place given back")
