@@ -158,7 +158,7 @@ REST_FRAMEWORK = {
         "accounts.permissions.TokenScopePermission",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "DEFAULT_FILTER_BACKENDS": ["modelyard.api.FilterBackend"],
     "DEFAULT_PAGINATION_CLASS": "modelyard.api.CursorPagination",
     "PAGE_SIZE": 50,
     "EXCEPTION_HANDLER": "modelyard.api_errors.exception_handler",

@@ -5,7 +5,9 @@ serializer gives, from rows the database hands back as they are:
   model's name and team, its creator's name, its aliases and ensemble members (array and ``jsonb_agg``
   subqueries) and the caller's role in the model's team (a scalar subquery), in SQL written here. PostgreSQL
   only; elsewhere ``version_json`` returns None and the view takes the serializer's path.
-- a page of ``GET /api/v1/models/`` from ``values()`` rows (``model_rows``, ``model_json``), on every database.
+- a page of ``GET /api/v1/models/`` (``model_rows``, ``models_page``): on PostgreSQL each model's JSON is built by
+  the page's query itself (``json_build_object``, datetimes written as DRF writes them), so no datetime, tag or
+  row is turned into Python and back per request; elsewhere from ``values()`` rows (``model_json``).
 
 ``tests/registry/test_fast_reads.py`` holds each equal to its serializer's output, field by field. Where the
 time went before, and after: ``bench/results/registry_profile.md``.
@@ -15,9 +17,10 @@ import json
 from datetime import datetime
 from functools import cache
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, router
-from django.db.models import F
+from django.db.models import F, Func, TextField, Value
 from django.utils import timezone
 from rest_framework.fields import DateTimeField
 
@@ -153,16 +156,62 @@ def _version_row(row: tuple) -> tuple[RegisteredModel, str | None, dict]:
 MODEL_FIELDS = ("name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at")
 
 
+class _DrfUtcText(Func):
+    """A ``timestamptz`` as the text DRF's ``DateTimeField`` writes for it in UTC (``_iso``): ISO 8601 with a
+    ``Z``, the microseconds only where they are not 0 (as ``datetime.isoformat``); NULL stays NULL."""
+
+    output_field = TextField()
+    template = ("(to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
+                "mod(date_part('microseconds', %(expressions)s)::bigint, 1000000) = 0 THEN '' "
+                "ELSE to_char(%(expressions)s AT TIME ZONE 'UTC', '.US') END || 'Z')")
+
+
+class _JsonText(Func):
+    """``json_build_object(key, value, ...)`` as text: an object whose keys keep the order given (``json``, not
+    ``jsonb``, which reorders them)."""
+
+    function = "json_build_object"
+    template = "%(function)s(%(expressions)s)::text"
+    output_field = TextField()
+
+
+def _builds_json_in_sql(queryset) -> bool:
+    """True where the page's JSON can be written by the database: PostgreSQL, with the settings' time zone UTC
+    (``_DrfUtcText`` writes UTC only)."""
+    return connections[queryset.db].vendor == "postgresql" and settings.TIME_ZONE == "UTC"
+
+
 def model_rows(queryset):
     """``queryset`` (registered models annotated ``with_version_summary``, filtered and ordered) as ``values()``
-    rows holding what ``model_json`` needs; the order, and so a cursor's position (``name``), is kept."""
+    rows holding ``name`` (a cursor's position; the order is kept) and what ``models_page`` needs: on
+    PostgreSQL ``_json``, each model's JSON as ``RegisteredModelSerializer`` shows it, written by the query;
+    elsewhere the columns ``model_json`` reads."""
+    if _builds_json_in_sql(queryset):
+        fields = {"name": F("name"), "team": F("team__name"), "description": F("description"), "tags": F("tags"),
+                  "latest_version": F("latest_version"), "created_by": F("created_by__username"),
+                  "created_at": _DrfUtcText("created_at"), "updated_at": _DrfUtcText("updated_at")}
+        assert tuple(fields) == MODEL_FIELDS
+        pairs = [part for key, value in fields.items() for part in (Value(key), value)]
+        return queryset.values("name", _json=_JsonText(*pairs))
     return queryset.values("name", "description", "tags", "latest_version", "created_at", "updated_at",
                            _team=F("team__name"), _creator=F("created_by__username"))
 
 
 def model_json(row: dict) -> dict:
     """One row of ``model_rows`` as ``RegisteredModelSerializer`` shows the model."""
+    if "_json" in row:
+        return json.loads(row["_json"])
     return {"name": row["name"], "team": row["_team"], "description": row["description"], "tags": row["tags"],
             "latest_version": row["latest_version"], "created_by": row["_creator"],
             "created_at": _iso(row["created_at"]),
             "updated_at": _iso(row["updated_at"])}
+
+
+def models_page(rows: list[dict], next_link: str | None, previous_link: str | None) -> bytes | None:
+    """The body of a page of models (``{"next", "previous", "results"}``, as the cursor pagination's response
+    gives it) from ``model_rows`` rows whose JSON the database wrote, joined as they came (UTF-8); None for rows
+    that carry no such JSON (the caller renders ``model_json`` of each)."""
+    if rows and "_json" not in rows[0]:
+        return None
+    results = ",".join(row["_json"] for row in rows)
+    return f'{{"next":{json.dumps(next_link)},"previous":{json.dumps(previous_link)},"results":[{results}]}}'.encode()

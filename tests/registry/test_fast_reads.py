@@ -106,15 +106,24 @@ def test_an_administrator_reads_it_in_two_queries_and_others_get_the_usual_404(v
 
 
 def test_a_page_of_models_reads_as_the_serializer_shows_it(api_client, user, versions):
-    RegisteredModel.objects.create(name="alpha", team=default_team(), description="first", tags={"team": "ml"},
-                                   created_by=user)
+    # The JSON PostgreSQL writes: text that JSON escapes, tags of more than ASCII, a time on a whole second (which
+    # DRF writes without microseconds) and one with them.
+    RegisteredModel.objects.create(name="alpha", team=default_team(), description='a "quoted" \\ line\n\t\x01 é 😀',
+                                   tags={"team": "ml", "ünïcode": "ja 日本"}, created_by=user)
+    RegisteredModel.objects.filter(name="alpha").update(created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+                                                        updated_at=datetime(2026, 1, 2, 3, 4, 5, 60, tzinfo=UTC))
     answer = api_client.get("/api/v1/models/?page_size=2")
-    assert answer.status_code == 200
+    assert answer.status_code == 200 and answer["Content-Type"] == "application/json"
     rows = answer.json()["results"] + api_client.get(answer.json()["next"]).json()["results"]
     models = RegisteredModel.objects.select_related("created_by", "team").with_version_summary().order_by("name")
     assert rows == [_as_json(RegisteredModelSerializer(m).data) for m in models]
+    assert (rows[0]["created_at"], rows[0]["updated_at"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05.000060Z")
     assert [row["latest_version"] for row in rows] == [None, 2, 3]  # alpha has none; iris's 3 is its newest
     assert api_client.get("/api/v1/models/?tag=team%3Dml").json()["results"] == rows[:1]
+    # The browsable API renders the same page through the serializer's path.
+    browsable = api_client.get("/api/v1/models/?page_size=2", HTTP_ACCEPT="text/html")
+    assert browsable.status_code == 200 and "text/html" in browsable["Content-Type"]
+    assert "&quot;created_at&quot;: &quot;2026-01-02T03:04:05Z&quot;" in browsable.content.decode()
 
 
 def test_a_page_of_versions_reads_as_the_serializer_shows_it_in_four_queries(api_client, versions):
