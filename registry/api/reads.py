@@ -5,7 +5,9 @@ serializer gives, from rows the database hands back as they are:
   model's name and team, its creator's name, its aliases and ensemble members (array and ``jsonb_agg``
   subqueries) and the caller's role in the model's team (a scalar subquery), in SQL written here. PostgreSQL
   only; elsewhere ``version_json`` returns None and the view takes the serializer's path.
-- a page of ``GET /api/v1/models/`` (``model_rows``, ``models_page``): on PostgreSQL each model's JSON is built by
+- a page of ``GET /api/v1/models/<name>/versions/`` (``version_rows``, ``json_page``): on PostgreSQL the page's
+  query writes each version's JSON as ``version_json`` gives it; elsewhere the serializer's path.
+- a page of ``GET /api/v1/models/`` (``model_rows``, ``json_page``): on PostgreSQL each model's JSON is built by
   the page's query itself (``json_build_object``, datetimes written as DRF writes them), so no datetime, tag or
   row is turned into Python and back per request; elsewhere from ``values()`` rows (``model_json``).
 
@@ -21,6 +23,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, router
 from django.db.models import F, Func, TextField, Value
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from rest_framework.fields import DateTimeField
 
@@ -156,14 +159,20 @@ def _version_row(row: tuple) -> tuple[RegisteredModel, str | None, dict]:
 MODEL_FIELDS = ("name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at")
 
 
+def _utc_text_sql(column: str) -> str:
+    """SQL for the ``timestamptz`` ``column`` as the text DRF's ``DateTimeField`` writes for it in UTC (``_iso``):
+    ISO 8601 with a ``Z``, the microseconds only where they are not 0 (as ``datetime.isoformat``); NULL stays
+    NULL."""
+    return (f"(to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
+            f"mod(date_part('microseconds', {column})::bigint, 1000000) = 0 THEN '' "
+            f"ELSE to_char({column} AT TIME ZONE 'UTC', '.US') END || 'Z')")
+
+
 class _DrfUtcText(Func):
-    """A ``timestamptz`` as the text DRF's ``DateTimeField`` writes for it in UTC (``_iso``): ISO 8601 with a
-    ``Z``, the microseconds only where they are not 0 (as ``datetime.isoformat``); NULL stays NULL."""
+    """``_utc_text_sql`` of an expression."""
 
     output_field = TextField()
-    template = ("(to_char(%(expressions)s AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || CASE WHEN "
-                "mod(date_part('microseconds', %(expressions)s)::bigint, 1000000) = 0 THEN '' "
-                "ELSE to_char(%(expressions)s AT TIME ZONE 'UTC', '.US') END || 'Z')")
+    template = _utc_text_sql("%(expressions)s")
 
 
 class _JsonText(Func):
@@ -183,7 +192,7 @@ def _builds_json_in_sql(queryset) -> bool:
 
 def model_rows(queryset):
     """``queryset`` (registered models annotated ``with_version_summary``, filtered and ordered) as ``values()``
-    rows holding ``name`` (a cursor's position; the order is kept) and what ``models_page`` needs: on
+    rows holding ``name`` (a cursor's position; the order is kept) and what ``json_page`` needs: on
     PostgreSQL ``_json``, each model's JSON as ``RegisteredModelSerializer`` shows it, written by the query;
     elsewhere the columns ``model_json`` reads."""
     if _builds_json_in_sql(queryset):
@@ -207,11 +216,46 @@ def model_json(row: dict) -> dict:
             "updated_at": _iso(row["updated_at"])}
 
 
-def models_page(rows: list[dict], next_link: str | None, previous_link: str | None) -> bytes | None:
-    """The body of a page of models (``{"next", "previous", "results"}``, as the cursor pagination's response
-    gives it) from ``model_rows`` rows whose JSON the database wrote, joined as they came (UTF-8); None for rows
-    that carry no such JSON (the caller renders ``model_json`` of each)."""
+def json_page(rows: list[dict], next_link: str | None, previous_link: str | None) -> bytes | None:
+    """The body of a cursor-paginated page (``{"next", "previous", "results"}``, as the pagination's response
+    gives it) from rows (``model_rows``, ``version_rows``) whose JSON the database wrote (``_json``), joined as
+    they came (UTF-8); None for rows that carry no such JSON (the caller renders each row in Python)."""
     if rows and "_json" not in rows[0]:
         return None
     results = ",".join(row["_json"] for row in rows)
     return f'{{"next":{json.dumps(next_link)},"previous":{json.dumps(previous_link)},"results":[{results}]}}'.encode()
+
+
+@cache
+def _version_json_sql() -> str:
+    """SQL for the JSON of the version a query's row is (the table's own name, as the ORM names a query's base
+    table), as ``ModelVersionSerializer`` shows it: its model's and creator's names, aliases and ensemble members in
+    subqueries by key, in ``FIELDS``' order (``json_build_object`` keeps the order given)."""
+    version, model, alias = ModelVersion._meta.db_table, RegisteredModel._meta.db_table, Alias._meta.db_table
+    member, user = EnsembleMember._meta.db_table, get_user_model()._meta.db_table
+    v = f'"{version}"'
+    values = {
+        "model": f"(SELECT m.name FROM {model} m WHERE m.id = {v}.model_id)",
+        **{column: f"{v}.{column}" for column in _COLUMNS},
+        "sha256_verified_at": _utc_text_sql(f"{v}.sha256_verified_at"),
+        "created_at": _utc_text_sql(f"{v}.created_at"),
+        "ensemble_members": f"""COALESCE((
+            SELECT json_agg(json_build_object('model', mm.name, 'version', mv.version,
+                                              'requested_version', e.requested_version) ORDER BY mm.name, mv.version)
+              FROM {member} e JOIN {version} mv ON mv.id = e.member_id JOIN {model} mm ON mm.id = mv.model_id
+             WHERE e.ensemble_id = {v}.id), '[]'::json)""",
+        "aliases": f"to_json(ARRAY(SELECT a.name FROM {alias} a WHERE a.version_id = {v}.id ORDER BY a.name))",
+        "created_by": f"(SELECT u.username FROM {user} u WHERE u.id = {v}.created_by_id)",
+    }
+    return "json_build_object(" + ", ".join(f"'{field}', {values[field]}" for field in FIELDS) + ")::text"
+
+
+def version_rows(queryset):
+    """``queryset`` (one model's live versions, filtered and ordered by version) as ``values()`` rows holding
+    ``version`` (a cursor's position) and ``_json``, each version's JSON as ``ModelVersionSerializer`` shows it,
+    written by the query (``_version_json_sql``); None where the database cannot write it (see
+    ``_builds_json_in_sql``)."""
+    if not _builds_json_in_sql(queryset):
+        return None
+    return queryset.select_related(None).prefetch_related(None).values(
+        "version", _json=RawSQL(_version_json_sql(), (), output_field=TextField()))

@@ -19,7 +19,15 @@ from modelyard.errors import NotFound
 from registry import cards
 from registry.access import model_for
 from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
-from registry.api.reads import MAX_VERSION, model_json, model_rows, models_page, version_json, versions_json
+from registry.api.reads import (
+    MAX_VERSION,
+    json_page,
+    model_json,
+    model_rows,
+    version_json,
+    version_rows,
+    versions_json,
+)
 from registry.api.serializers import (
     AliasProtectSerializer,
     AliasSerializer,
@@ -73,13 +81,13 @@ class RegisteredModelViewSet(
 
     def list(self, request, *args, **kwargs):
         """A page of models, built from ``values()`` rows rather than model instances and a serializer: as JSON,
-        the body the database wrote (``registry.api.reads.models_page``); for another renderer (the browsable
+        the body the database wrote (``registry.api.reads.json_page``); for another renderer (the browsable
         API), or where the database cannot write it, from ``model_json`` of each row, which gives what
         ``RegisteredModelSerializer`` would."""
         models = scope_team_filter(Principal.of(request), _model_rows().all()).order_by("name")
         page = self.paginate_queryset(self.filter_queryset(models))
         if request.accepted_renderer.format == "json":
-            body = models_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link())
+            body = json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link())
             if body is not None:
                 return HttpResponse(body, content_type="application/json")
         return self.get_paginated_response([model_json(row) for row in page])
@@ -134,9 +142,16 @@ class ModelVersionViewSet(
         )
 
     def list(self, request, *args, **kwargs):
-        """A page of the model's versions: on PostgreSQL the page's keys first, then its rows with their aliases
-        and ensemble members in one query without the serializer (``registry.api.reads.versions_json``)."""
+        """A page of the model's versions. As JSON on PostgreSQL, the body the page's query wrote
+        (``registry.api.reads.version_rows``); for another renderer (the browsable API), the page's keys first,
+        then its rows with their aliases and ensemble members in one query without the serializer
+        (``registry.api.reads.versions_json``); elsewhere through the serializer."""
         queryset = self.filter_queryset(self.get_queryset())
+        rows = version_rows(queryset) if request.accepted_renderer.format == "json" else None
+        if rows is not None:
+            page = self.paginate_queryset(rows)
+            return HttpResponse(json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link()),
+                                content_type="application/json")
         page = self.paginate_queryset(queryset.select_related(None).prefetch_related(None).values("pk", "version"))
         rows = versions_json([row["pk"] for row in page])
         if rows is None:
