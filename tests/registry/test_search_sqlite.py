@@ -1,5 +1,6 @@
 """Search folds case for non-ASCII text on SQLite too (its LIKE folds ASCII only), as on PostgreSQL; and a page of
-models, whose JSON PostgreSQL writes itself, is built in Python there (``registry.api.reads.model_json``).
+models, whose JSON PostgreSQL writes itself, is built in Python there (``registry.api.reads.model_json``), and a
+model's hand-written lookup (``registry.registered_models.get_model``) reads there too.
 
 Runs the app against a fresh SQLite database in a subprocess, since the suite's own database is
 PostgreSQL.
@@ -28,6 +29,7 @@ client = APIClient()
 client.force_authenticate(get_user_model().objects.create_superuser("admin", password="unused-here"))
 page = client.get("/api/v1/models/?page_size=2").json()
 print("page", [m["name"] for m in page["results"]], page["results"][0]["created_at"][-1], page["next"] is not None)
+print("model", client.get("/api/v1/models/iris/").json()["team"], client.get("/api/v1/models/iris/versions/").json())
 """
 
 
@@ -42,4 +44,5 @@ def test_search_folds_non_ascii_case_and_a_page_of_models_reads_on_sqlite(tmp_pa
     assert result.returncode == 0, result.stderr
     lines = [line for line in result.stdout.strip().splitlines() if line and "imported automatically" not in line]
     assert lines == ["école ['ecole']", "ärger ['iris']", "IRIS ['iris']", "polytechnique ['ecole']",
-                     "page ['ecole', 'iris'] Z True"]
+                     "page ['ecole', 'iris'] Z True",
+                     "model default {'next': None, 'previous': None, 'results': []}"]
