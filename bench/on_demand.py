@@ -47,6 +47,8 @@ import psutil
 import requests
 from stack import REPO, _triton_install, finish, log, machine, percentile
 
+from modelyard_agent.eviction import DemandPolicy, simulate_hits
+
 NAME = "on_demand"
 WIDTH = 64
 PINNED, ALWAYS = "od_pinned", "od_always"
@@ -290,6 +292,8 @@ def run(args: argparse.Namespace) -> dict:
     hit_rate = hits / (hits + colds) if hits + colds else None
     lru = lru_hits(trace, capacity) / len(trace)
     belady = belady_hits(trace, capacity) / len(trace)
+    # The loader's own eviction policy (modelyard_agent.eviction), the same code, on the same trace at its times.
+    policy = simulate_hits(DemandPolicy(), trace, capacity, [i / rate for i in range(len(trace))]) / len(trace)
     cold_p99 = percentile(held, 99)
     warm_delta = (statistics.median(warm["on_demand"]) - statistics.median(warm["always"])) * 1000
     quiet_p99, during_p99 = percentile(quiet, 99), percentile(during, 99)
@@ -309,7 +313,8 @@ def run(args: argparse.Namespace) -> dict:
         "load_capacity_per_s": 1 / (bare_load + statistics.mean(unload_seconds)), "lru_miss_ratio_sample": miss_ratio,
         "rate_per_s": rate, "cold_loads_per_s": colds / args.duration, "duration_s": args.duration,
         "requests": len(results), "failed": len(failed), "failures": [r[1:] for r in failed[:10]],
-        "hit_rate": hit_rate, "lru_hit_rate": lru, "belady_hit_rate": belady, "cold_starts": len(held),
+        "hit_rate": hit_rate, "lru_hit_rate": lru, "belady_hit_rate": belady,
+        "policy_hit_rate": policy, "cold_starts": len(held),
         "cold_p50_s": percentile(held, 50), "cold_p99_s": cold_p99,
         "warm_p50_ms": {k: statistics.median(v) * 1000 for k, v in warm.items()}, "warm_delta_p50_ms": warm_delta,
         "pinned_p99_quiet_ms": quiet_p99 and quiet_p99 * 1000, "pinned_p99_during_ms": during_p99 and during_p99 * 1000,
@@ -347,6 +352,8 @@ docstring.
 | hit rate (gateway's counters) | {r['hit_rate']:.3f} |
 | LRU simulated offline, same trace and budget | {r['lru_hit_rate']:.3f} |
 | Belady's optimum, same trace and budget | {r['belady_hit_rate']:.3f} |
+| the loader's policy (`modelyard_agent.eviction`) simulated offline, same trace and budget | \
+{r.get('policy_hit_rate', float('nan')):.3f} |
 | cold starts | {r['cold_starts']}: p50 {ms(r['cold_p50_s'])}, p99 {ms(r['cold_p99_s'])} (target ≤ \
 {1.2 * r['bare_load_seconds'] * 1000 + 50:.0f} ms) |
 | warm p50, on demand vs always | {r['warm_p50_ms']['on_demand']:.3f} vs {r['warm_p50_ms']['always']:.3f} ms \

@@ -20,10 +20,11 @@ GPUs, the rise of Triton's GPU memory gauges (``runtimes.triton.read_memory_in_u
 the resident memory of the Triton process that listens on ``--triton-url``'s port and of its children (the python
 backend's stubs), where the agent can see it, else of Triton's CPU gauge (which is the machine's). A model not
 measured yet is assumed as large as the largest one measured until its load measures it. Victims go in order of
-least demand (requests decayed with a half-life of 5 minutes), then least recent use (``OnDemandLoader.victims``
-says why not plain LRU); a model that is pinned, has requests in flight or held, or is itself being loaded is never
-evicted. Between loads the loader keeps the largest footprint free, so a cold load seldom waits for an eviction.
-When no room can be made, the load is refused (503 at the gateway) and nothing is overcommitted.
+least demand (requests decayed with a half-life of 5 minutes), then least recent use
+(``modelyard_agent.eviction``, the policy alone, says why not plain LRU); a model that is pinned, has requests in
+flight or held, or is itself being loaded is never evicted. Between loads the loader keeps the largest footprint
+free, so a cold load seldom waits for an eviction. When no room can be made, the load is refused (503 at the
+gateway) and nothing is overcommitted.
 
 A load that fails is reported with a backoff (1, 2, 4 ... 60 s): until it passes, requests for the model are
 answered 503 naming Triton's error, and no new load is tried.
@@ -40,6 +41,7 @@ from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelyard_agent.eviction import DemandPolicy
 from modelyard_agent.footprints import FOOTPRINTS_FILE, keep_footprint, memory_rise, triton_resident_bytes
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
@@ -51,8 +53,6 @@ logger = logging.getLogger(__name__)
 SYNC_SECONDS = 2.0
 POLL_WAIT_SECONDS = 1.0
 DRAIN_SECONDS = 5.0
-# The half-life of a model's demand score, seconds: a request counts half as much this long after it came.
-DEMAND_HALF_LIFE_SECONDS = 300.0
 MAX_BACKOFF_SECONDS = 60.0
 NO_ROOM_RETRY_SECONDS = 1.0
 
@@ -100,7 +100,7 @@ class OnDemandLoader:
         self.model_lock = model_lock or (lambda model, wait=None: nullcontext())
         self.unload_timeout = unload_timeout
         self.failures: dict[str, int] = {}
-        self.demand: dict[str, tuple[float, int, float]] = {}  # model: (score, requests counted, when)
+        self.policy = DemandPolicy()  # the eviction order (modelyard_agent.eviction)
         self.wanted: queue.Queue[str] = queue.Queue()
         self._stop = threading.Event()
         self._announced = threading.Event()  # the gateway counts this loader as alive
@@ -367,26 +367,13 @@ class OnDemandLoader:
         return evicted
 
     def victims(self, registered: dict, resident: set[str]) -> list[str]:
-        """The resident models that may be evicted (not pinned), in the order they go: least demand first
-        (requests with an exponential decay of ``DEMAND_HALF_LIFE_SECONDS``), then least recently used.
-
-        Why not plain LRU: under a skewed (Zipf) load, a burst of rare models pushes the popular ones out of an
-        LRU cache, and each comes back at the cost of a load; weighing how often a model is asked keeps the
-        popular ones (``bench/on_demand.py`` measures both on one trace, docs/architecture.md has the figures).
-        """
-        self._refresh_demand(registered)
-        return sorted((m for m in resident if m in registered and not registered[m]["pinned"]),
-                      key=lambda m: (self.demand.get(m, (0.0, 0, 0.0))[0], registered[m]["last_used"] or 0))
-
-    def _refresh_demand(self, registered: dict) -> None:
-        """Fold the requests each model was asked since the last look into its decayed demand score."""
+        """The resident models that may be evicted (not pinned), in the order they go (``eviction.DemandPolicy``:
+        least demand first, then least recently used), once the policy has observed each registered model's
+        request count."""
         now = time.monotonic()
-        for model, entry in registered.items():
-            score, counted, then = self.demand.get(model, (0.0, 0, now))
-            total = int(entry.get("requests") or 0)
-            rise = total - counted if total >= counted else total  # a restarted nginx counts from 0 again
-            score = score * 0.5 ** ((now - then) / DEMAND_HALF_LIFE_SECONDS) + rise
-            self.demand[model] = (score, total, now)
+        self.policy.observe({m: int(entry.get("requests") or 0) for m, entry in registered.items()}, now)
+        return self.policy.victims((m for m in resident if m in registered and not registered[m]["pinned"]),
+                                   {m: registered[m]["last_used"] for m in resident if m in registered}, now)
 
     def _keep_headroom(self) -> None:
         """Between loads: evict the models of least demand until the largest footprint fits in what is left of the
