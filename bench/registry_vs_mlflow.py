@@ -118,6 +118,7 @@ class Server:
 
     def __init__(self, name: str, args: list[str], env: dict, health_url: str, log_dir: Path):
         self.name, self.health_url = name, health_url
+        self.base_url = ""  # where to send requests, when the starter knows it
         self.log_path = log_dir / f"{name}.log"
         self.process = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.log_path.open("wb"),
                                         stderr=subprocess.STDOUT, start_new_session=True)
@@ -144,6 +145,43 @@ class Server:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
+
+
+def modelyard_env(database: str) -> dict:
+    """The environment of our server (and of this process's Django) on ``database``: production settings
+    (``MODELYARD_DEBUG=false``), a fresh secret key, plain HTTP on 127.0.0.1, warnings only in the log."""
+    return {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{database}",
+            "MODELYARD_DEBUG": "false", "MODELYARD_SECRET_KEY": uuid.uuid4().hex * 2,
+            "MODELYARD_SSL_REDIRECT": "false", "MODELYARD_LOG_LEVEL": "WARNING",
+            "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
+
+
+def migrate(env: dict) -> float:
+    """``manage.py migrate`` with ``env``; returns the seconds it took."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, env=env, check=True,
+                   capture_output=True)
+    return round(time.perf_counter() - started, 1)
+
+
+def start_modelyard(env: dict, workers: int, log_dir: Path) -> "Server":
+    """gunicorn serving ``modelyard.wsgi`` with ``workers`` workers on a free port of 127.0.0.1, started with
+    ``env`` and answering ``/healthz``; its ``base_url`` is where to send requests.
+
+    Raises:
+        RuntimeError: it exited or did not answer within 180 s (the server is stopped).
+    """
+    port = free_port()
+    server = Server("modelyard", [str(Path(sys.executable).parent / "gunicorn"), "modelyard.wsgi",
+                                  "-b", f"127.0.0.1:{port}", "--workers", str(workers)],
+                    env, f"http://127.0.0.1:{port}/healthz", log_dir)
+    server.base_url = f"http://127.0.0.1:{port}"
+    try:
+        server.wait()
+    except BaseException:
+        server.stop()
+        raise
+    return server
 
 
 def model_name(i: int) -> str:
@@ -464,9 +502,10 @@ def markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def write_results(result: dict, json_path: Path, markdown_path: Path) -> None:
-    """Write both files through ``.tmp`` names, so a failed run leaves the previous results intact."""
-    for path, text in ((json_path, json.dumps(result, indent=2) + "\n"), (markdown_path, markdown(result))):
+def write_results(result: dict, json_path: Path, markdown_path: Path, render=None) -> None:
+    """Write both files through ``.tmp`` names, so a failed run leaves the previous results intact. ``render``
+    makes the Markdown from ``result`` (default: this benchmark's ``markdown``)."""
+    for path, text in ((json_path, json.dumps(result, indent=2) + "\n"), (markdown_path, (render or markdown)(result))):
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(text)
@@ -499,15 +538,9 @@ def main(argv: list[str] | None = None) -> int:
         python = mlflow_python()
         timings["mlflow_venv"] = round(time.perf_counter() - clock, 1)
         recreate_databases()
-        env = {**os.environ, "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{OUR_DATABASE}",
-               "MODELYARD_DEBUG": "false", "MODELYARD_SECRET_KEY": uuid.uuid4().hex * 2,
-               "MODELYARD_SSL_REDIRECT": "false", "MODELYARD_LOG_LEVEL": "WARNING",
-               "DJANGO_SETTINGS_MODULE": "modelyard.settings"}
-        started = time.perf_counter()
-        subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=REPO, env=env, check=True,
-                       capture_output=True)
+        env = modelyard_env(OUR_DATABASE)
         setup = {"models": args.models, "versions": args.versions, "workers": args.workers,
-                 "mlflow_version": mlflow_version(python), "migrate_s": round(time.perf_counter() - started, 1)}
+                 "mlflow_version": mlflow_version(python), "migrate_s": migrate(env)}
         result["setup"] = setup
         os.environ.update(env)
         sys.path.insert(0, str(REPO))
@@ -532,12 +565,8 @@ def main(argv: list[str] | None = None) -> int:
         cookie = session_cookie("bench")
         result["models_page_sql_queries"] = count_page_queries(cookie)
 
-        our_port = free_port()
-        our_url = f"http://127.0.0.1:{our_port}"
-        servers.append(Server("modelyard", [str(Path(sys.executable).parent / "gunicorn"), "modelyard.wsgi",
-                                            "-b", f"127.0.0.1:{our_port}", "--workers", str(args.workers)],
-                              env, f"{our_url}/healthz", workdir))
-        servers[0].wait()
+        servers.append(start_modelyard(env, args.workers, workdir))
+        our_url = servers[0].base_url
         started = time.perf_counter()
         runs: dict = {}
         for kind, workers in MLFLOW_CONFIGS:

@@ -117,6 +117,25 @@ def _admin_sql(sql: str) -> None:
         conn.execute(sql)
 
 
+def start_s3_stand_in(logs: Path) -> Service:
+    """Start the S3 stand-in, ``moto_server`` (in memory), on a free port of 127.0.0.1, logging under ``logs``;
+    its ``url`` is the endpoint. It does not wait: ``wait_for_s3`` does."""
+    port = free_port()
+    service = _spawn("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", str(port)], logs)
+    service.url = f"http://127.0.0.1:{port}"
+    return service
+
+
+def wait_for_s3(service: Service) -> None:
+    """Wait until the S3 stand-in answers (60 s at most); raises RuntimeError after that."""
+    wait_until(lambda: requests.get(service.url, timeout=1).status_code < 500, timeout=60, what="moto_server")
+
+
+def s3_settings(endpoint: str, database: str) -> dict[str, str]:
+    """The product's S3 settings for the store at ``endpoint``, with a bucket named after ``database``."""
+    return {"MODELYARD_S3_ENDPOINT_URL": endpoint, "MODELYARD_S3_BUCKET": f"{database.replace('_', '-')}-artifacts"}
+
+
 @dataclass
 class Host:
     """A serving host of the stack: its name, tritonserver and host agent."""
@@ -177,11 +196,12 @@ class RolloutStack:
     def _start(self) -> None:
         started = time.monotonic()
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.s3_url = f"http://127.0.0.1:{free_port()}"
+        s3 = start_s3_stand_in(self.logs)
+        self.services.append(s3)
+        self.s3_url = s3.url
         self.env = {
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{self.database}",
-            "CELERY_BROKER_URL": self.broker_url, "MODELYARD_S3_ENDPOINT_URL": self.s3_url,
-            "MODELYARD_S3_BUCKET": f"{self.database.replace('_', '-')}-artifacts",
+            "CELERY_BROKER_URL": self.broker_url, **s3_settings(self.s3_url, self.database),
             "MODELYARD_S3_CREATE_BUCKET": "true", "MODELYARD_DEBUG": "false",
             "MODELYARD_SECRET_KEY": uuid.uuid4().hex * 2, "MODELYARD_LOG_LEVEL": "INFO",
             "DJANGO_SETTINGS_MODULE": "modelyard.settings",
@@ -196,11 +216,10 @@ class RolloutStack:
         redis.Redis.from_url(self.broker_url).flushdb()
         self.timings["migrate_s"] = round(time.monotonic() - started, 1)
 
-        self._spawn("s3", [str(BIN / "moto_server"), "-H", "127.0.0.1", "-p", self.s3_url.rsplit(":", 1)[1]])
         install = _triton_install()
         for name in self.host_names:
             self.hosts[name] = Host(name, self._start_triton(install, name))
-        wait_until(lambda: requests.get(self.s3_url, timeout=1).status_code < 500, timeout=60, what="moto_server")
+        wait_for_s3(s3)
 
         os.environ.update(self.env)
         import django

@@ -78,22 +78,26 @@ def create_model(*, name: str, description: str = "", tags=None, team=None, acto
 def update_model(*, name: str, description: str | None = None, tags=None, actor=None) -> RegisteredModel:
     """Change a model's description and/or tags (``None`` leaves a field as it is); audited with before/after.
 
+    The model is read and written under its row lock (as ``register_version`` and ``set_alias`` take it), so
+    concurrent changes are serialised: none writes back a field another has just changed, and each audit
+    event's ``from`` is what the model really held. Idempotent: setting what it holds writes nothing.
+
     Raises:
         NotFound: no such model.
         InvalidInput: invalid tags.
     """
-    model = get_model(name)
-    changes = {}
-    if description is not None and description != model.description:
-        changes["description"] = {"from": model.description, "to": description}
-        model.description = description
-    if tags is not None:
-        clean = validate_tags(tags)
-        if clean != model.tags:
+    found = get_model(name)
+    clean = None if tags is None else validate_tags(tags)
+    with transaction.atomic():
+        model = RegisteredModel.objects.select_for_update().get(pk=found.pk)
+        changes = {}
+        if description is not None and description != model.description:
+            changes["description"] = {"from": model.description, "to": description}
+            model.description = description
+        if clean is not None and clean != model.tags:
             changes["tags"] = {"from": model.tags, "to": clean}
             model.tags = clean
-    if changes:
-        with transaction.atomic():
+        if changes:
             model.save(update_fields=["description", "tags", "updated_at"])
             record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
                                model=model, data=changes)
