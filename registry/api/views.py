@@ -16,6 +16,7 @@ from audit.models import AuditEvent
 from modelyard.api import error_responses, uploaded_file_path
 from modelyard.conditional import entity_tag, precondition_from
 from modelyard.errors import NotFound
+from modelyard_agent.formats.names import RESERVED_ALIASES
 from registry import cards
 from registry.access import model_for
 from registry.aliases import current_alias, delete_alias, protect_alias, resolve_alias, set_alias
@@ -285,8 +286,14 @@ class AliasDetailView(APIView):
                    "later PUT, PATCH or DELETE (absent for `latest`, which is not stored).")
     def get(self, request, model_name: str, alias: str):
         model = model_for(Principal.of(request), model_name)
-        version = resolve_alias(model_name, alias)
-        return _with_etag(Response(ModelVersionSerializer(version).data), alias_etag(current_alias(model, alias)))
+        if alias in RESERVED_ALIASES:  # latest: resolved, not stored, so no ETag
+            return Response(ModelVersionSerializer(resolve_alias(model_name, alias)).data)
+        # The body and its ETag from one read of the alias: read apart, a move between the two reads gave the old
+        # version with the new state's ETag, so an If-Match move "away" from the version shown could be no move.
+        row = current_alias(model, alias)
+        if row is None or row.version.status == VersionStatus.DELETED:
+            raise NotFound(f"model {model_name!r} has no alias {alias!r}")
+        return _with_etag(Response(ModelVersionSerializer(row.version).data), alias_etag(row))
 
     @extend_schema(request=AliasSetSerializer, responses={200: AliasSerializer, **error_responses(403, 404, 412)},
                    description="Moving a production alias (MODELYARD_PRODUCTION_ALIASES) needs a team owner; moving "

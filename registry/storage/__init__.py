@@ -20,8 +20,10 @@ The package is split by topic: :mod:`.errors` (``StorageError``), :mod:`.etags` 
 ranged, or one forward stream); this module is the store itself, ``ArtifactStore``.
 """
 
+import functools
 import hashlib
 import logging
+import os
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -69,13 +71,39 @@ ARTIFACT_PREFIX = "sha256/"
 _NON_MD5_ENCRYPTION = frozenset({"aws:kms", "aws:kms:dsse"})
 
 
+@functools.lru_cache(maxsize=8)
+def _client(endpoint_url, region, access_key_id, secret_access_key, connect_timeout, read_timeout, pid: int):
+    """The boto3 S3 client of this process for these settings, made once and shared by every ``ArtifactStore``
+    (boto3's clients are thread-safe): making one took about 11 ms, and a new client's first call opened a new
+    connection, together a third of a version's registration (``bench/results/registry_writes.md``). ``pid`` is
+    in the key so that a forked process never shares its parent's connections."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        region_name=region,
+        aws_access_key_id=access_key_id,
+        aws_secret_access_key=secret_access_key,
+        config=Config(
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            retries={"max_attempts": 3, "mode": "standard"},
+            # Every read is checked against its sha256 (stream_to), so botocore's CRC check of
+            # responses would only spend CPU; uploads keep its per-part checksums.
+            response_checksum_validation="when_required",
+            signature_version="s3v4",
+            s3={"addressing_style": "path"},
+        ),
+    )
+
+
 def artifact_key(sha256: str) -> str:
     """Return the content address of an artifact whose sha256 hex digest is ``sha256``."""
     return f"{ARTIFACT_PREFIX}{sha256[:2]}/{sha256}"
 
 
 class ArtifactStore:
-    """The artifact bucket.
+    """The artifact bucket, through the process's shared client for its settings (``_client``: an event hook
+    registered on ``client`` is seen by every store; register it with a ``unique_id`` and unregister it after).
 
     Args:
         endpoint_url, bucket, region, access_key_id, secret_access_key: where
@@ -92,22 +120,10 @@ class ArtifactStore:
         secret_access_key: str | None = None,
     ):
         self.bucket = bucket or settings.S3_BUCKET
-        self.client = boto3.client(
-            "s3",
-            endpoint_url=endpoint_url or settings.S3_ENDPOINT_URL or None,
-            region_name=region or settings.S3_REGION,
-            aws_access_key_id=access_key_id or settings.S3_ACCESS_KEY_ID,
-            aws_secret_access_key=secret_access_key or settings.S3_SECRET_ACCESS_KEY,
-            config=Config(
-                connect_timeout=settings.S3_CONNECT_TIMEOUT,
-                read_timeout=settings.S3_READ_TIMEOUT,
-                retries={"max_attempts": 3, "mode": "standard"},
-                # Every read is checked against its sha256 (stream_to), so botocore's CRC check of
-                # responses would only spend CPU; uploads keep its per-part checksums.
-                response_checksum_validation="when_required",
-                signature_version="s3v4",
-                s3={"addressing_style": "path"},
-            ),
+        self.client = _client(
+            endpoint_url or settings.S3_ENDPOINT_URL or None, region or settings.S3_REGION,
+            access_key_id or settings.S3_ACCESS_KEY_ID, secret_access_key or settings.S3_SECRET_ACCESS_KEY,
+            settings.S3_CONNECT_TIMEOUT, settings.S3_READ_TIMEOUT, os.getpid(),
         )
 
     def ensure_bucket(self) -> None:

@@ -45,22 +45,18 @@ def test_an_upload_while_s3_is_down_is_a_503_that_registers_nothing_and_works_on
     assert storage.ArtifactStore().head(ModelVersion.objects.get().artifact_key) is not None
 
 
-def test_s3_going_down_between_storing_and_verifying_the_artifact_registers_nothing(
-    api_client, iris, restartable_s3, monkeypatch
-):
-    real_init = storage.ArtifactStore.__init__
-
-    def init_stopping_s3_after_the_put(self, **kwargs):
-        real_init(self, **kwargs)
-        self.client.meta.events.register("after-call.s3.PutObject", lambda **_: restartable_s3.stop())
-
-    monkeypatch.setattr(storage.ArtifactStore, "__init__", init_stopping_s3_after_the_put)
-    answer = upload(api_client, iris)
+def test_s3_going_down_between_storing_and_verifying_the_artifact_registers_nothing(api_client, iris, restartable_s3):
+    # The process's one S3 client, which the upload's store uses too: S3 stops right after it stored the object.
+    events = storage.ArtifactStore().client.meta.events
+    events.register("after-call.s3.PutObject", lambda **_: restartable_s3.stop(), unique_id="stop-s3-after-the-put")
+    try:
+        answer = upload(api_client, iris)
+    finally:
+        events.unregister("after-call.s3.PutObject", unique_id="stop-s3-after-the-put")
     assert answer.status_code == 503
     assert "could not be stored" in answer.json()["detail"]
     assert_nothing_registered()
 
-    monkeypatch.setattr(storage.ArtifactStore, "__init__", real_init)
     restartable_s3.start()
     retried = upload(api_client, iris)
     assert retried.status_code == 201, retried.content

@@ -152,3 +152,26 @@ def test_the_cli_moves_an_alias_only_from_the_version_it_expects_and_polls_with_
     first = client.request("GET", "models/iris/versions/2/")
     assert client.request("GET", "models/iris/versions/2/") == first  # the cached body, on a 304
     assert statuses == [200, 304]
+
+
+def test_an_alias_read_while_it_moves_answers_the_version_its_etag_names(api, monkeypatch):
+    # A writer moves @production to v3 right before the read of the alias: the answer and its ETag come from
+    # one read, so they name the same state (read apart, the body said v1 with v3's ETag, and a move "away from
+    # v1" with that ETag to v3 was a silent no-op).
+    from registry import aliases
+    from registry.api import views
+
+    url, session = api
+    real = views.current_alias
+
+    def moved_first(model, name):
+        aliases.set_alias(model_name="iris", alias="production", version=3)
+        return real(model, name)
+
+    monkeypatch.setattr(views, "current_alias", moved_first)
+    torn = session.get(f"{url}/models/iris/aliases/production/", timeout=10)
+    monkeypatch.setattr(views, "current_alias", real)
+    settled = session.get(f"{url}/models/iris/aliases/production/", timeout=10)
+    assert torn.status_code == settled.status_code == 200
+    assert torn.headers["ETag"] == settled.headers["ETag"]
+    assert torn.json()["version"] == settled.json()["version"] == 3

@@ -51,12 +51,20 @@ def upload_through_the_api(api_client, path: Path, *, sha256: str | None = None,
 
 
 class GetCounter:
-    """Counts the GetObject requests a store's boto3 client makes and the body bytes they return."""
+    """Counts the GetObject requests a store's boto3 client makes and the body bytes they return, while it is
+    entered (the client is the process's shared one: the hook goes when it exits)."""
 
     def __init__(self, store: ArtifactStore):
         self.requests = 0
         self.bytes = 0
-        store.client.meta.events.register("after-call.s3.GetObject", self)
+        self.events = store.client.meta.events
+
+    def __enter__(self) -> "GetCounter":
+        self.events.register("after-call.s3.GetObject", self, unique_id=f"get-counter-{id(self)}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.events.unregister("after-call.s3.GetObject", unique_id=f"get-counter-{id(self)}")
 
     def __call__(self, http_response, parsed, **kwargs):
         self.requests += 1
@@ -282,9 +290,8 @@ def test_a_zip_or_plain_tar_becomes_a_version_without_its_body_being_read(api_cl
         archive = make_large_archive(tmp_path / "iris.tar", weights_bytes=size)
     upload_id = upload_through_the_api(api_client, archive)
     store = ArtifactStore()
-    gets = GetCounter(store)
-
-    done = uploads.verify_upload(upload_id, store=store)
+    with GetCounter(store) as gets:
+        done = uploads.verify_upload(upload_id, store=store)
     assert (done.status, done.verification) == ("completed", "part_etags"), done.error
     assert done.version.artifact_files == ["model.bin", "model.py"]
     # The head (first headers, config.pbtxt) and the tail (a zip's central directory, a tar's last
@@ -302,9 +309,8 @@ def test_a_compressed_tar_is_read_once_and_its_sha256_checked_then(api_client, s
                 tar.addfile(member, inner.extractfile(member))
     upload_id = upload_through_the_api(api_client, archive)
     store = ArtifactStore()
-    gets = GetCounter(store)
-
-    done = uploads.verify_upload(upload_id, store=store)
+    with GetCounter(store) as gets:
+        done = uploads.verify_upload(upload_id, store=store)
     assert done.status == "completed", done.error
     assert done.version.sha256_verified_at is not None  # hashed on the way, no re-hash needed
     # One 64 KiB ranged GET tells the kind from the first bytes; then one GET streams the object once.
@@ -388,9 +394,8 @@ def test_a_bentoml_model_is_inspected_and_hashed_in_one_stream_with_its_signatur
     put_parts(api_client, upload_id, bentomodel, list(range(1, -(-bentomodel.stat().st_size // PART) + 1)))
     assert complete(api_client, upload_id).status_code == 202
     store = ArtifactStore()
-    gets = GetCounter(store)
-
-    done = uploads.verify_upload(upload_id, store=store)
+    with GetCounter(store) as gets:
+        done = uploads.verify_upload(upload_id, store=store)
     assert (done.status, done.verification) == ("completed", "part_etags"), done.error
     version = done.version
     assert version.format == "bentomodel" and version.sha256_verified_at is not None
