@@ -1,6 +1,7 @@
 """Searching and filtering models in the API and on the models page."""
 
 import pytest
+from django.db import connection
 
 from registry.choices import ArtifactFormat
 from registry.models import Alias, ModelVersion, RegisteredModel
@@ -150,3 +151,18 @@ def test_the_tag_value_filter_works_on_sqlite_too(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert answer.returncode == 0, answer.stderr[-2000:]
     assert answer.stdout.strip().splitlines()[-1] == "['iris']"
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="the GIN indexes are PostgreSQL's")
+def test_the_search_indexes_take_each_row_at_once_and_searches_find_rows_just_inserted():
+    # A GIN pending list is read in full by each search (and by the planner): 3.7 ms instead of 0.02 ms in the
+    # trigram index after a bulk fill of 10,000 models, so the planner scanned the table instead.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(%s)",
+                       [["registry_model_name_trgm", "registry_model_description_trgm", "registry_model_tags_gin",
+                         "registry_version_tags_gin"]])
+        options = dict(cursor.fetchall())
+    assert len(options) == 4 and all(value == ["fastupdate=off"] for value in options.values()), options
+    RegisteredModel.objects.bulk_create(RegisteredModel(name=f"bulk-{n:04d}", tags={"n": str(n)}) for n in range(300))
+    assert list(RegisteredModel.objects.filter(name__icontains="K-0042").values_list("name", flat=True)) == [
+        "bulk-0042"]
