@@ -32,6 +32,7 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--nginx-keepalive`` | ``MODELYARD_AGENT_NGINX_KEEPALIVE`` | BentoML: 75 s with nginx's Lua module, else 0 |
 | ``--memory-budget-bytes`` | ``MODELYARD_AGENT_MEMORY_BUDGET_BYTES`` | empty: on-demand models are never evicted |
 | ``--triton-metrics-url`` | ``MODELYARD_AGENT_TRITON_METRICS_URL`` | empty: footprints of on-demand loads unmeasured |
+| ``--concurrent-loads`` | ``MODELYARD_AGENT_CONCURRENT_LOADS`` | 1 on-demand load at a time |
 | ``--loglevel`` | ``MODELYARD_LOG_LEVEL`` | ``INFO`` |
 
 Relative paths are taken from the working directory; give absolute ones under a service manager.
@@ -139,6 +140,9 @@ SETTINGS = (
     Setting("triton_metrics_url", "MODELYARD_AGENT_TRITON_METRICS_URL", "",
             "Triton's Prometheus endpoint (http://127.0.0.1:8002/metrics), read around each on-demand load to "
             "measure the model's footprint"),
+    Setting("concurrent_loads", "MODELYARD_AGENT_CONCURRENT_LOADS", "1",
+            "on-demand loads that may run at once on this host (1 to 16); a model whose footprint is not measured "
+            "yet loads alone, so that its memory rise is its own"),
     Setting("loglevel", "MODELYARD_LOG_LEVEL", "INFO", f"the worker's log level: {', '.join(LOG_LEVELS)}"),
 )
 
@@ -172,6 +176,7 @@ class AgentConfig:
         memory_budget_bytes: the memory on-demand models may hold at once (``modelyard_agent.residency``), or
             None for no budget.
         triton_metrics_url: Triton's metrics endpoint, or empty.
+        concurrent_loads: on-demand loads that may run at once (``modelyard_agent.residency``).
         loglevel: the worker's log level, one of ``LOG_LEVELS``.
     """
 
@@ -199,6 +204,7 @@ class AgentConfig:
     nginx_keepalive: float | None = None
     memory_budget_bytes: int | None = None
     triton_metrics_url: str = ""
+    concurrent_loads: int = 1
     loglevel: str = "INFO"
 
     @classmethod
@@ -250,6 +256,7 @@ class AgentConfig:
                              if raw["nginx_keepalive"] and raw["nginx_keepalive"].strip() else None),
             memory_budget_bytes=_budget(raw["memory_budget_bytes"].strip()),
             triton_metrics_url=_metrics_url(raw["triton_metrics_url"].strip()),
+            concurrent_loads=_count("concurrent_loads", raw["concurrent_loads"].strip(), maximum=16),
             loglevel=_choice("loglevel", raw["loglevel"].strip().upper(), list(LOG_LEVELS)),
         )
         if config.gateway_listen and not config.triton_url:
@@ -280,6 +287,7 @@ class AgentConfig:
             "nginx_keepalive": "" if self.nginx_keepalive is None else f"{self.nginx_keepalive:g}",
             "memory_budget_bytes": "" if self.memory_budget_bytes is None else str(self.memory_budget_bytes),
             "triton_metrics_url": self.triton_metrics_url,
+            "concurrent_loads": str(self.concurrent_loads),
             "loglevel": self.loglevel,
         }
         return {setting.env: values[setting.name] for setting in SETTINGS}

@@ -5,13 +5,17 @@ them, and ``<state dir>/footprints.json`` where the measured footprints are kept
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psutil
 
-from modelyard_agent.runtimes.base import atomic_write
+from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.routes import read_json_file
+from modelyard_agent.runtimes.triton import read_memory_in_use
+
+logger = logging.getLogger(__name__)
 
 # The footprints the loader measured, per model, in the agent's state directory.
 FOOTPRINTS_FILE = "footprints.json"
@@ -69,3 +73,89 @@ def triton_resident_bytes(inference_url: str) -> int | None:
     except (psutil.Error, OSError):
         return None
     return None
+
+
+class FootprintAccounts:
+    """What an on-demand loader (``residency.OnDemandLoader``) counts its budget with: each model's footprint,
+    the bytes the resident ones hold, the memory readings around a load and the budget's report.
+
+    Needs, on the instance: ``gateway`` (its ``residency_file``), ``runtime`` (its ``inference_url``), ``budget``
+    (bytes, or None), ``metrics_url`` (Triton's metrics, or empty), ``footprints_file`` and ``problem``.
+    """
+
+    def footprint(self, model: str) -> int | None:
+        """The bytes ``model`` counts with: its deployment's measured footprint (``footprint_bytes`` of its
+        registration), else the one measured at its first load here, else None (not measured yet)."""
+        entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
+        return _declared_else_measured(entry, read_json_file(self.footprints_file).get(model))
+
+    def _footprints(self) -> dict[str, int | None]:
+        """``footprint`` of every registered model, from one read of each file."""
+        measured = read_json_file(self.footprints_file)
+        return {model: _declared_else_measured(entry, measured.get(model))
+                for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items()}
+
+    def _largest_footprint(self) -> int:
+        return max([f for f in self._footprints().values() if f is not None] or [0])
+
+    def _assumed_bytes(self, footprints: dict[str, int | None] | None = None) -> int:
+        """What a model not measured yet counts as: the largest footprint known, or, with none known, the whole
+        budget (one such model at a time: never past the budget, at the cost of evictions)."""
+        known = [f for f in (self._footprints() if footprints is None else footprints).values() if f is not None]
+        return max(known) if known else (self.budget or 0)
+
+    def _resident_bytes(self, ready: set[str]) -> int:
+        """Bytes the registered models in ``ready`` hold: a model whose footprint is not measured (its load added
+        no memory that could be seen) counts as ``_assumed_bytes``, as its load assumed, never as 0 bytes, so the
+        budget still holds."""
+        footprints = self._footprints()
+        assumed = self._assumed_bytes(footprints)
+        return sum(assumed if footprints[m] is None else footprints[m] for m in ready if m in footprints)
+
+    def enforcement_problem(self) -> str | None:
+        """Why this host's budget cannot be held as measured, or None: with a budget, the agent must see Triton's
+        memory gauges (``metrics_url``) or its processes' resident memory, else no load is measured and only the
+        footprints deployments declare count (the others as ``_assumed_bytes``)."""
+        if self.budget is None:
+            return None
+        gauges, resident = self._memory()
+        if gauges is None and resident is None:
+            return ("budget not enforceable as measured: the agent sees neither Triton's metrics "
+                    "(--triton-metrics-url) nor its processes, so no load is measured; models count with the "
+                    "footprints their deployments declare, the others as the largest of those (or the whole budget)")
+        return None
+
+    def _budget_report(self, ready: set[str]) -> dict | None:
+        if self.budget is None:
+            return None
+        return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready), "problem": self.problem}
+
+    def _memory(self) -> tuple:
+        """``(Triton's memory gauges or None, bytes resident in Triton's processes or None)`` now."""
+        gauges = None
+        if self.metrics_url:
+            try:
+                gauges = read_memory_in_use(self.metrics_url)
+            except ServingRuntimeError as exc:
+                logger.info("memory not measured: %s", exc.message)
+        return gauges, triton_resident_bytes(self.runtime.inference_url)
+
+    def _measure(self, model: str, before: tuple, after: tuple) -> int | None:
+        """The memory ``model``'s load added, bytes (``_memory`` readings around it): GPU where Triton reports
+        GPUs, else the resident memory of Triton's processes, else its CPU gauge; kept in ``footprints.json``.
+        None when the readings are missing or did not rise (the CPU gauge is the machine's: another process
+        may have freed memory meanwhile)."""
+        rise = memory_rise(before, after)
+        if rise is None:
+            return None  # another process freed memory meanwhile: measured again at the next load
+        keep_footprint(self.footprints_file, model, rise)
+        return rise
+
+
+def _declared_else_measured(registration: dict, measured) -> int | None:
+    """A model's footprint, bytes: what its registration declares (``footprint_bytes``), else what a load
+    measured here, else None."""
+    known = registration.get("footprint_bytes")
+    if known is None:
+        known = measured
+    return None if known is None else int(known)

@@ -2,15 +2,17 @@
 gateway, and keep the host's resident on-demand models within a memory budget by evicting the least
 recently used first (``runtimes/modelyard_residency.lua`` is the gateway's side).
 
-The loader runs in the agent's main process, beside its Celery worker, in two threads:
+The loader runs in the agent's main process, beside its Celery worker, in threads:
 
 - the **poller** long-polls the gateway's ``GET /residency/wanted`` (so the gateway knows the loader lives:
   without a poll for 3 s, held requests are answered 503 at once) and queues what it gets;
-- the **loading thread** takes one model at a time (at most one load runs per host, so loads never compete
-  for the disk, the PCIe bus or Triton's load threads with each other), makes room for it, loads it from
-  the model repository on local disk (its ``config.pbtxt``, which every deployment writes) over Triton's
-  gRPC model control where the agent has a gRPC address (HTTP loads stall the HTTP worker thread that
-  takes them, ``TritonRuntime``), and reports it resident. Between loads it reconciles the gateway's states
+- the **loading threads** (``--concurrent-loads``, 1 by default, so that loads never compete for the disk, the
+  PCIe bus or Triton's load threads with each other) each take one model at a time, make room for it (room made
+  and reserved in one step under one lock, so concurrent loads never overcommit the budget), load it from the
+  model repository on local disk (its ``config.pbtxt``, which every deployment writes) over Triton's gRPC
+  model control where the agent has a gRPC address (HTTP loads stall the HTTP worker thread that takes them,
+  ``TritonRuntime``), and report it resident. A model whose footprint is not measured yet loads alone, so
+  that the memory its load adds is its own. Between loads the first thread reconciles the gateway's states
   with Triton's repository index every ``SYNC_SECONDS``, so models a restarted Triton no longer holds read
   as cold and come back at their next request.
 
@@ -36,17 +38,16 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from modelyard_agent.eviction import DemandPolicy
-from modelyard_agent.footprints import FOOTPRINTS_FILE, keep_footprint, memory_rise, triton_resident_bytes
+from modelyard_agent.footprints import FOOTPRINTS_FILE, FootprintAccounts
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
-from modelyard_agent.runtimes.routes import read_json_file
-from modelyard_agent.runtimes.triton import TritonRuntime, read_memory_in_use
+from modelyard_agent.runtimes.triton import TritonRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class Loaded:
     footprint: int | None
 
 
-class OnDemandLoader:
+class OnDemandLoader(FootprintAccounts):
     """Loads and evicts the models registered on demand on one Triton host.
 
     Args:
@@ -88,11 +89,13 @@ class OnDemandLoader:
             per-(host, model) lock, so no deployment swaps a model while it loads or leaves; ``wait``: seconds to
             wait for it, None for its default); a lock that cannot be had raises ``TimeoutError``.
         unload_timeout: seconds to wait for an evicted model's versions to be gone.
+        concurrent_loads: loads that may run at once (loading threads); a model whose footprint is not measured
+            yet loads alone (``_load_slot``), so that the memory its load adds is its own.
     """
 
     def __init__(self, gateway, runtime: TritonRuntime, *, budget_bytes: int | None, metrics_url: str = "",
                  state_dir: Path, model_lock: Callable[[str], AbstractContextManager] | None = None,
-                 unload_timeout: float = 120.0):
+                 unload_timeout: float = 120.0, concurrent_loads: int = 1):
         self.gateway, self.runtime = gateway, runtime
         self.budget = budget_bytes
         self.metrics_url = metrics_url
@@ -107,11 +110,19 @@ class OnDemandLoader:
         # Why the budget cannot be held as measured (None: it can), in each budget report (``_budget_report``).
         self.problem: str | None = None
         self._threads: list[threading.Thread] = []
+        self.concurrent_loads = max(1, int(concurrent_loads))
+        # Loads under way: the models, how many, whether one runs alone and how many wait to; and the bytes each
+        # reserved in the budget until Triton reports it READY (``_room`` makes room and reserves as one step).
+        self._slots = threading.Condition()
+        self._under_way: set[str] = set()
+        self._busy, self._alone, self._waiting_alone = 0, False, 0
+        self._room = threading.Lock()
+        self._reserved: dict[str, int] = {}
 
     # The threads.
 
     def start(self, timeout: float = 10.0) -> bool:
-        """Start the poller and the loading thread (daemons: they end with the agent's process), and wait up to
+        """Start the poller and the loading threads (daemons: they end with the agent's process), and wait up to
         ``timeout`` seconds for the gateway to count this loader as alive, so that a request sent once this
         returns is held for a load rather than answered ``no_loader``.
 
@@ -121,23 +132,24 @@ class OnDemandLoader:
         """
         self._stop.clear()
         self._announced.clear()
-        self._threads = [threading.Thread(target=self._poll, name="on-demand-poller", daemon=True),
-                         threading.Thread(target=self._work, name="on-demand-loader", daemon=True)]
+        self._threads = [threading.Thread(target=self._poll, name="on-demand-poller", daemon=True)] + [
+            threading.Thread(target=self._work, args=(index,), name=f"on-demand-loader-{index}", daemon=True)
+            for index in range(self.concurrent_loads)]
         for thread in self._threads:
             thread.start()
         return self._announced.wait(timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop both threads (a load in progress finishes first)."""
+        """Stop the threads (a load in progress finishes first)."""
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout)
 
     def _loading(self) -> bool:
-        """Whether the loading thread runs: the poller stops polling once it does not, so the gateway takes the
+        """Whether a loading thread runs: the poller stops polling once none does, so the gateway takes the
         loader for dead (``no_loader``, at once) instead of holding requests that nothing will load."""
-        loading = self._threads[1] if len(self._threads) > 1 else None
-        return loading is None or loading.ident is None or loading.is_alive()  # not started yet counts as alive
+        loading = self._threads[1:]
+        return not loading or any(t.ident is None or t.is_alive() for t in loading)  # not started counts as alive
 
     def _poll(self) -> None:
         while not self._stop.is_set():  # what a loader before this one took and left is this one's now
@@ -156,16 +168,19 @@ class OnDemandLoader:
                 logger.debug("on-demand poll: %s", exc.message)
                 self._stop.wait(0.5)
 
-    def _work(self) -> None:
+    def _work(self, index: int = 0) -> None:
+        """A loading thread: serves wants as they come; the first one also reconciles with Triton every
+        ``SYNC_SECONDS`` and keeps headroom between loads."""
         synced = 0.0
-        try:
-            self.problem = self.enforcement_problem()
-        except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
-            logger.exception("could not check how the on-demand budget is measured")
-        if self.problem:
-            logger.warning("on-demand memory budget: %s", self.problem)
+        if index == 0:
+            try:
+                self.problem = self.enforcement_problem()
+            except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
+                logger.exception("could not check how the on-demand budget is measured")
+            if self.problem:
+                logger.warning("on-demand memory budget: %s", self.problem)
         while not self._stop.is_set():
-            if time.monotonic() - synced >= SYNC_SECONDS:
+            if index == 0 and time.monotonic() - synced >= SYNC_SECONDS:
                 try:
                     self.sync()
                 except ServingRuntimeError as exc:
@@ -176,7 +191,8 @@ class OnDemandLoader:
             try:
                 model = self.wanted.get(timeout=0.2)
             except queue.Empty:
-                self._keep_headroom()
+                if index == 0:
+                    self._keep_headroom()
                 continue
             self.serve(model)
 
@@ -206,7 +222,19 @@ class OnDemandLoader:
         """Load ``model`` for the requests held for it and report the outcome to the gateway: resident, or a
         failure (with its backoff) that the gateway answers the held requests with. Never raises: whatever
         fails (Triton, the gateway, the lock's Redis, a model unregistered meanwhile) fails this load only, and
-        the next want is served."""
+        the next want is served; a want for a model another thread is loading is dropped (that load reports
+        it)."""
+        with self._slots:
+            if model in self._under_way:
+                return
+            self._under_way.add(model)
+        try:
+            self._serve(model)
+        finally:
+            with self._slots:
+                self._under_way.discard(model)
+
+    def _serve(self, model: str) -> None:
         try:
             with self.model_lock(model):
                 loaded = self.load(model)
@@ -247,20 +275,34 @@ class OnDemandLoader:
             ServingRuntimeError: the model is not registered on demand here, or Triton refused or failed the
                 load (its message; the failed entry is unloaded again), or Triton does not answer.
         """
-        registered = self.gateway.residency()["models"]
-        if model not in registered:
-            raise ServingRuntimeError(f"{model} is not registered on demand on this host", retryable=False)
-        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
-        if model in ready:
-            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
-            return Loaded(0.0, self.footprint(model))
-        if not registered[model]["held"]:
-            # Every request that wanted it gave up (timed out, refused) while other loads ran: loading it now
-            # would only evict models in use. The want ends; a request that comes later wants it again.
-            self.gateway.report_residency(model, abandoned=True)
-            raise Abandoned(f"no request waits for {model} any more")
-        if self.budget is not None:
-            ready -= self._make_room(model, registered, ready)
+        with self._load_slot(alone=self.footprint(model) is None):  # what follows reads the host once it may load
+            registered = self.gateway.residency()["models"]
+            if model not in registered:
+                raise ServingRuntimeError(f"{model} is not registered on demand on this host", retryable=False)
+            ready = self._ready()
+            if model in ready:
+                self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready))
+                return Loaded(0.0, self.footprint(model))
+            if not registered[model]["held"]:
+                # Every request that wanted it gave up (timed out, refused) while other loads ran: loading it now
+                # would only evict models in use. The want ends; a request that comes later wants it again.
+                self.gateway.report_residency(model, abandoned=True)
+                raise Abandoned(f"no request waits for {model} any more")
+            if self.budget is not None:
+                with self._room:  # room made and reserved in one step, on what Triton holds now
+                    need = self.footprint(model) or self._assumed_bytes()
+                    self._make_room(model, registered, self._ready(), need=need)
+                    self._reserved[model] = need
+            try:
+                return self._load_now(model)
+            finally:
+                with self._room:
+                    self._reserved.pop(model, None)
+
+    def _load_now(self, model: str) -> Loaded:
+        """``load``'s load itself, once room is made: measured (when the model's footprint is not known yet)
+        and reported resident, with what is over the budget evicted after (a footprint measured larger than
+        assumed)."""
         before = self._memory()
         started = time.monotonic()
         try:
@@ -280,15 +322,46 @@ class OnDemandLoader:
                 self.problem = (f"budget not enforceable as measured: the load of {model} added no memory the agent "
                                 f"could see, so it counts as {self._assumed_bytes()} bytes until a load measures it")
                 logger.warning("on-demand memory budget: %s", self.problem)
-        ready.add(model)
-        self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready), load_seconds=seconds)
-        if self.budget is not None and self._resident_bytes(ready) > self.budget:
-            # Measured larger than assumed: others leave now, so the budget holds again.
-            try:
-                self._make_room(None, self.gateway.residency()["models"], ready, keep=model)
-            except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
-                logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
+        with self._room:
+            self._reserved.pop(model, None)  # READY now: counted as resident
+            ready = self._ready()
+            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready), load_seconds=seconds)
+            if self.budget is not None and self._resident_bytes(ready) + self._reserved_bytes(ready) > self.budget:
+                # Measured larger than assumed: others leave now, so the budget holds again.
+                try:
+                    self._make_room(None, self.gateway.residency()["models"], ready, keep=model)
+                except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
+                    logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
         return Loaded(seconds, footprint)
+
+    @contextmanager
+    def _load_slot(self, *, alone: bool) -> Iterator[None]:
+        """Held around a load. ``alone`` (a model whose footprint is not measured yet) waits until no other load
+        runs and keeps the others out until it ends, so that the memory its load adds is its own; any other load
+        waits only while one runs alone or waits to. With one loading thread, loads never overlap anyway."""
+        with self._slots:
+            self._waiting_alone += alone
+            self._slots.wait_for(lambda: self._busy == 0 if alone else not self._alone and not self._waiting_alone)
+            self._waiting_alone -= alone
+            self._busy += 1
+            self._alone = self._alone or alone
+        try:
+            yield
+        finally:
+            with self._slots:
+                self._busy -= 1
+                if alone:
+                    self._alone = False
+                self._slots.notify_all()
+
+    def _ready(self) -> set[str]:
+        """The models with a version READY on Triton now."""
+        return {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+
+    def _reserved_bytes(self, resident: set[str], loading: str | None = None) -> int:
+        """Bytes reserved by the loads under way (other than ``loading``'s) of models not in ``resident`` yet
+        (call with ``_room`` held)."""
+        return sum(need for model, need in self._reserved.items() if model not in resident and model != loading)
 
     def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
         """Unload ``model`` once no request is in flight on it, under its lock (``model_lock``: no deployment
@@ -327,10 +400,11 @@ class OnDemandLoader:
         logger.info("evicted %s (%s)", model, reason)
         return True
 
-    def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, free: int = 0,
+    def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, need: int = 0, free: int = 0,
                    wait: float = DRAIN_SECONDS, keep: str | None = None) -> set[str]:
-        """Evict the models of least demand (``victims``) until ``loading`` (None: nothing more) fits in the budget
-        beside the resident ones with ``free`` bytes to spare, never evicting ``keep`` (the model just loaded, whose
+        """Evict the models of least demand (``victims``) until ``loading`` (None: nothing more), counted as ``need``
+        bytes, fits in the budget beside the resident ones and the loads under way with ``free`` bytes to spare
+        (call with ``_room`` held), never evicting ``keep`` (the model just loaded, whose
         lock this thread holds); returns the models evicted. A model with requests
         held or in flight is passed over; when only such models are left it waits for them up to ``wait`` s
         (a model whose load just ended still has its held requests on their way).
@@ -338,16 +412,17 @@ class OnDemandLoader:
         Raises:
             NoRoom: what is left is pinned or busy, or the model alone is larger than the budget.
         """
-        need = 0 if loading is None else (self.footprint(loading) or self._assumed_bytes())
         if need > self.budget:
             raise NoRoom(f"{loading} needs {need} bytes, more than this host's on-demand memory budget of "
                          f"{self.budget} bytes")
         resident = {m for m in ready if m in registered}
         evicted: set[str] = set()
         deadline = time.monotonic() + wait
-        while self._resident_bytes(resident) + need + free > self.budget:
+        while self._resident_bytes(resident) + self._reserved_bytes(resident, loading) + need + free > self.budget:
             busy = False
-            for victim in self.victims(registered, resident - {loading, keep}):
+            with self._slots:
+                under_way = set(self._under_way)
+            for victim in self.victims(registered, resident - {loading, keep} - under_way):
                 if registered[victim]["held"] or self._in_flight(victim):
                     busy = True
                     continue
@@ -381,11 +456,13 @@ class OnDemandLoader:
         if self.budget is None:
             return
         try:
-            registered = self.gateway.residency()["models"]
-            ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
-            largest = self._largest_footprint()
-            if self._resident_bytes({m for m in ready if m in registered}) + largest > self.budget:
-                self._make_room(None, registered, ready, free=largest, wait=0)
+            with self._room:
+                registered = self.gateway.residency()["models"]
+                ready = self._ready()
+                largest = self._largest_footprint()
+                resident = {m for m in ready if m in registered}
+                if self._resident_bytes(resident) + self._reserved_bytes(resident) + largest > self.budget:
+                    self._make_room(None, registered, ready, free=largest, wait=0)
         except NoRoom:
             pass  # what is resident is pinned or busy: the next load makes room, or says why not
         except ServingRuntimeError as exc:
@@ -393,87 +470,8 @@ class OnDemandLoader:
         except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
             logger.exception("on-demand headroom failed")
 
-    # Footprints.
-
-    def footprint(self, model: str) -> int | None:
-        """The bytes ``model`` counts with: its deployment's measured footprint (``footprint_bytes`` of its
-        registration), else the one measured at its first load here, else None (not measured yet)."""
-        entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
-        return _declared_else_measured(entry, read_json_file(self.footprints_file).get(model))
-
-    def _footprints(self) -> dict[str, int | None]:
-        """``footprint`` of every registered model, from one read of each file."""
-        measured = read_json_file(self.footprints_file)
-        return {model: _declared_else_measured(entry, measured.get(model))
-                for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items()}
-
-    def _largest_footprint(self) -> int:
-        return max([f for f in self._footprints().values() if f is not None] or [0])
-
-    def _assumed_bytes(self, footprints: dict[str, int | None] | None = None) -> int:
-        """What a model not measured yet counts as: the largest footprint known, or, with none known, the whole
-        budget (one such model at a time: never past the budget, at the cost of evictions)."""
-        known = [f for f in (self._footprints() if footprints is None else footprints).values() if f is not None]
-        return max(known) if known else (self.budget or 0)
-
-    def _resident_bytes(self, ready: set[str]) -> int:
-        """Bytes the registered models in ``ready`` hold: a model whose footprint is not measured (its load added
-        no memory that could be seen) counts as ``_assumed_bytes``, as its load assumed, never as 0 bytes, so the
-        budget still holds."""
-        footprints = self._footprints()
-        assumed = self._assumed_bytes(footprints)
-        return sum(assumed if footprints[m] is None else footprints[m] for m in ready if m in footprints)
-
-    def enforcement_problem(self) -> str | None:
-        """Why this host's budget cannot be held as measured, or None: with a budget, the agent must see Triton's
-        memory gauges (``metrics_url``) or its processes' resident memory, else no load is measured and only the
-        footprints deployments declare count (the others as ``_assumed_bytes``)."""
-        if self.budget is None:
-            return None
-        gauges, resident = self._memory()
-        if gauges is None and resident is None:
-            return ("budget not enforceable as measured: the agent sees neither Triton's metrics "
-                    "(--triton-metrics-url) nor its processes, so no load is measured; models count with the "
-                    "footprints their deployments declare, the others as the largest of those (or the whole budget)")
-        return None
-
-    def _budget_report(self, ready: set[str]) -> dict | None:
-        if self.budget is None:
-            return None
-        return {"budget_bytes": self.budget, "resident_bytes": self._resident_bytes(ready), "problem": self.problem}
-
-    def _memory(self) -> tuple:
-        """``(Triton's memory gauges or None, bytes resident in Triton's processes or None)`` now."""
-        gauges = None
-        if self.metrics_url:
-            try:
-                gauges = read_memory_in_use(self.metrics_url)
-            except ServingRuntimeError as exc:
-                logger.info("memory not measured: %s", exc.message)
-        return gauges, triton_resident_bytes(self.runtime.inference_url)
-
-    def _measure(self, model: str, before: tuple, after: tuple) -> int | None:
-        """The memory ``model``'s load added, bytes (``_memory`` readings around it): GPU where Triton reports
-        GPUs, else the resident memory of Triton's processes, else its CPU gauge; kept in ``footprints.json``.
-        None when the readings are missing or did not rise (the CPU gauge is the machine's: another process
-        may have freed memory meanwhile)."""
-        rise = memory_rise(before, after)
-        if rise is None:
-            return None  # another process freed memory meanwhile: measured again at the next load
-        keep_footprint(self.footprints_file, model, rise)
-        return rise
-
     def _in_flight(self, model: str) -> bool:
         return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
-
-
-def _declared_else_measured(registration: dict, measured) -> int | None:
-    """A model's footprint, bytes: what its registration declares (``footprint_bytes``), else what a load
-    measured here, else None."""
-    known = registration.get("footprint_bytes")
-    if known is None:
-        known = measured
-    return None if known is None else int(known)
 
 
 def load_failure_message(model: str, exc: BaseException) -> str:

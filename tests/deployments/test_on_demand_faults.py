@@ -179,7 +179,7 @@ def test_requests_that_name_versions_add_no_counter_per_number_sent(host):
 def test_a_model_whose_footprint_cannot_be_measured_counts_as_the_largest_not_as_0_bytes(host, monkeypatch):
     # Triton in a container of its own, without a metrics URL: the agent sees no memory rise (the shipped
     # docker-compose.yml). A fault injected by hand, since this machine always lets the agent see Triton.
-    monkeypatch.setattr("modelyard_agent.residency.triton_resident_bytes", lambda url: None)
+    monkeypatch.setattr("modelyard_agent.footprints.triton_resident_bytes", lambda url: None)
     for name in ("known_a", "unseen_b", "known_c"):
         put_model(host.server, name)
         host.register_on_demand(name, **({} if name == "unseen_b" else {"footprint_bytes": 100 * MB}))
@@ -259,7 +259,7 @@ def test_versions_named_in_requests_the_gateway_answers_itself_add_no_series(hos
 def test_with_nothing_measurable_the_budget_is_reported_not_enforceable_and_still_holds(host, monkeypatch):
     # Triton out of the agent's sight and no metrics URL: nothing can be measured, and no deployment declared a
     # footprint. A model not measured then counts as the whole budget, so two never sit in it together.
-    monkeypatch.setattr("modelyard_agent.residency.triton_resident_bytes", lambda url: None)
+    monkeypatch.setattr("modelyard_agent.footprints.triton_resident_bytes", lambda url: None)
     for name in ("blind_a", "blind_b"):
         put_model(host.server, name)
         host.register_on_demand(name)
