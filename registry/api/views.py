@@ -57,6 +57,13 @@ def _models_with_summary():
     return RegisteredModel.objects.select_related("created_by", "team").with_version_summary()
 
 
+def _compact_json(request) -> bool:
+    """Whether the answer is plain JSON, which a page the database wrote can be: not another renderer (the
+    browsable API), nor JSON with an ``indent`` the client asked for (``Accept: application/json; indent=4``),
+    which DRF's renderer honours."""
+    return request.accepted_renderer.format == "json" and "indent" not in (request.accepted_media_type or "")
+
+
 @cache
 def _model_rows():
     """``model_rows`` of every registered model (``_models_with_summary``), built once per process: the page's
@@ -87,7 +94,7 @@ class RegisteredModelViewSet(
         ``RegisteredModelSerializer`` would."""
         models = scope_team_filter(Principal.of(request), _model_rows().all()).order_by("name")
         page = self.paginate_queryset(self.filter_queryset(models))
-        if request.accepted_renderer.format == "json":
+        if _compact_json(request):
             body = json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link())
             if body is not None:
                 return HttpResponse(body, content_type="application/json")
@@ -148,7 +155,7 @@ class ModelVersionViewSet(
         then its rows with their aliases and ensemble members in one query without the serializer
         (``registry.api.reads.versions_json``); elsewhere through the serializer."""
         queryset = self.filter_queryset(self.get_queryset())
-        rows = version_rows(queryset) if request.accepted_renderer.format == "json" else None
+        rows = version_rows(queryset) if _compact_json(request) else None
         if rows is not None:
             page = self.paginate_queryset(rows)
             return HttpResponse(json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link()),

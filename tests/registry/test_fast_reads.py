@@ -120,6 +120,9 @@ def test_a_page_of_models_reads_as_the_serializer_shows_it(api_client, user, ver
     assert (rows[0]["created_at"], rows[0]["updated_at"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05.000060Z")
     assert [row["latest_version"] for row in rows] == [None, 2, 3]  # alpha has none; iris's 3 is its newest
     assert api_client.get("/api/v1/models/?tag=team%3Dml").json()["results"] == rows[:1]
+    # JSON indented at the client's asking comes through DRF's renderer, to the same rows.
+    indented = api_client.get("/api/v1/models/?page_size=2", HTTP_ACCEPT="application/json; indent=4")
+    assert indented.content.startswith(b'{\n    "next"') and indented.json()["results"] == rows[:2]
     # The browsable API renders the same page through the serializer's path.
     browsable = api_client.get("/api/v1/models/?page_size=2", HTTP_ACCEPT="text/html")
     assert browsable.status_code == 200 and "text/html" in browsable["Content-Type"]
