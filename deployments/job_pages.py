@@ -35,8 +35,9 @@ def version_profiles(request, model_name: str, version: int):
     listed = list(Profile.objects.filter(version=version_row).select_related("host", "created_by")
                   .order_by("-id")[:PROFILES_LISTED])
     chosen = request.GET.get("profile", "")
-    profile = next((p for p in listed if str(p.pk) == chosen), None) if chosen.isdigit() else None
-    if profile is None and chosen.isdigit():
+    numeric = chosen.isascii() and chosen.isdigit()  # '²'.isdigit() is True, int('²') fails
+    profile = next((p for p in listed if str(p.pk) == chosen), None) if numeric else None
+    if profile is None and numeric:
         profile = get_object_or_404(Profile.objects.select_related("host"), pk=int(chosen), version=version_row)
     profile = profile or (listed[0] if listed else None)
     may_profile = check(Principal.of(request), Action.DEPLOY, model=model) is None

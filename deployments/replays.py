@@ -177,8 +177,8 @@ def start_replay(*, model_name: str, version: int, against: str | int, host_name
     candidate = get_version(model_name, version)
     if authorize is not None:
         authorize(candidate, [])  # the rights of a rollout anywhere first; the host's own below
-    against_version = (resolve_alias(model_name, against) if isinstance(against, str) and not against.isdigit()
-                       else get_version(model_name, int(against)))
+    by_alias = isinstance(against, str) and not (against.isascii() and against.isdigit())  # not '²': int() fails
+    against_version = resolve_alias(model_name, against) if by_alias else get_version(model_name, int(against))
     if against_version.pk == candidate.pk:
         raise InvalidInput(f"against names v{candidate.version} itself: replay a candidate against another version")
     if candidate.status != VersionStatus.READY:

@@ -285,7 +285,7 @@ def model_deployments(request, model_name: str):
     deployments = Deployment.objects.filter(model=model)
     version = request.GET.get("version", "")
     if version:
-        if not version.isdigit():
+        if not (version.isascii() and version.isdigit()):  # '²'.isdigit() is True, int('²') fails
             raise Http404("version must be a whole number")
         deployments = deployments.filter(version__version=int(version))
     deployments = (deployments.select_related("version", "created_by").prefetch_related("targets__host")

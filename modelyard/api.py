@@ -9,9 +9,11 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from django_filters.rest_framework import DjangoFilterBackend
 from rest_framework import pagination, serializers
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 
 
 class RefuseUnknownFields:
@@ -100,6 +102,21 @@ class CursorPagination(pagination.CursorPagination):
         if not 1 <= size <= self.max_page_size:
             raise ValidationError({self.page_size_query_param: [f"must be an integer from 1 to {self.max_page_size}"]})
         return size
+
+    def paginate_queryset(self, queryset, request, view=None):
+        """DRF's page, where a cursor whose position its ordering column cannot hold (a crafted ``p=abc`` on a
+        list ordered by a number, or a number past the column's range) is the 404 of an invalid cursor, as an
+        unreadable one is, not a server error.
+
+        Raises:
+            NotFound: the cursor cannot be read, or names a position the ordering column cannot hold (HTTP 404).
+        """
+        try:
+            return super().paginate_queryset(queryset, request, view)
+        except (ValueError, TypeError, DjangoValidationError, DataError) as exc:
+            if request.query_params.get(self.cursor_query_param) is None:
+                raise  # not the cursor's doing
+            raise NotFound(self.invalid_cursor_message) from exc
 
     def get_ordering(self, request, queryset, view):
         ordering = getattr(view, "ordering", None)

@@ -334,7 +334,7 @@ def _broker(value: str) -> str:
         parts = None
     if parts is None or parts.scheme not in ("redis", "rediss", "unix") or not (parts.hostname or parts.path):
         raise ConfigError(f"{_flag('broker_url')} must be a Redis URL such as redis://broker:6379/0; got {value!r}")
-    if parts.scheme != "unix" and parts.path.strip("/") and not parts.path.strip("/").isdigit():
+    if parts.scheme != "unix" and parts.path.strip("/") and not _digits(parts.path.strip("/")):
         raise ConfigError(f"{_flag('broker_url')} must end in a database number (redis://broker:6379/0); "
                           f"got {value!r}")
     return value
@@ -352,7 +352,7 @@ def _listen(name: str, value: str) -> str:
         return value
     port = value.rsplit(":", 1)[-1]
     host = value[: -len(port) - 1] if ":" in value else ""
-    if not port.isdigit() or not 0 < int(port) < 65536 or (":" in value and not HOST_PORT.match(value)):
+    if not _digits(port) or not 0 < int(port) < 65536 or (":" in value and not HOST_PORT.match(value)):
         raise ConfigError(f"{_flag(name)} must be a port or host:port, such as 8011 or 127.0.0.1:8011; got {value!r}")
     return f"{host}:{int(port)}" if host else str(int(port))
 
@@ -381,14 +381,19 @@ def _seconds(name: str, value: str, *, minimum: float = 1.0, maximum: float = MA
     return number
 
 
+def _digits(value: str) -> bool:
+    """True for ASCII digits only: ``str.isdigit`` is also True for '²' or '٣', which ``int`` refuses or reads."""
+    return value.isascii() and value.isdigit()
+
+
 def _count(name: str, value: str, maximum: int = 64) -> int:
-    if not value.isdigit() or not 1 <= int(value) <= maximum:
+    if not _digits(value) or not 1 <= int(value) <= maximum:
         raise ConfigError(f"{_flag(name)} must be a whole number from 1 to {maximum}; got {value!r}")
     return int(value)
 
 
 def _bytes(name: str, value: str) -> int:
-    if not value.isdigit() or not MIN_REQUEST_BYTES <= int(value) <= MAX_REQUEST_BYTES:
+    if not _digits(value) or not MIN_REQUEST_BYTES <= int(value) <= MAX_REQUEST_BYTES:
         raise ConfigError(f"{_flag(name)} must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
                           f"{MAX_REQUEST_BYTES}; got {value!r}")
     return int(value)
@@ -397,7 +402,7 @@ def _bytes(name: str, value: str) -> int:
 def _budget(value: str) -> int | None:
     if not value:
         return None
-    if not value.isdigit() or int(value) < 1:
+    if not _digits(value) or int(value) < 1:
         raise ConfigError(f"{_flag('memory_budget_bytes')} must be a whole number of bytes, 1 or more; got {value!r}")
     return int(value)
 

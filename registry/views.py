@@ -157,7 +157,7 @@ def compare_choice(model, query, live: list[int]) -> tuple[ModelVersion | None, 
         raw = {"a": str(live[1]), "b": str(live[0])}
     numbers = {}
     for key, text in raw.items():
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # '²'.isdigit() is True, int('²') fails
             return None, None, f"{key} must be a version number, not {text!r}"
         numbers[key] = int(text)
         if numbers[key] not in live:

@@ -257,3 +257,19 @@ def test_a_page_whose_path_holds_a_nul_is_the_404_page(db):
     client = Client()
     client.force_login(user)
     assert client.get("/hosts/%00/").status_code == 404
+
+
+def test_a_number_in_digits_other_than_ascii_is_refused_by_the_pages_not_a_server_error(user):
+    # '²'.isdigit() is True but int('²') raises: the pages checked isdigit() and then called int().
+    model = RegisteredModel.objects.create(name="iris")
+    from registry.models import ModelVersion
+
+    for number in (1, 2):
+        ModelVersion.objects.create(model=model, version=number, format="onnx", artifact_key=f"k{number}",
+                                    artifact_sha256=f"{number}" * 64, artifact_size=1)
+    client = Client()
+    client.force_login(user)
+    compare = client.get("/models/iris/compare/?a=1&b=%C2%B2")
+    assert compare.status_code == 400 and "must be a version number" in compare.content.decode()
+    assert client.get("/deployments/of/iris/?version=%C2%B2").status_code == 404
+    assert client.get("/profiles/of/iris/1/?profile=%C2%B2").status_code == 200

@@ -290,10 +290,11 @@ class AliasDetailView(APIView):
 
     @extend_schema(responses={200: ModelVersionSerializer, **error_responses(404)},
                    description="The version the alias names; `ETag` is the alias's state, for `If-Match` on a "
-                   "later PUT, PATCH or DELETE (absent for `latest`, which is not stored).")
+                   "later PUT, PATCH or DELETE. For `latest`, which is not stored and cannot be moved, the `ETag` is "
+                   "the digest of the answer, as on every GET, for `If-None-Match` only.")
     def get(self, request, model_name: str, alias: str):
         model = model_for(Principal.of(request), model_name)
-        if alias in RESERVED_ALIASES:  # latest: resolved, not stored, so no ETag
+        if alias in RESERVED_ALIASES:  # latest: resolved, not stored (its ETag is the body's digest)
             return Response(ModelVersionSerializer(resolve_alias(model_name, alias)).data)
         # The body and its ETag from one read of the alias: read apart, a move between the two reads gave the old
         # version with the new state's ETag, so an If-Match move "away" from the version shown could be no move.

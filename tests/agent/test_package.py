@@ -107,6 +107,11 @@ def test_a_bentoml_hosts_nginx_keeps_clients_alive_as_long_as_its_setting_says(a
     ({"host": "gpu-0", "labels": "[1]"}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "labels": '{"": "x"}'}, "must be a JSON object of non-empty string keys"),
     ({"host": "gpu-0", "concurrency": "0"}, "must be a whole number from 1 to 64"),
+    # Digits other than ASCII's: '²'.isdigit() is True, but int() refuses it (a traceback before) or reads '٣' as 3.
+    ({"host": "gpu-0", "concurrency": "²"}, "must be a whole number from 1 to 64"),
+    ({"host": "gpu-0", "concurrent_loads": "٣"}, "(MODELYARD_AGENT_CONCURRENT_LOADS) must be a whole"),
+    ({"host": "gpu-0", "concurrent_loads": "17"}, "must be a whole number from 1 to 16"),
+    ({"host": "gpu-0", "memory_budget_bytes": "1²"}, "must be a whole number of bytes"),
     ({"host": "gpu-0", "nginx_keepalive": "-1"},
      "--nginx-keepalive (MODELYARD_AGENT_NGINX_KEEPALIVE) must be a number of seconds from 0 to"),
     ({"host": "gpu-0", "loglevel": "loud"}, "--loglevel (MODELYARD_LOG_LEVEL) must be one of DEBUG, INFO"),

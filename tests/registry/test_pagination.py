@@ -142,3 +142,22 @@ def test_a_team_members_page_of_versions_reads_the_model_and_the_members_role_in
     other = APIClient()
     other.credentials(HTTP_AUTHORIZATION=f"Bearer {token_for(outsider)}")
     assert other.get("/api/v1/models/iris/versions/").status_code == 404
+
+
+@pytest.mark.parametrize("position", ["abc", "1\u00b2", "99999999999999999999"])
+def test_a_cursor_whose_position_the_ordering_column_cannot_hold_is_the_404_of_an_invalid_cursor(api_client,
+                                                                                                position):
+    # A crafted cursor (base64 of "p=<position>") on lists ordered by a number: versions by number, the audit
+    # log by id. It was a server error (int("abc"); a number past the column's range).
+    import base64
+    from urllib.parse import quote
+
+    add_versions(RegisteredModel.objects.create(name="iris"), [1, 2])
+    cursor = quote(base64.b64encode(f"p={position}".encode()).decode())
+    for url in ("/api/v1/models/iris/versions/", "/api/v1/audit/"):
+        answer = api_client.get(f"{url}?cursor={cursor}")
+        assert answer.status_code in (200, 404), (url, answer.status_code, answer.content[:200])
+        if answer.status_code == 404:
+            assert answer.json()["detail"] == "Invalid cursor", answer.content
+    assert api_client.get("/api/v1/models/iris/versions/?cursor=" + quote(base64.b64encode(b"p=abc").decode())
+                          ).status_code == 404
