@@ -84,7 +84,24 @@ def filter_by_metric(queryset, value: str):
     return annotated.filter(**{f"_metric__{METRIC_LOOKUPS[match['op']]}": float(match["value"])})
 
 
-class RegisteredModelFilter(django_filters.FilterSet):
+class StaticFilterSet(django_filters.FilterSet):
+    """A FilterSet whose form class is built once per class: django-filter builds a new form class for each
+    request from that request's copies of the filters, though for filters whose fields never change per request
+    (none here takes a queryset or choices from the request) it is the same class each time. The form's instance
+    still copies its fields, so each request validates on its own."""
+
+    @classmethod
+    def _form_class(cls):
+        if "_static_form_class" not in cls.__dict__:
+            fields = {name: filter_.field for name, filter_ in cls.base_filters.items()}
+            cls._static_form_class = type(f"{cls.__name__}Form", (cls._meta.form,), fields)
+        return cls._static_form_class
+
+    def get_form_class(self):
+        return self._form_class()
+
+
+class RegisteredModelFilter(StaticFilterSet):
     """Filters: ``search`` (name or description substring, any case), ``name`` (name substring),
     ``tag`` (``key`` or ``key=value``), ``alias`` (models that have that alias), ``artifact_format`` (models
     with a live version of that format), ``created_after`` / ``created_before`` (ISO 8601 date or time)."""
@@ -123,7 +140,7 @@ class RegisteredModelFilter(django_filters.FilterSet):
         return queryset.filter(Exists(live))
 
 
-class ModelVersionFilter(django_filters.FilterSet):
+class ModelVersionFilter(StaticFilterSet):
     """Filters of a model's versions: ``source_commit`` (prefix), ``tag``, ``alias``, ``artifact_format``,
     ``metric`` (``accuracy>=0.9``), ``created_after`` / ``created_before``."""
 

@@ -166,3 +166,16 @@ def test_the_search_indexes_take_each_row_at_once_and_searches_find_rows_just_in
     RegisteredModel.objects.bulk_create(RegisteredModel(name=f"bulk-{n:04d}", tags={"n": str(n)}) for n in range(300))
     assert list(RegisteredModel.objects.filter(name__icontains="K-0042").values_list("name", flat=True)) == [
         "bulk-0042"]
+
+
+def test_a_filter_form_class_is_built_once_and_each_request_validates_on_its_own():
+    from registry.filters import ModelVersionFilter, RegisteredModelFilter
+
+    bad = RegisteredModelFilter({"created_after": "yesterday"}, queryset=RegisteredModel.objects.all())
+    good = RegisteredModelFilter({"created_after": "2026-01-01"}, queryset=RegisteredModel.objects.all())
+    assert type(bad.form) is type(good.form) and bad.form is not good.form
+    assert not bad.is_valid() and "created_after" in bad.form.errors
+    assert good.is_valid() and not good.form.errors
+    assert bad.form.fields["created_after"] is not good.form.fields["created_after"]  # each its own copy
+    versions = ModelVersionFilter({}, queryset=ModelVersion.objects.all())
+    assert type(versions.form) is not type(good.form) and "source_commit" in versions.form.fields
