@@ -22,16 +22,14 @@ Usage::
 """
 
 import argparse
-import shutil
 import statistics
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
-from on_demand import BODY, write_model
-from stack import REPO, _triton_install, finish, log, machine
+from on_demand import BODY, start_host
+from stack import REPO, finish, log, machine
 
 NAME = "concurrent_loads"
 
@@ -52,26 +50,13 @@ def burst(url: str, models: list[str]) -> tuple[float, list[float], list[int]]:
 
 def run(args: argparse.Namespace) -> dict:
     from modelyard_agent.residency import OnDemandLoader
-    from modelyard_agent.runtimes.gateway import TritonGateway
     from modelyard_agent.runtimes.triton import TritonRuntime
-    from tests.fixtures.services import free_port
-    from tests.fixtures.triton import _start
 
-    install = _triton_install()
-    work = Path(tempfile.mkdtemp(prefix="modelyard-bench-concurrent-loads-"))
-    work.chmod(0o711)
-    repository = work / "models"
     names = [f"cl_{i:02d}" for i in range(args.models)]
-    for name in names:
-        write_model(repository, name, mib=args.model_mib, execution_env=install.execution_env)
-    (work / "triton").mkdir()
-    triton = _start(install, work / "triton", repository)
-    gateway = TritonGateway(work / "gateway", free_port(), triton=triton.http_url.removeprefix("http://"),
-                            listen_host="127.0.0.1")
+    host = start_host(names, mib=args.model_mib, prefix="modelyard-bench-concurrent-loads-")
+    work, triton, gateway, url = host.work, host.triton, host.gateway, host.url
     results: dict[str, dict] = {}
     try:
-        gateway.ensure_running()
-        url = f"http://127.0.0.1:{gateway.listen_port}"
         runtime = TritonRuntime(triton.http_url, load_timeout=300, grpc_url=triton.grpc_url)
         for name in names:
             gateway.register_on_demand(name, cold_start_timeout=300, max_held=100,
@@ -99,9 +84,7 @@ def run(args: argparse.Namespace) -> dict:
             log(NAME, f"{setting} at once: makespan p50 {results[str(setting)]['makespan_p50_s']:.3f} s, "
                       f"wait p50 {results[str(setting)]['wait_p50_s']:.3f} s, {failed} failed")
     finally:
-        gateway.stop()
-        triton.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        host.close()
     one = results[str(args.settings[0])]["makespan_p50_s"]
     for row in results.values():
         row["speedup"] = one / row["makespan_p50_s"]

@@ -41,6 +41,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -158,28 +159,60 @@ def probe(url: str, model: str, rate: float, stop: threading.Event, out: list[fl
             time.sleep(max(0.0, next_at - time.perf_counter()))
 
 
-def run(args: argparse.Namespace) -> dict:
-    from modelyard_agent.residency import OnDemandLoader
+@dataclass
+class BenchHost:
+    """A tritonserver (explicit model control, as the tests start it) with its models in ``work``'s repository,
+    and the host's gateway in front of it (``url``), as ``start_host`` started them."""
+
+    work: Path
+    triton: object
+    gateway: object
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.gateway.listen_port}"
+
+    def close(self) -> None:
+        """Stop the gateway and Triton and remove ``work``."""
+        self.gateway.stop()
+        self.triton.stop()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def start_host(models: list[str], *, mib: int, prefix: str) -> BenchHost:
+    """``models`` written (``write_model``, ``mib`` MiB of weights each) into a new temporary directory named
+    ``prefix``..., a tritonserver over them and the host's gateway, started (``BenchHost.close`` ends them)."""
     from modelyard_agent.runtimes.gateway import TritonGateway
-    from modelyard_agent.runtimes.triton import TritonRuntime
     from tests.fixtures.services import free_port
     from tests.fixtures.triton import _start
 
     install = _triton_install()
-    work = Path(tempfile.mkdtemp(prefix="modelyard-bench-on-demand-"))
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     work.chmod(0o711)
-    repository = work / "models"
-    names = [f"od_{i:03d}" for i in range(args.models)]
-    for name in [*names, PINNED, ALWAYS]:
-        write_model(repository, name, mib=args.model_mib, execution_env=install.execution_env)
+    for name in models:
+        write_model(work / "models", name, mib=mib, execution_env=install.execution_env)
     (work / "triton").mkdir()
-    triton = _start(install, work / "triton", repository)
-    gateway = TritonGateway(work / "gateway", free_port(), triton=triton.http_url.removeprefix("http://"),
-                            listen_host="127.0.0.1")
+    triton = _start(install, work / "triton", work / "models")
+    host = BenchHost(work, triton, TritonGateway(work / "gateway", free_port(),
+                                                 triton=triton.http_url.removeprefix("http://"),
+                                                 listen_host="127.0.0.1"))
+    try:
+        host.gateway.ensure_running()
+    except BaseException:
+        host.close()
+        raise
+    return host
+
+
+def run(args: argparse.Namespace) -> dict:
+    from modelyard_agent.residency import OnDemandLoader
+    from modelyard_agent.runtimes.triton import TritonRuntime
+
+    names = [f"od_{i:03d}" for i in range(args.models)]
+    host = start_host([*names, PINNED, ALWAYS], mib=args.model_mib, prefix="modelyard-bench-on-demand-")
+    work, triton, gateway, url = host.work, host.triton, host.gateway, host.url
     loader = None
     try:
-        gateway.ensure_running()
-        url = f"http://127.0.0.1:{gateway.listen_port}"
         runtime = TritonRuntime(triton.http_url, load_timeout=300, grpc_url=triton.grpc_url)
         baseline_rss = process_group_rss(triton.process.pid)
 
@@ -281,9 +314,7 @@ def run(args: argparse.Namespace) -> dict:
     finally:
         if loader is not None:
             loader.stop()
-        gateway.stop()
-        triton.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        host.close()
 
     failed = [r for r in results if r[1] != 200]
     hits = after.get("hit", 0) - before.get("hit", 0)

@@ -264,19 +264,22 @@ def verify(outcomes: list[dict], next_before: dict[str, int], first_event_id: in
                 found.setdefault(event.model.name, []).append(event.data)
         return found
 
+    def unmatched(succeeded: dict[str, list[int]], events: dict[str, list[dict]], key: str, what: str) -> list[str]:
+        """Models whose successful writes (the versions they named) differ from their audit events' ``key``."""
+        problems = []
+        for name in set(succeeded) | set(events):
+            sent, logged = sorted(succeeded.get(name, [])), sorted(d[key] for d in events.get(name, []))
+            if sent != logged:
+                problems.append(f"{name}: {what} {sent}, events {logged}")
+        return problems
+
     versions_audited = audited(AuditAction.VERSION_REGISTERED)
-    problems = [f"{name}: POSTs {sorted(registered.get(name, []))}, events "
-                f"{sorted(d['version'] for d in versions_audited.get(name, []))}"
-                for name in set(registered) | set(versions_audited)
-                if sorted(registered.get(name, [])) != sorted(d["version"] for d in versions_audited.get(name, []))]
-    check(checks, "one version.registered event per successful registration, none more", problems, len(registered))
+    check(checks, "one version.registered event per successful registration, none more",
+          unmatched(registered, versions_audited, "version", "POSTs"), len(registered))
 
     moves_audited = audited(AuditAction.ALIAS_SET)
-    problems = [f"{name}: moves to {sorted(moved.get(name, []))}, events to "
-                f"{sorted(d['to'] for d in moves_audited.get(name, []))}"
-                for name in set(moved) | set(moves_audited)
-                if sorted(moved.get(name, [])) != sorted(d["to"] for d in moves_audited.get(name, []))]
-    check(checks, "one alias.set event per successful move, none for a refused one", problems, len(moved))
+    check(checks, "one alias.set event per successful move, none for a refused one",
+          unmatched(moved, moves_audited, "to", "moves to"), len(moved))
 
     problems = []
     aliases = {a.model.name: a.version.version for a in Alias.objects.filter(

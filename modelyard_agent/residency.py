@@ -209,7 +209,7 @@ class OnDemandLoader(FootprintAccounts):
             ServingRuntimeError: Triton or the gateway does not answer.
         """
         held = self.gateway.residency()["models"]
-        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+        ready = self._ready()
         changed = {}
         for model, entry in held.items():
             state = RESIDENT if model in ready else COLD
@@ -395,7 +395,7 @@ class OnDemandLoader(FootprintAccounts):
         versions = self.runtime.ready_versions(model)
         self.runtime.unload(model)
         self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
-        ready = {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
+        ready = self._ready()
         self.gateway.report_residency(model, COLD, reason=reason, budget=self._budget_report(ready))
         logger.info("evicted %s (%s)", model, reason)
         return True
