@@ -121,6 +121,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Several local processes (web, workers, beat) write: wait for the lock instead of failing,
     # and take it at BEGIN so a reader never has to upgrade to a writer mid-transaction.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"timeout": 30, "transaction_mode": "IMMEDIATE"})
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Server-side prepared statements: psycopg binds parameters on the server and prepares a query once this
+    # connection has run it MODELYARD_DB_PREPARE_THRESHOLD times, so PostgreSQL parses and plans the same read
+    # once per connection instead of on every request (about 0.1-0.4 ms a query, bench/results/
+    # registry_profile.md). 0 turns them off (Django's own default, client-side binding), as a connection
+    # pooler in transaction mode that does not track prepared statements needs (PgBouncer before 1.21).
+    PREPARE_THRESHOLD = env_int("MODELYARD_DB_PREPARE_THRESHOLD", 5)
+    if PREPARE_THRESHOLD < 0:
+        raise ImproperlyConfigured("MODELYARD_DB_PREPARE_THRESHOLD must be 0 (off) or a positive number of runs")
+    if PREPARE_THRESHOLD:
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {"server_side_binding": True, "prepare_threshold": PREPARE_THRESHOLD})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -22,7 +22,7 @@ from functools import cache
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connections, router
-from django.db.models import F, Func, TextField, Value
+from django.db.models import F, Func, TextField
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from rest_framework.fields import DateTimeField
@@ -200,7 +200,9 @@ def model_rows(queryset):
                   "latest_version": F("latest_version"), "created_by": F("created_by__username"),
                   "created_at": _DrfUtcText("created_at"), "updated_at": _DrfUtcText("updated_at")}
         assert tuple(fields) == MODEL_FIELDS
-        pairs = [part for key, value in fields.items() for part in (Value(key), value)]
+        # The keys as SQL literals, not parameters: a server-side bound parameter there has no type that
+        # PostgreSQL could infer (json_build_object takes "any"), and the statement's text stays the same.
+        pairs = [part for key, value in fields.items() for part in (RawSQL(f"'{key}'", ()), value)]
         return queryset.values("name", _json=_JsonText(*pairs))
     return queryset.values("name", "description", "tags", "latest_version", "created_at", "updated_at",
                            _team=F("team__name"), _creator=F("created_by__username"))
