@@ -1,5 +1,6 @@
 """Search filters for registered models and their versions, shared by the API and the models page."""
 
+import copy
 import re
 from datetime import UTC
 
@@ -10,6 +11,8 @@ from django.db import connections
 from django.db.models import Exists, FloatField, OuterRef, Q, TextField
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
+from django.http import QueryDict
+from django_filters.filters import FilterMethod
 
 from modelyard.db import CaseFold
 from registry.choices import ArtifactFormat, VersionStatus
@@ -85,15 +88,40 @@ def filter_by_metric(queryset, value: str):
 
 
 class StaticFilterSet(django_filters.FilterSet):
-    """A FilterSet whose form class is built once per class: django-filter builds a new form class for each
-    request from that request's copies of the filters, though for filters whose fields never change per request
-    (none here takes a queryset or choices from the request) it is the same class each time. The form's instance
-    still copies its fields, so each request validates on its own."""
+    """A FilterSet for filters whose fields never change per request (none here takes a queryset or choices from
+    the request), which pays once what django-filter pays on every request:
+
+    - its form class is built once per class (django-filter builds a new one for each request from that
+      request's copies of the filters: the same class each time);
+    - each request's filters are shallow copies of the class's, each with its own ``model`` and ``parent`` and a
+      method filter bound to its copy, instead of deep copies, which also copied every field, widget and list of
+      choices (about half of a filtered page's FilterSet time: 0.15 of 0.32 ms for a search by tag).
+
+    The form's instance still copies its fields, so each request validates on its own.
+    """
+
+    def __init__(self, data=None, queryset=None, *, request=None, prefix=None):
+        # BaseFilterSet.__init__ (django-filter 26), but for the copies of the filters.
+        if queryset is None:
+            queryset = self._meta.model._default_manager.all()
+        self.is_bound = data is not None
+        self.data = data or QueryDict()
+        self.queryset = queryset
+        self.request = request
+        self.form_prefix = prefix
+        self.filters = {name: self._own_copy(filter_, queryset.model) for name, filter_ in self.base_filters.items()}
+
+    def _own_copy(self, filter_, model):
+        copied = copy.copy(filter_)
+        copied.model, copied.parent = model, self
+        if isinstance(copied.filter, FilterMethod):  # bound to the class's filter, whose parent is not this one
+            copied.filter = FilterMethod(copied)
+        return copied
 
     @classmethod
     def _form_class(cls):
         if "_static_form_class" not in cls.__dict__:
-            fields = {name: filter_.field for name, filter_ in cls.base_filters.items()}
+            fields = {name: copy.deepcopy(filter_).field for name, filter_ in cls.base_filters.items()}
             cls._static_form_class = type(f"{cls.__name__}Form", (cls._meta.form,), fields)
         return cls._static_form_class
 

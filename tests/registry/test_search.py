@@ -179,3 +179,25 @@ def test_a_filter_form_class_is_built_once_and_each_request_validates_on_its_own
     assert bad.form.fields["created_after"] is not good.form.fields["created_after"]  # each its own copy
     versions = ModelVersionFilter({}, queryset=ModelVersion.objects.all())
     assert type(versions.form) is not type(good.form) and "source_commit" in versions.form.fields
+
+
+def test_each_filterset_has_its_own_filters_and_a_method_filter_calls_its_own_filterset():
+    from registry.filters import RegisteredModelFilter
+
+    RegisteredModel.objects.bulk_create([RegisteredModel(name="a", tags={"team": "x"}),
+                                         RegisteredModel(name="b", tags={"team": "y"})])
+    calls = []
+
+    class Recording(RegisteredModelFilter):
+        def filter_tag(self, queryset, name, value):
+            calls.append(self)
+            return super().filter_tag(queryset, name, value)
+
+    first = Recording({"tag": "team=x"}, queryset=RegisteredModel.objects.all())
+    second = Recording({"tag": "team=y"}, queryset=RegisteredModel.objects.all())
+    assert first.filters["tag"] is not second.filters["tag"]
+    assert first.filters["tag"] is not Recording.base_filters["tag"]
+    assert first.filters["tag"].parent is first and second.filters["tag"].parent is second
+    assert [m.name for m in second.qs] == ["b"] and [m.name for m in first.qs] == ["a"]
+    assert calls == [second, first]  # each filter's method ran on the FilterSet that holds it
+    assert not hasattr(Recording.base_filters["tag"], "parent")  # the class's filters are never handed out
