@@ -35,9 +35,11 @@ A model of a team the principal cannot see answers exactly like a model that doe
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cache
 
 from django.conf import settings
 from django.db.models import QuerySet
+from django.db.models.expressions import RawSQL
 
 from accounts.choices import Role, Scope
 from accounts.models import ApiToken, Membership, Team
@@ -156,20 +158,33 @@ class Principal:
         joined the membership read it, so ``role_in`` asks the database no more for that team."""
         self._roles[team_id] = role
 
-    def team_ids(self, minimum: str = Role.VIEWER) -> QuerySet | None:
-        """Ids of the teams where the principal holds at least role ``minimum``; None means every team
-        (an administrator without a team-limited token)."""
+    def team_ids(self, minimum: str = Role.VIEWER) -> QuerySet | RawSQL | None:
+        """Ids of the teams where the principal holds at least role ``minimum``, as a subquery for an ``__in``
+        lookup (``team__in=...``); None means every team (an administrator without a team-limited token).
+
+        A member's is one prebuilt statement (``_membership_team_ids``): the ORM took longer to build and compile
+        the same subquery into every page's query than PostgreSQL takes to run it."""
         if self.is_authenticated and self.user.is_staff and self.team_limit is None:
             return None
         if not self.is_authenticated:
             return Membership.objects.none().values("team_id")
+        if self.team_limit is not None and self.user.is_staff:
+            return Team.objects.filter(pk=self.team_limit).values("pk")
         roles = [role for role in Role.values if Role.rank(role) >= Role.rank(minimum)]
-        ids = Membership.objects.filter(user=self.user, role__in=roles)
-        if self.team_limit is not None:
-            if self.user.is_staff:
-                return Team.objects.filter(pk=self.team_limit).values("pk")
-            ids = ids.filter(team_id=self.team_limit)
-        return ids.values("team_id")
+        limited = self.team_limit is not None
+        return RawSQL(_membership_team_ids(len(roles), limited),
+                      (self.user.pk, *roles, *([self.team_limit] if limited else [])))
+
+
+@cache
+def _membership_team_ids(roles: int, limited: bool) -> str:
+    """SQL of the team ids of a user's memberships with one of ``roles`` roles (parameters: the user's id, the
+    roles, then the token's one team where ``limited``)."""
+    table, user, team, role = (Membership._meta.db_table, *(Membership._meta.get_field(name).column
+                                                             for name in ("user", "team", "role")))
+    limit = f' AND "{team}" = %s' if limited else ""
+    return (f'SELECT "{team}" FROM "{table}" WHERE "{user}" = %s AND "{role}" IN ({", ".join(["%s"] * roles)})'
+            f"{limit}")
 
 
 def scope_team_filter(principal: Principal, queryset: QuerySet, team_path: str = "team") -> QuerySet:
