@@ -6,7 +6,7 @@ import django_filters
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import exceptions, mixins, status, viewsets
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -149,17 +149,30 @@ class ModelVersionViewSet(
             .order_by("-version")
         )
 
+    def _readable_versions(self):
+        """The named model's live versions that the caller may read, newest first, in one query with the page: the
+        model's own lookup (``get_queryset``) is left for a page that comes back empty."""
+        versions = ModelVersion.objects.filter(model__name=self.kwargs["model_name"]).exclude(
+            status=VersionStatus.DELETED)
+        return scope_team_filter(Principal.of(self.request), versions, "model__team").order_by("-version")
+
     def list(self, request, *args, **kwargs):
         """A page of the model's versions. As JSON on PostgreSQL, the body the page's query wrote
         (``registry.api.reads.version_rows``); for another renderer (the browsable API), the page's keys first,
         then its rows with their aliases and ensemble members in one query without the serializer
         (``registry.api.reads.versions_json``); elsewhere through the serializer."""
-        queryset = self.filter_queryset(self.get_queryset())
-        rows = version_rows(queryset) if _compact_json(request) else None
+        rows = version_rows(self.filter_queryset(self._readable_versions())) if _compact_json(request) else None
         if rows is not None:
-            page = self.paginate_queryset(rows)
+            try:
+                page = self.paginate_queryset(rows)
+            except exceptions.NotFound:  # an invalid cursor
+                self.get_queryset()  # an unknown or hidden model is named as such, whatever the cursor
+                raise
+            if not page:  # no version the caller may read: the model's check tells why, or it has none
+                self.get_queryset()
             return HttpResponse(json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link()),
                                 content_type="application/json")
+        queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset.select_related(None).prefetch_related(None).values("pk", "version"))
         rows = versions_json([row["pk"] for row in page])
         if rows is None:
