@@ -13,7 +13,7 @@ from deployments.models import Deployment
 from deployments.served import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
-from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
+from monitoring.prometheus import PrometheusClient, PrometheusUnavailable, undefined_reason
 from registry.models import ModelVersion
 from registry.registered_models import get_model
 
@@ -40,11 +40,18 @@ def _version_number(version: str):
     return int(version) if version.isdigit() else version
 
 
+# Why a figure of a version is null, when Prometheus gave no value at all (``undefined_reason`` gives
+# the reason for a NaN or an Inf; ``_quiet_quantiles`` the one for a version that served nothing).
+NO_SERIES = "no data: Prometheus has no series of it for this version in the range"
+QUIET = "no data: the version answered no request in the range"
+
+
 def _quiet_quantiles(values: dict) -> dict:
     """Drop latency figures for a version that served nothing: Triton's summary keeps its last
     quantiles after traffic stops, which would show a stale latency beside a zero throughput."""
     if values.get("throughput") == 0:
-        return {**values, **{key: None for key in LATENCY_KEYS}}
+        return {**values, **{key: None for key in LATENCY_KEYS},
+                "missing": {**dict.fromkeys(LATENCY_KEYS, QUIET), **values.get("missing", {})}}
     return values
 
 
@@ -64,12 +71,24 @@ def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, keys=
 
 
 def _by_model_version(results: dict) -> dict:
-    """Fold {metric key: [Sample]} into {(model, version): {metric key: value}}."""
+    """Fold {metric key: Samples} into {(model, version): {metric key: value, "missing": {metric key: why
+    it is None}}}: a version whose every figure was NaN or Inf still has its row, each figure None with
+    the reason."""
     rows: dict[tuple[str, str], dict] = {}
+
+    def row(labels: dict) -> dict:
+        key = (labels.get("model", ""), labels.get("version", ""))
+        return rows.setdefault(key, {**{m.key: None for m in promql.MODEL_METRICS}, "missing": {}})
+
     for metric in promql.MODEL_METRICS:
-        for sample in results.get(metric.key, []):
-            key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
-            rows.setdefault(key, {m.key: None for m in promql.MODEL_METRICS})[metric.key] = sample.value
+        found = results.get(metric.key, [])
+        for sample in found:
+            row(sample.labels)[metric.key] = sample.value
+        for labels, text in getattr(found, "undefined", ()):
+            row(labels)["missing"][metric.key] = undefined_reason(text)
+    for values in rows.values():
+        values["missing"] = {m.key: values["missing"].get(m.key, NO_SERIES)
+                             for m in promql.MODEL_METRICS if values[m.key] is None}
     return rows
 
 
@@ -92,9 +111,12 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     Returns:
         ``{"model", "range", "range_seconds", "versions": [{"version": str, "throughput":
         inferences/s, "latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
-        "queue_ms", "compute_ms": ms, "error_rate": 0..1, "pending_requests": requests}]}``,
-        versions ascending; a field is None when Prometheus has no data for it. Quantiles and
-        pending requests are the worst seen during the range.
+        "queue_ms", "compute_ms": ms, "error_rate": 0..1, "pending_requests": requests, "missing": {key:
+        why that figure is None}}]}``, versions ascending; a figure is None, and named in ``missing`` with
+        the reason, when Prometheus has no series of it, when the version answered no request in the range,
+        or when PromQL computed no number (NaN or Inf: a ratio of two rates whose denominator was 0, as for
+        a model whose every request failed or was held). Quantiles and pending requests are the worst seen
+        during the range.
 
     Raises:
         NotFound: no such model.
@@ -199,13 +221,19 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
     return markers
 
 
+UNDEFINED_POINTS = ("points left out: Prometheus computed NaN or Inf there (a ratio whose denominator was 0: no "
+                    "request of that kind)")
+
+
 def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
     """Time series of one model's metrics per version, for charts, with deployment markers.
 
     Returns:
         ``{"model", "range", "range_seconds", "step": seconds, "series": {key: [{"version": str, "points":
-        [[unix seconds, value], ...]}]}, "units": {key: unit}, "markers": [...]}`` for every key
-        of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS`` points per series.
+        [[unix seconds, value], ...], "undefined_points": count, "missing": str | None}]}, "units": {key:
+        unit}, "markers": [...]}`` for every key of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS``
+        points per series. A point where PromQL computed no number (NaN or Inf) is left out: counted in
+        ``undefined_points``, and ``missing`` says why (None when none was left out).
 
     Raises:
         NotFound, InvalidInput, ServiceUnavailable: as ``model_metrics``.
@@ -222,7 +250,10 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
             for m in promql.MODEL_METRICS
         })
         for key, found in results.items():
-            rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points]} for s in found]
+            rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points],
+                     "undefined_points": s.undefined,
+                     "missing": UNDEFINED_POINTS if s.undefined else None}
+                    for s in found]
             series[key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
