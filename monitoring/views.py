@@ -219,10 +219,24 @@ COLUMN_FORMATS = (
 )
 
 
+def residency_words(on_demand: list[dict]) -> str:
+    """How the overview names a version registered on demand (``services.deployed_versions``'s ``on_demand``):
+    "on demand · resident on gpu-0 · not resident now on gpu-1"; "" for one loaded while it serves."""
+    if not on_demand:
+        return ""
+    parts = ["on demand"]
+    for words, resident in (("resident on", True), ("not resident now on", False), ("not reported yet by", None)):
+        hosts = [h["host"] for h in on_demand if h["resident"] is resident]
+        if hosts:
+            parts.append(f"{words} {', '.join(hosts)}")
+    return " · ".join(parts)
+
+
 def _display_row(row: dict, span=None) -> dict:
     """Format one overview row in Python: hundreds of rows render far faster than with per-cell filters."""
     return {
         **row,
+        "residency": residency_words(row.get("on_demand") or []),
         "url": reverse("registry:model-detail", args=[row["model"]]) if row.get("registered") else "",
         "cells": [(css, fmt(row[key])) for key, fmt, css in COLUMN_FORMATS],
         "spark": sparkline_points(row["sparkline"], "120x28", span),
