@@ -1,7 +1,8 @@
 """Readings from Prometheus that decide what the fleet does, with no ORM: host memory for placement,
-request rates for idle unloads, queue times for the autoscaler.
+request rates for idle unloads, queue times for the autoscaler; and what the gateways measured of the
+models on demand, for the model and host pages.
 
-The deployments app (``placement``, ``lifecycle``, ``autoscale``) and the pages read these; they sit
+The deployments app (``placement``, ``lifecycle``, ``autoscale``, the host page) and the pages read these; they sit
 below every app in the layers (docs/architecture.md), with ``promql`` and ``prometheus``. The
 dashboard's per-model summaries, which need the registry, are ``monitoring.services``.
 """
