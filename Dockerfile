@@ -58,5 +58,6 @@ RUN MODELYARD_SECRET_KEY=collectstatic-only MODELYARD_DEBUG=false python manage.
 USER modelyard
 EXPOSE 8080
 
-CMD ["gunicorn", "modelyard.wsgi", "--bind", "0.0.0.0:8080", "--workers", "4", "--timeout", "300", \
+CMD ["gunicorn", "-c", "python:modelyard.gunicorn_config", "modelyard.wsgi", \
+     "--bind", "0.0.0.0:8080", "--workers", "4", "--timeout", "300", \
      "--access-logfile", "-", "--error-logfile", "-"]

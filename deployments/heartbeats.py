@@ -106,8 +106,30 @@ def residency_report(host: ServingHost, visible) -> dict:
     }
 
 
+def residency_states(host_names: set[str]) -> dict[str, dict[str, str]]:
+    """Each host's models on demand with their state (resident, cold or evicting) as its last heartbeat reported
+    them, by the name each has on the host's runtime: ``{host: {runtime name: state}}``; one SQL query."""
+    states = {}
+    for name, heartbeat in ServingHost.objects.filter(name__in=host_names).values_list("name", "heartbeat"):
+        models = _residency_of(heartbeat).get("models")
+        states[name] = {model: entry.get("state") for model, entry in (models if isinstance(models, dict) else {})
+                        .items() if isinstance(entry, dict)}
+    return states
+
+
+def on_demand_names(host: ServingHost) -> set[str]:
+    """The names (on the host's runtime) of the models ``host``'s gateway last reported registered on demand."""
+    models = _residency(host).get("models")
+    return set(models) if isinstance(models, dict) else set()
+
+
 def _residency(host: ServingHost) -> dict:
-    residency = ((host.heartbeat or {}).get("gateway") or {}).get("residency")
+    return _residency_of(host.heartbeat)
+
+
+def _residency_of(heartbeat: dict | None) -> dict:
+    gateway = heartbeat.get("gateway") if isinstance(heartbeat, dict) else None
+    residency = gateway.get("residency") if isinstance(gateway, dict) else None
     return residency if isinstance(residency, dict) else {}
 
 

@@ -14,7 +14,7 @@ from deployments import canaries, lifecycle, rollouts
 from deployments.capture import capture_panel
 from deployments.choices import ACTIVE_DEPLOYMENT_STATUSES, Residency, TargetState
 from deployments.forms import CaptureForm, RolloutForm, ServingHostForm, TryItForm
-from deployments.heartbeats import budget_problem
+from deployments.heartbeats import budget_problem, on_demand_names, residency_report
 from deployments.hosts import delete_host, get_host, register_host
 from deployments.inference import try_inference
 from deployments.lifecycle import reload_model, serving_target, unload_model
@@ -25,6 +25,7 @@ from deployments.serving import model_serving as serving_panel
 from deployments.serving import rollout_host_rows
 from modelyard.errors import DomainError, ServiceUnavailable
 from modelyard.views import found_or_404
+from monitoring import promql
 from monitoring import readings as monitoring
 from registry.access import visible_models
 from registry.capture import set_capture
@@ -62,22 +63,72 @@ def host_create(request):
 
 def _loaded_models(host: ServingHost, visible) -> list[dict]:
     """The versions of the ``visible`` models (a RegisteredModel queryset) this host serves per the registry,
-    with the footprint measured at their load."""
+    with the footprint measured at their load (``_footprint``) and whether they are registered on demand."""
     rows = []
     for target in serving_now(host=host, deployment__model__in=visible):
-        footprint = target.details.get("footprint_bytes") or {}
+        (gpu, gpu_why), (cpu, cpu_why) = _footprint(target, "gpu"), _footprint(target, "cpu")
         rows.append({
             "model": target.deployment.model.name,
+            "runtime_name": target.runtime_name,
             "version": target.deployment.version.version,
-            "gpu_bytes": footprint.get("gpu"),
-            "cpu_bytes": footprint.get("cpu"),
+            "on_demand": target.deployment.residency == Residency.ON_DEMAND,
+            "gpu_bytes": gpu, "gpu_unmeasured": gpu_why, "cpu_bytes": cpu, "cpu_unmeasured": cpu_why,
             "since": target.updated_at,
         })
     return rows
 
 
+def _footprint(target: DeploymentTarget, kind: str) -> tuple[int | None, str]:
+    """``(bytes, "")``: the ``kind`` ("gpu" or "cpu") memory the server grew by while the target's version
+    loaded; ``(None, why it was not measured)`` when it was not. A growth of 0 is no measurement: the agent
+    reads a gauge that did not move (not refreshed yet) or fell (memory freed meanwhile) as 0, and placement
+    counts it as unknown too (``placement.measured_footprint``)."""
+    details = target.details or {}
+    value = (details.get("footprint_bytes") or {}).get(kind)
+    if isinstance(value, int | float) and value > 0:
+        return int(value), ""
+    if details.get("resident") is False:
+        return None, "registered on demand: its rollout staged it and loaded nothing to measure"
+    if value == 0:
+        return None, ("the server's memory gauge did not grow while it loaded (not refreshed yet, or memory freed "
+                      "meanwhile)")
+    if not target.host.metrics_url:
+        return None, "the host has no metrics URL to read the server's memory from"
+    return None, f"the server's {kind.upper()} memory gauge could not be read around the load"
+
+
+ON_DEMAND_RANGE = "15m"  # as the host page's traffic table
+
+
+def _on_demand_section(host: ServingHost, loaded: list[dict], principal: Principal) -> dict:
+    """The host page's on-demand section: the models registered on demand here (``loaded``'s on-demand rows,
+    and those the gateway reports that the caller may read) with their state as the last heartbeat reported
+    it (``heartbeats.residency_report``), the memory budget, and what the gateway measured over the last
+    15 minutes per model (``readings.on_demand_measured``: hits, cold starts with their p50 and p99 waits,
+    evictions by reason; ``prometheus_error`` when Prometheus cannot say)."""
+    report = residency_report(host, lambda names: set(visible_models(principal).filter(name__in=names)
+                                                      .values_list("name", flat=True)))
+    reported = {entry["model"]: entry for entry in report["models"]}
+    rows = [{**row, "state": None, **{key: value for key, value in reported.pop(row["runtime_name"], {}).items()
+                                      if key != "model"}} for row in loaded if row["on_demand"]]
+    rows += [{**entry, "runtime_name": entry["model"], "version": None} for entry in reported.values()]
+    section = {"rows": rows, "budget": report["budget"], "range": ON_DEMAND_RANGE, "prometheus_error": "",
+               "resident": sum(1 for row in rows if row["state"] == "resident")}
+    if rows:
+        try:
+            measured = monitoring.on_demand_measured({"host": host.name}, by="model",
+                                                     window_seconds=promql.parse_range(ON_DEMAND_RANGE))
+        except ServiceUnavailable as exc:
+            section["prometheus_error"] = exc.message
+        else:
+            for row in rows:
+                row["measured"] = measured.get(row["runtime_name"])
+    return section
+
+
 def _unloaded_models(host: ServingHost, served: set[str], visible) -> list[dict]:
-    """The ``visible`` models unloaded from this host (by hand or for idleness) that it does not serve again since."""
+    """The ``visible`` models unloaded from this host (by hand or for idleness) that it does not serve again since,
+    nor holds on demand (``served`` names both)."""
     latest: dict[str, DeploymentTarget] = {}
     for target in (DeploymentTarget.objects.filter(host=host, state=TargetState.UNLOADED,
                                                    deployment__model__in=visible)
@@ -90,17 +141,20 @@ def _unloaded_models(host: ServingHost, served: set[str], visible) -> list[dict]
 
 @login_required
 def host_detail(request, name: str):
-    """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom."""
+    """A host's GPUs (memory and utilisation per GPU), CPU memory, loaded models and headroom, and the models
+    registered on demand there (``_on_demand_section``), apart from those loaded while they serve."""
     host = found_or_404(get_host, name)
     visible = visible_models(Principal.of(request))
-    models = _loaded_models(host, visible)
-    unloaded = _unloaded_models(host, {m["model"] for m in models}, visible)
     principal = Principal.of(request)
-    by_name = {m.name: m for m in visible.filter(name__in=[row["model"] for row in models + unloaded])}
-    for row in models + unloaded:
+    loaded = _loaded_models(host, visible)
+    unloaded = _unloaded_models(host, {m["model"] for m in loaded} | on_demand_names(host), visible)
+    by_name = {m.name: m for m in visible.filter(name__in=[row["model"] for row in loaded + unloaded])}
+    for row in loaded + unloaded:
         row["may_deploy"] = check(principal, Action.DEPLOY, model=by_name[row["model"]], hosts=[host]) is None
+    models = [row for row in loaded if not row["on_demand"]]
+    on_demand = _on_demand_section(host, loaded, principal)
     owners = served_owners([host.pk])
-    context = {"host": host, "models": models, "unloaded": unloaded,
+    context = {"host": host, "models": models, "unloaded": unloaded, "on_demand": on_demand,
                "repository": visible_report_rows(principal, host.pk, (host.heartbeat or {}).get("models") or [],
                                                  owners),
                "stuck": visible_report_rows(principal, host.pk, host.stuck_versions(), owners),

@@ -47,9 +47,12 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
     "precondition_failed": (412, "`If-Match` names a state that is no longer current (another client changed "
                                  "it since); nothing changed: read it again and decide"),
     "request_too_large": (413, "the body is over the size limit"),
+    "request_line_too_long": (414, "the request line (method, path and query string) is over the server's "
+                                   "limit, 4,094 bytes: send fewer or shorter query parameters"),
     "unsupported_media_type": (415, "the body's `Content-Type` is not one the operation takes"),
     "throttled": (429, "too many requests (no operation is throttled yet); `Retry-After` says in how many "
                        "seconds to retry"),
+    "headers_too_large": (431, "a header is over the server's limit of 8,190 bytes, or there are more than 100"),
     "server_error": (500, "an unexpected failure on the server; it is logged"),
     "service_unavailable": (503, "S3, Prometheus, the task queue or a serving host does not answer; "
                                  "retrying later may help"),
@@ -57,7 +60,8 @@ ERROR_CODES: dict[str, tuple[int, str]] = {
 # The code of an answer whose exception names none this table knows, by its HTTP status.
 _CODE_FOR_STATUS = {400: "bad_request", 401: "not_authenticated", 403: "permission_denied", 404: "not_found",
                     405: "method_not_allowed", 406: "not_acceptable", 409: "conflict", 412: "precondition_failed",
-                    413: "request_too_large", 415: "unsupported_media_type", 429: "throttled",
+                    413: "request_too_large", 414: "request_line_too_long", 415: "unsupported_media_type",
+                    429: "throttled", 431: "headers_too_large",
                     503: "service_unavailable"}
 _DEFAULT_NOT_FOUND = re.compile(r"No .+ matches the given query\.")
 _NON_FIELD_KEYS = {api_settings.NON_FIELD_ERRORS_KEY, "__all__"}  # DRF's and Django forms' (django-filter)

@@ -1,5 +1,6 @@
 """Prometheus adapter: the only module that talks to Prometheus (through prometheus-api-client)."""
 
+import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,10 +36,29 @@ class Sample:
 
 @dataclass(frozen=True)
 class Series:
-    """One series over a range: its labels and (unix seconds, value) points."""
+    """One series over a range: its labels, its (unix seconds, value) points, and how many of its points were
+    left out because Prometheus computed no number there (``undefined``: NaN or ±Inf)."""
 
     labels: dict[str, str]
     points: list[tuple[float, float]]
+    undefined: int = 0
+
+
+class Samples(list):
+    """An instant query's finite samples (a list of ``Sample``), with ``undefined``: the label sets of the
+    series whose value was NaN or ±Inf, as ``(labels, "NaN" | "+Inf" | "-Inf")``."""
+
+    def __init__(self, samples=(), undefined=()):
+        super().__init__(samples)
+        self.undefined: list[tuple[dict[str, str], str]] = list(undefined)
+
+
+def undefined_reason(value_text: str) -> str:
+    """Why a figure whose PromQL value was ``value_text`` ("NaN", "+Inf", "-Inf") is given as null."""
+    if value_text == "NaN":
+        return "no number: Prometheus computed NaN (0/0: nothing of this kind in the range)"
+    return (f"no number: Prometheus computed {value_text} (a division by 0: e.g. time spent on requests while "
+            "none succeeded in the range)")
 
 
 MAX_PARALLEL_QUERIES = 6
@@ -73,24 +93,29 @@ class PrometheusClient:
         """Evaluate ``query`` now.
 
         Returns:
-            One Sample per series; NaN values are dropped.
+            One Sample per series with a finite value; the series whose value is NaN (0/0) or ±Inf (x/0) are
+            in ``undefined``: no number to show, and none that JSON can carry.
 
         Raises:
             PrometheusUnavailable: unreachable, timed out, or the query failed.
         """
         result = self._call(self._conn.custom_query, query)
-        samples = []
+        samples = Samples()
         for item in result:
-            value = float(item["value"][1])
-            if value == value:  # NaN from 0/0 means "no data", not a number to show
+            text = item["value"][1]
+            value = float(text)
+            if math.isfinite(value):
                 samples.append(Sample(labels=dict(item["metric"]), value=value))
+            else:
+                samples.undefined.append((dict(item["metric"]), text))
         return samples
 
     def range(self, query: str, *, seconds: int, step: int, end: datetime | None = None) -> list[Series]:
         """Evaluate ``query`` over the last ``seconds`` seconds every ``step`` seconds.
 
         Returns:
-            One Series per label set, NaN points dropped.
+            One Series per label set; points whose value is NaN or ±Inf are left out and counted in its
+            ``undefined``.
 
         Raises:
             PrometheusUnavailable: unreachable, timed out, or the query failed.
@@ -100,8 +125,9 @@ class PrometheusClient:
         result = self._call(self._conn.custom_query_range, query, start_time=start, end_time=end, step=f"{step}s")
         series = []
         for item in result:
-            points = [(float(t), float(v)) for t, v in item["values"] if float(v) == float(v)]
-            series.append(Series(labels=dict(item["metric"]), points=points))
+            values = [(float(t), float(v)) for t, v in item["values"]]
+            points = [(t, v) for t, v in values if math.isfinite(v)]
+            series.append(Series(labels=dict(item["metric"]), points=points, undefined=len(values) - len(points)))
         return series
 
     def gather(self, jobs: dict) -> dict:

@@ -1,7 +1,8 @@
 """Readings from Prometheus that decide what the fleet does, with no ORM: host memory for placement,
-request rates for idle unloads, queue times for the autoscaler.
+request rates for idle unloads, queue times for the autoscaler; and what the gateways measured of the
+models on demand, for the model and host pages.
 
-The deployments app (``placement``, ``lifecycle``, ``autoscale``) and the pages read these; they sit
+The deployments app (``placement``, ``lifecycle``, ``autoscale``, the host page) and the pages read these; they sit
 below every app in the layers (docs/architecture.md), with ``promql`` and ``prometheus``. The
 dashboard's per-model summaries, which need the registry, are ``monitoring.services``.
 """
@@ -105,3 +106,48 @@ def queue_ms_per_host_model(
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
     return _per_host_model(promql.queue_ms_per_host_model(window_seconds), client)
+
+
+def on_demand_measured(selector: dict, *, by: str, window_seconds: int,
+                       client: PrometheusClient | None = None) -> dict[str, dict]:
+    """What the gateways measured of the models on demand that ``selector`` names (``{"model": name}``, or
+    ``{"host": name}``) over the last ``window_seconds``, by the label ``by`` ("host" or "model"); four queries,
+    whatever the number of hosts and models (``promql.on_demand``).
+
+    Returns:
+        ``{host or model: {"hits", "cold" (requests held for a load), "refused" ({reason: requests answered
+        503}), "hit_rate" (0..1, None without requests), "cold_p50_ms", "cold_p99_ms" (None without a cold
+        start), "evictions" ({reason: count})}}``; one without on-demand series is left out.
+
+    Raises:
+        ServiceUnavailable: Prometheus unreachable, slow or refusing.
+    """
+    client = client or PrometheusClient()
+    queries = promql.on_demand(selector, window_seconds)
+    try:
+        results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
+    except PrometheusUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from exc
+    table: dict[str, dict] = {}
+
+    def row(labels: dict) -> dict:
+        return table.setdefault(labels.get(by, ""), {"hits": 0, "cold": 0, "refused": {}, "hit_rate": None,
+                                                     "cold_p50_ms": None, "cold_p99_ms": None, "evictions": {}})
+
+    for sample in results["requests"]:
+        entry, outcome = row(sample.labels), sample.labels.get("outcome", "")
+        count = round(sample.value)
+        if outcome in ("hit", "cold"):
+            entry["hits" if outcome == "hit" else "cold"] += count
+        elif count:
+            entry["refused"][outcome] = count
+    for sample in results["evictions"]:
+        if round(sample.value):
+            row(sample.labels)["evictions"][sample.labels.get("reason", "")] = round(sample.value)
+    for key in ("cold_p50", "cold_p99"):
+        for sample in results[key]:  # finite only: NaN without a cold start never reaches here
+            row(sample.labels)[f"{key}_ms"] = sample.value * 1000
+    for entry in table.values():
+        asked = entry["hits"] + entry["cold"]
+        entry["hit_rate"] = entry["hits"] / asked if asked else None
+    return table

@@ -8,12 +8,14 @@ import time
 
 from django.db.models import Count, Q
 
-from deployments.choices import DeploymentStatus, RolloutTrigger, TargetState
+from deployments.choices import DeploymentStatus, Residency, RolloutTrigger, TargetState
+from deployments.heartbeats import residency_states
 from deployments.models import Deployment
 from deployments.served import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
-from monitoring.prometheus import PrometheusClient, PrometheusUnavailable
+from monitoring.prometheus import PrometheusClient, PrometheusUnavailable, undefined_reason
+from monitoring.readings import on_demand_measured
 from registry.models import ModelVersion
 from registry.registered_models import get_model
 
@@ -40,11 +42,18 @@ def _version_number(version: str):
     return int(version) if version.isdigit() else version
 
 
+# Why a figure of a version is null, when Prometheus gave no value at all (``undefined_reason`` gives
+# the reason for a NaN or an Inf; ``_quiet_quantiles`` the one for a version that served nothing).
+NO_SERIES = "no data: Prometheus has no series of it for this version in the range"
+QUIET = "no data: the version answered no request in the range"
+
+
 def _quiet_quantiles(values: dict) -> dict:
     """Drop latency figures for a version that served nothing: Triton's summary keeps its last
     quantiles after traffic stops, which would show a stale latency beside a zero throughput."""
     if values.get("throughput") == 0:
-        return {**values, **{key: None for key in LATENCY_KEYS}}
+        return {**values, **{key: None for key in LATENCY_KEYS},
+                "missing": {**dict.fromkeys(LATENCY_KEYS, QUIET), **values.get("missing", {})}}
     return values
 
 
@@ -64,12 +73,24 @@ def _metric_jobs(client: PrometheusClient, selector: dict, window: int, *, keys=
 
 
 def _by_model_version(results: dict) -> dict:
-    """Fold {metric key: [Sample]} into {(model, version): {metric key: value}}."""
+    """Fold {metric key: Samples} into {(model, version): {metric key: value, "missing": {metric key: why
+    it is None}}}: a version whose every figure was NaN or Inf still has its row, each figure None with
+    the reason."""
     rows: dict[tuple[str, str], dict] = {}
+
+    def row(labels: dict) -> dict:
+        key = (labels.get("model", ""), labels.get("version", ""))
+        return rows.setdefault(key, {**{m.key: None for m in promql.MODEL_METRICS}, "missing": {}})
+
     for metric in promql.MODEL_METRICS:
-        for sample in results.get(metric.key, []):
-            key = (sample.labels.get("model", ""), sample.labels.get("version", ""))
-            rows.setdefault(key, {m.key: None for m in promql.MODEL_METRICS})[metric.key] = sample.value
+        found = results.get(metric.key, [])
+        for sample in found:
+            row(sample.labels)[metric.key] = sample.value
+        for labels, text in getattr(found, "undefined", ()):
+            row(labels)["missing"][metric.key] = undefined_reason(text)
+    for values in rows.values():
+        values["missing"] = {m.key: values["missing"].get(m.key, NO_SERIES)
+                             for m in promql.MODEL_METRICS if values[m.key] is None}
     return rows
 
 
@@ -92,9 +113,12 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     Returns:
         ``{"model", "range", "range_seconds", "versions": [{"version": str, "throughput":
         inferences/s, "latency_mean_ms", "latency_p50_ms", "latency_p95_ms", "latency_p99_ms",
-        "queue_ms", "compute_ms": ms, "error_rate": 0..1, "pending_requests": requests}]}``,
-        versions ascending; a field is None when Prometheus has no data for it. Quantiles and
-        pending requests are the worst seen during the range.
+        "queue_ms", "compute_ms": ms, "error_rate": 0..1, "pending_requests": requests, "missing": {key:
+        why that figure is None}}]}``, versions ascending; a figure is None, and named in ``missing`` with
+        the reason, when Prometheus has no series of it, when the version answered no request in the range,
+        or when PromQL computed no number (NaN or Inf: a ratio of two rates whose denominator was 0, as for
+        a model whose every request failed or was held). Quantiles and pending requests are the worst seen
+        during the range.
 
     Raises:
         NotFound: no such model.
@@ -199,13 +223,19 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
     return markers
 
 
+UNDEFINED_POINTS = ("points left out: Prometheus computed NaN or Inf there (a ratio whose denominator was 0: no "
+                    "request of that kind)")
+
+
 def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
     """Time series of one model's metrics per version, for charts, with deployment markers.
 
     Returns:
         ``{"model", "range", "range_seconds", "step": seconds, "series": {key: [{"version": str, "points":
-        [[unix seconds, value], ...]}]}, "units": {key: unit}, "markers": [...]}`` for every key
-        of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS`` points per series.
+        [[unix seconds, value], ...], "undefined_points": count, "missing": str | None}]}, "units": {key:
+        unit}, "markers": [...]}`` for every key of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS``
+        points per series. A point where PromQL computed no number (NaN or Inf) is left out: counted in
+        ``undefined_points``, and ``missing`` says why (None when none was left out).
 
     Raises:
         NotFound, InvalidInput, ServiceUnavailable: as ``model_metrics``.
@@ -222,7 +252,10 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
             for m in promql.MODEL_METRICS
         })
         for key, found in results.items():
-            rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points]} for s in found]
+            rows = [{"version": s.labels.get("version", ""), "points": [[t, v] for t, v in s.points],
+                     "undefined_points": s.undefined,
+                     "missing": UNDEFINED_POINTS if s.undefined else None}
+                    for s in found]
             series[key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
@@ -236,19 +269,31 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
 def deployed_versions() -> list[dict]:
     """The (model, version, hosts) triples that the registry believes are being served.
 
-    A host serves the version of its most recent ready target for each model.
+    A host serves the version of its most recent ready target for each model; a version deployed on demand is
+    registered there, loaded only while its host's gateway holds it resident.
 
     Returns:
-        ``[{"model": str, "version": str, "hosts": [str]}]`` sorted by model and version.
+        ``[{"model": str, "version": str, "hosts": [str], "on_demand": [{"host", "resident": bool | None}]}]``
+        sorted by model and version; ``on_demand`` names the hosts where the version is registered on demand,
+        whether its gateway last reported it resident (None: not reported). One SQL query more when any is.
     """
     grouped: dict[tuple[str, str], set[str]] = {}
-    # Three columns of each target: on a fleet of hundreds, decoding every JSON field of the targets,
+    # A few columns of each target: on a fleet of hundreds, decoding every JSON field of the targets,
     # hosts and versions cost more than Prometheus's answers (bench/overview.py).
-    for target in serving_now(only=("deployment__version__version",)):
-        grouped.setdefault((target.deployment.model.name, str(target.deployment.version.version)), set()).add(
-            target.host.name)
+    targets = serving_now(only=("deployment__version__version", "deployment__residency", "served_name"))
+    on_demand = [t for t in targets if t.deployment.residency == Residency.ON_DEMAND]
+    states = residency_states({t.host.name for t in on_demand}) if on_demand else {}
+    held: dict[tuple[str, str], list] = {}
+    for target in targets:
+        key = (target.deployment.model.name, str(target.deployment.version.version))
+        grouped.setdefault(key, set()).add(target.host.name)
+        if target.deployment.residency == Residency.ON_DEMAND:
+            state = states.get(target.host.name, {}).get(target.runtime_name)
+            held.setdefault(key, []).append({"host": target.host.name,
+                                             "resident": None if state is None else state == "resident"})
     return [
-        {"model": model, "version": version, "hosts": sorted(hosts)}
+        {"model": model, "version": version, "hosts": sorted(hosts),
+         "on_demand": sorted(held.get((model, version), []), key=lambda h: h["host"])}
         for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], _version_sort_key(i[0][1])))
     ]
 
@@ -270,7 +315,8 @@ def fleet_overview(
     (one replaced moments ago still reports for a while) or not at all.
 
     Returns:
-        ``{"window_seconds", "rows": [{"model", "version", "hosts", "tracked", <metric keys>,
+        ``{"window_seconds", "rows": [{"model", "version", "hosts", "on_demand" (as ``deployed_versions``),
+        "tracked", <metric keys>,
         "sparkline": [[unix seconds, inferences/s]]}], "sparkline_span": [start, end] (unix seconds),
         "prometheus_error": str}``; with Prometheus down the rows carry
         no metrics and ``prometheus_error`` says why.
@@ -298,7 +344,7 @@ def fleet_overview(
                 model__name__in={model for model, _ in extra}).values_list("model__name", "version")
         }
     for key in extra:
-        rows[key] = {"model": key[0], "version": key[1], "hosts": [], "tracked": False,
+        rows[key] = {"model": key[0], "version": key[1], "hosts": [], "on_demand": [], "tracked": False,
                      "registered": key in registered}
     empty = {m.key: None for m in promql.MODEL_METRICS}
     result = [
@@ -426,44 +472,11 @@ def _traffic(selector: dict, window_seconds: int, group: str, name: str, client:
 
 
 def on_demand_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> dict[str, dict]:
-    """What each host's gateway measured of ``model_name`` on demand over the window (four queries, whatever the
-    number of hosts; ``promql.on_demand``).
-
-    Returns:
-        ``{host: {"hits", "cold" (requests held for a load), "refused" ({reason: requests answered 503}),
-        "hit_rate" (0..1, None without requests), "cold_p50_ms", "cold_p99_ms" (None without a cold start),
-        "evictions" ({reason: count})}}``; a host without on-demand series is left out.
+    """What each host's gateway measured of ``model_name`` on demand over the window, by host
+    (``readings.on_demand_measured``; four queries, whatever the number of hosts): a host without on-demand
+    series is left out.
 
     Raises:
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
     """
-    client = client or PrometheusClient()
-    queries = promql.on_demand(model_selector(model_name), window_seconds)
-    try:
-        results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
-    except PrometheusUnavailable as exc:
-        raise ServiceUnavailable(str(exc)) from exc
-    table: dict[str, dict] = {}
-
-    def row(host: str) -> dict:
-        return table.setdefault(host, {"hits": 0, "cold": 0, "refused": {}, "hit_rate": None, "cold_p50_ms": None,
-                                       "cold_p99_ms": None, "evictions": {}})
-
-    for sample in results["requests"]:
-        entry, outcome = row(sample.labels.get("host", "")), sample.labels.get("outcome", "")
-        count = round(sample.value)
-        if outcome in ("hit", "cold"):
-            entry["hits" if outcome == "hit" else "cold"] += count
-        elif count:
-            entry["refused"][outcome] = count
-    for sample in results["evictions"]:
-        if round(sample.value):
-            row(sample.labels.get("host", ""))["evictions"][sample.labels.get("reason", "")] = round(sample.value)
-    for key in ("cold_p50", "cold_p99"):
-        for sample in results[key]:
-            if sample.value == sample.value:  # not NaN
-                row(sample.labels.get("host", ""))[f"{key}_ms"] = sample.value * 1000
-    for entry in table.values():
-        asked = entry["hits"] + entry["cold"]
-        entry["hit_rate"] = entry["hits"] / asked if asked else None
-    return table
+    return on_demand_measured(model_selector(model_name), by="host", window_seconds=window_seconds, client=client)

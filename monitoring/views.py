@@ -76,10 +76,17 @@ def configured_routes(model: RegisteredModel) -> dict[str, dict]:
     return routes
 
 
+def carries_something(row: dict) -> bool:
+    """Whether a traffic row says anything: a request over the window or the last minute, or a share its route
+    is set to give it (``configured``). The gateway makes every role's series of a routed version at 0 (its
+    pinned ones too), so without this each model would show a row of zeros per role nobody used."""
+    return bool(row["requests"] or row["rps"] or row.get("configured"))
+
+
 def _traffic_page(request, group: str, read, shape) -> HttpResponse:
     """Render the traffic table (``monitoring/partials/model_traffic.html``) of ``read(window_seconds)``'s rows
-    by ``group`` ("host" or "model"), each passed through ``shape(row)`` (None drops it); Prometheus trouble
-    becomes the page's notice."""
+    by ``group`` ("host" or "model"), each passed through ``shape(row)`` (None drops it), less those that carry
+    nothing (``carries_something``); Prometheus trouble becomes the page's notice."""
     range_text = page_range(request)
     context = {"range": range_text, "rows": [], "prometheus_error": "", "group": group}
     try:
@@ -87,7 +94,8 @@ def _traffic_page(request, group: str, read, shape) -> HttpResponse:
     except ServiceUnavailable as exc:
         context["prometheus_error"] = exc.message
     else:
-        context["rows"] = [shaped for row in rows if (shaped := shape({**row, "group": row[group]})) is not None]
+        context["rows"] = [shaped for row in rows if (shaped := shape({**row, "group": row[group]})) is not None
+                           and carries_something(shaped)]
     return render(request, "monitoring/partials/model_traffic.html", context)
 
 
@@ -219,10 +227,24 @@ COLUMN_FORMATS = (
 )
 
 
+def residency_words(on_demand: list[dict]) -> str:
+    """How the overview names a version registered on demand (``services.deployed_versions``'s ``on_demand``):
+    "on demand · resident on gpu-0 · not resident now on gpu-1"; "" for one loaded while it serves."""
+    if not on_demand:
+        return ""
+    parts = ["on demand"]
+    for words, resident in (("resident on", True), ("not resident now on", False), ("not reported yet by", None)):
+        hosts = [h["host"] for h in on_demand if h["resident"] is resident]
+        if hosts:
+            parts.append(f"{words} {', '.join(hosts)}")
+    return " · ".join(parts)
+
+
 def _display_row(row: dict, span=None) -> dict:
     """Format one overview row in Python: hundreds of rows render far faster than with per-cell filters."""
     return {
         **row,
+        "residency": residency_words(row.get("on_demand") or []),
         "url": reverse("registry:model-detail", args=[row["model"]]) if row.get("registered") else "",
         "cells": [(css, fmt(row[key])) for key, fmt, css in COLUMN_FORMATS],
         "spark": sparkline_points(row["sparkline"], "120x28", span),

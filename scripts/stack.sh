@@ -361,7 +361,8 @@ start_web() {
         return 0
     fi
     require_port "$WEB_PORT" MODELYARD_WEB_PORT "the web app (gunicorn)"
-    start_bg web gunicorn modelyard.wsgi -b "127.0.0.1:$WEB_PORT" --workers 2 --timeout 300 \
+    start_bg web gunicorn -c python:modelyard.gunicorn_config modelyard.wsgi -b "127.0.0.1:$WEB_PORT" \
+        --workers 2 --timeout 300 \
         --access-logfile - --error-logfile -
     wait_until web 90 "GET /healthz = 200" http_ok "$url"
     log "web: ready at http://127.0.0.1:$WEB_PORT/"

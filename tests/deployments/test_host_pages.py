@@ -166,3 +166,52 @@ def test_the_host_page_says_when_its_on_demand_budget_cannot_be_held_as_measured
     client.force_login(admin)
     assert "On-demand memory: " + problem in client.get("/hosts/gpu-9/").content.decode().replace("&#x27;", "'")
     assert b"On-demand memory" not in client.get("/hosts/gpu-10/").content
+
+
+def test_a_footprint_that_was_not_measured_says_so_and_why_never_0_bytes(client, admin):
+    from tests.monitoring.synthetic import deploy_version
+
+    host = ServingHost.objects.create(name="gpu-3", inference_url="http://gpu-3:8000",
+                                      metrics_url="http://gpu-3:8002/metrics")
+    deploy_version("iris", 1, host, footprint={"gpu": 1_500_000_000, "cpu": 0})
+    client.force_login(admin)
+    page = client.get("/hosts/gpu-3/").content.decode()
+    row = page.split('<a href="/models/iris/">iris</a>', 1)[1].split("</tr>", 1)[0]
+    assert "1.4\xa0GiB" in row and "0 bytes" not in row and "not measured" in row
+    assert "iris v1: not measured: CPU: the server&#x27;s memory gauge did not grow while it loaded" in page
+
+
+def test_a_model_registered_on_demand_is_in_its_own_section_not_unloaded_and_not_reloaded(client, admin):
+    from deployments.choices import Residency, TargetState
+    from deployments.models import Deployment, DeploymentTarget
+    from tests.monitoring.synthetic import deploy_version
+
+    residency = {"models": {"lazy": {"state": "cold", "pinned": False, "held": 0, "requests": 3},
+                            "eager": {"state": "resident", "pinned": True, "held": 1, "requests": 9},
+                            "gone": {"state": "cold", "pinned": False, "held": 0, "requests": 0}},
+                 "budget": {"budget_bytes": 8 << 30, "resident_bytes": 3 << 30, "problem": None}}
+    host = ServingHost.objects.create(name="gpu-4", inference_url="http://gpu-4:8000",
+                                      heartbeat={"gateway": {"residency": residency}})
+    for name in ("lazy", "eager"):
+        deployment = deploy_version(name, 1, host)
+        Deployment.objects.filter(pk=deployment.pk).update(residency=Residency.ON_DEMAND)
+        DeploymentTarget.objects.filter(deployment=deployment).update(details={"resident": False})
+    # lazy's earlier deployment here was unloaded by hand: its row is older than the one registered on demand
+    unloaded = deploy_version("lazy", 2, host)
+    DeploymentTarget.objects.filter(deployment=unloaded).update(state=TargetState.UNLOADED)
+    Deployment.objects.filter(pk=unloaded.pk).update(created_at=Deployment.objects.get(
+        model__name="lazy", version__version=1).created_at.replace(year=2020))
+    # gone's only target here is unloaded, but the gateway still holds it registered on demand (its last report)
+    gone = deploy_version("gone", 1, host)
+    DeploymentTarget.objects.filter(deployment=gone).update(state=TargetState.UNLOADED)
+    client.force_login(admin)
+    page = client.get("/hosts/gpu-4/").content.decode()
+    assert "<h3>Unloaded</h3>" not in page and "Reload" not in page
+    assert "Nothing loaded while it serves; the models on demand are below." in page
+    section = page.split('class="card host-on-demand"', 1)[1]
+    assert "3 registered" in section and "1 resident" in section and "3.0\xa0GiB of a budget of 8.0\xa0GiB" in section
+    lazy = section.split('data-model="lazy"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-state="cold"' in page and "not resident now" in lazy and "v1" in lazy and "Unload…" in lazy
+    eager = section.split('data-model="eager"', 1)[1].split("</tr>", 1)[0]
+    assert "resident" in eager and "pinned" in eager and '<td class="num held">1</td>' in eager
+    assert "not resident now" in section.split('data-model="gone"', 1)[1].split("</tr>", 1)[0]

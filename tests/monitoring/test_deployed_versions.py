@@ -31,8 +31,8 @@ def test_the_overview_lists_what_each_host_serves_now_reading_no_json_column():
                                             details={"footprint_bytes": {"gpu": 1}})
     with CaptureQueriesContext(connection) as captured:
         found = deployed_versions()
-    assert found == [{"model": "iris", "version": "1", "hosts": ["gpu-1", "gpu-2"]},
-                     {"model": "iris", "version": "2", "hosts": ["gpu-0"]}]
+    assert found == [{"model": "iris", "version": "1", "hosts": ["gpu-1", "gpu-2"], "on_demand": []},
+                     {"model": "iris", "version": "2", "hosts": ["gpu-0"], "on_demand": []}]
     read = " ".join(query["sql"] for query in captured)
     for column in ("heartbeat", "details", "signature", "metadata", "config_overrides"):
         assert f'."{column}"' not in read, column

@@ -220,3 +220,20 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
     host_html = client.get(f"/monitoring/hosts/{HOST}/traffic/").content.decode()
     row = row_of(host_html, f'data-model="{MODEL}" data-version="2" data-role="canary">')
     assert f'<td class="num share">{100 * seen["2"] / 2000:.1f} / 30.0</td>' in row
+
+
+def test_a_role_row_with_nothing_measured_and_no_share_set_is_not_shown(served, client, user):
+    url, _, prometheus = served
+    pinned = f'sum(modelyard_gateway_requests_total{{model="{MODEL}",version="1",role="pinned"}})'
+    assert prometheus_value(prometheus.url, pinned) == 0  # the route made the series at 0; nobody pinned v1
+    with requests.Session() as session:
+        for _ in range(20):
+            sleep_request(session, url, 0.0, version=1)
+    total = f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})'
+    wait_for(lambda: prometheus_value(prometheus.url, total) == 20, timeout=30, interval=0.5,
+             what="Prometheus to scrape the requests")
+    client.force_login(user)
+    for page in (f"/monitoring/hosts/{HOST}/traffic/", f"/monitoring/models/{MODEL}/traffic/"):
+        html = client.get(page).content.decode()
+        assert '<td class="num requests">20</td>' in row_of(html, 'data-version="1" data-role="stable">'), page
+        assert 'data-role="pinned"' not in html, page

@@ -23,8 +23,11 @@ def scraped(prometheus_url: str, query: str) -> float | None:
     return float(rows[0]["value"][1]) if rows else None
 
 
-def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(make_host, triton_server, start_prometheus,
-                                                                  client, user, settings):
+@pytest.fixture
+def on_demand_host(make_host, triton_server, start_prometheus, settings) -> ServingHost:
+    """Host ``od-0``: panel_a (one cold start, three hits; resident) and panel_b (one cold start, then evicted
+    for the budget) registered on demand at a real gateway before a real Triton, each a version deployed on
+    demand in the registry, scraped by a real Prometheus that has seen all of it."""
     gateway = make_host(triton_server)
     for name in ("panel_a", "panel_b"):
         put_model(triton_server, name)
@@ -46,7 +49,10 @@ def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(make_host, tri
         "gateway": {"live": True, "routes": {}, "residency": gateway.residency()}})
     for name in ("panel_a", "panel_b"):
         Deployment.objects.filter(pk=deploy_version(name, 1, host).pk).update(residency=Residency.ON_DEMAND)
+    return host
 
+
+def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(on_demand_host, client, user):
     measured = on_demand_table("panel_a", window_seconds=900)[HOST]
     assert (measured["hits"], measured["cold"], measured["hit_rate"]) == (3, 1, 0.75)
     assert 0 < measured["cold_p50_ms"] <= measured["cold_p99_ms"] and measured["evictions"] == {}
@@ -59,7 +65,7 @@ def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(make_host, tri
     evicted = client.get("/monitoring/models/panel_b/on-demand/?range=15m").content.decode()
     assert 'data-state="cold"' in evicted and '<td class="evictions">budget 1</td>' in evicted
     # A model no host holds on demand shows no panel.
-    deploy_version("plain", 1, host)
+    deploy_version("plain", 1, on_demand_host)
     assert "On demand" not in client.get("/monitoring/models/plain/on-demand/").content.decode()
 
 
@@ -75,3 +81,23 @@ def test_the_fleet_page_shows_each_hosts_registered_and_resident_models(client, 
     assert '<td class="num registered">3</td>' in row and '<td class="num resident">1</td>' in row
     assert "1.0\xa0GB / 4.0\xa0GB" in row
     assert 'data-host="always-0"' not in page
+
+
+def test_the_host_page_and_the_overview_show_the_models_on_demand_as_registered_with_their_measures(
+        on_demand_host, client, user):
+    client.force_login(user)
+    page = client.get(f"/hosts/{HOST}/").content.decode()
+    assert "<h3>Unloaded</h3>" not in page and "Reload" not in page
+    section = page.split('class="card host-on-demand"', 1)[1]
+    assert "2 registered" in section and "1 resident" in section
+    resident = section.split('data-model="panel_a"', 1)[1].split("</tr>", 1)[0]
+    assert 'data-state="resident"' in section and "75.0" in resident
+    assert '<td class="num cold-starts">1</td>' in resident
+    evicted = section.split('data-model="panel_b"', 1)[1].split("</tr>", 1)[0]
+    assert "not resident now" in evicted and '<td class="evictions">budget 1</td>' in evicted
+
+    overview = client.get("/monitoring/table/?range=15m").content.decode()
+    row_b = overview.split('data-model="panel_b"', 1)[1].split("</tr>", 1)[0]
+    assert f"on demand · not resident now on {HOST}" in row_b and "not deployed now" not in row_b
+    row_a = overview.split('data-model="panel_a"', 1)[1].split("</tr>", 1)[0]
+    assert f"on demand · resident on {HOST}" in row_a
