@@ -165,15 +165,17 @@ def migrate(env: dict) -> float:
 
 
 def start_modelyard(env: dict, workers: int, log_dir: Path) -> "Server":
-    """gunicorn serving ``modelyard.wsgi`` with ``workers`` workers on a free port of 127.0.0.1, started with
+    """gunicorn serving ``modelyard.wsgi`` with ``workers`` workers and the shipped configuration
+    (``modelyard.gunicorn_config``) on a free port of 127.0.0.1, started with
     ``env`` and answering ``/healthz``; its ``base_url`` is where to send requests.
 
     Raises:
         RuntimeError: it exited or did not answer within 180 s (the server is stopped).
     """
     port = free_port()
-    server = Server("modelyard", [str(Path(sys.executable).parent / "gunicorn"), "modelyard.wsgi",
-                                  "-b", f"127.0.0.1:{port}", "--workers", str(workers)],
+    server = Server("modelyard", [str(Path(sys.executable).parent / "gunicorn"), "-c",
+                                  "python:modelyard.gunicorn_config", "modelyard.wsgi", "-b", f"127.0.0.1:{port}",
+                                  "--workers", str(workers)],
                     env, f"http://127.0.0.1:{port}/healthz", log_dir)
     server.base_url = f"http://127.0.0.1:{port}"
     try:
