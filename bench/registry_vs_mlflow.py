@@ -7,8 +7,8 @@ What it runs, all on this machine, on free ports and in dedicated databases:
    many packages, so it never goes into the project's ``.venv``), serving
    ``mlflow server --backend-store-uri postgresql+psycopg2://…/bench_mlflow`` in each configuration of
    ``MLFLOW_CONFIGS`` (uvicorn with 1 and 2 workers, gunicorn with 2), telemetry off. Filled by
-   ``bench/mlflow_populate.py``: 100 models through MLflow's store API (timed), the rest in bulk through
-   MLflow's own SQLAlchemy tables.
+   ``bench/mlflow_populate.py``: 100 models through MLflow's store API (timed), the rest in bulk with
+   PostgreSQL's ``COPY`` into MLflow's own tables (as its SQLAlchemy models define them).
 2. Modelyard under gunicorn (``--workers``), ``MODELYARD_DEBUG=false``, database ``bench_registry``
    (``manage.py migrate``), filled with bulk ORM inserts: rows only, no S3 objects (no read here reads an
    artifact).
@@ -473,7 +473,7 @@ def markdown(r: dict) -> str:
         f"{s.get('mlflow', {}).get('schema_s')} s; {s.get('mlflow', {}).get('api_sample_models')} models through its "
         f"store API in {s.get('mlflow', {}).get('api_sample_s')} s "
         f"({s.get('mlflow', {}).get('api_per_model_ms')} ms per model with its versions), the rest in bulk through "
-        f"its SQLAlchemy tables in {s.get('mlflow', {}).get('bulk_s')} s.",
+        f"its tables (`COPY`) in {s.get('mlflow', {}).get('bulk_s')} s.",
         f"- Modelyard (gunicorn, `MODELYARD_DEBUG=false`): migrated in {s.get('migrate_s')} s, rows (no S3 objects) "
         f"bulk-inserted with the ORM in {s.get('populate_s')} s, with aliases `production` and `staging` on every "
         f"model and the first {SERVED_MODELS} models serving on {SERVING_HOSTS} hosts (Modelyard only). "
