@@ -3,12 +3,25 @@ reason is refused with a message, a move with one goes through, and the audit lo
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import Page
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from registry.models import Alias, ModelVersion, RegisteredModel
 from tests.browser.conftest import PASSWORD
 from tests.factories import team_member
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+
+def wait_for_message(page: Page, selector: str) -> str:
+    """The text of the message ``selector`` once the page shows it; fails with what the page shows instead (its
+    address, its messages and the start of its text), so a run that misses it says where the page was."""
+    try:
+        page.wait_for_selector(selector)
+    except PlaywrightTimeout:
+        raise AssertionError(f"no {selector} on {page.url}; the page shows: {page.inner_text('body')[:1500]!r}") \
+            from None
+    return page.locator(selector).inner_text()
 
 
 def test_an_owner_locks_an_alias_and_moves_it_only_with_a_reason_which_the_audit_log_shows(logged_in):
@@ -22,22 +35,20 @@ def test_an_owner_locks_an_alias_and_moves_it_only_with_a_reason_which_the_audit
     page.goto("/models/iris/")
     row = page.locator('tr.alias-row[data-alias="production"]')
     row.get_by_role("button", name="Lock").click()
-    page.wait_for_selector(".message-success")
-    assert "@production locked" in page.locator(".message-success").inner_text()
+    assert "@production locked" in wait_for_message(page, ".message-success")
     assert row.locator(".tag.protected").inner_text() == "protected"
 
     page.fill("input[name=alias]", "production")
     page.select_option("select[name=version]", "2")
     page.get_by_role("button", name="Set alias").click()
-    page.wait_for_selector(".message-error")
-    assert "@production is protected: moving it needs a reason" in page.locator(".message-error").inner_text()
+    assert "@production is protected: moving it needs a reason" in wait_for_message(page, ".message-error")
     assert Alias.objects.get(name="production").version.version == 1
 
     page.fill("input[name=alias]", "production")
     page.select_option("select[name=version]", "2")
     page.fill("input[name=reason]", "v2 passed the canary")
     page.get_by_role("button", name="Set alias").click()
-    page.wait_for_selector(".message-success")
+    wait_for_message(page, ".message-success")
     assert Alias.objects.get(name="production").version.version == 2
 
     page.goto("/audit/?action=alias.set")
