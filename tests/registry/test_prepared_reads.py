@@ -61,3 +61,27 @@ def test_a_negative_threshold_is_refused_with_the_settings_name():
     refused = database_options("-1")
     assert refused.returncode != 0
     assert "MODELYARD_DB_PREPARE_THRESHOLD must be 0 (off) or a positive number of runs" in refused.stderr
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_a_prepared_read_outlives_a_column_type_change_made_by_another_process(api_client, user):
+    import psycopg
+
+    team_member(user, "viewer")
+    RegisteredModel.objects.create(name="iris")
+    for _ in range(7):  # prepared by now, the model's lookup with the caller's role among them
+        assert api_client.get("/api/v1/models/iris/").status_code == 200
+    settings = connection.settings_dict
+    column = RegisteredModel._meta.get_field("description")
+    table = RegisteredModel._meta.db_table
+    other = psycopg.connect(dbname=settings["NAME"], user=settings["USER"], host=settings["HOST"],
+                            port=settings["PORT"] or 5432, autocommit=True)  # a migration, as another process runs it
+    try:
+        other.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column.column}" TYPE varchar(4000)')
+        answers = [api_client.get("/api/v1/models/iris/") for _ in range(3)]
+        assert [a.status_code for a in answers] == [200, 200, 200], answers[0].content[:500]
+        assert answers[0].json()["name"] == "iris"
+    finally:
+        other.execute(f'ALTER TABLE "{table}" ALTER COLUMN "{column.column}" TYPE text')
+        other.close()
