@@ -44,11 +44,11 @@ VENV_BIN="$REPO_DIR/.venv/bin"
 PY="$VENV_BIN/python"
 export PATH="$VENV_BIN:$PATH"
 
-# The ports and broker a running stack was started with (var/stack.ports, written by start), so that
+# The ports, broker and database a running stack was started with (var/stack.ports, written by start), so that
 # `make stop` and `make status` from another shell reach that stack; the environment still wins.
 PORTS_FILE="$VAR_DIR/stack.ports"
 PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_GATEWAY_PORT MODELYARD_GATEWAY_GRPC_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
-    MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL)
+    MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL DATABASE_URL)
 if [[ "${1:-}" != start && -f "$PORTS_FILE" ]]; then
     while IFS='=' read -r key value; do
         [[ " ${PORT_VARIABLES[*]} " == *" $key "* && -z "${!key:-}" ]] && export "$key=$value"
@@ -565,6 +565,7 @@ write_stack_env() {
         echo "MODELYARD_PROMETHEUS_PORT=$PROMETHEUS_PORT"
         echo "MODELYARD_BENTOML_PORT=$BENTO_PORT"
         echo "CELERY_BROKER_URL=$CELERY_BROKER_URL"
+        [[ -z "${DATABASE_URL:-}" ]] || echo "DATABASE_URL=$DATABASE_URL"
     } >"$PORTS_FILE"
     {
         echo "# Written by scripts/stack.sh start: \`source var/stack.env\` to reach this stack from a shell."

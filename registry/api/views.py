@@ -161,13 +161,15 @@ class ModelVersionViewSet(
         (``registry.api.reads.version_rows``); for another renderer (the browsable API), the page's keys first,
         then its rows with their aliases and ensemble members in one query without the serializer
         (``registry.api.reads.versions_json``); elsewhere through the serializer."""
-        rows = version_rows(self.filter_queryset(self._readable_versions())) if _compact_json(request) else None
+        try:
+            rows = version_rows(self.filter_queryset(self._readable_versions())) if _compact_json(request) else None
+            page = self.paginate_queryset(rows) if rows is not None else None
+        except (exceptions.NotFound, exceptions.ValidationError):  # an invalid cursor, filter or page size
+            # An unknown or hidden model is named as such, whatever the query string: as it is on the path that
+            # looks the model up first (another renderer, a database that does not write the page).
+            self.get_queryset()
+            raise
         if rows is not None:
-            try:
-                page = self.paginate_queryset(rows)
-            except exceptions.NotFound:  # an invalid cursor
-                self.get_queryset()  # an unknown or hidden model is named as such, whatever the cursor
-                raise
             if not page:  # no version the caller may read: the model's check tells why, or it has none
                 self.get_queryset()
             return HttpResponse(json_page(page, self.paginator.get_next_link(), self.paginator.get_previous_link()),

@@ -173,3 +173,21 @@ def test_a_page_of_versions_that_comes_back_empty_says_why(api_client, user, ver
     assert crafted.status_code == 404 and "nosuch" in crafted.json()["detail"], crafted.content
     invalid = api_client.get("/api/v1/models/fresh/versions/?cursor=cD1hYmM%3D")
     assert invalid.status_code == 404 and "cursor" in invalid.json()["detail"].lower(), invalid.content
+
+
+@pytest.mark.parametrize("query", ["metric=bad", "page_size=0", "tag=%3Dx", "created_after=yesterday",
+                                   "artifact_format=nope"])
+def test_a_refused_filter_or_page_size_on_an_unknown_or_hidden_models_versions_is_its_404(api_client, versions,
+                                                                                          query):
+    # As on the path that looks the model up first (another renderer, here indented JSON): the model is named,
+    # whatever the query string, and a model the caller may read gets the 400 naming the parameter.
+    for name in ("nosuch", "iris"):
+        if name == "iris":
+            RegisteredModel.objects.filter(name="iris").update(team=Team.objects.create(name="elsewhere"))
+        for accept in ("application/json", "application/json; indent=2"):
+            answer = api_client.get(f"/api/v1/models/{name}/versions/?{query}", HTTP_ACCEPT=accept)
+            assert answer.status_code == 404, (name, accept, answer.status_code, answer.content)
+            assert answer.json() == {"detail": f"no model named '{name}'", "code": "not_found"}, answer.content
+    RegisteredModel.objects.create(name="fresh", team=default_team())
+    refused = api_client.get(f"/api/v1/models/fresh/versions/?{query}")
+    assert refused.status_code == 400 and refused.json()["code"] == "invalid", refused.content
