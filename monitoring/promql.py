@@ -16,15 +16,17 @@ own series. Each query also gives one meaning for both serving runtimes, as ``<T
   model version, and its scrape target attaches ``model`` and ``version``. Health and metrics
   probes (``/livez``, ``/readyz``, ``/healthz``, ``/metrics``) are excluded.
 
-The gateway's counters start at 0 when nginx starts or a route first gives their version, so a series first
-seen inside a window holds nothing from before it: ``_gateway_increase`` counts its whole value then, where
-``increase()`` would lose what its first sample already held (a burst right after a deployment, before the
-next scrape). The runtime's counters are only read through ``rate()`` and aggregated ``sum by (model,
-version)``: per-model
-series vanish on unload and restart from zero on reload, and split by ``gpu_uuid`` and by scrape
-target. Every builder takes a label ``selector`` (``{"model": "iris"}``, or empty for the whole
-fleet; a ``NoneOf`` value excludes values, ``{"host": NoneOf(("gpu-1",))}``) and a rate window in
-seconds; label values are escaped.
+Every counter is read with one rule (``_increase``, and ``_rate_sum`` for rates): a series first seen inside the
+window counts its whole value, where ``increase()`` and ``rate()`` would lose what its first sample already held
+(a burst right after a deployment, before the next scrape). The gateway's counters start at 0 when nginx
+starts or a version starts serving there, Triton's when a version loads, BentoML's with their first request:
+a series first seen inside a window holds nothing from before it. The runtime's counters are aggregated
+``sum by (model, version)``: per-model series vanish on unload and restart from zero on reload, and split by
+``gpu_uuid`` and by scrape target. (A target Prometheus starts scraping late, a host added to a running
+fleet, has every series first seen then: its counts since it started fall in that first window.)
+
+Every builder takes a label ``selector`` (``{"model": "iris"}``, or empty for the whole fleet; a ``NoneOf`` value
+excludes values, ``{"host": NoneOf(("gpu-1",))}``) and a rate window in seconds; label values are escaped.
 """
 
 import re
@@ -108,8 +110,17 @@ def _bento(selector: dict[str, str], *extra: str) -> str:
     return _matchers(selector, f'endpoint!~"{BENTO_PROBES}"', *extra)
 
 
+def _increase(metric: str, matchers: str, w: str, by: str = BY) -> str:
+    """What a counter rose by over the last ``w``, summed ``by``: ``increase()`` of a series that existed ``w``
+    ago, the whole value of one that did not (it started at 0 inside the window)."""
+    series = f"{metric}{matchers}"
+    return f"sum by ({by})(({series} unless {series} offset {w}) or increase({series}[{w}]))"
+
+
 def _rate_sum(metric: str, matchers: str, w: str, by: str = BY) -> str:
-    return f"sum by ({by})(rate({metric}{matchers}[{w}]))"
+    """What a counter rose by per second over the last ``w``, summed ``by``: ``_increase`` over the window's
+    seconds (as ``rate()``, which is ``increase()`` over them), so a series first seen inside the window counts."""
+    return f"({_increase(metric, matchers, w, by)} / {w.removesuffix('s')})"
 
 
 GATEWAY_REQUESTS = "modelyard_gateway_requests_total"
@@ -119,13 +130,6 @@ GATEWAY_ROLES = 'role=~"stable|canary|pinned"'
 
 def _gateway(selector: dict[str, str], *extra: str) -> str:
     return _matchers(selector, GATEWAY_ROLES, *extra)
-
-
-def _gateway_increase(metric: str, matchers: str, w: str, by: str = BY) -> str:
-    """What a gateway counter rose by over the last ``w``, summed ``by``: ``increase()`` of a series that
-    existed ``w`` ago, the whole value of one that did not (it started at 0 inside the window)."""
-    series = f"{metric}{matchers}"
-    return f"sum by ({by})(({series} unless {series} offset {w}) or increase({series}[{w}]))"
 
 
 def throughput(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
@@ -144,17 +148,18 @@ def throughput(selector: dict[str, str], window: int, *, over_window: bool = Fal
 def requests_in_window(selector: dict[str, str], window: int) -> str:
     """Requests answered per version over the last ``window`` seconds (successes and failures).
 
-    Gateway: ``modelyard_gateway_requests_total`` of every status class (``_gateway_increase``).
-    Triton: ``increase()`` of ``nv_inference_request_success`` and ``nv_inference_request_failure``
-    (requests; the failure counter is split by ``reason``, so both are summed per version first).
-    BentoML: ``increase()`` of ``bentoml_service_request_total`` without health probes.
-    ``increase()`` copes with counter resets; a version Prometheus has no series of gives no row.
+    Gateway: ``modelyard_gateway_requests_total`` of every status class.
+    Triton: ``nv_inference_request_success`` and ``nv_inference_request_failure`` (requests; the failure
+    counter is split by ``reason``, so both are summed per version first).
+    BentoML: ``bentoml_service_request_total`` without health probes.
+    Each counted with ``_increase``, which copes with counter resets and counts a series first seen inside
+    the window whole; a version Prometheus has no series of gives no row.
     """
     w = _window(window)
     names = '__name__=~"nv_inference_request_success|nv_inference_request_failure"'
-    triton = f"sum by ({BY})(increase({_matchers(selector, names)}[{w}]))"
-    bento = f"sum by ({BY})(increase(bentoml_service_request_total{_bento(selector)}[{w}]))"
-    gateway = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector), w)
+    triton = _increase("", _matchers(selector, names), w)
+    bento = _increase("bentoml_service_request_total", _bento(selector), w)
+    gateway = _increase(GATEWAY_REQUESTS, _gateway(selector), w)
     return f"({gateway}) or ({triton}) or {bento}"
 
 
@@ -162,7 +167,8 @@ def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool 
     """Mean request latency in milliseconds per version over the window, from counters.
 
     Gateway: the histogram's ``_sum`` / ``_count`` (s).
-    Triton: ``rate(nv_inference_request_duration_us) / rate(nv_inference_request_success)`` (µs).
+    Triton: ``nv_inference_request_duration_us`` / ``nv_inference_request_success`` (µs), each the rise of
+    the counter over the window (``_rate_sum``).
     Triton's metrics guide (user_guide/metrics.md, "Latencies": "Counters" and "Summaries") gives
     ``nv_inference_request_duration_us`` as the cumulative end-to-end handling time of requests,
     adds to it only for successful ones (and their cache hits), and says the request summary's
@@ -182,8 +188,8 @@ def latency_mean_ms(selector: dict[str, str], window: int, *, over_window: bool 
         f"{_rate_sum('bentoml_service_request_duration_seconds_sum', _bento(selector), w)}"
         f" / {_rate_sum('bentoml_service_request_duration_seconds_count', _bento(selector), w)} * 1000"
     )
-    gateway = (f"{_gateway_increase(GATEWAY_LATENCY + '_sum', _gateway(selector), w)}"
-               f" / {_gateway_increase(GATEWAY_LATENCY + '_count', _gateway(selector), w)} * 1000")
+    gateway = (f"{_increase(GATEWAY_LATENCY + '_sum', _gateway(selector), w)}"
+               f" / {_increase(GATEWAY_LATENCY + '_count', _gateway(selector), w)} * 1000")
     return f"({gateway}) or ({triton}) or ({bento})"
 
 
@@ -192,7 +198,7 @@ def latency_quantile_ms(
 ) -> str:
     """Request latency quantile (0.5, 0.95, 0.99) in milliseconds per version.
 
-    Gateway: ``histogram_quantile`` over the requests of the window (``_gateway_increase`` of
+    Gateway: ``histogram_quantile`` over the requests of the window (``_increase`` of
     ``modelyard_gateway_request_duration_seconds_bucket``, summed across hosts by ``le``): exact to the
     bucket the quantile falls in (``modelyard_metrics.lua``'s bounds, 0.25 ms to 30 s in 1-2.5-5 steps),
     linear inside it; NaN for a window without requests. ``over_window`` changes nothing: a histogram
@@ -211,8 +217,8 @@ def latency_quantile_ms(
     summary = f"nv_inference_request_summary_us{_matchers(selector, quantile_matcher)}"
     if over_window:
         summary = f"max_over_time({summary}[{w}])"
-    buckets = _rate_sum("bentoml_service_request_duration_seconds_bucket", _bento(selector), w, by=f"{BY}, le")
-    gateway = _gateway_increase(GATEWAY_LATENCY + "_bucket", _gateway(selector), w, by=f"{BY}, le")
+    buckets = _increase("bentoml_service_request_duration_seconds_bucket", _bento(selector), w, by=f"{BY}, le")
+    gateway = _increase(GATEWAY_LATENCY + "_bucket", _gateway(selector), w, by=f"{BY}, le")
     return (f"(histogram_quantile({quantile}, {gateway}) * 1000) or (max by ({BY})({summary}) / 1000)"
             f" or (histogram_quantile({quantile}, {buckets}) * 1000)")
 
@@ -232,8 +238,8 @@ def error_rate(selector: dict[str, str], window: int, *, over_window: bool = Fal
     success = _rate_sum("nv_inference_request_success", _matchers(selector), w)
     total = _rate_sum("bentoml_service_request_total", _bento(selector), w)
     errors = _rate_sum("bentoml_service_request_total", _bento(selector, 'http_response_code=~"5.."'), w)
-    gateway_total = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector), w)
-    gateway_errors = _gateway_increase(GATEWAY_REQUESTS, _gateway(selector, 'code="5xx"'), w)
+    gateway_total = _increase(GATEWAY_REQUESTS, _gateway(selector), w)
+    gateway_errors = _increase(GATEWAY_REQUESTS, _gateway(selector, 'code="5xx"'), w)
     return (f"(({gateway_errors} or 0 * {gateway_total}) / {gateway_total})"
             f" or (1 / (1 + {success} / {failure})) or (({errors} or 0 * {total}) / clamp_min({total}, 1e-12))")
 
@@ -241,7 +247,7 @@ def error_rate(selector: dict[str, str], window: int, *, over_window: bool = Fal
 def queue_ms(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
     """Mean time a request waits in the scheduler queue, in milliseconds (Triton only).
 
-    ``rate(nv_inference_queue_duration_us) / rate(nv_inference_request_success)``: like the request
+    ``nv_inference_queue_duration_us`` / ``nv_inference_request_success`` (``_rate_sum``): like the request
     time, the queue time adds up per successful request, cache hits included (Triton's metrics
     guide: the queue summary's ``_count`` matches ``nv_inference_request_success``). BentoML
     exports no queue time.
@@ -263,12 +269,10 @@ def compute_ms(selector: dict[str, str], window: int, *, over_window: bool = Fal
     """
     w = _window(window)
     m = _matchers(selector)
-    parts = " + ".join(
-        f"rate(nv_inference_compute_{p}_duration_us{m}[{w}])" for p in ("input", "infer", "output")
-    )
+    parts = " + ".join(_rate_sum(f"nv_inference_compute_{p}_duration_us", m, w) for p in ("input", "infer", "output"))
     success = _rate_sum("nv_inference_request_success", m, w)
     hits = _rate_sum("nv_cache_num_hits_per_model", m, w)
-    return f"sum by ({BY})({parts}) / ({success} - ({hits} or 0 * {success})) / 1000"
+    return f"({parts}) / ({success} - ({hits} or 0 * {success})) / 1000"
 
 
 def pending_requests(selector: dict[str, str], window: int, *, over_window: bool = False) -> str:
@@ -297,20 +301,20 @@ def traffic_by_host(selector: dict[str, str], window: int, *, by: str = TRAFFIC_
         ``{"requests": requests over the window, "errors": of them answered 5xx, "requests_minute": requests over
         the last minute, "p99_ms": p99 latency over the window (ms), "p99_minute_ms": over the last minute}``,
         each a query ``by`` its labels (default ``host, version, role``; roles ``stable``, ``canary``,
-        ``pinned``, ``shadow``), counted with ``_gateway_increase``.
+        ``pinned``, ``shadow``), counted with ``_increase``.
     """
     w, minute = _window(window), f"{LAST_MINUTE_SECONDS}s"
     roles = _matchers(selector, TRAFFIC_ROLES)
     errors = _matchers(selector, TRAFFIC_ROLES, 'code="5xx"')
 
     def p99(span: str) -> str:
-        buckets = _gateway_increase(GATEWAY_LATENCY + "_bucket", roles, span, by=f"{by}, le")
+        buckets = _increase(GATEWAY_LATENCY + "_bucket", roles, span, by=f"{by}, le")
         return f"histogram_quantile(0.99, {buckets}) * 1000"
 
     return {
-        "requests": _gateway_increase(GATEWAY_REQUESTS, roles, w, by=by),
-        "errors": _gateway_increase(GATEWAY_REQUESTS, errors, w, by=by),
-        "requests_minute": _gateway_increase(GATEWAY_REQUESTS, roles, minute, by=by),
+        "requests": _increase(GATEWAY_REQUESTS, roles, w, by=by),
+        "errors": _increase(GATEWAY_REQUESTS, errors, w, by=by),
+        "requests_minute": _increase(GATEWAY_REQUESTS, roles, minute, by=by),
         "p99_ms": p99(w),
         "p99_minute_ms": p99(minute),
     }
@@ -410,13 +414,13 @@ def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
     gateways' own series (``modelyard_residency.lua``): ``requests`` by ``outcome`` (hit, cold, and the 503
     reasons), the ``cold_p50`` and ``cold_p99`` of the waits (seconds, ``histogram_quantile`` of
     ``modelyard_cold_start_seconds``; NaN without a cold start) and ``evictions`` by ``reason``. Each counter's
-    rise as ``_gateway_increase`` takes it, so the first cold starts after a model is registered count."""
+    rise as ``_increase`` takes it, so the first cold starts after a model is registered count."""
     w, matchers = _window(window), _matchers(selector)
     out = {
-        "requests": _gateway_increase(ON_DEMAND_REQUESTS, matchers, w, by="host, model, outcome"),
-        "evictions": _gateway_increase(EVICTIONS, matchers, w, by="host, model, reason"),
+        "requests": _increase(ON_DEMAND_REQUESTS, matchers, w, by="host, model, outcome"),
+        "evictions": _increase(EVICTIONS, matchers, w, by="host, model, reason"),
     }
-    buckets = _gateway_increase(COLD_STARTS + "_bucket", matchers, w, by="host, model, le")
+    buckets = _increase(COLD_STARTS + "_bucket", matchers, w, by="host, model, le")
     for name, q in (("cold_p50", 0.5), ("cold_p99", 0.99)):
         out[name] = f"histogram_quantile({q}, {buckets})"
     return out

@@ -152,6 +152,7 @@ class TritonHostAgent:
             return [stable]
 
         drain_errors: list[str] = []
+        series_errors: list[str] = []
 
         def before_cutover(kept: list[int]) -> None:
             gateway.set_request_limit(model, max(limit.bytes, held_limit or 0) if kept else limit.bytes)
@@ -160,6 +161,13 @@ class TritonHostAgent:
                                   shadow=version if shadow_percent else None, shadow_percent=float(shadow_percent or 0))
             elif route is not None or captured or on_demand:
                 gateway.set_route(model, stable=version)
+            else:
+                # Served without a route: its traffic series start at 0 now, as a routed version's do when its
+                # route is applied, so a burst before the next scrape counts. Only measurement depends on it.
+                try:
+                    gateway.create_series(model, [version])
+                except ServingRuntimeError as exc:
+                    series_errors.append(exc.message)
             # A request the old route gave a version that now unloads may still be on its way to Triton.
             drain_errors.extend(drain_routed(gateway, model, kept=[*kept, version], timeout=unload_deadline(payload)))
 
@@ -170,6 +178,8 @@ class TritonHostAgent:
             keep=keep, before_cutover=before_cutover if gateway is not None else None)
         if drain_errors:
             result["details"]["drain_error"] = "; ".join(drain_errors)
+        if series_errors:
+            result["details"]["series_error"] = "; ".join(series_errors)
         if gateway is not None and result["state"] != "ready":
             try:
                 gateway.set_request_limit(model, held_limit)  # the versions from before serve, with their limit

@@ -274,6 +274,7 @@ http {{
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location = /limits {{ content_by_lua_block {{ require("modelyard_limits").control() }} }}
+        location = /series {{ content_by_lua_block {{ require("modelyard_metrics").control() }} }}
         location /residency {{ content_by_lua_block {{ require("modelyard_residency").control() }} }}
         location / {{ return 404; }}
     }}
@@ -347,6 +348,19 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             temp_paths=TEMP_PATHS.format(dir=self.dir), drain_server=DRAIN_SERVER,
             grpc_server=grpc_server(self.triton_grpc, self.grpc_listen) if self.grpc_listen else "",
         )
+
+    def create_series(self, model: str, versions: list[int]) -> dict:
+        """Give ``versions`` of ``model``, which serve without a route, their traffic series at 0 (as "stable" and
+        "pinned"; ``modelyard_metrics.lua``'s control), so their first requests count as a rise from 0; a
+        route's versions have theirs when it is applied. Idempotent: an existing series keeps its counts.
+
+        Returns:
+            ``{model: versions}`` as the gateway took them.
+
+        Raises:
+            ServingRuntimeError: the gateway refused them (not a model name or version numbers) or does not answer.
+        """
+        return self._control("POST", {model: [int(v) for v in versions]}, path="/series")
 
     # Request body limits (modelyard_limits.lua; formats.request_limits derives them).
 

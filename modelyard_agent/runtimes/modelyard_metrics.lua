@@ -20,7 +20,13 @@
 --   "b\t<model>\t<version>\t<role>\t<i>"      requests whose latency fell in bucket i (not cumulative)
 --   "s\t<model>\t<version>\t<role>"           the sum of their latencies, in seconds
 -- When the dict is full, nginx evicts the least recently used keys: a counter evicted reads as reset.
+--
+-- Every version that starts serving has its series at 0 before its first request, so that request counts as a
+-- rise from 0 (Prometheus's rate() and increase() need two samples): a routed one's when its route is applied
+-- (create_route, from modelyard_routes.lua), one served without a route (a plain deployment) when the agent says
+-- so on the control socket (POST /series, control).
 local ffi = require("ffi")
+local cjson = require("cjson.safe")
 
 local M = {}
 local metrics = ngx.shared.modelyard_metrics
@@ -28,7 +34,7 @@ local metrics = ngx.shared.modelyard_metrics
 -- Upper bounds of the latency buckets, in seconds (+Inf follows): 0.25 ms to 30 s in steps of 1-2.5-5.
 M.BUCKETS = { 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30 }
 local BUCKETS, INF = M.BUCKETS, #M.BUCKETS + 1
-local CLASSES = { "2xx", "4xx", "5xx" }  -- created at 0 with each routed version (others when first seen)
+local CLASSES = { "2xx", "4xx", "5xx" }  -- created at 0 with each version that serves (others when first seen)
 
 pcall(ffi.cdef, "typedef struct { long tv_sec; long tv_nsec; } modelyard_timespec;"
     .. " int clock_gettime(int clock_id, modelyard_timespec *tp);")
@@ -92,8 +98,8 @@ function M.shadow_done(model)
     end
 end
 
--- A series of (model, version, role) at 0, unless it exists: so the first requests after a version is
--- routed count as a rise from 0 (Prometheus's rate() and increase() need two samples).
+-- A series of (model, version, role) at 0, unless it exists: so the first requests after a version starts
+-- serving count as a rise from 0 (Prometheus's rate() and increase() need two samples).
 function M.create(model, version, role)
     if not metrics then
         return
@@ -116,6 +122,50 @@ function M.create_route(model, route)
             end
         end
     end
+end
+
+-- Whether `versions` of `model`, as the control socket's POST /series gives them, are a model name (a URI path
+-- segment, which holds no tab: keys are tab separated) and a list of version numbers (whole, from 1).
+local function valid_series(model, versions)
+    if type(model) ~= "string" or model == "" or model:find("[\t/]") or type(versions) ~= "table" then
+        return false
+    end
+    for i, version in pairs(versions) do
+        if type(i) ~= "number" or type(version) ~= "number" or version < 1 or version % 1 ~= 0 then
+            return false
+        end
+    end
+    return true
+end
+
+-- content_by_lua of POST /series on the control socket: {"<model>": [version, ...]}, versions that start serving
+-- without a route (the agent's plain deployments; a route's versions have theirs from create_route). Each gets its
+-- series at 0 as a routed stable version does, as routed ("stable": the role of a model without a route's answers,
+-- modelyard_gateway.lua's done) and as pinned; answers the same object. Idempotent: an existing series keeps its
+-- counts. 400 for a body that is not such an object, 405 for another method.
+function M.control()
+    if ngx.req.get_method() ~= "POST" then
+        return ngx.exit(405)
+    end
+    -- Required here: modelyard_routes requires this module.
+    local body = require("modelyard_routes").request_json()
+    local valid = type(body) == "table"
+    for model, versions in pairs(valid and body or {}) do
+        valid = valid and valid_series(model, versions)
+    end
+    if not valid then
+        ngx.status = 400
+        ngx.say("series must be a JSON object of model names, each with a list of version numbers")
+        return
+    end
+    for model, versions in pairs(body) do
+        for _, version in ipairs(versions) do
+            M.create(model, version, "stable")
+            M.create(model, version, "pinned")
+        end
+    end
+    ngx.header["Content-Type"] = "application/json"
+    ngx.say(next(body) and cjson.encode(body) or "{}")
 end
 
 local function label_value(text)

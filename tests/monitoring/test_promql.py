@@ -26,12 +26,34 @@ def test_the_step_keeps_every_series_at_300_points_or_fewer(seconds):
 COUNTER_METRICS = ("throughput", "latency_mean_ms", "error_rate", "queue_ms", "compute_ms")
 
 
+# A counter of each runtime that every counter metric reads.
+READ_COUNTERS = {
+    "throughput": ("nv_inference_count", "bentoml_service_request_total"),
+    "latency_mean_ms": ("nv_inference_request_duration_us", "bentoml_service_request_duration_seconds_sum"),
+    "error_rate": ("nv_inference_request_failure", "bentoml_service_request_total"),
+    "queue_ms": ("nv_inference_queue_duration_us",),
+    "compute_ms": ("nv_inference_compute_infer_duration_us", "nv_cache_num_hits_per_model"),
+}
+
+
 @pytest.mark.parametrize("key", COUNTER_METRICS)
-def test_counters_are_read_through_rate_and_summed_by_model_and_version(key):
+def test_counters_are_summed_by_model_and_version_and_count_a_series_first_seen_inside_the_window_whole(key):
     query = promql.METRICS_BY_KEY[key].build({"model": "iris"}, 60)
-    assert "rate(" in query
     assert "sum by (model, version)" in query
     assert 'model="iris"' in query
+    # rate() and increase() alone lose what a series' first sample held (a burst before its first scrape).
+    assert "rate(" not in query
+    for counter in READ_COUNTERS[key]:
+        series = counter + ('{model="iris",endpoint!~"/livez|/readyz|/healthz|/metrics"}'
+                            if counter.startswith("bentoml") else '{model="iris"}')
+        assert f"({series} unless {series} offset 60s) or increase({series}[60s])" in query, counter
+
+
+def test_a_rate_is_the_counters_rise_over_the_windows_seconds():
+    query = promql.throughput({"model": "iris"}, 900)
+    series = 'nv_inference_count{model="iris"}'
+    assert query.startswith(f"(sum by (model, version)(({series} unless {series} offset 900s)"
+                            f" or increase({series}[900s])) / 900)")
 
 
 @pytest.mark.parametrize("metric", promql.MODEL_METRICS, ids=lambda m: m.key)
@@ -66,6 +88,6 @@ def test_byte_counts_are_shown_in_binary_units(value, text):
 
 def test_the_request_count_is_an_increase_over_the_window_of_successes_and_failures_per_version():
     query = promql.requests_in_window({"model": "iris"}, 600)
-    assert 'increase({model="iris",__name__=~"nv_inference_request_success|nv_inference_request_failure"}[600s])' \
-        in query
+    series = '{model="iris",__name__=~"nv_inference_request_success|nv_inference_request_failure"}'
+    assert f"({series} unless {series} offset 600s) or increase({series}[600s])" in query
     assert "sum by (model, version)" in query and "bentoml_service_request_total" in query
