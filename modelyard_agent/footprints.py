@@ -5,7 +5,9 @@ them per device, and ``<state dir>/footprints.json`` where the measured footprin
 A footprint is ``{device: bytes}``, and the budget applies to each device on its own:
 
 - On GPUs, the rise of ``nv_gpu_memory_used_bytes`` of each ``gpu_uuid`` whose used memory rose across the load
-  (``runtimes.triton.read_memory_in_use``).
+  (``runtimes.triton.read_memory_in_use``), read once Triton's metrics interval (``--triton-metrics-interval-ms``,
+  Triton's ``--metrics-interval-ms``, 2,000 ms by default) has passed since the load, and since the last load or
+  eviction before it: Triton refreshes the gauges only that often, and a reading sooner sees the old value.
 - A load that raised no GPU's memory (a CPU model, on a GPU host too, or a host without GPUs) is measured in CPU
   memory, ``{"cpu": bytes}``: the rise of the resident memory of the Triton process that listens on
   ``--triton-url``'s port and of its children (the python backend's stubs), where the agent can see it, else of
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -37,6 +40,10 @@ logger = logging.getLogger(__name__)
 
 # The footprints the loader measured, per model, in the agent's state directory: {model: {device: bytes}}.
 FOOTPRINTS_FILE = "footprints.json"
+# Triton's --metrics-interval-ms default: how often it refreshes its GPU and CPU memory gauges.
+DEFAULT_METRICS_INTERVAL_MS = 2000
+# Beyond the interval, for Triton's own poll of the devices and the scrape's round trip.
+GAUGE_MARGIN_SECONDS = 0.1
 
 # Memory a model holds, bytes per device: a GPU by Triton's gpu_uuid, "cpu", or ANY_DEVICE (not known: every one).
 Footprint = dict[str, int]
@@ -125,8 +132,9 @@ class FootprintAccounts:
     report. The budget applies to each device (each GPU, CPU memory) on its own (``eviction.overdrawn``).
 
     Needs, on the instance: ``gateway`` (its ``residency_file``), ``runtime`` (its ``inference_url``), ``budget``
-    (bytes per device, or None), ``metrics_url`` (Triton's metrics, or empty), ``footprints_file``, ``problem``
-    and ``_reserved`` (the loads under way's reservations).
+    (bytes per device, or None), ``metrics_url`` (Triton's metrics, or empty), ``metrics_interval`` (seconds
+    between Triton's refreshes of its gauges), ``memory_changed_at`` (when a load or an eviction last ended,
+    monotonic seconds), ``footprints_file``, ``problem`` and ``_reserved`` (the loads under way's reservations).
     """
 
     def footprint(self, model: str) -> Footprint | None:
@@ -216,13 +224,29 @@ class FootprintAccounts:
                 logger.info("memory not measured: %s", exc.message)
         return gauges, triton_resident_bytes(self.runtime.inference_url)
 
+    def _settled_memory(self) -> tuple:
+        """``_memory`` once Triton's gauges show the last load or eviction (``memory_changed_at``), where a footprint
+        is read from them (GPUs, or the CPU gauge when Triton's processes are out of sight): Triton refreshes them
+        every ``metrics_interval`` seconds, so a reading sooner can be from before it (a load's rise read as 0, or
+        an evicted model's memory read as still held). Sleeps for what is left of the interval and reads again;
+        the resident memory of Triton's processes needs no wait."""
+        reading = self._memory()
+        gauges, resident = reading
+        if gauges is None or (not gauges.gpus and resident is not None):
+            return reading
+        left = self.memory_changed_at + self.metrics_interval + GAUGE_MARGIN_SECONDS - time.monotonic()
+        if left <= 0:
+            return reading
+        time.sleep(left)
+        return self._memory()
+
     def _measure(self, model: str, before: tuple) -> Footprint | None:
         """The memory ``model``'s load added, ``{device: bytes}`` (``memory_rise`` between ``before`` and the
-        ``_memory`` after it), kept in ``footprints.json``. None when the readings are missing or did not
+        ``_settled_memory`` after it), kept in ``footprints.json``. None when the readings are missing or did not
         rise, or when Triton's metrics (``metrics_url``) could not be read before or after it (the resident memory
         of Triton's processes alone would take a GPU model for a CPU one); with a budget, ``problem`` then says
         so, and the model counts as ``_assumed`` until a load measures it."""
-        after = self._memory()
+        after = self._settled_memory()
         if self.metrics_url and (before[0] is None or after[0] is None):
             rise, why = None, f"Triton's metrics ({self.metrics_url}) could not be read around the load of {model}"
         else:

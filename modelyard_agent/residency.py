@@ -41,7 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelyard_agent.eviction import DemandPolicy, room_victims, too_large
-from modelyard_agent.footprints import FOOTPRINTS_FILE, Footprint, FootprintAccounts, describe
+from modelyard_agent.footprints import (
+    DEFAULT_METRICS_INTERVAL_MS,
+    FOOTPRINTS_FILE,
+    Footprint,
+    FootprintAccounts,
+    describe,
+)
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -82,6 +88,8 @@ class OnDemandLoader(FootprintAccounts):
             CPU memory), bytes; None: no budget.
         metrics_url: Triton's metrics endpoint, read around each load to measure a footprint; empty: only the
             resident memory of Triton's processes is measured, where the agent sees them.
+        metrics_interval_ms: how often Triton refreshes its memory gauges (its ``--metrics-interval-ms``): a load
+            is measured once that long has passed since it (or an eviction before it) ended.
         state_dir: where ``footprints.json`` lives.
         model_lock: ``(model, wait=None) -> context manager`` held around each load and eviction (the agent's
             per-(host, model) lock, so no deployment swaps a model while it loads or leaves; ``wait``: seconds to
@@ -93,10 +101,12 @@ class OnDemandLoader(FootprintAccounts):
 
     def __init__(self, gateway, runtime: TritonRuntime, *, budget_bytes: int | None, metrics_url: str = "",
                  state_dir: Path, model_lock: Callable[[str], AbstractContextManager] | None = None,
-                 unload_timeout: float = 120.0, concurrent_loads: int = 1):
+                 unload_timeout: float = 120.0, concurrent_loads: int = 1,
+                 metrics_interval_ms: int = DEFAULT_METRICS_INTERVAL_MS):
         self.gateway, self.runtime = gateway, runtime
         self.budget = budget_bytes
-        self.metrics_url = metrics_url
+        self.metrics_url, self.metrics_interval = metrics_url, metrics_interval_ms / 1000
+        self.memory_changed_at = float("-inf")  # when a load or an eviction last ended (monotonic)
         self.footprints_file = Path(state_dir) / FOOTPRINTS_FILE
         self.model_lock = model_lock or (lambda model, wait=None: nullcontext())
         self.unload_timeout = unload_timeout
@@ -298,11 +308,12 @@ class OnDemandLoader(FootprintAccounts):
                     self._reserved.pop(model, None)
 
     def _load_now(self, model: str) -> Loaded:
-        """``load``'s load itself, once room is made: measured (when the model's footprint is not known yet)
-        and reported resident, with what is over the budget evicted after (a footprint measured larger than
+        """``load``'s load itself, once room is made: reported resident, then measured (when the model's footprint
+        is not known yet: ``_settled_memory`` before and after, so its held requests are served while Triton's
+        gauges catch up), with what is over the budget evicted after (a footprint measured larger than
         assumed)."""
         measuring = self.footprint(model) is None
-        before = self._memory() if measuring else None
+        before = self._settled_memory() if measuring else None
         started = time.monotonic()
         try:
             self.runtime.load(model, None)
@@ -313,18 +324,24 @@ class OnDemandLoader(FootprintAccounts):
                 pass
             raise ServingRuntimeError(f"Triton could not load {model}: {exc.message}", retryable=exc.retryable,
                                       timed_out=exc.timed_out) from exc
-        seconds = time.monotonic() - started
+        finally:
+            ended = self.memory_changed_at = time.monotonic()
+        seconds = ended - started
+        with self._room:
+            self._reserved.pop(model, None)  # READY now: counted as resident (as assumed until measured)
+            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(self._ready()),
+                                          load_seconds=seconds)
         footprint = self._measure(model, before) if measuring else self.footprint(model)
         with self._room:
-            self._reserved.pop(model, None)  # READY now: counted as resident
             ready = self._ready()
-            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready), load_seconds=seconds)
             if self.budget is not None and self._overdrawn(ready, {}):
                 # Measured larger than assumed: others leave now, so the budget holds again.
                 try:
                     self._make_room(None, self.gateway.residency()["models"], ready, keep=model)
                 except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
                     logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
+            elif self.budget is not None and measuring:  # the budget's figures with what was measured
+                self.gateway.report_residency(model, budget=self._budget_report(ready))
         return Loaded(seconds, footprint)
 
     @contextmanager
@@ -381,8 +398,11 @@ class OnDemandLoader(FootprintAccounts):
                 return False
             time.sleep(0.005)
         versions = self.runtime.ready_versions(model)
-        self.runtime.unload(model)
-        self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+        try:
+            self.runtime.unload(model)
+            self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+        finally:
+            self.memory_changed_at = time.monotonic()
         ready = self._ready()
         self.gateway.report_residency(model, COLD, reason=reason, budget=self._budget_report(ready))
         logger.info("evicted %s (%s)", model, reason)
@@ -446,9 +466,9 @@ class OnDemandLoader(FootprintAccounts):
 
     def _keep_headroom(self) -> None:
         """Between loads: evict the models of least demand until the largest footprint fits, on each device, in
-        what is left of the budget, so that the next cold load does not wait for an eviction. Never raises
-        (logged)."""
-        if self.budget is None:
+        what is left of the budget, so that the next cold load does not wait for an eviction; not while a load
+        is measured (it runs alone). Never raises (logged)."""
+        if self.budget is None or self._alone:
             return
         try:
             with self._room:

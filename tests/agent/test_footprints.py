@@ -1,8 +1,10 @@
 """Footprints per device (``modelyard_agent.footprints``), read from the recorded two-GPU Triton exposition served
-over HTTP and changed between the readings before and after a load: the rise is read per GPU; a load that raised
-no GPU's memory is measured in CPU memory; a footprint kept as one figure counts on every device."""
+over HTTP and changed between the readings before and after a load: the rise is read per GPU, once Triton's
+metrics interval has passed since the load; a load that raised no GPU's memory is measured in CPU memory; a
+footprint kept as one figure counts on every device."""
 
 import json
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -17,16 +19,17 @@ MB, GB = 1 << 20, 1 << 30
 
 class Accounts(FootprintAccounts):
     """A loader's accounts alone: registrations and footprints in ``directory``, Triton's gauges at
-    ``metrics_url``."""
+    ``metrics_url``, refreshed every ``interval`` seconds."""
 
-    def __init__(self, directory, metrics_url="", *, budget=None, registered=(), measured=None):
+    def __init__(self, directory, metrics_url="", *, budget=None, interval=2.0, registered=(), measured=None):
         self.gateway = SimpleNamespace(residency_file=directory / "residency.json")
         self.gateway.residency_file.write_text(json.dumps({"models": {m: {} for m in registered}}))
         self.footprints_file = directory / "footprints.json"
         if measured is not None:
             self.footprints_file.write_text(json.dumps(measured))
         self.runtime = SimpleNamespace(inference_url="http://127.0.0.1:9")
-        self.budget, self.metrics_url, self.problem, self._reserved = budget, metrics_url, None, {}
+        self.budget, self.metrics_url, self.metrics_interval = budget, metrics_url, interval
+        self.memory_changed_at, self.problem, self._reserved = float("-inf"), None, {}
 
 
 @pytest.fixture
@@ -59,10 +62,25 @@ def test_a_load_that_raised_no_gpu_is_measured_in_cpu_memory_on_a_gpu_host(serve
     assert memory_rise((gauges_before, None), (gauges_before, None)) is None
 
 
+def test_the_reading_after_a_load_waits_until_tritons_metrics_interval_has_passed(serve_exposition, tmp_path,
+                                                                                 triton_out_of_sight):
+    served = serve_exposition(EXPOSITIONS["triton_gpu"])
+    accounts = Accounts(tmp_path, served.url, interval=0.5, registered=["late"])
+    before = accounts._memory()
+    accounts.memory_changed_at = ended = time.monotonic()  # the load ends now
+    # Triton refreshes its gauges every 0.5 s; the refresh that shows the load comes 0.4 s after it ended.
+    base, raised = served.text(), triton_gpu_exposition(gpu_rise={GPU_A: 2 * GB})
+    served.set_text(lambda: raised if time.monotonic() >= ended + 0.4 else base)
+    assert accounts._measure("late", before) == {GPU_A: 2 * GB}
+    assert time.monotonic() - ended >= 0.5
+    assert json.loads(accounts.footprints_file.read_text()) == {"late": {GPU_A: 2 * GB}}
+    assert accounts.footprint("late") == {GPU_A: 2 * GB}
+
+
 def test_a_load_that_added_nothing_visible_says_the_budget_is_not_enforceable(serve_exposition, tmp_path,
                                                                               triton_out_of_sight):
     served = serve_exposition(EXPOSITIONS["triton_gpu"])
-    accounts = Accounts(tmp_path, served.url, budget=8 * GB, registered=["unseen"])
+    accounts = Accounts(tmp_path, served.url, budget=8 * GB, interval=0.0, registered=["unseen"])
     assert accounts._measure("unseen", accounts._memory()) is None
     assert accounts.problem.startswith("budget not enforceable as measured: the load of unseen added no memory")
     assert accounts._budget_report({"unseen"})["problem"] == accounts.problem
@@ -75,7 +93,7 @@ def test_a_load_is_not_measured_from_triton_processes_alone_when_its_metrics_can
     served = serve_exposition(EXPOSITIONS["triton_gpu"])
     resident = iter([700 * MB, 750 * MB])
     monkeypatch.setattr("modelyard_agent.footprints.triton_resident_bytes", lambda url: next(resident))
-    accounts = Accounts(tmp_path, served.url, budget=8 * GB, registered=["blind"])
+    accounts = Accounts(tmp_path, served.url, budget=8 * GB, interval=0.0, registered=["blind"])
     before = accounts._memory()
     served.stop()
     assert accounts._measure("blind", before) is None

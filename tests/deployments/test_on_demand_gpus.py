@@ -1,16 +1,18 @@
 """Models on demand on a GPU host, on a real Triton behind a real gateway, with Triton's memory gauges from the
 recorded two-GPU exposition (``tests/fixtures/data/triton_gpu_metrics.txt``, served over HTTP; there is no GPU on
-this machine): a load that raised no GPU's memory is measured in CPU memory, and room on one GPU is made by
+this machine) changed the way a load changes them: a load is measured on the GPU whose memory rose once Triton's
+metrics interval has passed, a load that raised no GPU's memory in CPU memory, and room on one GPU is made by
 evicting a model on that GPU, never one on another; the budget's report gives the bytes held on each device."""
 
 import json
+import time
 
 import pytest
 import requests
 
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
-from tests.fixtures.expositions import EXPOSITIONS, GPU_A, GPU_B
+from tests.fixtures.expositions import EXPOSITIONS, GPU_A, GPU_B, triton_gpu_exposition
 from tests.fixtures.on_demand import MB, put_model
 from tests.fixtures.services import wait_for
 
@@ -39,11 +41,38 @@ def evictions(gateway, model: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
+def test_a_load_is_measured_on_the_gpu_whose_gauge_rose_once_tritons_metrics_interval_has_passed(
+        host, serve_exposition):
+    put_model(host.server, "gpu_late")
+    host.register_on_demand("gpu_late", cold_start_timeout=30)
+    served = serve_exposition(EXPOSITIONS["triton_gpu"])
+    base, raised = served.text(), triton_gpu_exposition(gpu_rise={GPU_B: 3 * GB})
+    loader = host.start_loader(budget_bytes=16 * GB, metrics_url=served.url, metrics_interval_ms=800)
+
+    def gauges() -> str:
+        # Triton refreshes its gauges every 800 ms: the refresh that shows the load comes 700 ms after it ended.
+        loads = loader.runtime.intervals.get("gpu_late")
+        return raised if loads and time.monotonic() >= loads[0][1] + 0.7 else base
+
+    served.set_text(gauges)
+    answer = infer(host, "gpu_late")
+    assert answer.status_code == 200, answer.text
+    # The held requests were served at once; the footprint is read after the interval, from GPU B's gauge alone
+    # (read at once, it would be 0 on both GPUs, and Triton's processes' own memory would be taken for it).
+    assert loader.footprint("gpu_late") is None
+    wait_for(lambda: loader.footprint("gpu_late") is not None, timeout=10, what="gpu_late measured")
+    assert loader.footprint("gpu_late") == {GPU_B: 3 * GB}
+    assert json.loads((host.dir / "footprints.json").read_text()) == {"gpu_late": {GPU_B: 3 * GB}}
+    wait_for(lambda: host.residency()["budget"].get("devices") == {GPU_B: 3 * GB}, timeout=10,
+             what="the budget's report with GPU B's bytes")
+    assert host.residency()["budget"]["resident_bytes"] == 3 * GB
+
+
 def test_a_model_whose_load_raised_no_gpu_is_measured_in_cpu_memory_on_a_gpu_host(host, serve_exposition):
     put_model(host.server, "cpu_on_gpu_host")
     host.register_on_demand("cpu_on_gpu_host", cold_start_timeout=30)
     served = serve_exposition(EXPOSITIONS["triton_gpu"])  # neither GPU's memory moves
-    loader = host.start_loader(budget_bytes=16 * GB, metrics_url=served.url)
+    loader = host.start_loader(budget_bytes=16 * GB, metrics_url=served.url, metrics_interval_ms=200)
     assert infer(host, "cpu_on_gpu_host").status_code == 200
     wait_for(lambda: loader.footprint("cpu_on_gpu_host") is not None, timeout=10, what="cpu_on_gpu_host measured")
     measured = loader.footprint("cpu_on_gpu_host")
