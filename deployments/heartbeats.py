@@ -85,8 +85,10 @@ def residency_report(host: ServingHost, visible) -> dict:
             if absent.
 
     Returns:
-        ``{"host", "reported_at" (the heartbeat's time, or None), "budget": {"budget_bytes", "resident_bytes"
-        (bytes, None when not reported), "problem" (why the budget cannot be held as measured, or "")},
+        ``{"host", "reported_at" (the heartbeat's time, or None), "budget": {"budget_bytes" (each device's),
+        "resident_bytes" (on the fullest device; bytes, None when not reported), "devices" ({device: bytes held},
+        a GPU by its uuid or "cpu", by name; {} when not reported), "problem" (why the budget cannot be held as
+        measured, or "")},
         "models": [{"model", "state" (resident, cold or evicting), "pinned", "held" (requests held now),
         "requests" (since the gateway started), "last_used" (epoch seconds, or None), "wanted", "failure"
         ({message, retry_after} of the last failed load, or None), "cold_start_timeout" (seconds), "max_held"}]}``,
@@ -100,7 +102,7 @@ def residency_report(host: ServingHost, visible) -> dict:
         "host": host.name,
         "reported_at": host.last_heartbeat_at,
         "budget": {"budget_bytes": budget.get("budget_bytes"), "resident_bytes": budget.get("resident_bytes"),
-                   "problem": _problem(budget)},
+                   "devices": _devices(budget), "problem": _problem(budget)},
         "models": [{"model": name, **{field: entry.get(field) for field in RESIDENCY_FIELDS}}
                    for name, entry in sorted(models.items()) if name in shown],
     }
@@ -136,6 +138,13 @@ def _residency_of(heartbeat: dict | None) -> dict:
 def _budget(residency: dict) -> dict:
     budget = residency.get("budget")
     return budget if isinstance(budget, dict) else {}
+
+
+def _devices(budget: dict) -> dict[str, int]:
+    devices = budget.get("devices")
+    if not isinstance(devices, dict):
+        return {}
+    return {str(device): int(size) for device, size in sorted(devices.items()) if isinstance(size, int | float)}
 
 
 def _problem(budget: dict) -> str:

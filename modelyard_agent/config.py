@@ -32,6 +32,7 @@ address clients use is not a setting: it comes with each task, from the host's r
 | ``--nginx-keepalive`` | ``MODELYARD_AGENT_NGINX_KEEPALIVE`` | BentoML: 75 s with nginx's Lua module, else 0 |
 | ``--memory-budget-bytes`` | ``MODELYARD_AGENT_MEMORY_BUDGET_BYTES`` | empty: on-demand models are never evicted |
 | ``--triton-metrics-url`` | ``MODELYARD_AGENT_TRITON_METRICS_URL`` | empty: footprints of on-demand loads unmeasured |
+| ``--triton-metrics-interval-ms`` | ``MODELYARD_AGENT_TRITON_METRICS_INTERVAL_MS`` | 2000, Triton's default |
 | ``--concurrent-loads`` | ``MODELYARD_AGENT_CONCURRENT_LOADS`` | 1 on-demand load at a time |
 | ``--loglevel`` | ``MODELYARD_LOG_LEVEL`` | ``INFO`` |
 
@@ -135,11 +136,15 @@ SETTINGS = (
             "seconds the nginx in front of a BentoML host keeps an idle client connection open; 0 answers every "
             "request with Connection: close (default: 75 where nginx's Lua module drains each reload first, else 0)"),
     Setting("memory_budget_bytes", "MODELYARD_AGENT_MEMORY_BUDGET_BYTES", "",
-            "the bytes of memory (GPU where Triton reports GPUs, else CPU) the models registered on demand may hold "
-            "at once: the agent evicts the least asked-for to load another; empty: no budget"),
+            "the bytes of memory the models registered on demand may hold at once on each device (each GPU by its "
+            "uuid, and CPU memory for models that raise no GPU's): the agent evicts the least asked-for to load "
+            "another; empty: no budget"),
     Setting("triton_metrics_url", "MODELYARD_AGENT_TRITON_METRICS_URL", "",
             "Triton's Prometheus endpoint (http://127.0.0.1:8002/metrics), read around each on-demand load to "
             "measure the model's footprint"),
+    Setting("triton_metrics_interval_ms", "MODELYARD_AGENT_TRITON_METRICS_INTERVAL_MS", "2000",
+            "how often Triton refreshes its memory gauges, ms: its --metrics-interval-ms (2000 unless set); an "
+            "on-demand load is measured once this long has passed since it ended, so its rise is in the gauges"),
     Setting("concurrent_loads", "MODELYARD_AGENT_CONCURRENT_LOADS", "1",
             "on-demand loads that may run at once on this host (1 to 16); a model whose footprint is not measured "
             "yet loads alone, so that its memory rise is its own"),
@@ -173,9 +178,10 @@ class AgentConfig:
             when a profile starts, so a host that is never profiled needs neither).
         nginx_keepalive: seconds a BentoML host's nginx keeps idle client connections open, or None for
             its default (``bentoml_instances.front_for``).
-        memory_budget_bytes: the memory on-demand models may hold at once (``modelyard_agent.residency``), or
-            None for no budget.
+        memory_budget_bytes: the memory on-demand models may hold at once on each device, bytes
+            (``modelyard_agent.residency``), or None for no budget.
         triton_metrics_url: Triton's metrics endpoint, or empty.
+        triton_metrics_interval_ms: how often Triton refreshes its memory gauges, ms (its ``--metrics-interval-ms``).
         concurrent_loads: on-demand loads that may run at once (``modelyard_agent.residency``).
         loglevel: the worker's log level, one of ``LOG_LEVELS``.
     """
@@ -204,6 +210,7 @@ class AgentConfig:
     nginx_keepalive: float | None = None
     memory_budget_bytes: int | None = None
     triton_metrics_url: str = ""
+    triton_metrics_interval_ms: int = 2000
     concurrent_loads: int = 1
     loglevel: str = "INFO"
 
@@ -256,6 +263,8 @@ class AgentConfig:
                              if raw["nginx_keepalive"] and raw["nginx_keepalive"].strip() else None),
             memory_budget_bytes=_budget(raw["memory_budget_bytes"].strip()),
             triton_metrics_url=_metrics_url(raw["triton_metrics_url"].strip()),
+            triton_metrics_interval_ms=_count("triton_metrics_interval_ms", raw["triton_metrics_interval_ms"].strip(),
+                                              maximum=600_000),
             concurrent_loads=_count("concurrent_loads", raw["concurrent_loads"].strip(), maximum=16),
             loglevel=_choice("loglevel", raw["loglevel"].strip().upper(), list(LOG_LEVELS)),
         )
@@ -287,6 +296,7 @@ class AgentConfig:
             "nginx_keepalive": "" if self.nginx_keepalive is None else f"{self.nginx_keepalive:g}",
             "memory_budget_bytes": "" if self.memory_budget_bytes is None else str(self.memory_budget_bytes),
             "triton_metrics_url": self.triton_metrics_url,
+            "triton_metrics_interval_ms": str(self.triton_metrics_interval_ms),
             "concurrent_loads": str(self.concurrent_loads),
             "loglevel": self.loglevel,
         }

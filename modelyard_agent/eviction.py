@@ -11,13 +11,23 @@ and each comes back at the cost of a load; weighing how often a model is asked k
 count is the "frequency with aging" of LFU-DA and of the exponentially decayed LRFU family (Lee et al., "LRFU: A
 Spectrum of Policies that Subsumes the Least Recently Used and Least Frequently Used Policies", IEEE Trans.
 Computers 50(12), 2001), with recency as the tie-break.
+
+Room is counted per device (``room_victims``): the budget applies to each GPU (by Triton's ``gpu_uuid``) and to CPU
+memory separately, a footprint names the devices a model holds memory on, and a model holding nothing on the
+devices a load needs is no victim for it, whatever its demand.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 # The half-life of a model's demand score, seconds: a request counts half as much this long after it came.
 DEMAND_HALF_LIFE_SECONDS = 300.0
+
+# A footprint's device for CPU memory; GPUs are named by Triton's gpu_uuid ("GPU-5c3f7a9e-...").
+CPU_DEVICE = "cpu"
+# A footprint's device when the device is not known (a footprint declared as one figure, or kept by an agent that
+# measured before footprints were per device): its bytes count against every device, which never undercounts one.
+ANY_DEVICE = "*"
 
 
 @dataclass
@@ -79,3 +89,61 @@ def simulate_hits(policy: DemandPolicy, trace: list[str], capacity: int, times: 
             resident.add(model)
         last_used[model] = now
     return hits
+
+
+def device_totals(footprints: Iterable[Mapping[str, int]], devices: Iterable[str] = ()) -> dict[str, int]:
+    """Bytes that ``footprints`` (each ``{device: bytes}``) hold together on each device: every device one of them
+    names, and ``devices`` besides (0 where none holds any); bytes on ``ANY_DEVICE`` count on every device. With no
+    device named at all, ``{ANY_DEVICE: their bytes}``."""
+    footprints = list(footprints)
+    named = {device for f in footprints for device in f if device != ANY_DEVICE} | set(devices) - {ANY_DEVICE}
+    anywhere = sum(f.get(ANY_DEVICE, 0) for f in footprints)
+    if not named:
+        return {ANY_DEVICE: anywhere}
+    return {device: anywhere + sum(f.get(device, 0) for f in footprints) for device in sorted(named)}
+
+
+def overdrawn(held: Iterable[Mapping[str, int]], need: Mapping[str, int], budget: int) -> dict[str, int]:
+    """The devices where the footprints ``held`` and ``need`` together pass ``budget`` (bytes, per device), with the
+    bytes each holds then: the devices ``need`` names, or every device when it names ``ANY_DEVICE`` or none (an
+    empty ``need`` asks whether what is held fits at all). Empty: it fits."""
+    totals = device_totals([*held, need])
+    checked = totals if not need or ANY_DEVICE in need else need
+    return {device: totals[device] for device in checked if device in totals and totals[device] > budget}
+
+
+def too_large(need: Mapping[str, int], budget: int) -> bool:
+    """Whether ``need`` alone passes ``budget`` on a device (so no eviction can make room for it)."""
+    return max(device_totals([need]).values()) > budget
+
+
+def room_victims(need: Mapping[str, int], held: Mapping[str, Mapping[str, int]], order: Sequence[str],
+                 budget: int) -> list[str] | None:
+    """The models to evict so that ``need`` fits in ``budget`` on every device it names.
+
+    Args:
+        need: the footprint to make room for, ``{device: bytes}`` (``{}``: only bring what is held within the
+            budget).
+        held: what holds memory now, by name: each resident model's footprint and each load under way's
+            reservation.
+        order: the models that may go (idle, not pinned), first victim first (``DemandPolicy.victims``).
+        budget: bytes each device may hold.
+
+    Returns:
+        The victims, in ``order``'s order: walking it, a model goes only while a device is over the budget and it
+        holds bytes on one such device (a model on another GPU frees nothing the load needs). ``[]``: it fits
+        already. None: even with every model of ``order`` gone, it would not fit.
+    """
+    held = dict(held)
+    victims: list[str] = []
+    over = overdrawn(held.values(), need, budget)
+    for model in order:
+        if not over:
+            break
+        footprint = held.get(model, {})
+        if not any(footprint.get(device, 0) > 0 for device in (*over, ANY_DEVICE)):
+            continue
+        victims.append(model)
+        del held[model]
+        over = overdrawn(held.values(), need, budget)
+    return None if over else victims

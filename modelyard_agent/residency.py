@@ -16,17 +16,14 @@ The loader runs in the agent's main process, beside its Celery worker, in thread
   with Triton's repository index every ``SYNC_SECONDS``, so models a restarted Triton no longer holds read
   as cold and come back at their next request.
 
-Memory is measured, never estimated from file size: a model's footprint is the one its deployment carries (measured
-when it was deployed or profiled), else what its first load here added, kept in ``<state dir>/footprints.json``: on
-GPUs, the rise of Triton's GPU memory gauges (``runtimes.triton.read_memory_in_use``); on a CPU host, the rise of
-the resident memory of the Triton process that listens on ``--triton-url``'s port and of its children (the python
-backend's stubs), where the agent can see it, else of Triton's CPU gauge (which is the machine's). A model not
-measured yet is assumed as large as the largest one measured until its load measures it. Victims go in order of
-least demand (requests decayed with a half-life of 5 minutes), then least recent use
-(``modelyard_agent.eviction``, the policy alone, says why not plain LRU); a model that is pinned, has requests in
-flight or held, or is itself being loaded is never evicted. Between loads the loader keeps the largest footprint
-free, so a cold load seldom waits for an eviction. When no room can be made, the load is refused (503 at the
-gateway) and nothing is overcommitted.
+Memory is measured, never estimated from file size, and the budget holds on each device (each GPU, CPU memory) on
+its own: a model's footprint is the one its deployment carries, else what its first load here added on each device,
+kept in ``<state dir>/footprints.json`` (``modelyard_agent.footprints``: how it is read and counted). Victims go in
+order of least demand (requests decayed with a half-life of 5 minutes), then least recent use, among the models that
+hold memory on a device the load needs (``modelyard_agent.eviction``, the policy alone, says why not plain LRU); a
+model that is pinned, has requests in flight or held, or is itself being loaded is never evicted. Between loads the
+loader keeps the largest footprint free, so a cold load seldom waits for an eviction. When no room can be made, the
+load is refused (503 at the gateway) and nothing is overcommitted.
 
 A load that fails is reported with a backoff (1, 2, 4 ... 60 s): until it passes, requests for the model are
 answered 503 naming Triton's error, and no new load is tried.
@@ -43,8 +40,14 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager, nullco
 from dataclasses import dataclass
 from pathlib import Path
 
-from modelyard_agent.eviction import DemandPolicy
-from modelyard_agent.footprints import FOOTPRINTS_FILE, FootprintAccounts
+from modelyard_agent.eviction import DemandPolicy, room_victims, too_large
+from modelyard_agent.footprints import (
+    DEFAULT_METRICS_INTERVAL_MS,
+    FOOTPRINTS_FILE,
+    Footprint,
+    FootprintAccounts,
+    describe,
+)
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -68,10 +71,10 @@ class Abandoned(Exception):
 
 @dataclass
 class Loaded:
-    """A load's outcome: seconds Triton took and the footprint in bytes (None: not measured)."""
+    """A load's outcome: seconds Triton took and the footprint, ``{device: bytes}`` (None: not measured)."""
 
     seconds: float
-    footprint: int | None
+    footprint: Footprint | None
 
 
 class OnDemandLoader(FootprintAccounts):
@@ -81,9 +84,12 @@ class OnDemandLoader(FootprintAccounts):
         gateway: the host's ``TritonGateway`` (its ``residency_control`` methods and ``inflight``).
         runtime: the host's Triton (``TritonRuntime`` at ``--triton-url``, with the gRPC address and the load
             deadline).
-        budget_bytes: the memory the resident on-demand models may hold together, bytes; None: no budget.
-        metrics_url: Triton's metrics endpoint, read around each load to measure a footprint; empty: not
-            measured (a model then counts with its deployment's footprint, or 0).
+        budget_bytes: the memory the resident on-demand models may hold together on each device (each GPU, and
+            CPU memory), bytes; None: no budget.
+        metrics_url: Triton's metrics endpoint, read around each load to measure a footprint; empty: only the
+            resident memory of Triton's processes is measured, where the agent sees them.
+        metrics_interval_ms: how often Triton refreshes its memory gauges (its ``--metrics-interval-ms``): a load
+            is measured once that long has passed since it (or an eviction before it) ended.
         state_dir: where ``footprints.json`` lives.
         model_lock: ``(model, wait=None) -> context manager`` held around each load and eviction (the agent's
             per-(host, model) lock, so no deployment swaps a model while it loads or leaves; ``wait``: seconds to
@@ -95,10 +101,12 @@ class OnDemandLoader(FootprintAccounts):
 
     def __init__(self, gateway, runtime: TritonRuntime, *, budget_bytes: int | None, metrics_url: str = "",
                  state_dir: Path, model_lock: Callable[[str], AbstractContextManager] | None = None,
-                 unload_timeout: float = 120.0, concurrent_loads: int = 1):
+                 unload_timeout: float = 120.0, concurrent_loads: int = 1,
+                 metrics_interval_ms: int = DEFAULT_METRICS_INTERVAL_MS):
         self.gateway, self.runtime = gateway, runtime
         self.budget = budget_bytes
-        self.metrics_url = metrics_url
+        self.metrics_url, self.metrics_interval = metrics_url, metrics_interval_ms / 1000
+        self.memory_changed_at = float("-inf")  # when a load or an eviction last ended (monotonic)
         self.footprints_file = Path(state_dir) / FOOTPRINTS_FILE
         self.model_lock = model_lock or (lambda model, wait=None: nullcontext())
         self.unload_timeout = unload_timeout
@@ -117,7 +125,7 @@ class OnDemandLoader(FootprintAccounts):
         self._under_way: set[str] = set()
         self._busy, self._alone, self._waiting_alone = 0, False, 0
         self._room = threading.Lock()
-        self._reserved: dict[str, int] = {}
+        self._reserved: dict[str, Footprint] = {}
 
     # The threads.
 
@@ -253,7 +261,7 @@ class OnDemandLoader(FootprintAccounts):
             self._report_failure(model, message, backoff)
             return
         self.failures.pop(model, None)
-        logger.info("loaded %s on demand in %.3f s (footprint %s bytes)", model, loaded.seconds, loaded.footprint)
+        logger.info("loaded %s on demand in %.3f s (footprint %s)", model, loaded.seconds, loaded.footprint)
 
     def _report_failure(self, model: str, message: str, retry_after: float) -> None:
         try:
@@ -290,7 +298,7 @@ class OnDemandLoader(FootprintAccounts):
                 raise Abandoned(f"no request waits for {model} any more")
             if self.budget is not None:
                 with self._room:  # room made and reserved in one step, on what Triton holds now
-                    need = self.footprint(model) or self._assumed_bytes()
+                    need = self.footprint(model) or self._assumed()
                     self._make_room(model, registered, self._ready(), need=need)
                     self._reserved[model] = need
             try:
@@ -300,10 +308,12 @@ class OnDemandLoader(FootprintAccounts):
                     self._reserved.pop(model, None)
 
     def _load_now(self, model: str) -> Loaded:
-        """``load``'s load itself, once room is made: measured (when the model's footprint is not known yet)
-        and reported resident, with what is over the budget evicted after (a footprint measured larger than
+        """``load``'s load itself, once room is made: reported resident, then measured (when the model's footprint
+        is not known yet: ``_settled_memory`` before and after, so its held requests are served while Triton's
+        gauges catch up), with what is over the budget evicted after (a footprint measured larger than
         assumed)."""
-        before = self._memory()
+        measuring = self.footprint(model) is None
+        before = self._settled_memory() if measuring else None
         started = time.monotonic()
         try:
             self.runtime.load(model, None)
@@ -314,24 +324,24 @@ class OnDemandLoader(FootprintAccounts):
                 pass
             raise ServingRuntimeError(f"Triton could not load {model}: {exc.message}", retryable=exc.retryable,
                                       timed_out=exc.timed_out) from exc
-        seconds = time.monotonic() - started
-        footprint = self.footprint(model)
-        if footprint is None:
-            footprint = self._measure(model, before, self._memory())
-            if footprint is None and self.budget is not None:
-                self.problem = (f"budget not enforceable as measured: the load of {model} added no memory the agent "
-                                f"could see, so it counts as {self._assumed_bytes()} bytes until a load measures it")
-                logger.warning("on-demand memory budget: %s", self.problem)
+        finally:
+            ended = self.memory_changed_at = time.monotonic()
+        seconds = ended - started
         with self._room:
-            self._reserved.pop(model, None)  # READY now: counted as resident
+            self._reserved.pop(model, None)  # READY now: counted as resident (as assumed until measured)
+            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(self._ready()),
+                                          load_seconds=seconds)
+        footprint = self._measure(model, before) if measuring else self.footprint(model)
+        with self._room:
             ready = self._ready()
-            self.gateway.report_residency(model, RESIDENT, budget=self._budget_report(ready), load_seconds=seconds)
-            if self.budget is not None and self._resident_bytes(ready) + self._reserved_bytes(ready) > self.budget:
+            if self.budget is not None and self._overdrawn(ready, {}):
                 # Measured larger than assumed: others leave now, so the budget holds again.
                 try:
                     self._make_room(None, self.gateway.residency()["models"], ready, keep=model)
                 except NoRoom as exc:  # the model serves; what is over the budget leaves once it is idle
                     logger.warning("on-demand budget exceeded after loading %s: %s", model, exc)
+            elif self.budget is not None and measuring:  # the budget's figures with what was measured
+                self.gateway.report_residency(model, budget=self._budget_report(ready))
         return Loaded(seconds, footprint)
 
     @contextmanager
@@ -358,11 +368,6 @@ class OnDemandLoader(FootprintAccounts):
         """The models with a version READY on Triton now."""
         return {entry.name for entry in self.runtime.repository_index() if entry.state == "READY"}
 
-    def _reserved_bytes(self, resident: set[str], loading: str | None = None) -> int:
-        """Bytes reserved by the loads under way (other than ``loading``'s) of models not in ``resident`` yet
-        (call with ``_room`` held)."""
-        return sum(need for model, need in self._reserved.items() if model not in resident and model != loading)
-
     def evict(self, model: str, reason: str, timeout: float = DRAIN_SECONDS) -> bool:
         """Unload ``model`` once no request is in flight on it, under its lock (``model_lock``: no deployment
         of it is under way); new requests are held meanwhile (state evicting). ``reason`` labels
@@ -387,58 +392,67 @@ class OnDemandLoader(FootprintAccounts):
     def _evict(self, model: str, reason: str, timeout: float) -> bool:
         self.gateway.report_residency(model, EVICTING)
         deadline = time.monotonic() + timeout
-        while self._in_flight(model):
+        while model in self._flying():
             if time.monotonic() > deadline:
                 self.gateway.report_residency(model, RESIDENT)
                 return False
             time.sleep(0.005)
         versions = self.runtime.ready_versions(model)
-        self.runtime.unload(model)
-        self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+        try:
+            self.runtime.unload(model)
+            self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+        finally:
+            self.memory_changed_at = time.monotonic()
         ready = self._ready()
         self.gateway.report_residency(model, COLD, reason=reason, budget=self._budget_report(ready))
         logger.info("evicted %s (%s)", model, reason)
         return True
 
-    def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, need: int = 0, free: int = 0,
+    def _make_room(self, loading: str | None, registered: dict, ready: set[str], *, need: Footprint | None = None,
                    wait: float = DRAIN_SECONDS, keep: str | None = None) -> set[str]:
-        """Evict the models of least demand (``victims``) until ``loading`` (None: nothing more), counted as ``need``
-        bytes, fits in the budget beside the resident ones and the loads under way with ``free`` bytes to spare
-        (call with ``_room`` held), never evicting ``keep`` (the model just loaded, whose
-        lock this thread holds); returns the models evicted. A model with requests
-        held or in flight is passed over; when only such models are left it waits for them up to ``wait`` s
-        (a model whose load just ended still has its held requests on their way).
+        """Evict models of least demand until ``loading`` (None: nothing more), counted as ``need`` (``{device:
+        bytes}``), fits in the budget on each device it names, beside the resident models and the loads under way
+        (``need`` empty: until everything fits on every device); call with ``_room`` held. The victims are
+        ``eviction.room_victims``' choice among the idle ones, in ``victims``' order: a model that frees nothing on
+        a device that needs room stays. ``keep`` (the model just loaded, whose lock this thread holds) never goes;
+        a model with requests held or in flight, or whose eviction was refused, is passed over, and when the
+        idle ones cannot make room it waits for the busy ones up to ``wait`` s (a model whose load just ended
+        still has its held requests on their way). Returns the models evicted.
 
         Raises:
-            NoRoom: what is left is pinned or busy, or the model alone is larger than the budget.
+            NoRoom: what would have to leave is pinned or busy, or the model alone is larger than the budget.
         """
-        if need > self.budget:
-            raise NoRoom(f"{loading} needs {need} bytes, more than this host's on-demand memory budget of "
-                         f"{self.budget} bytes")
+        need = need or {}
+        if too_large(need, self.budget):
+            raise NoRoom(f"{loading} needs {describe(need)}, more than this host's on-demand memory budget of "
+                         f"{self.budget} bytes per device")
         resident = {m for m in ready if m in registered}
         evicted: set[str] = set()
+        passed: set[str] = set()  # evictions refused since the last wait (lock held, requests still in flight)
         deadline = time.monotonic() + wait
-        while self._resident_bytes(resident) + self._reserved_bytes(resident, loading) + need + free > self.budget:
-            busy = False
+        while over := self._overdrawn(resident, need, loading):
             with self._slots:
                 under_way = set(self._under_way)
-            for victim in self.victims(registered, resident - {loading, keep} - under_way):
-                if registered[victim]["held"] or self._in_flight(victim):
-                    busy = True
-                    continue
-                if self.evict(victim, "budget"):
+            order = self.victims(registered, resident - {loading, keep} - under_way)
+            flying = self._flying()
+            idle = [m for m in order if m not in passed and not registered[m]["held"] and m not in flying]
+            chosen = room_victims(need, self._held(resident, loading), idle, self.budget)
+            if chosen:
+                for victim in chosen:
+                    if not self.evict(victim, "budget"):
+                        passed.add(victim)
+                        break
                     evicted.add(victim)
                     resident.discard(victim)
-                    break
-                busy = True
-            else:
-                if not busy or time.monotonic() > deadline:
-                    raise NoRoom(f"no room for {loading or 'the models resident'} in this host's on-demand memory "
-                                 f"budget of {self.budget} bytes: {self._resident_bytes(resident)} bytes are held by "
-                                 f"models pinned or busy ({', '.join(sorted(resident))})")
-                time.sleep(0.01)
-                registered = self.gateway.residency()["models"]
-                resident &= set(registered)  # one unregistered meanwhile is always resident, outside the budget
+                continue
+            if len(idle) == len(order) or time.monotonic() > deadline:
+                raise NoRoom(f"no room for {loading or 'the models resident'} in this host's on-demand memory "
+                             f"budget of {self.budget} bytes per device (with it: {describe(over)}): the rest is held "
+                             f"by models pinned or busy ({', '.join(sorted(resident))})")
+            time.sleep(0.01)
+            passed.clear()  # a lock released or requests done since: tried again
+            registered = self.gateway.residency()["models"]
+            resident &= set(registered)  # one unregistered meanwhile is always resident, outside the budget
         return evicted
 
     def victims(self, registered: dict, resident: set[str]) -> list[str]:
@@ -451,18 +465,18 @@ class OnDemandLoader(FootprintAccounts):
                                    {m: registered[m]["last_used"] for m in resident if m in registered}, now)
 
     def _keep_headroom(self) -> None:
-        """Between loads: evict the models of least demand until the largest footprint fits in what is left of the
-        budget, so that the next cold load does not wait for an eviction. Never raises (logged)."""
-        if self.budget is None:
+        """Between loads: evict the models of least demand until the largest footprint fits, on each device, in
+        what is left of the budget, so that the next cold load does not wait for an eviction; not while a load
+        is measured (it runs alone). Never raises (logged)."""
+        if self.budget is None or self._alone:
             return
         try:
             with self._room:
                 registered = self.gateway.residency()["models"]
                 ready = self._ready()
                 largest = self._largest_footprint()
-                resident = {m for m in ready if m in registered}
-                if self._resident_bytes(resident) + self._reserved_bytes(resident) + largest > self.budget:
-                    self._make_room(None, registered, ready, free=largest, wait=0)
+                if self._overdrawn({m for m in ready if m in registered}, largest):
+                    self._make_room(None, registered, ready, need=largest, wait=0)
         except NoRoom:
             pass  # what is resident is pinned or busy: the next load makes room, or says why not
         except ServingRuntimeError as exc:
@@ -470,8 +484,9 @@ class OnDemandLoader(FootprintAccounts):
         except Exception:  # noqa: BLE001 - the loading thread outlives any one failure
             logger.exception("on-demand headroom failed")
 
-    def _in_flight(self, model: str) -> bool:
-        return any(count > 0 and key.split("/")[0] == model for key, count in self.gateway.inflight().items())
+    def _flying(self) -> set[str]:
+        """The models with a request in flight now (the gateway's counters)."""
+        return {key.split("/")[0] for key, count in self.gateway.inflight().items() if count > 0}
 
 
 def load_failure_message(model: str, exc: BaseException) -> str:

@@ -282,8 +282,10 @@ class HostResidencySerializer(serializers.Serializer):
     host = serializers.CharField()
     reported_at = serializers.DateTimeField(allow_null=True, help_text="the heartbeat these figures come from")
     budget = serializers.JSONField(help_text=(
-        "{budget_bytes, resident_bytes} (bytes; null without a budget) and problem: why the budget cannot be held "
-        "as measured, or an empty string"))
+        "{budget_bytes (what each device may hold), resident_bytes (what the fullest device holds; bytes, null "
+        "without a budget), devices ({device: bytes held}: each GPU by its uuid, and cpu for models that use no "
+        "GPU)} and problem: why the budget cannot be held as measured (\"budget not enforceable as measured: ...\"), "
+        "or an empty string"))
     models = ResidentModelSerializer(many=True, help_text="the models the caller may read, by name")
 
 

@@ -343,6 +343,7 @@ def start_loader() -> OnDemandLoader | None:
         triton_gateway(config.triton_url),
         TritonRuntime(config.triton_url, load_timeout=config.load_deadline, grpc_url=config.triton_grpc_url),
         budget_bytes=config.memory_budget_bytes, metrics_url=config.triton_metrics_url,
+        metrics_interval_ms=config.triton_metrics_interval_ms,
         state_dir=AgentPaths(Path(config.model_repository), config.staging_dir).state_dir,
         model_lock=model_lock, unload_timeout=config.unload_deadline, concurrent_loads=config.concurrent_loads)
     loader.start(timeout=0)  # the gateway may not run yet: the first heartbeat starts it

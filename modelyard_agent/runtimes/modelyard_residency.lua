@@ -443,12 +443,30 @@ function M.exposition()
         string.format('modelyard_on_demand_models{state="cold"} %d', registered - resident),
     }
     if type(budget.budget_bytes) == "number" then
-        out[#out + 1] = "# HELP modelyard_memory_budget_bytes The memory on-demand models may hold on this host."
+        out[#out + 1] = "# HELP modelyard_memory_budget_bytes The memory on-demand models may hold on each device."
         out[#out + 1] = "# TYPE modelyard_memory_budget_bytes gauge"
         out[#out + 1] = string.format("modelyard_memory_budget_bytes %d", budget.budget_bytes)
-        out[#out + 1] = "# HELP modelyard_resident_bytes Measured footprints of the on-demand models resident now."
+        out[#out + 1] = "# HELP modelyard_resident_bytes Footprints of the on-demand models resident now, on the "
+            .. "fullest device."
         out[#out + 1] = "# TYPE modelyard_resident_bytes gauge"
         out[#out + 1] = string.format("modelyard_resident_bytes %d", budget.resident_bytes or 0)
+        -- The agent's devices (GPU uuids, cpu): a few, never from a client.
+        local devices = {}
+        for device, bytes in pairs(type(budget.devices) == "table" and budget.devices or {}) do
+            if type(device) == "string" and type(bytes) == "number" then
+                devices[#devices + 1] = string.format('modelyard_device_resident_bytes{device="%s"} %d',
+                    label_value(device), bytes)
+            end
+        end
+        if #devices > 0 then
+            table.sort(devices)
+            out[#out + 1] = "# HELP modelyard_device_resident_bytes Footprints of the on-demand models resident now, "
+                .. "per device (a GPU's uuid, or cpu)."
+            out[#out + 1] = "# TYPE modelyard_device_resident_bytes gauge"
+            for _, line in ipairs(devices) do
+                out[#out + 1] = line
+            end
+        end
     end
     local requests, evictions = {}, {}
     -- What observe() counted, per kind: buckets[model][i], sums[model] and the models, for histogram() below.

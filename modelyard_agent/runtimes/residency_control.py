@@ -31,7 +31,8 @@ class ResidencyControl:
         """What the running gateway holds: ``{"models": {model: {"pinned", "state", "requests" (asked for since
         nginx started, whatever the outcome), "held" (requests held now),
         "last_used" (epoch seconds of the last request, or None), "wanted", "failure" ({message, retry_after}
-        or None), "cold_start_timeout" (seconds), "max_held"}}, "budget": {"budget_bytes", "resident_bytes"}}``.
+        or None), "cold_start_timeout" (seconds), "max_held"}}, "budget": {"budget_bytes" (per device),
+        "resident_bytes" (on the fullest device), "devices" ({device: bytes}), "problem"}}``.
 
         Raises:
             ServingRuntimeError: the control socket does not answer (retryable).
@@ -88,7 +89,8 @@ class ResidencyControl:
         """The loader's report of ``model``: its ``state`` (None: unchanged), the ``reason`` of an eviction (with
         state cold; counted in ``modelyard_evictions_total``), a failed load as ``(message, retry_after
         seconds)`` (held requests are answered 503 with it, and so is every request until it expires) and the
-        host's ``budget`` (``{"budget_bytes", "resident_bytes"}``, exposed as gauges); ``abandoned``: the loader
+        host's ``budget`` (``{"budget_bytes", "resident_bytes", "devices", "problem"}``, exposed as gauges, the
+        bytes held per device as ``modelyard_device_resident_bytes``); ``abandoned``: the loader
         will not load it, since no request waits for it any more (its want ends, so a later request wants it anew);
         ``load_seconds``: how long the load that made it resident took in Triton (``modelyard_model_load_seconds``).
 

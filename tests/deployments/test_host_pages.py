@@ -189,7 +189,8 @@ def test_a_model_registered_on_demand_is_in_its_own_section_not_unloaded_and_not
     residency = {"models": {"lazy": {"state": "cold", "pinned": False, "held": 0, "requests": 3},
                             "eager": {"state": "resident", "pinned": True, "held": 1, "requests": 9},
                             "gone": {"state": "cold", "pinned": False, "held": 0, "requests": 0}},
-                 "budget": {"budget_bytes": 8 << 30, "resident_bytes": 3 << 30, "problem": None}}
+                 "budget": {"budget_bytes": 8 << 30, "resident_bytes": 3 << 30, "problem": None,
+                            "devices": {"GPU-5c3f7a9e": 3 << 30, "GPU-b8e41d27": 1 << 30}}}
     host = ServingHost.objects.create(name="gpu-4", inference_url="http://gpu-4:8000",
                                       heartbeat={"gateway": {"residency": residency}})
     for name in ("lazy", "eager"):
@@ -210,6 +211,10 @@ def test_a_model_registered_on_demand_is_in_its_own_section_not_unloaded_and_not
     assert "Nothing loaded while it serves; the models on demand are below." in page
     section = page.split('class="card host-on-demand"', 1)[1]
     assert "3 registered" in section and "1 resident" in section and "3.0\xa0GiB of a budget of 8.0\xa0GiB" in section
+    # The budget holds on each GPU: what each one holds is shown.
+    assert "8.0\xa0GiB per device" in section
+    assert '<span class="device" data-device="GPU-5c3f7a9e">GPU-5c3f7a9e 3.0\xa0GiB</span>' in section
+    assert '<span class="device" data-device="GPU-b8e41d27">GPU-b8e41d27 1.0\xa0GiB</span>' in section
     lazy = section.split('data-model="lazy"', 1)[1].split("</tr>", 1)[0]
     assert 'data-state="cold"' in page and "not resident now" in lazy and "v1" in lazy and "Unload…" in lazy
     eager = section.split('data-model="eager"', 1)[1].split("</tr>", 1)[0]

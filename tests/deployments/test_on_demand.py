@@ -69,9 +69,11 @@ def test_many_requests_for_a_cold_model_start_one_load_and_are_all_answered(host
     load = seen[("modelyard_model_load_seconds_sum", (("model", "cold_a"),))]
     assert 0 < load < seen[("modelyard_cold_start_seconds_sum", (("model", "cold_a"),))] / 16 + 0.5
     assert seen[("modelyard_on_demand_models", (("state", "resident"),))] == 1
-    # The footprint was measured at the first load (no GPU here: what Triton's processes hold more) and kept.
+    # The footprint was measured at the first load, once it was reported resident (no GPU here: what Triton's
+    # processes hold more, in CPU memory) and kept.
+    wait_for(lambda: loader.footprint("cold_a") is not None, timeout=10, what="cold_a measured")
     measured = loader.footprint("cold_a")
-    assert measured is not None and measured > 1 << 20, measured
+    assert set(measured) == {"cpu"} and measured["cpu"] > 1 << 20, measured
     assert json.loads((host.dir / "footprints.json").read_text()) == {"cold_a": measured}
 
 

@@ -91,6 +91,8 @@ REPORTED = {"gateway": {"live": True, "residency": {
                    "failure": {"message": "out of memory", "retry_after": 4}, "cold_start_timeout": 10, "max_held": 8},
     },
     "budget": {"budget_bytes": 8 * GB, "resident_bytes": 3 * GB,
+               "devices": {"GPU-b8e41d27-6f3a-4e95-a0c2-7d19e5b3f604": 1 * GB,
+                           "GPU-5c3f7a9e-1d2b-4c8e-9f60-3a7b2e4d1c85": 3 * GB, "cpu": 0},
                "problem": "the memory of loaded models cannot be measured: no metrics URL"},
 }}}
 
@@ -106,7 +108,10 @@ def test_a_hosts_residency_shows_each_model_on_demand_the_caller_may_read_and_th
     assert answer.status_code == 200, answer.content
     body = answer.json()
     assert body["host"] == "gpu-0" and body["reported_at"]
+    # The budget holds on each device: the bytes held on each GPU (by its uuid) and in CPU memory.
     assert body["budget"] == {"budget_bytes": 8 * GB, "resident_bytes": 3 * GB,
+                              "devices": {"GPU-5c3f7a9e-1d2b-4c8e-9f60-3a7b2e4d1c85": 3 * GB,
+                                          "GPU-b8e41d27-6f3a-4e95-a0c2-7d19e5b3f604": 1 * GB, "cpu": 0},
                               "problem": "the memory of loaded models cannot be measured: no metrics URL"}
     # "secret" belongs to a team the reader is not in: left out, as if absent.
     assert body["models"] == [{"model": "iris", **REPORTED["gateway"]["residency"]["models"]["iris"]}]
@@ -120,6 +125,6 @@ def test_a_hosts_residency_shows_each_model_on_demand_the_caller_may_read_and_th
     ServingHost.objects.create(name="cpu-1", inference_url="http://cpu-1:8000")  # never reported
     assert staff.get("/api/v1/hosts/cpu-1/residency/").json() == {
         "host": "cpu-1", "reported_at": None, "models": [],
-        "budget": {"budget_bytes": None, "resident_bytes": None, "problem": ""}}
+        "budget": {"budget_bytes": None, "resident_bytes": None, "devices": {}, "problem": ""}}
     missing = staff.get("/api/v1/hosts/nowhere/residency/")
     assert missing.status_code == 404 and missing.json()["code"]
