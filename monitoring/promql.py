@@ -386,8 +386,11 @@ def requests_per_host_model(window: int) -> str:
     """
     w = _window(window)
     by = "host, model"
-    triton = (f"sum by ({by})(increase(nv_inference_request_success[{w}])"
-              f" + increase(nv_inference_request_failure[{w}]))")
+    # Each counter summed per (host, model) before they are added: added series by series they matched nothing,
+    # as Triton labels its failures with a ``reason`` its successes lack; a model with only one of them counts it.
+    success = f"sum by ({by})(increase(nv_inference_request_success[{w}]))"
+    failure = f"sum by ({by})(increase(nv_inference_request_failure[{w}]))"
+    triton = f"({success} + {failure}) or {success} or {failure}"
     bento = f"sum by ({by})(increase(bentoml_service_request_total{_bento({})}[{w}]))"
     return f"({triton}) or {bento}"
 

@@ -37,3 +37,21 @@ def test_a_real_prometheus_scrapes_gpu_memory_per_gpu_and_host(serve_exposition,
     per_gpu = instant(prometheus.url, 'nv_gpu_memory_total_bytes{host="gpu-a"}')
     assert sorted(r["metric"]["gpu_uuid"] for r in per_gpu) == uuids
     assert exposition.scrapes >= 1
+
+
+def test_triton_models_count_their_requests_per_host_for_idle_unloading(serve_exposition, start_prometheus):
+    """``promql.requests_per_host_model`` (what idle unloading reads) gives each Triton model a row: Triton labels
+    its failures with a ``reason`` its successes lack, so success + failure added series by series matched none."""
+    from monitoring import promql
+
+    exposition = serve_exposition(EXPOSITIONS["triton_cpu"])
+    prometheus = start_prometheus([{"target": exposition.target, "labels": {"host": "cpu-a"}}])
+    query = promql.requests_per_host_model(60)
+    deadline = time.monotonic() + SCRAPE_DEADLINE_S
+    rows = instant(prometheus.url, query)
+    while len(rows) < 2 and time.monotonic() < deadline:  # increase() needs two scrapes of a series
+        time.sleep(0.5)
+        rows = instant(prometheus.url, query)
+    counted = {(r["metric"]["host"], r["metric"]["model"]): float(r["value"][1]) for r in rows}
+    assert set(counted) == {("cpu-a", "iris"), ("cpu-a", "resnet50")}, rows
+    assert all(value == 0 for value in counted.values())  # the recorded page never changes: idle
