@@ -423,6 +423,16 @@ local function label_value(text)
     return (text:gsub("\\", "\\\\"):gsub("\"", "\\\""):gsub("\n", "\\n"))
 end
 
+-- Append to `out` a metric family: its HELP and TYPE lines, then its sample `lines`, sorted.
+local function family(out, name, kind, help, lines)
+    table.sort(lines)
+    out[#out + 1] = "# HELP " .. name .. " " .. help
+    out[#out + 1] = "# TYPE " .. name .. " " .. kind
+    for _, line in ipairs(lines) do
+        out[#out + 1] = line
+    end
+end
+
 function M.exposition()
     if not dict then
         return {}
@@ -459,13 +469,8 @@ function M.exposition()
             end
         end
         if #devices > 0 then
-            table.sort(devices)
-            out[#out + 1] = "# HELP modelyard_device_resident_bytes Footprints of the on-demand models resident now, "
-                .. "per device (a GPU's uuid, or cpu)."
-            out[#out + 1] = "# TYPE modelyard_device_resident_bytes gauge"
-            for _, line in ipairs(devices) do
-                out[#out + 1] = line
-            end
+            family(out, "modelyard_device_resident_bytes", "gauge", "Footprints of the on-demand models resident "
+                .. "now, per device (a GPU's uuid, or cpu).", devices)
         end
     end
     local requests, evictions = {}, {}
@@ -490,22 +495,13 @@ function M.exposition()
             counted.models[#counted.models + 1] = model
         end
     end
-    table.sort(requests)
-    table.sort(evictions)
     for _, counted in pairs(histograms) do
         table.sort(counted.models)
     end
-    out[#out + 1] = "# HELP modelyard_on_demand_requests_total Requests for on-demand models: hit (resident),"
-        .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader)."
-    out[#out + 1] = "# TYPE modelyard_on_demand_requests_total counter"
-    for _, line in ipairs(requests) do
-        out[#out + 1] = line
-    end
-    out[#out + 1] = "# HELP modelyard_evictions_total Models the host agent unloaded to make room, by reason."
-    out[#out + 1] = "# TYPE modelyard_evictions_total counter"
-    for _, line in ipairs(evictions) do
-        out[#out + 1] = line
-    end
+    family(out, "modelyard_on_demand_requests_total", "counter", "Requests for on-demand models: hit (resident),"
+        .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader).", requests)
+    family(out, "modelyard_evictions_total", "counter", "Models the host agent unloaded to make room, by reason.",
+        evictions)
     local function histogram(name, help, counted)
         out[#out + 1] = "# HELP " .. name .. " " .. help
         out[#out + 1] = "# TYPE " .. name .. " histogram"

@@ -63,6 +63,11 @@ def prometheus_value(prometheus_url: str, query: str) -> float | None:
     return float(rows[0]["value"][1]) if rows else None
 
 
+def wait_for_value(prometheus_url: str, query: str, expected: float, what: str, timeout: float = 30) -> None:
+    """Wait until ``query`` reads ``expected`` in Prometheus (it scrapes every second)."""
+    wait_for(lambda: prometheus_value(prometheus_url, query) == expected, timeout=timeout, interval=0.5, what=what)
+
+
 def sleep_request(session: requests.Session, url: str, seconds: float, version: int) -> float:
     """Ask ``version`` of the model to sleep ``seconds`` through the gateway; returns what the client waited."""
     body = {"inputs": [{"name": "seconds", "shape": [1], "datatype": "FP32", "data": [seconds]}]}
@@ -96,8 +101,8 @@ def served(triton_server, start_prometheus, tmp_path, settings):
     ])
     settings.PROMETHEUS_URL = prometheus.url
     stable = f'modelyard_gateway_requests_total{{model="{MODEL}",version="1",role="stable",code="2xx"}}'
-    wait_for(lambda: prometheus_value(prometheus.url, stable) == 0, timeout=60, interval=0.5,
-             what="Prometheus to scrape the gateway's series of version 1 at 0")
+    wait_for_value(prometheus.url, stable, 0, "Prometheus to scrape the gateway's series of version 1 at 0",
+                   timeout=60)
     host = ServingHost.objects.create(name=HOST, inference_url=url, metrics_url=triton_server.metrics_url)
     deploy_version(MODEL, 1, host)
     yield url, gateway, prometheus
@@ -116,8 +121,8 @@ def test_quantiles_fall_in_the_buckets_of_a_known_distribution_and_every_reader_
     random.Random(7).shuffle(asked)
     with requests.Session() as session:
         waited = [sleep_request(session, url, seconds, version=1) for seconds in asked]
-    wait_for(lambda: prometheus_value(prometheus.url, f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})')
-             == len(asked), timeout=30, interval=0.5, what="Prometheus to scrape every request")
+    wait_for_value(prometheus.url, f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})', len(asked),
+                   "Prometheus to scrape every request")
 
     api = api_client.get(f"/api/v1/models/{MODEL}/metrics/?range={RANGE}")
     assert api.status_code == 200, api.content
@@ -155,8 +160,7 @@ def test_a_burst_right_after_a_version_is_routed_counts_whole(served):
         for _ in range(300):
             sleep_request(session, url, 0.0, version=2)
     counted = f'sum(modelyard_gateway_requests_total{{model="{MODEL}",version="2",role="stable"}})'
-    wait_for(lambda: prometheus_value(prometheus.url, counted) == 300, timeout=30, interval=0.5,
-             what="Prometheus to scrape the burst")
+    wait_for_value(prometheus.url, counted, 300, "Prometheus to scrape the burst")
     in_window = promql.requests_in_window({"model": MODEL, "version": "2"}, 60)
     # Whether or not Prometheus scraped version 2 at 0 before the burst, the window holds all 300.
     assert prometheus_value(prometheus.url, in_window) == 300
@@ -176,8 +180,7 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
             sleep_request_pinned = session.post(f"{url}/v2/models/{MODEL}/versions/2/infer", json=body, timeout=30)
             assert sleep_request_pinned.status_code == 200
     total = f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})'
-    wait_for(lambda: prometheus_value(prometheus.url, total) == 2025, timeout=30, interval=0.5,
-             what="Prometheus to scrape every request")
+    wait_for_value(prometheus.url, total, 2025, "Prometheus to scrape every request")
 
     client.force_login(user)
     html = client.get(f"/monitoring/models/{MODEL}/traffic/?range={RANGE}").content.decode()
@@ -230,8 +233,7 @@ def test_a_role_row_with_nothing_measured_and_no_share_set_is_not_shown(served, 
         for _ in range(20):
             sleep_request(session, url, 0.0, version=1)
     total = f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})'
-    wait_for(lambda: prometheus_value(prometheus.url, total) == 20, timeout=30, interval=0.5,
-             what="Prometheus to scrape the requests")
+    wait_for_value(prometheus.url, total, 20, "Prometheus to scrape the requests")
     client.force_login(user)
     for page in (f"/monitoring/hosts/{HOST}/traffic/", f"/monitoring/models/{MODEL}/traffic/"):
         html = client.get(page).content.decode()
