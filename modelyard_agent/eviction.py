@@ -112,9 +112,14 @@ def overdrawn(held: Iterable[Mapping[str, int]], need: Mapping[str, int], budget
     return {device: totals[device] for device in checked if device in totals and totals[device] > budget}
 
 
+def peak(footprint: Mapping[str, int]) -> int:
+    """The most ``footprint`` holds on one device, bytes (its ``ANY_DEVICE`` bytes counted on each)."""
+    return max(device_totals([footprint]).values())
+
+
 def too_large(need: Mapping[str, int], budget: int) -> bool:
     """Whether ``need`` alone passes ``budget`` on a device (so no eviction can make room for it)."""
-    return max(device_totals([need]).values()) > budget
+    return peak(need) > budget
 
 
 def room_victims(need: Mapping[str, int], held: Mapping[str, Mapping[str, int]], order: Sequence[str],

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from modelyard_agent.eviction import ANY_DEVICE, CPU_DEVICE, device_totals, overdrawn
+from modelyard_agent.eviction import ANY_DEVICE, CPU_DEVICE, device_totals, overdrawn, peak
 from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
 from modelyard_agent.runtimes.routes import read_json_file
 from modelyard_agent.runtimes.triton import read_memory_in_use
@@ -165,15 +165,16 @@ class FootprintAccounts:
         most one known footprint holds on one device, or, with none known, the whole budget (one such model at a
         time: never past the budget, at the cost of evictions)."""
         known = [f for f in (self._footprints() if footprints is None else footprints).values() if f is not None]
-        return {ANY_DEVICE: max([max(device_totals([f]).values()) for f in known] or [self.budget or 0])}
+        return {ANY_DEVICE: max([peak(f) for f in known] or [self.budget or 0])}
 
-    def _held(self, resident: set[str], loading: str | None = None, *,
-              reserved: bool = True) -> dict[str, Footprint]:
+    def _held(self, resident: set[str], loading: str | None = None, *, reserved: bool = True,
+              footprints: dict[str, Footprint | None] | None = None) -> dict[str, Footprint]:
         """What holds memory, by name: the registered models in ``resident`` (one whose footprint is not measured,
         its load having added no memory that could be seen, as ``_assumed``, as its load assumed, never as 0
         bytes, so the budget still holds) and, when ``reserved``, the loads under way (other than ``loading``'s)
-        of models not resident yet (call with ``_room`` held)."""
-        footprints = self._footprints()
+        of models not resident yet (call with ``_room`` held). ``footprints``: ``_footprints()``, when read
+        already."""
+        footprints = self._footprints() if footprints is None else footprints
         assumed = self._assumed(footprints)
         held = {m: assumed if footprints[m] is None else footprints[m] for m in resident if m in footprints}
         if reserved:
@@ -187,8 +188,10 @@ class FootprintAccounts:
     def _resident_bytes(self, ready: set[str]) -> dict[str, int]:
         """Bytes the registered models in ``ready`` hold on each device, every device a known footprint names
         included (0 where nothing resident holds any)."""
-        known = [f for f in self._footprints().values() if f is not None]
-        return device_totals(self._held(ready, reserved=False).values(), device_totals(known) if known else ())
+        footprints = self._footprints()
+        known = [f for f in footprints.values() if f is not None]
+        held = self._held(ready, reserved=False, footprints=footprints)
+        return device_totals(held.values(), device_totals(known) if known else ())
 
     def enforcement_problem(self) -> str | None:
         """Why this host's budget cannot be held as measured, or None: with a budget, the agent must see Triton's
