@@ -95,7 +95,7 @@ def residency_report(host: ServingHost, visible) -> dict:
         models by name. A host that holds no model on demand, or has not reported, has none.
     """
     residency = _residency(host)
-    models = residency.get("models") if isinstance(residency.get("models"), dict) else {}
+    models = _models(residency)
     budget = _budget(residency)
     shown = set(visible({name for name, entry in models.items() if isinstance(entry, dict)})) if models else set()
     return {
@@ -113,16 +113,14 @@ def residency_states(host_names: set[str]) -> dict[str, dict[str, str]]:
     them, by the name each has on the host's runtime: ``{host: {runtime name: state}}``; one SQL query."""
     states = {}
     for name, heartbeat in ServingHost.objects.filter(name__in=host_names).values_list("name", "heartbeat"):
-        models = _residency_of(heartbeat).get("models")
-        states[name] = {model: entry.get("state") for model, entry in (models if isinstance(models, dict) else {})
-                        .items() if isinstance(entry, dict)}
+        states[name] = {model: entry.get("state") for model, entry in _models(_residency_of(heartbeat)).items()
+                        if isinstance(entry, dict)}
     return states
 
 
 def on_demand_names(host: ServingHost) -> set[str]:
     """The names (on the host's runtime) of the models ``host``'s gateway last reported registered on demand."""
-    models = _residency(host).get("models")
-    return set(models) if isinstance(models, dict) else set()
+    return set(_models(_residency(host)))
 
 
 def _residency(host: ServingHost) -> dict:
@@ -133,6 +131,11 @@ def _residency_of(heartbeat: dict | None) -> dict:
     gateway = heartbeat.get("gateway") if isinstance(heartbeat, dict) else None
     residency = gateway.get("residency") if isinstance(gateway, dict) else None
     return residency if isinstance(residency, dict) else {}
+
+
+def _models(residency: dict) -> dict:
+    models = residency.get("models")
+    return models if isinstance(models, dict) else {}
 
 
 def _budget(residency: dict) -> dict:
