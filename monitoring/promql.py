@@ -111,10 +111,15 @@ def _bento(selector: dict[str, str], *extra: str) -> str:
 
 
 def _increase(metric: str, matchers: str, w: str, by: str = BY) -> str:
-    """What a counter rose by over the last ``w``, summed ``by``: ``increase()`` of a series that existed ``w``
-    ago, the whole value of one that did not (it started at 0 inside the window)."""
+    """What a counter rose by over the last ``w``, summed ``by``: the whole value of a series first seen inside
+    the window (it started at 0 there) that has not reset since, else ``increase()``, which counts across
+    resets. A series first seen inside the window that then reset (a version unloaded and loaded again, a
+    process restarted) holds only its rise since the reset, so its whole value would lose what it counted
+    before: ``increase()`` keeps that, less what its first sample held."""
     series = f"{metric}{matchers}"
-    return f"sum by ({by})(({series} unless {series} offset {w}) or increase({series}[{w}]))"
+    first_seen = f"({series} unless {series} offset {w})"
+    return (f"sum by ({by})(({first_seen} unless resets({series}[{w}]) > 0)"
+            f" or increase({series}[{w}]))")
 
 
 def _rate_sum(metric: str, matchers: str, w: str, by: str = BY) -> str:

@@ -46,14 +46,15 @@ def test_counters_are_summed_by_model_and_version_and_count_a_series_first_seen_
     for counter in READ_COUNTERS[key]:
         series = counter + ('{model="iris",endpoint!~"/livez|/readyz|/healthz|/metrics"}'
                             if counter.startswith("bentoml") else '{model="iris"}')
-        assert f"({series} unless {series} offset 60s) or increase({series}[60s])" in query, counter
+        assert (f"(({series} unless {series} offset 60s) unless resets({series}[60s]) > 0)"
+                f" or increase({series}[60s])") in query, counter
 
 
 def test_a_rate_is_the_counters_rise_over_the_windows_seconds():
     query = promql.throughput({"model": "iris"}, 900)
     series = 'nv_inference_count{model="iris"}'
-    assert query.startswith(f"(sum by (model, version)(({series} unless {series} offset 900s)"
-                            f" or increase({series}[900s])) / 900)")
+    assert query.startswith(f"(sum by (model, version)((({series} unless {series} offset 900s)"
+                            f" unless resets({series}[900s]) > 0) or increase({series}[900s])) / 900)")
 
 
 @pytest.mark.parametrize("metric", promql.MODEL_METRICS, ids=lambda m: m.key)
@@ -89,5 +90,6 @@ def test_byte_counts_are_shown_in_binary_units(value, text):
 def test_the_request_count_is_an_increase_over_the_window_of_successes_and_failures_per_version():
     query = promql.requests_in_window({"model": "iris"}, 600)
     series = '{model="iris",__name__=~"nv_inference_request_success|nv_inference_request_failure"}'
-    assert f"({series} unless {series} offset 600s) or increase({series}[600s])" in query
+    assert (f"(({series} unless {series} offset 600s) unless resets({series}[600s]) > 0)"
+            f" or increase({series}[600s])") in query
     assert "sum by (model, version)" in query and "bentoml_service_request_total" in query
