@@ -5,7 +5,8 @@
 // alternative (the canvas's description: each line's latest, lowest and highest value and the
 // deployments), and a log-scale toggle, switched on by itself when one spike would flatten the other
 // lines. Vertical lines mark deployments that reached a host: solid at the start, labelled with
-// what the rollout did, dashed at its end; a rollout cancelled before any host gets no line.
+// what the rollout did, dashed at its end; a rollout cancelled before any host gets no line. Labels
+// that would overlap collapse into a tab on their line and show while the pointer is over it.
 (function () {
   "use strict";
   var COLOURS = ["#1f6feb", "#d1242f", "#1a7f37", "#8250df", "#bc4c00", "#0550ae", "#6e7781"];
@@ -43,32 +44,98 @@
     return (markers || []).filter(function (m) { return m.touched; });
   }
 
+  // Where the labels of deployment markers go: each on the first of LABEL_ROWS rows where it overlaps no
+  // label already placed (left of its line near the right edge). A label that fits on no row is collapsed:
+  // its line gets a small tab at the top instead, and the label shows while the pointer is over the line.
+  var LABEL_ROWS = 3, LABEL_GAP = 6, HOVER_PX = 5;
+
+  function placeLabels(ctx, edges, area) {
+    var rows = [];
+    for (var r = 0; r < LABEL_ROWS; r++) { rows.push([]); }
+    return edges.map(function (edge) {
+      var width = ctx.measureText(edge.label).width;
+      var left = edge.px + 3 + width > area.right ? edge.px - 3 - width : edge.px + 3;
+      for (var row = 0; row < LABEL_ROWS; row++) {
+        var free = rows[row].every(function (box) {
+          return left + width + LABEL_GAP <= box[0] || left >= box[1] + LABEL_GAP;
+        });
+        if (free) {
+          rows[row].push([left, left + width]);
+          return { edge: edge, x: left, row: row };
+        }
+      }
+      return { edge: edge, x: null, row: null };
+    });
+  }
+
+  function drawLabel(ctx, text, x, y, colour, boxed) {
+    if (boxed) {
+      var width = ctx.measureText(text).width;
+      ctx.fillStyle = "rgba(255, 255, 255, 0.92)";
+      ctx.fillRect(x - 2, y - 10, width + 4, 13);
+    }
+    ctx.fillStyle = colour;
+    ctx.fillText(text, x, y);
+  }
+
   // Chart.js plugin: vertical lines for the deployments that reached a host.
   var markerPlugin = {
     id: "deploymentMarkers",
     afterDatasetsDraw: function (chart, args, options) {
-      var markers = drawnMarkers(options.markers);
       var x = chart.scales.x, area = chart.chartArea, ctx = chart.ctx;
+      var starts = [];
       ctx.save();
       ctx.font = "11px system-ui, sans-serif";
-      markers.forEach(function (m, i) {
-        [[m.start, [], m.label], [m.end, [5, 4], ""]].forEach(function (edge) {
+      drawnMarkers(options.markers).forEach(function (m) {
+        var colour = m.status === "failed" ? "#cf222e" : "#57606a";
+        [[m.start, []], [m.end, [5, 4]]].forEach(function (edge, isEnd) {
           if (edge[0] === null || edge[0] < x.min || edge[0] > x.max) { return; }
           var px = x.getPixelForValue(edge[0]);
-          ctx.strokeStyle = m.status === "failed" ? "#cf222e" : "#57606a";
+          ctx.strokeStyle = colour;
           ctx.setLineDash(edge[1]);
           ctx.lineWidth = 1;
           ctx.beginPath(); ctx.moveTo(px, area.top); ctx.lineTo(px, area.bottom); ctx.stroke();
-          if (edge[2]) {
-            // Labels of nearby deployments are staggered; near the right edge they go left of the line.
-            var width = ctx.measureText(edge[2]).width;
-            var lx = px + 3 + width > area.right ? px - 3 - width : px + 3;
-            ctx.fillStyle = ctx.strokeStyle;
-            ctx.fillText(edge[2], lx, area.top + 11 + (i % 3) * 12);
-          }
+          if (!isEnd) { starts.push({ px: px, label: m.label, colour: colour }); }
         });
       });
+      starts.sort(function (a, b) { return a.px - b.px; });
+      var placed = placeLabels(ctx, starts, area), collapsed = 0;
+      ctx.setLineDash([]);
+      placed.forEach(function (p) {
+        if (p.x !== null) {
+          drawLabel(ctx, p.edge.label, p.x, area.top + 11 + p.row * 12, p.edge.colour, false);
+        } else {
+          collapsed += 1;
+          ctx.fillStyle = p.edge.colour;
+          ctx.fillRect(p.edge.px - 3, area.top, 6, 6);
+        }
+      });
+      var hovered = chart.$hoveredMarker;
+      if (hovered) {
+        var width = ctx.measureText(hovered.label).width;
+        var hx = hovered.px + 6 + width > area.right ? hovered.px - 6 - width : hovered.px + 6;
+        drawLabel(ctx, hovered.label, hx, area.top + 11 + LABEL_ROWS * 12, hovered.colour, true);
+      }
+      chart.$markerStarts = starts;
+      chart.canvas.dataset.markerLabelsCollapsed = String(collapsed);
       ctx.restore();
+    },
+    afterEvent: function (chart, args) {
+      var event = args.event;
+      if (event.type !== "mousemove" && event.type !== "mouseout") { return; }
+      var near = null;
+      if (event.type === "mousemove") {
+        (chart.$markerStarts || []).forEach(function (s) {
+          if (Math.abs(s.px - event.x) <= HOVER_PX && (!near || Math.abs(s.px - event.x) < Math.abs(near.px - event.x))) {
+            near = s;
+          }
+        });
+      }
+      if (near !== chart.$hoveredMarker) {
+        chart.$hoveredMarker = near;
+        chart.canvas.dataset.hoveredMarker = near ? near.label : "";
+        args.changed = true;
+      }
     },
   };
 

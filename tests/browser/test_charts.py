@@ -168,3 +168,36 @@ def test_the_fleet_overview_gives_mean_latency_and_a_scale_on_each_sparkline(pag
     assert v2_peak == pytest.approx(20, rel=0.25)
     label = page.locator('tr[data-model="iris"][data-version="2"] svg.sparkline').get_attribute("aria-label")
     assert label.startswith("throughput over the last hour, from 0 to a peak of ")
+
+
+def test_marker_labels_closer_than_their_width_collapse_and_show_while_the_pointer_is_over_their_line(page):
+    now = timezone.now()
+    gpu = ServingHost.objects.get(name="gpu-a")
+    v2 = ModelVersion.objects.get(model__name="iris", version=2)
+    starts = [now - timedelta(minutes=6) + timedelta(seconds=15 * n) for n in range(4)]
+    for status, start in zip((DeploymentStatus.SUCCEEDED, DeploymentStatus.FAILED, DeploymentStatus.SUCCEEDED,
+                              DeploymentStatus.SUCCEEDED), starts, strict=True):
+        deployment = Deployment.objects.create(model=v2.model, version=v2, status=status)
+        state = TargetState.FAILED if status == DeploymentStatus.FAILED else TargetState.READY
+        DeploymentTarget.objects.create(deployment=deployment, host=gpu, state=state)
+        Deployment.objects.filter(pk=deployment.pk).update(created_at=start, finished_at=start)
+
+    page.goto("/models/iris/")
+    page.wait_for_selector(DRAWN)
+
+    canvas = page.locator("#chart-throughput")
+    # Four labels about 100 px wide, 15 s (a few px) apart: three rows hold three, the fourth collapses.
+    assert int(canvas.get_attribute("data-marker-labels-collapsed")) >= 1
+    place = page.evaluate(
+        """([id, t]) => {
+            const c = document.getElementById(id), chart = Chart.getChart(c), r = c.getBoundingClientRect();
+            const area = chart.chartArea;
+            return {x: r.left + chart.scales.x.getPixelForValue(t), y: r.top + (area.top + area.bottom) / 2}; }""",
+        ["chart-throughput", starts[3].timestamp()],
+    )
+    page.mouse.move(place["x"], place["y"])
+    page.wait_for_selector('#chart-throughput[data-hovered-marker="v2 rolled out to 1 host"]')
+    page.mouse.move(place["x"] + 200, place["y"])
+    page.wait_for_selector('#chart-throughput[data-hovered-marker=""]')
+    text = page.locator("#chart-throughput-text").text_content()
+    assert text.count("v2 rolled out to 1 host.") == 3 and "v2 failed on 1 of 1 host" in text
