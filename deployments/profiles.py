@@ -322,13 +322,19 @@ def profile_progress(profile: Profile) -> dict:
     return {"done": done, "total": profile.runs, "step": profile.step}
 
 
+# The p99 target is drawn on a card's chart only when it lies within this many times the widest measured p99:
+# farther out, the axis would follow the target and squash every point against zero.
+TARGET_REACH = 1.5
+
+
 def card_context(profile: Profile) -> dict:
     """What the card panel shows of ``profile``.
 
     Returns:
         ``{"rows": [row + {"on_front", "recommended"}], "recommended": dict | None,
         "recommended_overrides": JSON text | "", "chart": {"configs": [{"key", "label", "points":
-        [{"x": p99_ms, "y": throughput, "concurrency"}]}], "front": [{"x", "y"}], "slo_p99_ms"},
+        [{"x": p99_ms, "y": throughput, "concurrency"}]}], "front": [{"x", "y"}], "slo_p99_ms", "target_drawn":
+        whether the target lies within ``TARGET_REACH`` times the widest measured p99, so the axis fits the data},
         "chart_id": the id of the chart's JSON element, "progress": {...},
         "summary": a sentence describing the chart, its text alternative}``.
     """
@@ -345,6 +351,7 @@ def card_context(profile: Profile) -> dict:
         entry = configs.setdefault(row["config"]["key"], {"key": row["config"]["key"],
                                                            "label": row["config"].get("label", ""), "points": []})
         entry["points"].append({"x": row["p99_ms"], "y": row["throughput"], "concurrency": row["concurrency"]})
+    widest = max((point["x"] for entry in configs.values() for point in entry["points"]), default=0)
     overrides = overrides_for(profile.version, best["config"]) if best else None
     if front:
         top = max(front, key=lambda row: row["throughput"])
@@ -357,5 +364,6 @@ def card_context(profile: Profile) -> dict:
     return {"rows": rows, "recommended": best, "recommended_overrides": json.dumps(overrides) if overrides else "",
             "chart": {"configs": list(configs.values()), "front": [{"x": r["p99_ms"], "y": r["throughput"]}
                                                                    for r in front],
-                      "slo_p99_ms": profile.slo_p99_ms},
+                      "slo_p99_ms": profile.slo_p99_ms,
+                      "target_drawn": bool(profile.slo_p99_ms) and profile.slo_p99_ms <= widest * TARGET_REACH},
             "chart_id": f"profile-chart-{profile.pk}", "progress": profile_progress(profile), "summary": summary}

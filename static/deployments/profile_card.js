@@ -1,6 +1,7 @@
 // Draws a version's performance card (the version page's profile panel, loaded and refreshed by
 // htmx): throughput against client p99 per config, one colour per config and one point per
-// concurrency level, the Pareto front as a dashed line and the p99 target as a vertical line.
+// concurrency level, the Pareto front as a dashed line and the p99 target as a vertical line (left off,
+// and said so in the caption, when it lies far beyond every point, so the axis follows the data).
 // The data comes from the panel's JSON element (Django's json_script) named by the canvas's
 // data-chart-id; a canvas is drawn once, so each htmx refresh draws only what it brought.
 (function () {
@@ -21,7 +22,8 @@
                     borderColor: "#24292f", borderDash: [6, 4], borderWidth: 1.5 });
     var top = 0;
     card.configs.forEach(function (c) { c.points.forEach(function (p) { top = Math.max(top, p.y); }); });
-    if (card.slo_p99_ms) {
+    // The target is left off when it lies far beyond every point (card.target_drawn): the axis fits the data.
+    if (card.slo_p99_ms && card.target_drawn) {
       datasets.push({ label: "p99 target", data: [{ x: card.slo_p99_ms, y: 0 }, { x: card.slo_p99_ms, y: top * 1.1 }],
                       showLine: true, pointRadius: 0, borderColor: "#d1242f", borderWidth: 1.5 });
     }
@@ -44,6 +46,7 @@
         },
       },
     });
+    canvas.dataset.target = card.slo_p99_ms ? (card.target_drawn ? "drawn" : "beyond the axis") : "none";
     canvas.dataset.drawn = "true";
   }
 

@@ -44,3 +44,22 @@ def test_the_card_is_drawn_and_its_recommendation_fills_the_rollout_form(page, w
     assert overrides["instance_group"][0]["count"] in {1, 2} and "dynamic_batching" in overrides
     assert page.input_value("select[name=version]") == "1"
     assert watch.problems() == []
+
+
+def test_a_target_far_beyond_every_point_is_left_off_so_the_axis_fits_the_data(page, watch, card):
+    Profile.objects.filter(pk=card.pk).update(slo_p99_ms=200.0)
+    widest = max(row["p99_ms"] for row in CARD["rows"] if row.get("p99_ms") is not None)
+
+    page.goto("/models/iris/versions/1/")
+    page.wait_for_selector(DRAWN)
+    drawn = page.evaluate("""() => {
+        const chart = Chart.getChart(document.querySelector("canvas.profile-chart"));
+        return {labels: chart.data.datasets.map(d => d.label), max: chart.scales.x.max};
+    }""")
+    # Before: the target's line stretched the axis to 200 ms and squashed every point into its first 1.5 %.
+    assert "p99 target" not in drawn["labels"]
+    assert widest <= drawn["max"] < 2 * widest, drawn
+    assert page.locator("canvas.profile-chart").get_attribute("data-target") == "beyond the axis"
+    assert "the p99 target (200 ms) lies far beyond every measured p99" in page.locator(
+        ".profile-chart-figure figcaption").text_content()
+    assert watch.problems() == []
