@@ -225,6 +225,23 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
 
 UNDEFINED_POINTS = ("points left out: Prometheus computed NaN or Inf there (a ratio whose denominator was 0: no "
                     "request of that kind)")
+# Why a chart's metric has no point at all in the range (``model_series``'s ``empty``).
+EMPTY_NO_SERIES = ("no data: Prometheus has no series of this model in the range (not served in it, or its hosts "
+                   "not scraped yet)")
+EMPTY_QUIET = "no data: the model answered no request in the range"
+EMPTY_NOT_REPORTED = ("no data: its runtime reports none for this model (BentoML has no queue or compute time, "
+                      "nor a pending count)")
+
+
+def _empty_reasons(series: dict[str, list]) -> dict[str, str]:
+    """``{metric key: why it has no point in the range}`` for each key of ``series`` without one: no series of
+    the model at all (nothing has throughput rows), none of that metric beside other metrics' (its runtime
+    reports none), or rows whose every point was left out or read 0 traffic (no request)."""
+    if not any(row["points"] for row in series.get("throughput", [])):
+        seen = any(series.get("throughput"))
+        return {key: EMPTY_QUIET if seen else EMPTY_NO_SERIES for key in series}
+    return {key: EMPTY_QUIET if rows else EMPTY_NOT_REPORTED
+            for key, rows in series.items() if not any(row["points"] for row in rows)}
 
 
 def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
@@ -232,10 +249,11 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
 
     Returns:
         ``{"model", "range", "range_seconds", "step": seconds, "series": {key: [{"version": str, "points":
-        [[unix seconds, value], ...], "undefined_points": count, "missing": str | None}]}, "units": {key:
-        unit}, "markers": [...]}`` for every key of ``promql.MODEL_METRICS``; at most ``promql.MAX_POINTS``
-        points per series. A point where PromQL computed no number (NaN or Inf) is left out: counted in
-        ``undefined_points``, and ``missing`` says why (None when none was left out).
+        [[unix seconds, value], ...], "undefined_points": count, "missing": str | None}]}, "empty": {key: why
+        it has no point}, "units": {key: unit}, "markers": [...]}`` for every key of ``promql.MODEL_METRICS``;
+        at most ``promql.MAX_POINTS`` points per series. A point where PromQL computed no number (NaN or Inf)
+        is left out: counted in ``undefined_points``, and ``missing`` says why (None when none was left out).
+        ``empty`` names each metric without a single point and why (``_empty_reasons``).
 
     Raises:
         NotFound, InvalidInput, ServiceUnavailable: as ``model_metrics``.
@@ -261,7 +279,7 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
         raise ServiceUnavailable(str(exc)) from exc
     return {
         "model": model.name, "range": range_text, "range_seconds": seconds, "step": step, "series": series,
-        "units": {m.key: m.unit for m in promql.MODEL_METRICS},
+        "empty": _empty_reasons(series), "units": {m.key: m.unit for m in promql.MODEL_METRICS},
         "markers": deployment_markers(model, since_seconds=seconds),
     }
 

@@ -4,7 +4,7 @@
 // whose swatches draw the lines' own dash styles (its buttons hide and show a line), a text
 // alternative (the canvas's description: each line's latest, lowest and highest value and the
 // deployments), and a log-scale toggle, switched on by itself when one spike would flatten the other
-// lines. Vertical lines mark deployments that reached a host: solid at the start, labelled with
+// lines. A chart without a single point says why under it (the series API's "empty"). Vertical lines mark deployments that reached a host: solid at the start, labelled with
 // what the rollout did, dashed at its end; a rollout cancelled before any host gets no line. Labels
 // that would overlap collapse into a tab on their line and show while the pointer is over it.
 (function () {
@@ -165,14 +165,18 @@
   }
 
   // The text alternative: what each line did and which deployments the chart marks.
-  function describe(datasets, unit, body) {
+  function describe(datasets, unit, body, why) {
     var parts = datasets.map(function (d) {
       if (!d.data.length) { return d.label + ": no data."; }
       var ys = d.data.map(function (p) { return p.y; });
       return d.label + ": latest " + number(ys[ys.length - 1]) + ", lowest " + number(Math.min.apply(null, ys)) +
         ", highest " + number(Math.max.apply(null, ys)) + " " + unit + ".";
     });
-    if (!datasets.length) { parts.push("No data in the last " + body.range + "."); }
+    if (why) {
+      parts.unshift(why.charAt(0).toUpperCase() + why.slice(1));
+    } else if (!datasets.length) {
+      parts.push("No data in the last " + body.range + ".");
+    }
     (body.markers || []).forEach(function (m) {
       parts.push("Deployment at " + timeLabel(m.start, body.range_seconds) + ": " + m.label +
         (m.touched ? "." : " (no line drawn: it reached no host)."));
@@ -230,9 +234,19 @@
     });
   }
 
-  function draw(canvasId, datasets, unit, body) {
+  // Under a chart without a single point: why (the series API's "empty" reason of its metric).
+  function emptyReason(canvas, datasets, reason) {
+    var points = datasets.reduce(function (n, d) { return n + d.data.length; }, 0);
+    var box = canvas.closest("figure").querySelector(".chart-empty");
+    box.textContent = points ? "" : (reason || "no data in the range") + ".";
+    box.hidden = Boolean(points);
+    return points ? "" : box.textContent;
+  }
+
+  function draw(canvasId, datasets, unit, body, metric) {
     var canvas = document.getElementById(canvasId);
     if (!canvas) { return; }
+    var why = emptyReason(canvas, datasets, (body.empty || {})[metric]);
     var now = Date.now() / 1000;
     var span = body.range_seconds;
     var chart = new window.Chart(canvas, {
@@ -261,7 +275,7 @@
     var list = document.getElementById(canvasId + "-legend");
     if (list) { legend(chart, list); }
     var text = document.getElementById(canvasId + "-text");
-    if (text) { text.textContent = describe(datasets, unit, body); }
+    if (text) { text.textContent = describe(datasets, unit, body, why); }
     var toggle = document.querySelector('.scale-toggle[data-chart="' + canvasId + '"]');
     if (toggle) { scaleToggle(chart, toggle, unit); }
   }
@@ -280,21 +294,21 @@
     versions.sort(function (a, b) { return Number(a) - Number(b); });
     draw("chart-throughput", s.throughput.map(function (r) {
       return line("v" + r.version, r, colourOf(versions, r.version));
-    }), "inferences/s", body);
+    }), "inferences/s", body, "throughput");
     var latency = [];
     LATENCY.forEach(function (q) {
       (s[q[0]] || []).forEach(function (r) {
         latency.push(line("v" + r.version + " " + q[1], r, colourOf(versions, r.version), q[2]));
       });
     });
-    draw("chart-latency", latency, "ms", body);
+    draw("chart-latency", latency, "ms", body, "latency_mean_ms");
     draw("chart-errors", s.error_rate.map(function (r) {
       return line("v" + r.version, r, colourOf(versions, r.version), [], 100);
-    }), "% of requests", body);
+    }), "% of requests", body, "error_rate");
     var queue = [];
     s.queue_ms.forEach(function (r) { queue.push(line("v" + r.version + " queue", r, colourOf(versions, r.version), QUEUE_DASH)); });
     s.compute_ms.forEach(function (r) { queue.push(line("v" + r.version + " compute", r, colourOf(versions, r.version))); });
-    draw("chart-queue", queue, "ms per request", body);
+    draw("chart-queue", queue, "ms per request", body, "queue_ms");
     document.getElementById("model-charts").dataset.drawn = "true";
   }
 

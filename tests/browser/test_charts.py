@@ -16,7 +16,9 @@ from PIL import Image
 
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
+from monitoring.services import EMPTY_NO_SERIES, EMPTY_NOT_REPORTED
 from registry.models import ModelVersion
+from tests.monitoring.synthetic import deploy_version
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -201,3 +203,20 @@ def test_marker_labels_closer_than_their_width_collapse_and_show_while_the_point
     page.wait_for_selector('#chart-throughput[data-hovered-marker=""]')
     text = page.locator("#chart-throughput-text").text_content()
     assert text.count("v2 rolled out to 1 host.") == 3 and "v2 failed on 1 of 1 host" in text
+
+
+def test_a_chart_without_a_point_says_why_under_it_and_in_words(page):
+    deploy_version("never-scraped", 1, ServingHost.objects.get(name="gpu-a"))
+
+    page.goto("/models/never-scraped/")
+    page.wait_for_selector(DRAWN)
+    for chart in CHARTS:  # Prometheus has no series of this model at all
+        assert page.locator(f"#{chart}-empty").text_content() == EMPTY_NO_SERIES + ".", chart
+        assert page.locator(f"#{chart}-text").text_content().startswith("No data: Prometheus has no series")
+
+    page.goto("/models/bento-iris/")
+    page.wait_for_selector(DRAWN)
+    # BentoML reports throughput and latency but no queue or compute time.
+    assert page.locator("#chart-queue-empty").text_content() == EMPTY_NOT_REPORTED + "."
+    assert page.locator("#chart-throughput-empty").is_hidden()
+    assert page.locator("#chart-throughput-empty").text_content() == ""
