@@ -8,12 +8,13 @@ import time
 
 from django.db.models import Count, Q
 
-from deployments.choices import DeploymentStatus, Residency, RolloutTrigger, TargetState
+from deployments.choices import CanaryState, DeploymentStatus, Residency, RolloutTrigger, TargetState
 from deployments.heartbeats import residency_states
 from deployments.models import Deployment
 from deployments.served import hosts_lending_name, serving_now
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring import promql
+from monitoring.empty import empty_reasons
 from monitoring.prometheus import PrometheusClient, PrometheusUnavailable, undefined_reason
 from monitoring.readings import on_demand_measured
 from registry.models import ModelVersion
@@ -225,25 +226,6 @@ def deployment_markers(model, *, since_seconds: int) -> list[dict]:
 
 UNDEFINED_POINTS = ("points left out: Prometheus computed NaN or Inf there (a ratio whose denominator was 0: no "
                     "request of that kind)")
-# Why a chart's metric has no point at all in the range (``model_series``'s ``empty``).
-EMPTY_NO_SERIES = ("no data: Prometheus has no series of this model in the range (not served in it, or its hosts "
-                   "not scraped yet)")
-EMPTY_QUIET = "no data: the model answered no request in the range"
-EMPTY_NOT_REPORTED = ("no data: its runtime reports none for this model (BentoML has no queue or compute time, "
-                      "nor a pending count)")
-
-
-def _empty_reasons(series: dict[str, list]) -> dict[str, str]:
-    """``{metric key: why it has no point in the range}`` for each key of ``series`` without one: no series of
-    the model at all (nothing has throughput rows), none of that metric beside other metrics' (its runtime
-    reports none), or rows whose every point was left out or read 0 traffic (no request)."""
-    if not any(row["points"] for row in series.get("throughput", [])):
-        seen = any(series.get("throughput"))
-        return {key: EMPTY_QUIET if seen else EMPTY_NO_SERIES for key in series}
-    return {key: EMPTY_QUIET if rows else EMPTY_NOT_REPORTED
-            for key, rows in series.items() if not any(row["points"] for row in rows)}
-
-
 def model_series(model_name: str, range_text: str = "15m", *, client: PrometheusClient | None = None) -> dict:
     """Time series of one model's metrics per version, for charts, with deployment markers.
 
@@ -253,7 +235,7 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
         it has no point}, "units": {key: unit}, "markers": [...]}`` for every key of ``promql.MODEL_METRICS``;
         at most ``promql.MAX_POINTS`` points per series. A point where PromQL computed no number (NaN or Inf)
         is left out: counted in ``undefined_points``, and ``missing`` says why (None when none was left out).
-        ``empty`` names each metric without a single point and why (``_empty_reasons``).
+        ``empty`` names each metric without a single point and why (``monitoring.empty``).
 
     Raises:
         NotFound, InvalidInput, ServiceUnavailable: as ``model_metrics``.
@@ -279,7 +261,7 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
         raise ServiceUnavailable(str(exc)) from exc
     return {
         "model": model.name, "range": range_text, "range_seconds": seconds, "step": step, "series": series,
-        "empty": _empty_reasons(series), "units": {m.key: m.unit for m in promql.MODEL_METRICS},
+        "empty": empty_reasons(series), "units": {m.key: m.unit for m in promql.MODEL_METRICS},
         "markers": deployment_markers(model, since_seconds=seconds),
     }
 
@@ -287,24 +269,32 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
 def deployed_versions() -> list[dict]:
     """The (model, version, hosts) triples that the registry believes are being served.
 
-    A host serves the version of its most recent ready target for each model; a version deployed on demand is
-    registered there, loaded only while its host's gateway holds it resident.
+    A host serves the version of its most recent ready target for each model, and beside an active canary the
+    stable version it kept (the target's ``previous_version``); a version deployed on demand is registered
+    there, loaded only while its host's gateway holds it resident.
 
     Returns:
         ``[{"model": str, "version": str, "hosts": [str], "on_demand": [{"host", "resident": bool | None}]}]``
         sorted by model and version; ``on_demand`` names the hosts where the version is registered on demand,
-        whether its gateway last reported it resident (None: not reported). One SQL query more when any is.
+        whether its gateway last reported it resident (None: not reported). One SQL query more when any is,
+        and one when an active canary serves somewhere.
     """
     grouped: dict[tuple[str, str], set[str]] = {}
     # A few columns of each target: on a fleet of hundreds, decoding every JSON field of the targets,
     # hosts and versions cost more than Prometheus's answers (bench/overview.py).
-    targets = serving_now(only=("deployment__version__version", "deployment__residency", "served_name"))
+    targets = serving_now(only=("deployment__version__version", "deployment__residency",
+                                "deployment__canary_state", "previous_version", "served_name"))
+    stable_ids = {t.previous_version_id for t in targets if t.deployment.canary_state == CanaryState.ACTIVE}
+    stable = dict(ModelVersion.objects.filter(pk__in=stable_ids).values_list("pk", "version")) if any(
+        stable_ids) else {}
     on_demand = [t for t in targets if t.deployment.residency == Residency.ON_DEMAND]
     states = residency_states({t.host.name for t in on_demand}) if on_demand else {}
     held: dict[tuple[str, str], list] = {}
     for target in targets:
         key = (target.deployment.model.name, str(target.deployment.version.version))
         grouped.setdefault(key, set()).add(target.host.name)
+        if target.deployment.canary_state == CanaryState.ACTIVE and target.previous_version_id in stable:
+            grouped.setdefault((key[0], str(stable[target.previous_version_id])), set()).add(target.host.name)
         if target.deployment.residency == Residency.ON_DEMAND:
             state = states.get(target.host.name, {}).get(target.runtime_name)
             held.setdefault(key, []).append({"host": target.host.name,

@@ -16,7 +16,7 @@ from PIL import Image
 
 from deployments.choices import DeploymentStatus, TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
-from monitoring.services import EMPTY_NO_SERIES, EMPTY_NOT_REPORTED
+from monitoring.empty import EMPTY_NO_SERIES, EMPTY_NOT_REPORTED
 from registry.models import ModelVersion
 from tests.monitoring.synthetic import deploy_version
 
