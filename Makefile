@@ -9,7 +9,7 @@
 #   make test-fast lint and the fast tier: unit and database tests, no servers (scripts/test.sh --fast)
 #   make lint      ruff, the import layers (lint-imports) and the migrations check
 #   make bench     benchmarks (bench/run.sh), when present
-#   make screenshots  the fleet, model, compare and version pages at 1440 and 390 px into var/screenshots/
+#   make screenshots  the fleet, model, compare, version, host and rollout pages at 1440 and 390 px into var/screenshots/
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c

@@ -10,6 +10,8 @@
 - ``watch``: the console errors, failed requests, error responses and requests to other origins
   of ``page``, collected from the moment it opened.
 - ``screenshots``: a per-module temporary directory for screenshots.
+- ``crowded``: besides ``deployed``, aliases and a model, description, tags and hosts with names as long as
+  they may be (the layout and page-width tests).
 - ``iris_cards``: performance cards of iris v1 and v2 on the staging host ``staging-a``, made through
   the profile service and its agent's reports (v2 measured 1.5× the throughput at 0.8× the p99).
 """
@@ -23,6 +25,7 @@ from django.contrib.auth import get_user_model
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Response, sync_playwright
 
 from deployments.models import ServingHost
+from registry.models import Alias, ModelVersion, RegisteredModel
 from tests.factories import team_member
 from tests.monitoring.synthetic import deploy_version, start_fleet
 
@@ -184,3 +187,26 @@ def page(logged_in, deployed) -> Page:
     """A page on the live server (1280x900), logged in through the login form as a new user."""
     team_member(get_user_model().objects.create_user(username=USERNAME, password=PASSWORD))
     return logged_in(USERNAME, PASSWORD)
+
+
+@pytest.fixture
+def crowded(deployed):
+    """Besides the fleet's iris and bento-iris: aliases, and a model whose name, description, tags and
+    host names are as long as they may be, serving two versions on hosts with 63-character names."""
+    iris = RegisteredModel.objects.get(name="iris")
+    for name, number in (("production", 2), ("staging", 1), ("candidate-for-the-next-quarter", 2)):
+        Alias.objects.create(model=iris, name=name, version=ModelVersion.objects.get(model=iris, version=number))
+    long_name = "m" * 63
+    for n, version in enumerate((1, 2, 2)):
+        host = ServingHost.objects.create(name=f"{n}" + "h" * 62, inference_url=f"http://h{n}:8000")
+        if n < 2:
+            deploy_version(long_name, version, host)
+        else:
+            deploy_version("other", 1, host)
+    model = RegisteredModel.objects.get(name=long_name)
+    model.description = "A description as long as a list cell shows. " * 4
+    model.tags = {f"key-{n}": "value-" * 4 for n in range(6)}
+    model.save()
+    for n in range(4):
+        Alias.objects.create(model=model, name=f"alias-{n}-" + "a" * 40, version=model.versions.get(version=2))
+    return deployed

@@ -4,10 +4,6 @@ into a menu, and each wide table scrolls inside its own box rather than the page
 
 import pytest
 
-from deployments.models import ServingHost
-from registry.models import Alias, ModelVersion, RegisteredModel
-from tests.monitoring.synthetic import deploy_version
-
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 # Whether the page scrolls sideways, and every table wider than the box it is drawn in.
@@ -18,29 +14,6 @@ OVERFLOW = """() => {
         overflowX: getComputedStyle(t).overflowX}));
     return {scroll: root.scrollWidth, client: root.clientWidth, width: innerWidth, tables};
 }"""
-
-
-@pytest.fixture
-def crowded(deployed):
-    """Besides the fleet's iris and bento-iris: aliases, and a model whose name, description, tags and
-    host names are as long as they may be, serving two versions on hosts with 63-character names."""
-    iris = RegisteredModel.objects.get(name="iris")
-    for name, number in (("production", 2), ("staging", 1), ("candidate-for-the-next-quarter", 2)):
-        Alias.objects.create(model=iris, name=name, version=ModelVersion.objects.get(model=iris, version=number))
-    long_name = "m" * 63
-    for n, version in enumerate((1, 2, 2)):
-        host = ServingHost.objects.create(name=f"{n}" + "h" * 62, inference_url=f"http://h{n}:8000")
-        if n < 2:
-            deploy_version(long_name, version, host)
-        else:
-            deploy_version("other", 1, host)
-    model = RegisteredModel.objects.get(name=long_name)
-    model.description = "A description as long as a list cell shows. " * 4
-    model.tags = {f"key-{n}": "value-" * 4 for n in range(6)}
-    model.save()
-    for n in range(4):
-        Alias.objects.create(model=model, name=f"alias-{n}-" + "a" * 40, version=model.versions.get(version=2))
-    return deployed
 
 
 def test_the_models_list_fits_1440_px_with_its_serving_and_alias_columns(page, watch, crowded, screenshots):

@@ -1,4 +1,4 @@
-"""``make screenshots``: the fleet, model, compare and version pages at 1440 px and 390 px, drawn with
+"""``make screenshots``: the fleet, model, compare, version, host and rollout pages at 1440 px and 390 px, drawn with
 data (a real Prometheus with an hour of traffic, and performance cards of iris v1 and v2, see
 conftest.py), written as PNG files into
 ``MODELYARD_SCREENSHOTS_DIR`` (``make screenshots`` sets ``var/screenshots``; otherwise the module's
@@ -8,8 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
+from django.utils import timezone
 from PIL import Image
 
+from deployments.choices import DeploymentStatus
+from deployments.models import Deployment
 from registry.cards import update_card
 from registry.models import ModelVersion
 
@@ -21,6 +24,8 @@ PAGES = {  # name: (path, a selector that shows the page has drawn its data)
     "model": ("/models/iris/", '#model-charts[data-drawn="true"]'),
     "compare": ("/models/iris/compare/?a=1&b=2", "#compare-metrics tr.metric-row"),
     "version": ("/models/iris/versions/2/", "#version-profiles .profile-card canvas"),
+    "host": ("/hosts/gpu-a/", "#host-traffic table, #host-traffic p"),
+    "rollout": ("/deployments/{rollout}/", "h1"),
 }
 
 
@@ -40,8 +45,10 @@ def test_each_page_is_drawn_with_data_and_written_as_a_screenshot(page, watch, o
     update_card(ModelVersion.objects.get(model__name="iris", version=2), actor=None, license="MIT",
                 datasets=["iris"], intended_use="Teaching classification.", limitations="Three species only.")
     page.set_viewport_size({"width": WIDTHS[width], "height": 900})
+    rollout = Deployment.objects.filter(model__name="iris", version__version=2).latest("created_at").pk
+    Deployment.objects.filter(pk=rollout).update(status=DeploymentStatus.SUCCEEDED, finished_at=timezone.now())
     for name, (path, drawn) in PAGES.items():
-        page.goto(path)
+        page.goto(path.format(rollout=rollout))
         page.wait_for_selector(drawn)
         page.wait_for_load_state("networkidle")
         target = out_dir / f"{name}-{WIDTHS[width]}.png"
