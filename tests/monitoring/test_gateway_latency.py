@@ -190,6 +190,8 @@ def test_the_model_pages_host_by_version_table_shows_each_versions_measured_shar
         return dict(re.findall(r'<td class="num ([a-z0-9-]+)">([^<]*)</td>', row))
 
     stable, canary, pinned = cells("1", "stable"), cells("2", "canary"), cells("2", "pinned")
+    # Each share says the window it covers: the range for the seen one, now for the set one.
+    assert f"<small>seen, last {RANGE}<br>/ set, now</small>" in html
     # Measured from the front's own counts, so exactly what the clients saw; set: the registry's v1 alone.
     assert stable["share"] == f"{100 * seen['1'] / 2000:.1f} / 100.0"
     assert canary["share"] == f"{100 * seen['2'] / 2000:.1f} / —"
