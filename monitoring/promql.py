@@ -417,6 +417,13 @@ COLD_STARTS = "modelyard_cold_start_seconds"
 EVICTIONS = "modelyard_evictions_total"
 
 
+def on_demand_refused(window: int) -> str:
+    """Requests the gateways refused with a 503 for models on demand over the last ``window`` seconds, by
+    ``model`` and ``outcome`` (``timeout``, ``queue_full``, ``load_failed``, ``no_loader``; not the hits and
+    cold starts they served), summed over hosts, as ``_increase`` counts them."""
+    return _increase(ON_DEMAND_REQUESTS, '{outcome!~"hit|cold"}', _window(window), by="model, outcome")
+
+
 def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
     """The queries of the on-demand panel, per host and model over the last ``window`` seconds, from the
     gateways' own series (``modelyard_residency.lua``): ``requests`` by ``outcome`` (hit, cold, and the 503

@@ -324,7 +324,8 @@ def fleet_overview(
 
     Returns:
         ``{"window_seconds", "rows": [{"model", "version", "hosts", "on_demand" (as ``deployed_versions``),
-        "tracked", <metric keys>,
+        "tracked", <metric keys>, "refused": {outcome: requests} (a version on demand: the 503s its gateways
+        answered for it over the window, ``promql.on_demand_refused``; one query more when any is on demand),
         "sparkline": [[unix seconds, inferences/s]]}], "sparkline_span": [start, end] (unix seconds),
         "prometheus_error": str}``; with Prometheus down the rows carry
         no metrics and ``prometheus_error`` says why.
@@ -334,14 +335,21 @@ def fleet_overview(
     error = ""
     metrics: dict = {}
     sparklines: dict = {}
+    refused: dict[str, dict[str, int]] = {}
     try:
         jobs = _metric_jobs(client, {}, window_seconds, keys=OVERVIEW_METRICS, latest=OVERVIEW_LATEST)
         spark_query = promql.throughput({}, sparkline_step)
         jobs["sparkline"] = lambda: client.range(spark_query, seconds=sparkline_seconds, step=sparkline_step)
+        if any(row["on_demand"] for row in rows.values()):
+            jobs["refused"] = lambda: client.instant(promql.on_demand_refused(window_seconds))
         results = client.gather(jobs)
         metrics = _by_model_version(results)
         for s in results["sparkline"]:
             sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [[t, v] for t, v in s.points]
+        for sample in results.get("refused", []):
+            if round(sample.value):
+                refused.setdefault(sample.labels.get("model", ""), {})[sample.labels.get("outcome", "")] = round(
+                    sample.value)
     except PrometheusUnavailable as exc:
         error = str(exc)
     extra = [key for key in metrics if key not in rows]
@@ -356,7 +364,8 @@ def fleet_overview(
                      "registered": key in registered}
     empty = {m.key: None for m in promql.MODEL_METRICS}
     result = [
-        {**row, **empty, **_quiet_quantiles(metrics.get(key, {})), "sparkline": sparklines.get(key, [])}
+        {**row, **empty, **_quiet_quantiles(metrics.get(key, {})), "sparkline": sparklines.get(key, []),
+         "refused": refused.get(key[0], {}) if row["on_demand"] else {}}
         for key, row in rows.items()
     ]
     result.sort(key=lambda r: (r["model"], _version_sort_key(r["version"])))

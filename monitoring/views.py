@@ -240,13 +240,22 @@ def residency_words(on_demand: list[dict]) -> str:
     return " · ".join(parts)
 
 
+def refusal_words(refused: dict[str, int]) -> str:
+    """Why an on-demand version's error rate is what it is: "503s of on-demand loads: load_failed 3, timeout 1"
+    (``services.fleet_overview``'s ``refused``, by outcome), "" without any."""
+    if not refused:
+        return ""
+    return "503s of on-demand loads: " + ", ".join(f"{outcome} {count}" for outcome, count in sorted(refused.items()))
+
+
 def _display_row(row: dict, span=None) -> dict:
     """Format one overview row in Python: hundreds of rows render far faster than with per-cell filters."""
+    hints = {"error_rate": refusal_words(row.get("refused") or {})}
     return {
         **row,
         "residency": residency_words(row.get("on_demand") or []),
         "url": reverse("registry:model-detail", args=[row["model"]]) if row.get("registered") else "",
-        "cells": [(css, fmt(row[key])) for key, fmt, css in COLUMN_FORMATS],
+        "cells": [(css, fmt(row[key]), hints.get(key, "")) for key, fmt, css in COLUMN_FORMATS],
         "spark": sparkline_points(row["sparkline"], "120x28", span),
         "spark_peak": number(sparkline_peak(row["sparkline"]), 2),
     }

@@ -101,3 +101,26 @@ def test_the_host_page_and_the_overview_show_the_models_on_demand_as_registered_
     assert f"on demand · not resident now on {HOST}" in row_b and "not deployed now" not in row_b
     row_a = overview.split('data-model="panel_a"', 1)[1].split("</tr>", 1)[0]
     assert f"on demand · resident on {HOST}" in row_a
+
+
+def test_the_overview_says_which_503s_of_on_demand_loads_make_an_error_rate(
+        serve_exposition, start_prometheus, settings, client, user):
+    exposition = serve_exposition(
+        'modelyard_on_demand_requests_total{model="flaky",outcome="cold"} 1\n'
+        'modelyard_on_demand_requests_total{model="flaky",outcome="load_failed"} 3\n'
+        'modelyard_on_demand_requests_total{model="flaky",outcome="timeout"} 1\n'
+        'modelyard_on_demand_requests_total{model="flaky",outcome="hit"} 0\n')
+    prometheus = start_prometheus([{"target": exposition.target, "labels": {"host": HOST}}])
+    settings.PROMETHEUS_URL = prometheus.url
+    wait_for(lambda: scraped(prometheus.url, 'sum(modelyard_on_demand_requests_total{model="flaky"})') == 5,
+             timeout=30, interval=0.5, what="Prometheus to scrape the refusals")
+    host = ServingHost.objects.create(name=HOST, inference_url="http://od-0:8000")
+    Deployment.objects.filter(pk=deploy_version("flaky", 1, host).pk).update(residency=Residency.ON_DEMAND)
+    deploy_version("steady", 1, host)
+
+    client.force_login(user)
+    overview = client.get("/monitoring/table/?range=15m").content.decode()
+    row = overview.split('data-model="flaky"', 1)[1].split("</tr>", 1)[0]
+    assert '<small class="muted refused">503s of on-demand loads: load_failed 3, timeout 1</small>' in row
+    steady = overview.split('data-model="steady"', 1)[1].split("</tr>", 1)[0]
+    assert "refused" not in steady
