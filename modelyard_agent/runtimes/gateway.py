@@ -223,7 +223,7 @@ http {{
             mirror /_modelyard_shadow;
             mirror_request_body on;
 {capture_body}
-            header_filter_by_lua_block {{
+{classify}            header_filter_by_lua_block {{
                 require("modelyard_residency").answered(ngx.var.modelyard_model, ngx.status)
             }}
             log_by_lua_block {{
@@ -243,7 +243,7 @@ http {{
                 require("modelyard_gateway").named(ngx.var.modelyard_model, ngx.var.modelyard_named)
             }}
 {capture_body}
-            header_filter_by_lua_block {{
+{classify}            header_filter_by_lua_block {{
                 require("modelyard_residency").answered(ngx.var.modelyard_model, ngx.status, true)
             }}
             log_by_lua_block {{
@@ -338,6 +338,8 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             start='                require("modelyard_metrics").start()\n' if self.measure else "",
             residency_size=RESIDENCY_DICT_SIZE, control_bodies=CONTROL_BODIES,
             answered='            body_filter_by_lua_block { require("modelyard_gateway").answered() }\n'
+            if self.measure else "",
+            classify='            body_filter_by_lua_block { require("modelyard_metrics").classify() }\n'
             if self.measure else "",
             identity=ANSWER_IN_CLEAR if self.measure else "",
             shadow_log=SHADOW_LOG if self.measure else "",

@@ -82,9 +82,11 @@ function M.done(model, measure)
     metrics.observe(model, version, role, tonumber(ngx.var.modelyard_started))
 end
 
--- body_filter_by_lua of a request to a model without a route: the "model_version" its answer's JSON starts
--- with (KServe v2; a binary answer's JSON header too), read from its first non-empty chunk only.
+-- body_filter_by_lua of a request that named no version: metrics.classify() (a 500 refusing a malformed body
+-- counts as a 4xx) and, for a model without a route, the "model_version" its answer's JSON starts with
+-- (KServe v2; a binary answer's JSON header too), read from its first non-empty chunk only.
 function M.answered()
+    metrics.classify()
     local ctx = ngx.ctx
     if not ctx.modelyard_unrouted or ctx.modelyard_answered ~= nil then
         return

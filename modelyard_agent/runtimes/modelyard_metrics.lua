@@ -67,6 +67,34 @@ local function bucket(seconds)
     return INF
 end
 
+-- What Triton answers with a 500 to a body it could not read as an inference request: a client's error, which
+-- counts as a 4xx (the client still gets Triton's 500 and message). Seen on Triton 2.41: malformed JSON ("failed
+-- to parse the request JSON buffer: Invalid value. at 12") and JSON of the wrong shape ("Unable to parse 'inputs':
+-- attempt to access JSON non-array as array").
+local MALFORMED = { '^{"error":"failed to parse the request JSON', "^{\"error\":\"Unable to parse '" }
+
+-- body_filter_by_lua: on a 500, whether its first chunk is Triton's refusal of a malformed body (MALFORMED), so
+-- that observe() counts it as a client's error. Any other answer costs one comparison.
+function M.classify()
+    local ctx = ngx.ctx
+    if ngx.status ~= 500 or ctx.modelyard_malformed ~= nil then
+        return
+    end
+    local chunk = ngx.arg[1]
+    if type(chunk) ~= "string" or chunk == "" then
+        if ngx.arg[2] then
+            ctx.modelyard_malformed = false
+        end
+        return
+    end
+    ctx.modelyard_malformed = false
+    for _, pattern in ipairs(MALFORMED) do
+        if chunk:find(pattern) then
+            ctx.modelyard_malformed = true
+        end
+    end
+end
+
 -- log_by_lua: count the request's answer (ngx.status) and its latency under (model, version, role). The
 -- clock started by start() (or `started`, where ngx.exec dropped ngx.ctx); a request whose clock never
 -- started counts from nginx's start time of the request, in whole milliseconds.
@@ -83,7 +111,7 @@ function M.observe(model, version, role, started)
         seconds = ngx.now() - ngx.req.start_time()
     end
     local series = model .. "\t" .. (version or "") .. "\t" .. role
-    local class = string.format("%dxx", math.floor(ngx.status / 100))
+    local class = ngx.ctx.modelyard_malformed and "4xx" or string.format("%dxx", math.floor(ngx.status / 100))
     metrics:incr("n\t" .. series .. "\t" .. class, 1, 0)
     metrics:incr("b\t" .. series .. "\t" .. bucket(seconds), 1, 0)
     metrics:incr("s\t" .. series, seconds, 0)

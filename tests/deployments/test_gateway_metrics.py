@@ -141,3 +141,25 @@ def test_a_model_without_a_route_counts_under_the_version_triton_answered_and_40
     assert value(samples, REQUESTS, model="", version="", role="refused", code="4xx") == 6
     labels = {(s.labels["model"], s.labels["version"]) for s in samples if s.name == REQUESTS}
     assert not {("iris", "9")} & labels and not [m for m, _ in labels if m.startswith("no-such")]
+
+
+def test_a_body_triton_refuses_as_malformed_counts_as_a_client_error_whatever_status_triton_sent(gateway):
+    malformed = (b'{"inputs": [', b'{"inputs": 5}')  # Triton: "failed to parse ...", "Unable to parse 'inputs'"
+    headers = {"Content-Type": "application/json"}
+
+    def send(session, path: str) -> list:
+        return [session.post(gateway.url + path, data=body, headers=headers, timeout=30) for body in malformed]
+
+    with requests.Session() as session:
+        answers = send(session, f"/v2/models/{MODEL}/infer")  # no route yet
+        gateway.set_route(MODEL, stable=1, canary=None, percent=0)
+        answers += send(session, f"/v2/models/{MODEL}/infer") + send(session, f"/v2/models/{MODEL}/versions/1/infer")
+        assert infer(session, gateway).status_code == 200
+    # The client still gets Triton's own answer; only the count calls it the client's error.
+    assert [a.status_code for a in answers] == [500] * 6 and "parse" in answers[0].json()["error"]
+    samples = scrape_logged(gateway, 7)
+    assert value(samples, REQUESTS, model=MODEL, role="unrouted", code="4xx") == 2
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="stable", code="4xx") == 2
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="pinned", code="4xx") == 2
+    assert value(samples, REQUESTS, model=MODEL, version="1", role="stable", code="2xx") == 1
+    assert sum(s.value for s in samples if s.name == REQUESTS and s.labels["code"] == "5xx") == 0
