@@ -58,7 +58,8 @@ def _quiet_quantiles(values: dict) -> dict:
     return values
 
 
-def _version_sort_key(version: str):
+def version_sort_key(version: str) -> tuple:
+    """Sort key of a version label: numbers in numeric order first ("2" before "10"), then other labels by name."""
     return (0, int(version), "") if version.isdigit() else (1, 0, version)
 
 
@@ -137,7 +138,7 @@ def model_metrics(model_name: str, range_text: str = "15m", *, client: Prometheu
     versions = [
         {"version": _version_number(version), **_quiet_quantiles(values)} for (_, version), values in rows.items()
     ]
-    versions.sort(key=lambda row: _version_sort_key(str(row["version"])))
+    versions.sort(key=lambda row: version_sort_key(str(row["version"])))
     return {"model": model.name, "range": range_text, "range_seconds": seconds, "versions": versions}
 
 
@@ -256,7 +257,7 @@ def model_series(model_name: str, range_text: str = "15m", *, client: Prometheus
                      "undefined_points": s.undefined,
                      "missing": UNDEFINED_POINTS if s.undefined else None}
                     for s in found]
-            series[key] = sorted(rows, key=lambda r: _version_sort_key(r["version"]))
+            series[key] = sorted(rows, key=lambda r: version_sort_key(r["version"]))
     except PrometheusUnavailable as exc:
         raise ServiceUnavailable(str(exc)) from exc
     return {
@@ -302,7 +303,7 @@ def deployed_versions() -> list[dict]:
     return [
         {"model": model, "version": version, "hosts": sorted(hosts),
          "on_demand": sorted(held.get((model, version), []), key=lambda h: h["host"])}
-        for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], _version_sort_key(i[0][1])))
+        for (model, version), hosts in sorted(grouped.items(), key=lambda i: (i[0][0], version_sort_key(i[0][1])))
     ]
 
 
@@ -368,7 +369,7 @@ def fleet_overview(
          "refused": refused.get(key[0], {}) if row["on_demand"] else {}}
         for key, row in rows.items()
     ]
-    result.sort(key=lambda r: (r["model"], _version_sort_key(r["version"])))
+    result.sort(key=lambda r: (r["model"], version_sort_key(r["version"])))
     end = time.time()
     return {"window_seconds": window_seconds, "rows": result, "prometheus_error": error,
             "sparkline_span": [end - sparkline_seconds, end]}
@@ -413,79 +414,6 @@ def version_gate_metrics(
         if not row["requests"]:
             row["latency_p95_ms"] = None
     return versions
-
-
-ROLE_ORDER = {"stable": 0, "canary": 1, "pinned": 2, "shadow": 3}
-
-
-def traffic_table(model_name: str, *, window_seconds: int, hosts: list[str] | None = None, by_host: bool = True,
-                  client: PrometheusClient | None = None) -> list[dict]:
-    """The host × version table of one model: one row per version each host's front answered for it, by role.
-
-    Five queries, whatever the number of hosts (``promql.traffic_by_host``). ``hosts`` keeps those hosts' series
-    only; with ``by_host`` False the hosts are summed (one row per version and role, ``host`` ""; shares of
-    all their requests that named no version), as a canary's page compares it with the stable version.
-
-    Returns:
-        ``[{"host", "version" (str, as labelled), "role" ("stable", "canary", "pinned", "shadow"), "requests"
-        (count over the window), "share" (% of the host's requests that named no version, stable and canary
-        rows only, else None), "rps" (requests/s over the last minute), "p99_ms", "p99_minute_ms" (ms, None
-        without requests), "error_rate" (0..1 of 5xx, None without requests)}]`` ordered by host, version and
-        role.
-
-    Raises:
-        ServiceUnavailable: Prometheus unreachable, slow or refusing.
-    """
-    selector = model_selector(model_name)
-    if hosts is not None:  # less those where the name is a renamed model's (model_selector)
-        selector["host"] = promql.AnyOf(h for h in hosts if h not in selector.get("host", ()))
-    return _traffic(selector, window_seconds, "host" if by_host else "", "host", client)
-
-
-def host_traffic_table(host_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> list[dict]:
-    """The model × version table of one host: as ``traffic_table``, one row per model, version and role its
-    front answered, ``"model"`` in place of ``"host"`` and shares of each model's requests that named no
-    version. Five queries, whatever the number of models.
-
-    Raises:
-        ServiceUnavailable: Prometheus unreachable, slow or refusing.
-    """
-    return _traffic({"host": host_name}, window_seconds, "model", "model", client)
-
-
-def _traffic(selector: dict, window_seconds: int, group: str, name: str, client: PrometheusClient | None) -> list[dict]:
-    """Rows of ``promql.traffic_by_host`` by ``group`` (a label, or "" for none), version and role; each row's
-    group value under ``name``."""
-    client = client or PrometheusClient()
-    queries = promql.traffic_by_host(selector, window_seconds, by=", ".join(filter(None, (group, "version", "role"))))
-    try:
-        results = client.gather({key: (lambda q=query: client.instant(q)) for key, query in queries.items()})
-    except PrometheusUnavailable as exc:
-        raise ServiceUnavailable(str(exc)) from exc
-    rows: dict[tuple[str, str, str], dict] = {}
-    for key, samples in results.items():
-        for sample in samples:
-            labels = sample.labels
-            first = labels.get(group, "") if group else ""
-            rows.setdefault((first, labels.get("version", ""), labels.get("role", "")), {})[key] = sample.value
-    routed: dict[str, float] = {}
-    for (first, _, role), row in rows.items():
-        if role in ("stable", "canary"):
-            routed[first] = routed.get(first, 0.0) + (row.get("requests") or 0.0)
-    table = []
-    for (first, version, role), row in rows.items():
-        requests = row.get("requests") or 0.0
-        answered = requests > 0
-        table.append({
-            name: first, "version": version, "role": role, "requests": round(requests),
-            "share": 100 * requests / routed[first] if role in ("stable", "canary") and routed.get(first) else None,
-            "rps": (row.get("requests_minute") or 0.0) / promql.LAST_MINUTE_SECONDS,
-            "p99_ms": row.get("p99_ms") if answered else None,
-            "p99_minute_ms": row.get("p99_minute_ms") if row.get("requests_minute") else None,
-            "error_rate": (row.get("errors") or 0.0) / requests if answered else None,
-        })
-    table.sort(key=lambda r: (r[name], _version_sort_key(r["version"]), ROLE_ORDER.get(r["role"], 9)))
-    return table
 
 
 def on_demand_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> dict[str, dict]:

@@ -15,7 +15,7 @@ from deployments.served import get_deployment, serving_now
 from deployments.serving import model_serving as serving_panel
 from modelyard.errors import ServiceUnavailable
 from modelyard.views import found_or_404
-from monitoring import promql, readings, services
+from monitoring import promql, readings, services, traffic
 from monitoring.templatetags.monitoring_tags import number, percent, sparkline_peak, sparkline_points
 from registry.access import visible_model_names
 from registry.models import RegisteredModel
@@ -104,12 +104,12 @@ def model_traffic(request, name: str):
     """The host × version table of the model page (htmx, polled; ``?range=`` one of the page ranges): per host,
     a row for each version its front answered for the model, by role, with the share of the requests that
     named no version beside the share its route is set to, requests/s and p99 over the last minute, p99 and
-    error rate over the range (``monitoring.services.traffic_table``)."""
+    error rate over the range (``monitoring.traffic.traffic_table``)."""
     model = model_or_404(request, name)
     routes = {}
 
     def read(window: int) -> list[dict]:
-        rows = services.traffic_table(model.name, window_seconds=window)
+        rows = traffic.traffic_table(model.name, window_seconds=window)
         routes.update(configured_routes(model))
         return rows
 
@@ -121,7 +121,7 @@ def model_traffic(request, name: str):
 def host_traffic(request, name: str):
     """The model × version table of a host page (htmx, polled; ``?range=``): per model the host's front answered
     and the user may see (their teams' models; administrators every series), a row per version and role, as on
-    the model page (``monitoring.services.host_traffic_table``)."""
+    the model page (``monitoring.traffic.host_traffic_table``)."""
     host = found_or_404(get_host, name)
     visible = visible_model_names(Principal.of(request))
     routes = ((host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
@@ -131,8 +131,34 @@ def host_traffic(request, name: str):
             return None
         return {**row, "configured": route_share(routes.get(row["model"]), row["version"], row["role"])}
 
-    return _traffic_page(request, "model", lambda window: services.host_traffic_table(host.name, window_seconds=window),
+    return _traffic_page(request, "model", lambda window: traffic.host_traffic_table(host.name, window_seconds=window),
                          shape)
+
+
+@login_required
+def overview_by_host(request):
+    """The fleet grouped by host (``?range=``, ``?host=``): per host whose front answered, the model × version
+    table of its host page, measured there (``monitoring.traffic.fleet_traffic_by_host``: five queries whatever
+    the number of hosts), for the models the user may see, each share beside what the host's route sets."""
+    range_text, only = page_range(request), request.GET.get("host", "").strip()
+    visible = visible_model_names(Principal.of(request))
+    routes = {name: ((heartbeat or {}).get("gateway") or {}).get("routes") or {}
+              for name, heartbeat in ServingHost.objects.values_list("name", "heartbeat")}
+    context = {"range": range_text, "ranges": promql.PAGE_RANGES, "groups": [], "prometheus_error": "",
+               "host": only, "hosts": sorted(routes)}
+    try:
+        grouped = traffic.fleet_traffic_by_host(promql.parse_range(range_text))
+    except ServiceUnavailable as exc:
+        context["prometheus_error"] = exc.message
+        grouped = {}
+    for host, rows in grouped.items():
+        shown = [{**row, "group": row["model"],
+                  "configured": route_share(routes.get(host, {}).get(row["model"]), row["version"], row["role"])}
+                 for row in rows if visible is None or row["model"] in visible]
+        shown = [row for row in shown if carries_something(row)]
+        if shown and (not only or host == only):
+            context["groups"].append({"host": host, "rows": shown, "known": host in routes})
+    return render(request, "monitoring/overview_by_host.html", context)
 
 
 def route_share(route: dict | None, version: str, role: str) -> float | None:
@@ -165,7 +191,7 @@ def rollout_canary_traffic(request, pk: int):
                        promql.MAX_RANGE_SECONDS))
     context = {"deployment": deployment, "rows": [], "prometheus_error": "", "lifetime_seconds": lifetime}
     try:
-        rows = services.traffic_table(model.name, window_seconds=lifetime, by_host=False,
+        rows = traffic.traffic_table(model.name, window_seconds=lifetime, by_host=False,
                                       hosts=[t.host.name for t in deployment.targets.all()])
     except ServiceUnavailable as exc:
         context["prometheus_error"] = exc.message

@@ -241,3 +241,24 @@ def test_a_role_row_with_nothing_measured_and_no_share_set_is_not_shown(served, 
         html = client.get(page).content.decode()
         assert '<td class="num requests">20</td>' in row_of(html, 'data-version="1" data-role="stable">'), page
         assert 'data-role="pinned"' not in html, page
+
+
+def test_the_fleet_grouped_by_host_shows_each_hosts_models_as_its_front_measured_them(served, client, user):
+    url, _, prometheus = served
+    with requests.Session() as session:
+        for _ in range(30):
+            sleep_request(session, url, 0.0, version=1)
+    total = f'sum(modelyard_gateway_requests_total{{model="{MODEL}"}})'
+    wait_for_value(prometheus.url, total, 30, "Prometheus to scrape the requests")
+    ServingHost.objects.filter(name=HOST).update(heartbeat={"gateway": {"live": True, "routes": {MODEL: {
+        "stable": 1, "canary": None, "percent": 0.0, "shadow": None, "shadow_percent": 0.0}}}})
+    client.force_login(user)
+
+    html = client.get(f"/monitoring/by-host/?range={RANGE}").content.decode()
+    section = html.split(f'<section class="card by-host" data-host="{HOST}">', 1)[1].split("</section>", 1)[0]
+    row = row_of(section, f'data-model="{MODEL}" data-version="1" data-role="stable">')
+    assert '<td class="num requests">30</td>' in row and '<td class="num share">100.0 / 100.0</td>' in row
+    assert f'href="/hosts/{HOST}/"' in section
+    assert "By host" in client.get("/monitoring/").content.decode()
+    other = client.get(f"/monitoring/by-host/?range={RANGE}&host=elsewhere").content.decode()
+    assert 'class="card by-host"' not in other and "No traffic measured" in other
