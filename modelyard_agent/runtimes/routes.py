@@ -26,9 +26,17 @@ METRICS_DICT_SIZE = "8m"
 
 # The control socket's bodies (every route, residency or capture setting at once: some 60 bytes a model) stay in
 # memory up to 1 MiB; a larger one goes to nginx's temporary file, which modelyard_routes.lua's request_json reads.
-CONTROL_BODIES = """\
-        client_max_body_size 64m;
-        client_body_buffer_size 1m;"""
+# Past CONTROL_BODY_LIMIT (some 500,000 models at once) nginx refuses the body with 413 and a sentence naming the
+# bound, which ``_control`` raises as its error.
+CONTROL_BODY_LIMIT = "64m"
+CONTROL_BODIES = f"""\
+        client_max_body_size {CONTROL_BODY_LIMIT};
+        client_body_buffer_size 1m;
+        error_page 413 = @modelyard_control_too_large;
+        location @modelyard_control_too_large {{
+            default_type text/plain;
+            return 413 "a control body is at most 64 MiB (client_max_body_size {CONTROL_BODY_LIMIT}): send less\\n";
+        }}"""
 
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))

@@ -1,0 +1,57 @@
+"""The gateway's control socket at the scale a host reaches: 2,000 models registered on demand and 2,000 routed,
+on a real nginx with its Lua modules (no Triton is needed to drive the controls)."""
+
+import json
+
+import pytest
+import requests
+
+from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.gateway import TritonGateway
+from modelyard_agent.runtimes.routes import make_route
+from tests.fixtures.services import free_port
+
+pytestmark = pytest.mark.integration
+
+NAMES = [f"many_{i:04d}" for i in range(2000)]
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    gateway = TritonGateway(tmp_path / "gateway", free_port(), triton=f"127.0.0.1:{free_port()}",
+                            listen_host="127.0.0.1")
+    gateway.ensure_running()
+    yield gateway
+    gateway.stop()
+
+
+def test_every_control_takes_2000_models_at_once(gateway):
+    # Every body below is far past nginx's default 16-KiB body buffer (some 60 bytes a model).
+    capture = {name: {"fraction": 0.5, "max_bytes": 1 << 20, "retention_seconds": 3600} for name in NAMES}
+    assert len(json.dumps(capture)) > 64 * 1024
+    assert set(gateway._control("POST", capture, path="/capture")) == set(NAMES)
+    usage = gateway._control("PUT", {name: 10 for name in NAMES}, path="/capture")
+    assert usage["many_1999"]["bytes"] == 10
+    assert set(gateway._control("POST", {name: [1, 2] for name in NAMES}, path="/series")) == set(NAMES)
+    routes = gateway._control("POST", {name: make_route(stable=1, canary=2, percent=5) for name in NAMES})
+    assert set(routes) == set(NAMES)
+    residency = gateway._control("POST", {"models": {name: {"pinned": False, "cold_start_timeout": 5, "max_held": 4}
+                                                     for name in NAMES}}, path="/residency")
+    assert set(residency["models"]) == set(NAMES)
+    limits = gateway._control("POST", {name: 1 << 20 for name in NAMES}, path="/limits")
+    assert set(limits["models"]) == set(NAMES)
+    # A drain and a state report are small whatever the host holds; padded past the buffer, they are still read.
+    padding = "x" * (64 * 1024)
+    assert gateway._control("POST", {"draining": False, "padding": padding}, path="/drain")["draining"] is False
+    report = gateway._control("PUT", {"model": "many_0007", "state": "resident", "padding": padding},
+                              path="/residency/state")
+    assert report["models"]["many_0007"]["state"] == "resident"
+    # The last one is on demand indeed: with no loader polling, its request is answered at once.
+    answer = requests.post(f"http://127.0.0.1:{gateway.listen_port}/v2/models/many_1999/infer", json={}, timeout=10)
+    assert answer.status_code == 503 and answer.json()["reason"] == "no_loader", answer.text
+
+
+def test_a_control_body_past_the_bound_is_refused_naming_the_bound(gateway):
+    with pytest.raises(ServingRuntimeError) as refused:
+        gateway._control("POST", {"padding": "x" * (65 << 20)}, timeout=60)
+    assert "64 MiB" in str(refused.value), refused.value
