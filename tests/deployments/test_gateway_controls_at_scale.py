@@ -55,3 +55,43 @@ def test_a_control_body_past_the_bound_is_refused_naming_the_bound(gateway):
     with pytest.raises(ServingRuntimeError) as refused:
         gateway._control("POST", {"padding": "x" * (65 << 20)}, timeout=60)
     assert "64 MiB" in str(refused.value), refused.value
+
+
+def infer_status(gateway, model: str) -> tuple[int, str]:
+    answer = requests.post(f"http://127.0.0.1:{gateway.listen_port}/v2/models/{model}/infer", json={}, timeout=10)
+    return answer.status_code, answer.text
+
+
+def test_registering_one_model_among_2000_sends_that_model_alone_and_a_restart_brings_back_all(gateway, monkeypatch):
+    settings = {"pinned": False, "cold_start_timeout": 5.0, "max_held": 4}
+    gateway.residency_file.write_text(json.dumps({"models": {name: settings for name in NAMES}}))
+    assert len(gateway.resync_residency()["models"]) == 2000
+    sent, control = [], gateway._control
+
+    def recording(method, body=None, timeout=5.0, path="/routes"):
+        answer = control(method, body, timeout, path)
+        sent.append((method, path, len(json.dumps(body)), len(json.dumps(answer))))
+        return answer
+
+    monkeypatch.setattr(gateway, "_control", recording)
+    answer = gateway.register_on_demand("one_more", cold_start_timeout=7, state="resident")
+    assert set(answer["models"]) == {"one_more"} and answer["models"]["one_more"]["state"] == "resident"
+    assert gateway.unregister_on_demand("many_0000")["models"] == {}
+    assert gateway.report_residency("many_0001", "resident")["models"]["many_0001"]["state"] == "resident"
+    # Each change went alone, and its answer names it alone: not the 2,000 others (some 150 KB each way).
+    assert [method for method, *_ in sent] == ["PATCH", "PATCH", "PUT"], sent
+    assert all(body < 1024 and answered < 1024 for _, _, body, answered in sent), sent
+    monkeypatch.undo()
+    held = gateway.residency()["models"]
+    assert len(held) == 2000 and "many_0000" not in held and held["one_more"]["cold_start_timeout"] == 7
+    # Every worker sees the changes at its next request: a cold model is held (no loader: 503 at once), one_more
+    # (resident) and many_0000 (no longer on demand) pass to Triton (none listens: 502).
+    assert infer_status(gateway, "many_0002")[0] == 503
+    assert infer_status(gateway, "one_more")[0] == 502
+    assert infer_status(gateway, "many_0000")[0] == 502
+    # A gateway that starts again reads every registration from residency.json, each model cold.
+    gateway.stop()
+    gateway.ensure_running()
+    held = gateway.residency()["models"]
+    assert len(held) == 2000 and "many_0000" not in held and held["one_more"]["cold_start_timeout"] == 7
+    assert {entry["state"] for entry in held.values()} == {"cold"}
