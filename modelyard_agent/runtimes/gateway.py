@@ -156,6 +156,7 @@ http {{
     lua_shared_dict modelyard_drain 16k;
     lua_shared_dict modelyard_limits 1m;
     lua_shared_dict modelyard_residency {residency_size};
+    lua_shared_dict modelyard_wants 1m;
     lua_shared_dict modelyard_metrics {metrics_size};
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")

@@ -16,9 +16,13 @@
 --   "\0settings"       JSON {model: {pinned, cold_start_timeout, max_held}}: the models registered on demand
 --   "\0generation"     bumped by every change of "\0settings": a request reads this number, not the whole JSON
 --   "\0budget"         JSON {budget_bytes, resident_bytes} the agent last reported
---   "\0polled"         when the loader last polled (ngx.now(), seconds)
---   "\0wants"          a list of the models wanted since the loader's last poll (the poll pops it rather than
+-- The shared dict "modelyard_wants" holds what the loader's long poll reads, so that its check for work takes a
+-- lock no request but a held one takes:
+--   "polled"           when the loader last polled (ngx.now(), seconds)
+--   "wants"            a list of the models wanted since the loader's last poll (the poll pops it rather than
 --                      scanning every key; an entry whose want was taken or ended meanwhile is skipped)
+-- A held request that adds a want also wakes a long poll waiting in its own worker (a semaphore); one waiting
+-- in another worker sees it at its next check, within WANTS_CHECK seconds.
 --   "s\t<model>"       "resident", "cold" or "evicting"
 --   "f\t<model>"       JSON {message, retry_after} of the last failed load, until its backoff expires
 --   "w\t<model>"       when a held request first asked for the model (one load however many wait)
@@ -32,7 +36,10 @@ local cjson = require("cjson.safe")
 
 local M = {}
 local dict = ngx.shared.modelyard_residency
-local SETTINGS, BUDGET, POLLED, WANTS = "\0settings", "\0budget", "\0polled", "\0wants"
+local SETTINGS, BUDGET, POLLED, WANTS = "\0settings", "\0budget", "polled", "wants"
+local wants = ngx.shared.modelyard_wants
+local woken = require("ngx.semaphore").new(0)
+local WANTS_CHECK = 0.002
 local GENERATION = "\0generation"
 
 -- A held request polls its model's state this often (seconds), so it goes on within POLL of the load's end.
@@ -119,7 +126,7 @@ local function wait(model, settings, deadline)
         if failed then
             return "load_failed", "loading " .. model .. " failed: " .. tostring(failed.message), failed.retry_after
         end
-        if now - (dict:get(POLLED) or 0) > M.LOADER_STALE then
+        if now - (wants:get(POLLED) or 0) > M.LOADER_STALE then
             return "no_loader", "the host agent's loader is not running, so " .. model .. " cannot be loaded", 5
         end
         if now >= deadline then
@@ -127,7 +134,10 @@ local function wait(model, settings, deadline)
                 .. settings.cold_start_timeout .. " s", settings.cold_start_timeout
         end
         if dict:add("w\t" .. model, now) then
-            dict:rpush(WANTS, model)
+            wants:rpush(WANTS, model)
+            if woken:count() < 0 then  -- a long poll waits in this worker
+                woken:post(1)
+            end
         end
         ngx.sleep(math.min(poll, math.max(0.001, deadline - now)))
         poll = math.min(poll * 1.5, MAX_POLL)
@@ -261,12 +271,12 @@ end
 -- are handed out again, and it counts as alive from now on, before its first long poll.
 local function forget_taken()
     ngx.update_time()
-    dict:set(POLLED, ngx.now())
+    wants:set(POLLED, ngx.now())
     for _, key in ipairs(dict:get_keys(0)) do
         if key:sub(1, 2) == "t\t" then
             dict:delete(key)
         elseif key:sub(1, 2) == "w\t" then
-            dict:rpush(WANTS, key:sub(3))
+            wants:rpush(WANTS, key:sub(3))
         end
     end
     return true
@@ -380,36 +390,43 @@ local function report(body)
     return true, { [model] = true }
 end
 
--- The models held requests wait for that the loader has not taken yet; each is marked taken. Popped from the
--- wants list, so a poll costs the same however many models are registered.
+-- The models held requests wait for that the loader has not taken yet, each marked taken, and how long ago the
+-- oldest was first wanted (seconds). Popped from the wants list, so a poll costs the same however many models are
+-- registered, and one that finds none takes no lock but the wants dict's.
 local function take_wanted()
-    local out = {}
+    local out, oldest = {}, nil
     while true do
-        local model = dict:lpop(WANTS)
+        local model = wants:lpop(WANTS)
         if not model then
-            return out
+            return out, oldest
         end
-        if dict:get("w\t" .. model) and dict:add("t\t" .. model, ngx.now()) then
+        local since = dict:get("w\t" .. model)
+        if since and dict:add("t\t" .. model, ngx.now()) then
             out[#out + 1] = model
+            oldest = math.min(oldest or since, since)
         end
     end
 end
 
 -- GET /residency/wanted?wait=<seconds>: the loader's long poll. Answers as soon as a model is wanted, or with
--- [] after `wait` seconds (at most 30); while it waits the loader counts as alive.
+-- [] after `wait` seconds (at most 30); while it waits the loader counts as alive. X-Modelyard-Wanted-Age: how
+-- long (seconds, nginx's millisecond clock) the oldest model answered was wanted before the poll took it.
 local function wanted()
     local wait = math.min(tonumber(ngx.var.arg_wait) or 0, 30)
     ngx.update_time()
     local deadline = ngx.now() + wait
     while true do
-        dict:set(POLLED, ngx.now())
-        local models = take_wanted()
+        wants:set(POLLED, ngx.now())
+        local models, oldest = take_wanted()
         if #models > 0 or ngx.now() >= deadline then
             ngx.header["Content-Type"] = "application/json"
+            if oldest then
+                ngx.header["X-Modelyard-Wanted-Age"] = string.format("%.3f", math.max(0, ngx.now() - oldest))
+            end
             ngx.say(#models > 0 and cjson.encode(models) or "[]")
             return
         end
-        ngx.sleep(0.002)
+        woken:wait(WANTS_CHECK)
         ngx.update_time()
     end
 end

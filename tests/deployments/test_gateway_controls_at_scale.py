@@ -2,13 +2,16 @@
 on a real nginx with its Lua modules (no Triton is needed to drive the controls)."""
 
 import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import TritonGateway
-from modelyard_agent.runtimes.routes import make_route
+from modelyard_agent.runtimes.routes import _UnixConnection, make_route
 from tests.fixtures.services import free_port
 
 pytestmark = pytest.mark.integration
@@ -95,3 +98,39 @@ def test_registering_one_model_among_2000_sends_that_model_alone_and_a_restart_b
     held = gateway.residency()["models"]
     assert len(held) == 2000 and "many_0000" not in held and held["one_more"]["cold_start_timeout"] == 7
     assert {entry["state"] for entry in held.values()} == {"cold"}
+
+
+def long_poll(gateway, wait: float) -> tuple[list[str], float]:
+    """The loader's long poll as sent raw: the models it answers and its X-Modelyard-Wanted-Age (seconds)."""
+    connection = _UnixConnection(gateway.control_socket, wait + 5)
+    try:
+        connection.request("GET", f"/residency/wanted?wait={wait:g}")
+        answer = connection.getresponse()
+        return json.loads(answer.read()), float(answer.headers.get("X-Modelyard-Wanted-Age", "nan"))
+    finally:
+        connection.close()
+
+
+def test_the_loaders_long_poll_wakes_when_a_model_is_wanted_not_at_its_next_check(tmp_path):
+    # One worker, so the held request and the long poll share it: the want wakes the poll itself. The age is
+    # measured by nginx's clock (milliseconds): a poll that checked every 2 ms saw most wants 1-2 ms late.
+    gateway = TritonGateway(tmp_path / "gateway", free_port(), triton=f"127.0.0.1:{free_port()}",
+                            listen_host="127.0.0.1", workers="1")
+    gateway.ensure_running()
+    cold = [f"cold_{i:02d}" for i in range(20)]
+    settings = {"pinned": False, "cold_start_timeout": 1.0, "max_held": 4}
+    gateway.residency_file.write_text(json.dumps({"models": {name: settings for name in NAMES + cold}}))
+    gateway.resync_residency()
+    ages = []
+    try:
+        with ThreadPoolExecutor(len(cold) + 1) as pool:
+            for name in cold:
+                poll = pool.submit(long_poll, gateway, 5.0)
+                time.sleep(0.05)  # the poll is waiting
+                pool.submit(infer_status, gateway, name)  # held until its 1-s timeout: no loader loads it
+                models, age = poll.result()
+                assert models == [name]
+                ages.append(age)
+    finally:
+        gateway.stop()
+    assert statistics.median(ages) == 0 and sum(age >= 0.002 for age in ages) <= 2, ages
