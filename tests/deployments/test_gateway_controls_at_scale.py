@@ -60,6 +60,41 @@ def test_a_control_body_past_the_bound_is_refused_naming_the_bound(gateway):
     assert "64 MiB" in str(refused.value), refused.value
 
 
+def recording_controls(gateway, monkeypatch) -> list[tuple[str, str, int, int]]:
+    """Each control the gateway sends from now on, as it went: (method, path, body bytes, answer bytes)."""
+    sent, control = [], gateway._control
+
+    def recording(method, body=None, timeout=5.0, path="/routes"):
+        answer = control(method, body, timeout, path)
+        sent.append((method, path, len(json.dumps(body)), len(json.dumps(answer))))
+        return answer
+
+    monkeypatch.setattr(gateway, "_control", recording)
+    return sent
+
+
+def test_changing_one_route_among_2000_sends_that_route_alone_and_a_restart_brings_back_all(gateway, monkeypatch):
+    gateway.routes_file.write_text(json.dumps({name: make_route(stable=1) for name in NAMES}))
+    assert len(gateway.resync_routes()) == 2000
+    sent = recording_controls(gateway, monkeypatch)
+    assert gateway.set_route("many_0005", stable=2, canary=3, percent=10) == make_route(stable=2, canary=3, percent=10)
+    gateway.set_route("one_more", stable=1)
+    gateway.remove_route("many_0000")
+    assert [method for method, *_ in sent] == ["PATCH"] * 3, sent
+    assert all(body < 1024 and answered < 1024 for _, _, body, answered in sent), sent
+    monkeypatch.undo()
+    assert_routes_changed(gateway.routes())
+    # A gateway that starts again reads every route from routes.json.
+    gateway.stop()
+    gateway.ensure_running()
+    assert_routes_changed(gateway.routes())
+
+
+def assert_routes_changed(held: dict) -> None:
+    assert len(held) == 2000 and "many_0000" not in held and held["one_more"] == make_route(stable=1)
+    assert held["many_0005"]["canary"] == 3 and held["many_0001"] == make_route(stable=1)
+
+
 def infer_status(gateway, model: str) -> tuple[int, str]:
     answer = requests.post(f"http://127.0.0.1:{gateway.listen_port}/v2/models/{model}/infer", json={}, timeout=10)
     return answer.status_code, answer.text
@@ -69,14 +104,7 @@ def test_registering_one_model_among_2000_sends_that_model_alone_and_a_restart_b
     settings = {"pinned": False, "cold_start_timeout": 5.0, "max_held": 4}
     gateway.residency_file.write_text(json.dumps({"models": {name: settings for name in NAMES}}))
     assert len(gateway.resync_residency()["models"]) == 2000
-    sent, control = [], gateway._control
-
-    def recording(method, body=None, timeout=5.0, path="/routes"):
-        answer = control(method, body, timeout, path)
-        sent.append((method, path, len(json.dumps(body)), len(json.dumps(answer))))
-        return answer
-
-    monkeypatch.setattr(gateway, "_control", recording)
+    sent = recording_controls(gateway, monkeypatch)
     answer = gateway.register_on_demand("one_more", cold_start_timeout=7, state="resident")
     assert set(answer["models"]) == {"one_more"} and answer["models"]["one_more"]["state"] == "resident"
     assert gateway.unregister_on_demand("many_0000")["models"] == {}
