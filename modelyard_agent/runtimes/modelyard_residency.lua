@@ -134,8 +134,9 @@ local function wait(model, settings, deadline)
                 .. settings.cold_start_timeout .. " s", settings.cold_start_timeout
         end
         if dict:add("w\t" .. model, now) then
-            wants:rpush(WANTS, model)
-            if woken:count() < 0 then  -- a long poll waits in this worker
+            if not wants:rpush(WANTS, model) then
+                dict:delete("w\t" .. model)  -- the list is full: wanted again at this request's next check
+            elseif woken:count() < 0 then  -- a long poll waits in this worker
                 woken:post(1)
             end
         end
@@ -340,7 +341,8 @@ end
 
 -- PATCH /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?} or null}, "budget"?}: register
 -- or change the models named (null: always resident again), leaving the others as they are: one model's change
--- is one model's body. Returns true and the models named, for the answer.
+-- is one model's body. Returns true and the models named, for the answer. A read-modify-write of "\0settings":
+-- the agent sends its changes one at a time per host (ResidencyControl holds the gateway's flock).
 local function change(body)
     local err = invalid(body, true)
     if err then

@@ -84,9 +84,9 @@ local function invalid(table, removable)
     end
 end
 
--- Set the routes of `table` (null drops one) and bump the generation; the traffic series of each routed version
--- are created at 0 (modelyard_metrics.lua's create_route). Returns how many were set, or nil and why.
-local function store(table, generation)
+-- Set the routes of `table` (null drops one); the traffic series of each routed version are created at 0
+-- (modelyard_metrics.lua's create_route). Returns how many were set, or nil and why.
+local function store(table)
     local count = 0
     for model, route in pairs(table) do
         if route == cjson.null then
@@ -101,7 +101,6 @@ local function store(table, generation)
             metrics.create_route(model, route)
         end
     end
-    routes:set(GENERATION, generation)
     return count
 end
 
@@ -113,7 +112,9 @@ function M.apply(table)
     end
     local generation = (routes:get(GENERATION) or 0) + 1
     routes:flush_all()
-    return store(table, generation)
+    local count, problem = store(table)
+    routes:set(GENERATION, generation)
+    return count, problem
 end
 
 -- Change the routes of the models `table` names ({model: route or null: no route}), leaving the others: one
@@ -123,7 +124,9 @@ function M.patch(table)
     if err then
         return nil, err
     end
-    return store(table, (routes:get(GENERATION) or 0) + 1)
+    local count, problem = store(table)
+    routes:incr(GENERATION, 1, 0)
+    return count, problem
 end
 
 -- At start and on reload (init_by_lua): give `apply` the JSON object the agent last wrote to `path`, if any;
