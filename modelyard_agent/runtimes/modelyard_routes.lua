@@ -290,23 +290,32 @@ function M.replace_from_request(apply)
     return true
 end
 
+-- For a control socket's PATCH: give `patch` the JSON object the request carries ({model: setting or null});
+-- that object when `patch` took it (its models are the answer's), false when it refused it (answered 400 with its
+-- message), true for another method.
+function M.patch_from_request(patch)
+    if ngx.req.get_method() ~= "PATCH" then
+        return true
+    end
+    local body = M.request_json()
+    local count, err = patch(body)
+    if not count then
+        ngx.status = 400
+        ngx.say(err)
+        return false
+    end
+    return body
+end
+
 -- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them, PATCH
 -- /routes changes those it names and answers them alone (a dropped one is left out).
 function M.control()
-    local only = nil
-    if ngx.req.get_method() == "PATCH" then
-        only = M.request_json()
-        local count, err = M.patch(only)
-        if not count then
-            ngx.status = 400
-            ngx.say(err)
-            return
-        end
-    elseif not M.replace_from_request(M.apply) then
+    local named = M.patch_from_request(M.patch)
+    if not (named and M.replace_from_request(M.apply)) then
         return
     end
     ngx.header["Content-Type"] = "application/json"
-    ngx.say(M.encoded(only))
+    ngx.say(M.encoded(named ~= true and named or nil))
 end
 
 return M

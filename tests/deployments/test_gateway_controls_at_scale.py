@@ -90,6 +90,20 @@ def test_changing_one_route_among_2000_sends_that_route_alone_and_a_restart_brin
     assert_routes_changed(gateway.routes())
 
 
+def test_changing_one_request_limit_among_2000_sends_that_limit_alone(gateway, monkeypatch):
+    gateway.limits_file.write_text(json.dumps({name: 1 << 20 for name in NAMES}))
+    gateway._control("POST", {name: 1 << 20 for name in NAMES}, path="/limits")
+    sent = recording_controls(gateway, monkeypatch)
+    assert gateway.set_request_limit("many_0005", 4096)["models"] == {"many_0005": 4096}
+    assert gateway.set_request_limit("many_0000", None)["models"] == {}
+    assert [method for method, *_ in sent] == ["PATCH"] * 2, sent
+    assert all(body < 1024 and answered < 1024 for _, _, body, answered in sent), sent
+    monkeypatch.undo()
+    held = gateway.request_limits()["models"]
+    assert len(held) == 1999 and "many_0000" not in held and held["many_0005"] == 4096
+    assert held["many_0001"] == 1 << 20
+
+
 def assert_routes_changed(held: dict) -> None:
     assert len(held) == 2000 and "many_0000" not in held and held["one_more"] == make_route(stable=1)
     assert held["many_0005"]["canary"] == 3 and held["many_0001"] == make_route(stable=1)
