@@ -16,7 +16,7 @@ REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO_DIR"
 PY="$REPO_DIR/.venv/bin/python"
 RESULTS="$REPO_DIR/bench/results"
-BENCHMARKS=(overview rollout_planning upload s3_snapshot registry_vs_mlflow registry_writes deploy_overhead rolling_update rolling_update_gateway bentoml_swap bentoml_split profile_card gateway api_fuzz triton_restart on_demand concurrent_loads residency_poll)
+BENCHMARKS=(overview rollout_planning upload s3_snapshot registry_vs_mlflow registry_writes deploy_overhead rolling_update rolling_update_gateway bentoml_swap bentoml_split profile_card gateway api_fuzz triton_restart on_demand concurrent_loads residency_poll on_demand_scale)
 
 log() { printf '[bench] %s\n' "$*"; }
 die() { printf '[bench] error: %s\n' "$*" >&2; exit 1; }

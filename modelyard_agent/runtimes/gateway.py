@@ -156,6 +156,7 @@ http {{
     lua_shared_dict modelyard_drain 16k;
     lua_shared_dict modelyard_limits 1m;
     lua_shared_dict modelyard_residency {residency_size};
+    lua_shared_dict modelyard_wants 1m;
     lua_shared_dict modelyard_metrics {metrics_size};
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
@@ -376,10 +377,12 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
 
     def set_request_limit(self, model: str, limit: int | None) -> dict:
         """Refuse ``model``'s infer request bodies over ``limit`` bytes (None: the host's default) with 413,
-        from the next request, with no reload; kept in ``limits.json`` for the next start. Idempotent.
+        from the next request, with no reload; kept in ``limits.json`` for the next start. Only this model's
+        limit goes to the gateway (``PATCH /limits``). Idempotent.
 
         Returns:
-            ``request_limits()`` after the change.
+            ``request_limits()`` of this model alone: ``{"default": bytes, "models": {model: bytes}}``
+            (``"models": {}`` when it has the default).
 
         Raises:
             ValueError: a limit below 1 byte, or not a model name.
@@ -396,8 +399,7 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             else:
                 held[model] = min(int(limit), self.max_request_bytes)
             atomic_write(self.limits_file, json.dumps(held, indent=1, sort_keys=True))
-            self._control("POST", held, path="/limits")
-        return self.request_limits()
+            return self._control("PATCH", {model: held.get(model)}, path="/limits")
 
     # Request capture (the file format is the capture contract, docs/architecture.md).
 

@@ -2,8 +2,8 @@
 -- that loads this module): the most bytes an infer request body to each model may hold, in the shared dict
 -- "modelyard_limits", one entry per model, {"iris": 17408}, beside the host's default for models without one
 -- (the agent's --max-request-bytes, written into the config, which client_max_body_size also bounds).
--- The models' come from <gateway dir>/limits.json when nginx starts and from POST /limits on its control
--- socket afterwards (the agent derives each from the model's signature, formats.request_limits), so a new
+-- The models' come from <gateway dir>/limits.json when nginx starts and from its control socket afterwards
+-- (PATCH /limits with the models that changed, POST /limits with every model's) (the agent derives each from the model's signature, formats.request_limits), so a new
 -- limit needs no reload.
 --
 -- A body over its model's limit never reaches Triton: older tritonservers crash on crafted or oversized
@@ -21,29 +21,47 @@ local function bytes(value)
     return type(value) == "number" and value >= 1 and value == math.floor(value)
 end
 
--- Replace every model's limit with those of `table` ({model: bytes}); returns nil and a message when one is
--- malformed. The host's default stays.
-function M.apply(table)
+-- Set the limits of `table` ({model: bytes}, or null: the host's default again; `removable` allows null);
+-- returns how many were set, or nil and a message when one is malformed (then nothing is set) or finds no room.
+-- `before` runs once the table is found well formed.
+local function store(table, removable, before)
     if type(table) ~= "table" then
         return nil, "limits must be a JSON object of model names"
     end
     for model, limit in pairs(table) do
-        if type(model) ~= "string" or not bytes(limit) then
+        if type(model) ~= "string" or not ((removable and limit == cjson.null) or bytes(limit)) then
             return nil, "the limit of " .. tostring(model) .. " must be a whole number of bytes, 1 or more"
         end
     end
-    local default = limits:get(DEFAULT)
-    limits:flush_all()
-    limits:set(DEFAULT, default)
+    before()
     local count = 0
     for model, limit in pairs(table) do
-        local ok, err = limits:safe_set(model, limit)
-        if not ok then
-            return nil, "no room for the limit of " .. model .. ": " .. err
+        if limit == cjson.null then
+            limits:delete(model)
+        else
+            local ok, err = limits:safe_set(model, limit)
+            if not ok then
+                return nil, "no room for the limit of " .. model .. ": " .. err
+            end
+            count = count + 1
         end
-        count = count + 1
     end
     return count
+end
+
+-- Replace every model's limit with those of `table` ({model: bytes}); returns nil and a message when one is
+-- malformed. The host's default stays.
+function M.apply(table)
+    return store(table, false, function()
+        local default = limits:get(DEFAULT)
+        limits:flush_all()
+        limits:set(DEFAULT, default)
+    end)
+end
+
+-- Change the limits of the models `table` names ({model: bytes or null}), leaving the others.
+function M.patch(table)
+    return store(table, true, function() end)
 end
 
 -- At start and on reload (init_by_lua): the host's default (bytes) and the models' limits the agent last wrote.
@@ -106,16 +124,20 @@ function M.check(model)
 end
 
 -- content_by_lua of the control socket: GET /limits answers {"default": bytes, "models": {model: bytes}}, POST
--- /limits replaces the models' with the JSON object it carries ({model: bytes}).
+-- /limits replaces the models' with the JSON object it carries ({model: bytes}), PATCH /limits changes those it
+-- names ({model: bytes or null}) and answers with them alone.
 function M.control()
-    if not routes.replace_from_request(M.apply) then
+    local named = routes.patch_from_request(M.patch)
+    if not (named and routes.replace_from_request(M.apply)) then
         return
     end
+    named = named ~= true and named or nil
     local models = {}
-    for _, model in ipairs(limits:get_keys(0)) do
-        if model ~= DEFAULT then
-            models[model] = limits:get(model)
-        end
+    for _, model in ipairs(named and {} or limits:get_keys(0)) do
+        models[model] = model ~= DEFAULT and limits:get(model) or nil
+    end
+    for model in pairs(named or {}) do
+        models[model] = limits:get(model)
     end
     ngx.header["Content-Type"] = "application/json"
     -- An empty Lua table encodes as [] in cjson; the models are an object.

@@ -14,10 +14,15 @@
 --
 -- Keys of the shared dict "modelyard_residency", tab separated (model names hold no tab):
 --   "\0settings"       JSON {model: {pinned, cold_start_timeout, max_held}}: the models registered on demand
+--   "\0generation"     bumped by every change of "\0settings": a request reads this number, not the whole JSON
 --   "\0budget"         JSON {budget_bytes, resident_bytes} the agent last reported
---   "\0polled"         when the loader last polled (ngx.now(), seconds)
---   "\0wants"          a list of the models wanted since the loader's last poll (the poll pops it rather than
+-- The shared dict "modelyard_wants" holds what the loader's long poll reads, so that its check for work takes a
+-- lock no request but a held one takes:
+--   "polled"           when the loader last polled (ngx.now(), seconds)
+--   "wants"            a list of the models wanted since the loader's last poll (the poll pops it rather than
 --                      scanning every key; an entry whose want was taken or ended meanwhile is skipped)
+-- A held request that adds a want also wakes a long poll waiting in its own worker (a semaphore); one waiting
+-- in another worker sees it at its next check, within WANTS_CHECK seconds.
 --   "s\t<model>"       "resident", "cold" or "evicting"
 --   "f\t<model>"       JSON {message, retry_after} of the last failed load, until its backoff expires
 --   "w\t<model>"       when a held request first asked for the model (one load however many wait)
@@ -31,7 +36,11 @@ local cjson = require("cjson.safe")
 
 local M = {}
 local dict = ngx.shared.modelyard_residency
-local SETTINGS, BUDGET, POLLED, WANTS = "\0settings", "\0budget", "\0polled", "\0wants"
+local SETTINGS, BUDGET, POLLED, WANTS = "\0settings", "\0budget", "polled", "wants"
+local wants = ngx.shared.modelyard_wants
+local woken = require("ngx.semaphore").new(0)
+local WANTS_CHECK = 0.002
+local GENERATION = "\0generation"
 
 -- A held request polls its model's state this often (seconds), so it goes on within POLL of the load's end.
 local POLL = 0.002
@@ -44,16 +53,17 @@ M.BUCKETS = { 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120 }
 local OUTCOMES = { "hit", "cold", "timeout", "queue_full", "load_failed", "no_loader" }
 local STATES = { resident = true, cold = true, evicting = true }
 
-local cached, cached_text = {}, nil
+local cached, cached_generation = {}, nil
 
--- The model's on-demand settings, or nil for a model that is always resident.
+-- The model's on-demand settings, or nil for a model that is always resident. Each worker keeps them decoded and
+-- reads them again only when the generation changed (the generation first: settings read after it are as new).
 function M.settings(model)
     if not dict then
         return nil
     end
-    local text = dict:get(SETTINGS)
-    if text ~= cached_text then
-        cached, cached_text = cjson.decode(text or "{}") or {}, text
+    local generation = dict:get(GENERATION)
+    if generation ~= cached_generation then
+        cached, cached_generation = cjson.decode(dict:get(SETTINGS) or "{}") or {}, generation
     end
     return cached[model]
 end
@@ -116,7 +126,7 @@ local function wait(model, settings, deadline)
         if failed then
             return "load_failed", "loading " .. model .. " failed: " .. tostring(failed.message), failed.retry_after
         end
-        if now - (dict:get(POLLED) or 0) > M.LOADER_STALE then
+        if now - (wants:get(POLLED) or 0) > M.LOADER_STALE then
             return "no_loader", "the host agent's loader is not running, so " .. model .. " cannot be loaded", 5
         end
         if now >= deadline then
@@ -124,7 +134,11 @@ local function wait(model, settings, deadline)
                 .. settings.cold_start_timeout .. " s", settings.cold_start_timeout
         end
         if dict:add("w\t" .. model, now) then
-            dict:rpush(WANTS, model)
+            if not wants:rpush(WANTS, model) then
+                dict:delete("w\t" .. model)  -- the list is full: wanted again at this request's next check
+            elseif woken:count() < 0 then  -- a long poll waits in this worker
+                woken:post(1)
+            end
         end
         ngx.sleep(math.min(poll, math.max(0.001, deadline - now)))
         poll = math.min(poll * 1.5, MAX_POLL)
@@ -216,22 +230,30 @@ local function bad(message)
     ngx.say(message)
 end
 
--- Every registered model's state, holds, recency and failure, as JSON: {models: {model: {...}}, budget: {...}}.
-local function snapshot()
+-- A registered model's state, holds, recency and failure, given its settings.
+local function described(model, entry)
+    local requests = 0
+    for _, outcome in ipairs(OUTCOMES) do
+        requests = requests + (dict:get("r\t" .. model .. "\t" .. outcome) or 0)
+    end
+    return {
+        pinned = entry.pinned == true, state = dict:get("s\t" .. model) or "cold", requests = requests,
+        held = dict:get("h\t" .. model) or 0, last_used = dict:get("u\t" .. model) or cjson.null,
+        wanted = dict:get("w\t" .. model) ~= nil, failure = failure(model) or cjson.null,
+        cold_start_timeout = entry.cold_start_timeout or M.DEFAULT_TIMEOUT,
+        max_held = entry.max_held or M.DEFAULT_MAX_HELD,
+    }
+end
+
+-- Every registered model, described, as JSON: {models: {model: {...}}, budget: {...}}; only those of `only`
+-- ({model: true}) when given.
+local function snapshot(only)
     local models = {}
     local settings = cjson.decode(dict:get(SETTINGS) or "{}") or {}
     for model, entry in pairs(settings) do
-        local requests = 0
-        for _, outcome in ipairs(OUTCOMES) do
-            requests = requests + (dict:get("r\t" .. model .. "\t" .. outcome) or 0)
+        if not only or only[model] then
+            models[model] = described(model, entry)
         end
-        models[model] = {
-            pinned = entry.pinned == true, state = dict:get("s\t" .. model) or "cold", requests = requests,
-            held = dict:get("h\t" .. model) or 0, last_used = dict:get("u\t" .. model) or cjson.null,
-            wanted = dict:get("w\t" .. model) ~= nil, failure = failure(model) or cjson.null,
-            cold_start_timeout = entry.cold_start_timeout or M.DEFAULT_TIMEOUT,
-            max_held = entry.max_held or M.DEFAULT_MAX_HELD,
-        }
     end
     local budget = dict:get(BUDGET)
     -- Encoded by hand: an empty Lua table would encode as [] (Debian's lua-cjson has no empty_table).
@@ -250,56 +272,95 @@ end
 -- are handed out again, and it counts as alive from now on, before its first long poll.
 local function forget_taken()
     ngx.update_time()
-    dict:set(POLLED, ngx.now())
+    wants:set(POLLED, ngx.now())
     for _, key in ipairs(dict:get_keys(0)) do
         if key:sub(1, 2) == "t\t" then
             dict:delete(key)
         elseif key:sub(1, 2) == "w\t" then
-            dict:rpush(WANTS, key:sub(3))
+            wants:rpush(WANTS, key:sub(3))
         end
     end
     return true
 end
 
--- POST /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?}}, "budget": {...}}:
--- replace the registered models (a model left out is always resident again); "state" sets where given.
-local function register(body)
+-- nil when body.models is {model: settings} (`removable`: or null, a model to unregister), else why not.
+local function invalid(body, removable)
     if type(body) ~= "table" or type(body.models) ~= "table" then
-        return nil, "residency must be {\"models\": {model: {pinned, cold_start_timeout, max_held}}}"
+        return "residency must be {\"models\": {model: {pinned, cold_start_timeout, max_held}}}"
     end
     for model, entry in pairs(body.models) do
-        if type(model) ~= "string" or type(entry) ~= "table"
+        if not (removable and entry == cjson.null) and (type(model) ~= "string" or type(entry) ~= "table"
                 or (entry.cold_start_timeout ~= nil and (type(entry.cold_start_timeout) ~= "number"
                     or entry.cold_start_timeout <= 0))
                 or (entry.max_held ~= nil and (type(entry.max_held) ~= "number" or entry.max_held < 1))
-                or (entry.state ~= nil and not STATES[entry.state]) then
-            return nil, "residency of " .. tostring(model)
+                or (entry.state ~= nil and not STATES[entry.state])) then
+            return "residency of " .. tostring(model)
                 .. " must be {pinned, cold_start_timeout > 0, max_held >= 1, state resident|cold|evicting}"
         end
     end
-    local settings = {}
-    forget_taken()
+end
+
+-- Put body.models' entries into `settings` ({model: settings}; null removes the model), set the states given,
+-- store the settings and bump their generation; true, or nil and why.
+local function store(settings, body)
     for model, entry in pairs(body.models) do
-        settings[model] = { pinned = entry.pinned == true, cold_start_timeout = entry.cold_start_timeout,
-                            max_held = entry.max_held }
-        if entry.state then
-            dict:set("s\t" .. model, entry.state)
+        if entry == cjson.null then
+            settings[model] = nil
+        else
+            settings[model] = { pinned = entry.pinned == true, cold_start_timeout = entry.cold_start_timeout,
+                                max_held = entry.max_held }
+            if entry.state then
+                dict:set("s\t" .. model, entry.state)
+            end
+            for _, outcome in ipairs(OUTCOMES) do
+                dict:add("r\t" .. model .. "\t" .. outcome, 0)
+            end
+            dict:add("cs\t" .. model, 0)
         end
-        for _, outcome in ipairs(OUTCOMES) do
-            dict:add("r\t" .. model .. "\t" .. outcome, 0)
-        end
-        dict:add("cs\t" .. model, 0)
     end
-    local ok, err = dict:safe_set(SETTINGS, cjson.encode(settings))
+    local ok, err = dict:safe_set(SETTINGS, next(settings) and cjson.encode(settings) or "{}")
     if not ok then
         return nil, "no room for the residency settings: " .. err
     end
+    dict:incr(GENERATION, 1, 0)
     keep_budget(body)
     return true
 end
 
+-- POST /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?}}, "budget": {...}}:
+-- replace the registered models (a model left out is always resident again); "state" sets where given. The full
+-- resync (a gateway that starts reads the same from residency.json).
+local function register(body)
+    local err = invalid(body, false)
+    if err then
+        return nil, err
+    end
+    forget_taken()
+    return store({}, body)
+end
+
+-- PATCH /residency {"models": {model: {pinned, cold_start_timeout, max_held, state?} or null}, "budget"?}: register
+-- or change the models named (null: always resident again), leaving the others as they are: one model's change
+-- is one model's body. Returns true and the models named, for the answer. A read-modify-write of "\0settings":
+-- the agent sends its changes one at a time per host (ResidencyControl holds the gateway's flock).
+local function change(body)
+    local err = invalid(body, true)
+    if err then
+        return nil, err
+    end
+    local ok, stored = store(cjson.decode(dict:get(SETTINGS) or "{}") or {}, body)
+    if not ok then
+        return nil, stored
+    end
+    local named = {}
+    for model in pairs(body.models) do
+        named[model] = true
+    end
+    return true, named
+end
+
 -- PUT /residency/state {"model", "state", "reason"?, "failure"?: {message, retry_after}, "budget"?,
--- "abandoned"?}: the loader's report of one model. "resident", a failure or "abandoned" (no request waits for it
+-- "abandoned"?}: the loader's report of one model (answered with that model alone). "resident", a failure or "abandoned" (no request waits for it
 -- any more, so it is not loaded) ends the want; "cold" with a reason counts an eviction.
 local function report(body)
     if type(body) ~= "table" or type(body.model) ~= "string" then
@@ -328,39 +389,46 @@ local function report(body)
         dict:delete("t\t" .. model)
     end
     keep_budget(body)
-    return true
+    return true, { [model] = true }
 end
 
--- The models held requests wait for that the loader has not taken yet; each is marked taken. Popped from the
--- wants list, so a poll costs the same however many models are registered.
+-- The models held requests wait for that the loader has not taken yet, each marked taken, and how long ago the
+-- oldest was first wanted (seconds). Popped from the wants list, so a poll costs the same however many models are
+-- registered, and one that finds none takes no lock but the wants dict's.
 local function take_wanted()
-    local out = {}
+    local out, oldest = {}, nil
     while true do
-        local model = dict:lpop(WANTS)
+        local model = wants:lpop(WANTS)
         if not model then
-            return out
+            return out, oldest
         end
-        if dict:get("w\t" .. model) and dict:add("t\t" .. model, ngx.now()) then
+        local since = dict:get("w\t" .. model)
+        if since and dict:add("t\t" .. model, ngx.now()) then
             out[#out + 1] = model
+            oldest = math.min(oldest or since, since)
         end
     end
 end
 
 -- GET /residency/wanted?wait=<seconds>: the loader's long poll. Answers as soon as a model is wanted, or with
--- [] after `wait` seconds (at most 30); while it waits the loader counts as alive.
+-- [] after `wait` seconds (at most 30); while it waits the loader counts as alive. X-Modelyard-Wanted-Age: how
+-- long (seconds, nginx's millisecond clock) the oldest model answered was wanted before the poll took it.
 local function wanted()
     local wait = math.min(tonumber(ngx.var.arg_wait) or 0, 30)
     ngx.update_time()
     local deadline = ngx.now() + wait
     while true do
-        dict:set(POLLED, ngx.now())
-        local models = take_wanted()
+        wants:set(POLLED, ngx.now())
+        local models, oldest = take_wanted()
         if #models > 0 or ngx.now() >= deadline then
             ngx.header["Content-Type"] = "application/json"
+            if oldest then
+                ngx.header["X-Modelyard-Wanted-Age"] = string.format("%.3f", math.max(0, ngx.now() - oldest))
+            end
             ngx.say(#models > 0 and cjson.encode(models) or "[]")
             return
         end
-        ngx.sleep(0.002)
+        woken:wait(WANTS_CHECK)
         ngx.update_time()
     end
 end
@@ -378,21 +446,25 @@ function M.control()
     local apply = nil
     if uri == "/residency" and method == "POST" then
         apply = register
+    elseif uri == "/residency" and method == "PATCH" then
+        apply = change
     elseif uri == "/residency/state" and method == "PUT" then
         apply = report
     elseif not (uri == "/residency" and method == "GET") then
         ngx.status = 404
-        ngx.say("the residency endpoints are GET|POST /residency, PUT /residency/state, GET /residency/wanted, "
-            .. "DELETE /residency/taken")
+        ngx.say("the residency endpoints are GET|POST|PATCH /residency, PUT /residency/state, "
+            .. "GET /residency/wanted, DELETE /residency/taken")
         return
     end
+    local only = nil
     if apply then
-        local ok, err = apply(require("modelyard_routes").request_json())
+        local ok, named = apply(require("modelyard_routes").request_json())
         if not ok then
-            return bad(err)
+            return bad(named)
         end
+        only = type(named) == "table" and named or nil
     end
-    answer(snapshot())
+    answer(snapshot(only))
 end
 
 -- At start and on reload (init_by_lua): the registered models the agent last wrote, every one cold (a new

@@ -3,8 +3,9 @@
 -- gateway (modelyard_gateway.lua). Routes live in the shared dict "modelyard_routes", one entry per model:
 --   {"stable": 3, "canary": 4, "percent": 10.0, "shadow": 4, "shadow_percent": 20.0, "ports": {"3": 41001, "4": 41002}}
 -- (canary and shadow may be null; "ports", the loopback port serving each version, only on the BentoML front).
--- They come from <nginx dir>/routes.json when nginx starts and from POST /routes on its control socket
--- afterwards, so a change of percent, a promotion or a rollback needs no reload.
+-- They come from <nginx dir>/routes.json when nginx starts and from its control socket afterwards (PATCH /routes
+-- with the models that changed, POST /routes with every route), so a change of percent, a promotion or a
+-- rollback needs no reload.
 --
 -- Requests a route gave a version are counted in flight per version in the shared dict "modelyard_inflight"
 -- ("<model>/<version>"), from the moment they are given it until their log phase, so the agent stops or
@@ -70,32 +71,62 @@ local function valid(route)
         and (route.shadow_percent == nil or percent(route.shadow_percent)) and ports(route.ports)
 end
 
--- Replace every route with those of `table` ({model: route}); returns nil and a message when one is malformed.
--- The traffic series of each routed version are created at 0 (modelyard_metrics.lua's create_route).
-function M.apply(table)
+-- nil when `table` is {model: route} (`removable`: or null, a route to drop), else why not.
+local function invalid(table, removable)
     if type(table) ~= "table" then
-        return nil, "routes must be a JSON object of model names"
+        return "routes must be a JSON object of model names"
     end
     for model, route in pairs(table) do
-        if type(model) ~= "string" or not valid(route) then
-            return nil, "route of " .. tostring(model)
+        if type(model) ~= "string" or not ((removable and route == cjson.null) or valid(route)) then
+            return "route of " .. tostring(model)
                 .. " must be {stable, canary, percent 0-100, shadow, shadow_percent 0-100, ports {version: port}}"
         end
     end
-    local generation = (routes:get(GENERATION) or 0) + 1
-    routes:flush_all()
+end
+
+-- Set the routes of `table` (null drops one); the traffic series of each routed version are created at 0
+-- (modelyard_metrics.lua's create_route). Returns how many were set, or nil and why.
+local function store(table)
     local count = 0
     for model, route in pairs(table) do
-        local ok, err = routes:safe_set(model, cjson.encode(route))
-        if not ok then
-            return nil, "no room for the route of " .. model .. ": " .. err
+        if route == cjson.null then
+            routes:delete(model)
+        else
+            local ok, err = routes:safe_set(model, cjson.encode(route))
+            if not ok then
+                return nil, "no room for the route of " .. model .. ": " .. err
+            end
+            count = count + 1
+            -- The series of each version routed start at 0 now (where the front measures: the Triton gateway).
+            metrics.create_route(model, route)
         end
-        count = count + 1
-        -- The series of each version routed start at 0 now (where the front measures: the Triton gateway).
-        metrics.create_route(model, route)
     end
-    routes:set(GENERATION, generation)
     return count
+end
+
+-- Replace every route with those of `table` ({model: route}); returns nil and a message when one is malformed.
+function M.apply(table)
+    local err = invalid(table, false)
+    if err then
+        return nil, err
+    end
+    local generation = (routes:get(GENERATION) or 0) + 1
+    routes:flush_all()
+    local count, problem = store(table)
+    routes:set(GENERATION, generation)
+    return count, problem
+end
+
+-- Change the routes of the models `table` names ({model: route or null: no route}), leaving the others: one
+-- model's change is one model's body. Returns how many routes were set, or nil and why.
+function M.patch(table)
+    local err = invalid(table, true)
+    if err then
+        return nil, err
+    end
+    local count, problem = store(table)
+    routes:incr(GENERATION, 1, 0)
+    return count, problem
 end
 
 -- At start and on reload (init_by_lua): give `apply` the JSON object the agent last wrote to `path`, if any;
@@ -213,12 +244,16 @@ function M.counts()
     ngx.say(next(out) and cjson.encode(out) or "{}")
 end
 
--- Every route, as a JSON object.
-function M.encoded()
-    local out = {}
-    for _, model in ipairs(routes:get_keys(0)) do
-        if model ~= GENERATION then
-            out[model] = cjson.decode(routes:get(model))
+-- Every route, as a JSON object; only those of the models `only` names ({model: anything}) when given.
+function M.encoded(only)
+    local out, models = {}, only and {} or routes:get_keys(0)
+    for model in pairs(only or {}) do
+        models[#models + 1] = model
+    end
+    for _, model in ipairs(models) do
+        local route = model ~= GENERATION and routes:get(model)
+        if route then
+            out[model] = cjson.decode(route)
         end
     end
     return next(out) and cjson.encode(out) or "{}"
@@ -255,13 +290,32 @@ function M.replace_from_request(apply)
     return true
 end
 
--- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them.
+-- For a control socket's PATCH: give `patch` the JSON object the request carries ({model: setting or null});
+-- that object when `patch` took it (its models are the answer's), false when it refused it (answered 400 with its
+-- message), true for another method.
+function M.patch_from_request(patch)
+    if ngx.req.get_method() ~= "PATCH" then
+        return true
+    end
+    local body = M.request_json()
+    local count, err = patch(body)
+    if not count then
+        ngx.status = 400
+        ngx.say(err)
+        return false
+    end
+    return body
+end
+
+-- content_by_lua of the control socket: GET /routes answers the routes, POST /routes replaces them, PATCH
+-- /routes changes those it names and answers them alone (a dropped one is left out).
 function M.control()
-    if not M.replace_from_request(M.apply) then
+    local named = M.patch_from_request(M.patch)
+    if not (named and M.replace_from_request(M.apply)) then
         return
     end
     ngx.header["Content-Type"] = "application/json"
-    ngx.say(M.encoded())
+    ngx.say(M.encoded(named ~= true and named or nil))
 end
 
 return M

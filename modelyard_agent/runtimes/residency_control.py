@@ -45,10 +45,11 @@ class ResidencyControl:
         """Register ``model`` on demand (or change its settings): its requests are held while it is not
         resident, up to ``cold_start_timeout`` seconds and ``max_held`` requests at once; ``state`` sets its
         state too (None: leave it, a new model counts as cold). ``footprint_bytes`` is the model's measured memory
-        when its deployment knows it (the loader measures it otherwise). Kept in ``residency.json``. Idempotent.
+        when its deployment knows it (the loader measures it otherwise). Kept in ``residency.json``. Only this
+        model goes to the gateway (``PATCH /residency``), whatever else is registered. Idempotent.
 
         Returns:
-            ``residency()`` after the change.
+            ``residency()`` of this model alone: ``{"models": {model: {...}}, "budget": {...}}``.
 
         Raises:
             ValueError: a timeout that is not positive, ``max_held`` below 1 or an unknown state.
@@ -65,12 +66,32 @@ class ResidencyControl:
     def unregister_on_demand(self, model: str) -> dict:
         """Make ``model`` always resident again at the gateway (its requests pass untouched). Idempotent.
 
+        Returns:
+            ``{"models": {}, "budget": {...}}``.
+
         Raises:
             ServingRuntimeError: as ``register_on_demand``.
         """
         return self._change_registrations(model, None, None)
 
+    def resync_residency(self) -> dict:
+        """Send the gateway every registration ``residency.json`` holds at once (``POST /residency``), replacing
+        what it holds: a model it holds that the file does not is always resident again. A gateway that starts
+        reads the file itself; this is for one whose registrations are in doubt. States are left as they are.
+        Idempotent.
+
+        Returns:
+            ``residency()`` after the change.
+
+        Raises:
+            ServingRuntimeError: the gateway refused the registrations or does not answer.
+        """
+        with self._lock():
+            return self._control("POST", {"models": read_json_file(self.residency_file).get("models", {})},
+                                 path="/residency")
+
     def _change_registrations(self, model: str, entry: dict | None, state: str | None) -> dict:
+        """Keep ``model``'s ``entry`` (None: remove it) in ``residency.json`` and send the gateway that one change."""
         with self._lock():
             held = read_json_file(self.residency_file)
             models = held.get("models", {})
@@ -79,9 +100,8 @@ class ResidencyControl:
             else:
                 models[model] = entry
             atomic_write(self.residency_file, json.dumps({"models": models}, indent=1, sort_keys=True))
-            states = {name: {"state": state} for name in models if name == model and state}
-            body = {"models": {name: {**settings, **states.get(name, {})} for name, settings in models.items()}}
-            return self._control("POST", body, path="/residency")
+            change = None if entry is None else {**entry, **({"state": state} if state else {})}
+            return self._control("PATCH", {"models": {model: change}}, path="/residency")
 
     def report_residency(self, model: str, state: str | None = None, *, reason: str | None = None,
                          failure: tuple[str, float] | None = None, budget: dict | None = None,
@@ -93,6 +113,9 @@ class ResidencyControl:
         bytes held per device as ``modelyard_device_resident_bytes``); ``abandoned``: the loader
         will not load it, since no request waits for it any more (its want ends, so a later request wants it anew);
         ``load_seconds``: how long the load that made it resident took in Triton (``modelyard_model_load_seconds``).
+
+        Returns:
+            ``residency()`` of this model alone (``{"models": {}, ...}`` for a model not registered).
 
         Raises:
             ServingRuntimeError: the gateway refused or did not answer.

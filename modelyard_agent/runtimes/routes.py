@@ -7,7 +7,8 @@ A route is ``{"stable", "canary", "percent", "shadow", "shadow_percent"}`` (plus
 with ``X-Modelyard-Routing-Key`` is hashed (CRC-32) into 10,000 buckets, so it always reaches the same
 version while the percent stays and raising the percent only moves keys to the canary (the Lua in
 ``modelyard_routes.lua``). Routes are replaced over the nginx's Unix control socket (``POST /routes``),
-with no reload, and kept in ``routes.json`` beside it, which nginx reads when it starts.
+with no reload, and kept in ``routes.json`` beside it, which nginx reads when it starts. A change sends that
+model's route alone (``PATCH /routes``); ``resync_routes`` sends every route.
 """
 
 from __future__ import annotations
@@ -26,9 +27,17 @@ METRICS_DICT_SIZE = "8m"
 
 # The control socket's bodies (every route, residency or capture setting at once: some 60 bytes a model) stay in
 # memory up to 1 MiB; a larger one goes to nginx's temporary file, which modelyard_routes.lua's request_json reads.
-CONTROL_BODIES = """\
-        client_max_body_size 64m;
-        client_body_buffer_size 1m;"""
+# Past CONTROL_BODY_LIMIT (some 500,000 models at once) nginx refuses the body with 413 and a sentence naming the
+# bound, which ``_control`` raises as its error.
+CONTROL_BODY_LIMIT = "64m"
+CONTROL_BODIES = f"""\
+        client_max_body_size {CONTROL_BODY_LIMIT};
+        client_body_buffer_size 1m;
+        error_page 413 = @modelyard_control_too_large;
+        location @modelyard_control_too_large {{
+            default_type text/plain;
+            return 413 "a control body is at most 64 MiB (client_max_body_size {CONTROL_BODY_LIMIT}): send less\\n";
+        }}"""
 
 LUA_DIR = Path(__file__).resolve().parent
 MODULES = (Path("/usr/lib/nginx/modules/ndk_http_module.so"), Path("/usr/lib/nginx/modules/ngx_http_lua_module.so"))
@@ -152,7 +161,22 @@ class RouteControl:
         """
         self._change(model, None)
 
+    def resync_routes(self) -> dict[str, dict]:
+        """Send nginx every route ``routes.json`` holds at once (``POST /routes``), replacing what it holds (a
+        nginx that starts reads the file itself; this is for one whose routes are in doubt). Idempotent.
+
+        Returns:
+            ``routes()`` after the change.
+
+        Raises:
+            ServingRuntimeError: nginx refused the routes or does not answer.
+        """
+        with self._lock():
+            return self._control("POST", self._read_file())
+
     def _change(self, model: str, route: dict | None) -> dict[str, dict]:
+        """Keep ``model``'s ``route`` (None: drop it) in ``routes.json`` and send nginx that one change
+        (``PATCH /routes``); returns nginx's answer, ``{model: route}`` (``{}`` for a dropped route)."""
         with self._lock():
             routes = self._read_file()
             if route is None:
@@ -160,7 +184,7 @@ class RouteControl:
             else:
                 routes[model] = route
             atomic_write(self.routes_file, json.dumps(routes, indent=1, sort_keys=True))
-            return self._control("POST", routes)
+            return self._control("PATCH", {model: route})
 
     def inflight(self) -> dict[str, int]:
         """Requests a route gave a version, in flight now, ``{"<model>/<version>": count}`` (shadow copies

@@ -154,7 +154,8 @@ def test_limits_survive_a_restart_of_the_gateway_and_bad_ones_are_refused(shield
     with pytest.raises(ValueError):
         shielded.set_request_limit(MODEL, 0)
     assert shielded.set_request_limit("other", 1 << 40)["models"]["other"] == shielded.max_request_bytes
-    assert shielded.set_request_limit("other", None)["models"] == {MODEL: shielded.limit.bytes}
+    assert shielded.set_request_limit("other", None)["models"] == {}
+    assert shielded.request_limits()["models"] == {MODEL: shielded.limit.bytes}
 
 
 def test_huge_headers_are_refused_by_the_gateway_and_triton_stays_live(shielded, triton_server):

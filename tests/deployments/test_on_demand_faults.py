@@ -1,6 +1,7 @@
 """Models on demand when something goes wrong, on a real Triton behind a real gateway, with a real Redis for the
 per-model locks: the loader outlives its lock service going down and a model unregistered while a load waits
-for room; an eviction never takes a model whose deployment holds its lock; every control takes 2,000 models."""
+for room; an eviction never takes a model whose deployment holds its lock (every control taking 2,000 models:
+test_gateway_controls_at_scale.py)."""
 
 import json
 import time
@@ -17,7 +18,6 @@ from modelyard_agent.adapters.on_demand import model_locks, register_residency
 from modelyard_agent.coordination import lock_key
 from modelyard_agent.residency import OnDemandLoader
 from modelyard_agent.runtimes.gateway import TritonGateway
-from modelyard_agent.runtimes.routes import make_route
 from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
 from tests.deployments.test_gateway_worker_death import send_and_leave_open
@@ -132,21 +132,6 @@ def test_an_eviction_passes_over_a_model_whose_deployment_holds_its_lock(host, l
         assert evictions(host, "locked_x") == 0
     finally:
         deployment.release()
-
-
-def test_every_control_takes_2000_models_at_once(host):
-    # Each control body carries every model (some 60 bytes a model): 2,000 are far past nginx's 16-KiB body buffer.
-    names = [f"many_{i:04d}" for i in range(2000)]
-    residency = host._control("POST", {"models": {name: {"pinned": False, "cold_start_timeout": 5, "max_held": 4}
-                                                  for name in names}}, path="/residency")
-    assert set(residency["models"]) == set(names)
-    routes = host._control("POST", {name: make_route(stable=1) for name in names})
-    assert set(routes) == set(names) and routes["many_1999"]["stable"] == 1
-    limits = host._control("POST", {name: 1 << 20 for name in names}, path="/limits")
-    assert set(limits["models"]) == set(names)
-    # The last one is on demand indeed: with no loader polling, its request is answered at once.
-    answer = infer(host, "many_1999")
-    assert answer.status_code == 503 and answer.json()["reason"] == "no_loader", answer.text
 
 
 def test_a_request_to_an_on_demand_model_without_a_route_counts_in_flight_so_no_eviction_cuts_it(host):
