@@ -242,6 +242,10 @@ class GatewayReport(TypedDict):
     capture: NotRequired[dict[str, dict]]
     # ``residency_control.ResidencyControl.residency()``: the models registered on demand and their state.
     residency: NotRequired[dict]
+    # What the on-demand loader measured, ``{"<model>/<versions>": {device: bytes}}`` (``footprints.footprint_key``:
+    # "iris/3", or "iris/2+3" for a canary's two versions loaded together); the control plane sends a version's
+    # figure with its next on-demand deployment (``footprint_bytes``) and refuses one larger than a host's budget.
+    footprints: NotRequired[dict[str, dict[str, int]]]
 
 
 class UnloadPayload(TypedDict):

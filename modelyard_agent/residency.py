@@ -283,7 +283,7 @@ class OnDemandLoader(FootprintAccounts):
             ServingRuntimeError: the model is not registered on demand here, or Triton refused or failed the
                 load (its message; the failed entry is unloaded again), or Triton does not answer.
         """
-        with self._load_slot(alone=self.footprint(model) is None):  # what follows reads the host once it may load
+        with self._load_slot(alone=not self.measured(model)):  # what follows reads the host once it may load
             registered = self.gateway.residency()["models"]
             if model not in registered:
                 raise ServingRuntimeError(f"{model} is not registered on demand on this host", retryable=False)
@@ -312,7 +312,7 @@ class OnDemandLoader(FootprintAccounts):
         is not known yet: ``_settled_memory`` before and after, so its held requests are served while Triton's
         gauges catch up), with what is over the budget evicted after (a footprint measured larger than
         assumed)."""
-        measuring = self.footprint(model) is None
+        measuring = not self.measured(model)
         before = self._settled_memory() if measuring else None
         started = time.monotonic()
         try:
