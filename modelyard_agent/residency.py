@@ -258,14 +258,14 @@ class OnDemandLoader(FootprintAccounts):
             message = load_failure_message(model, exc)
             log = logger.error if isinstance(exc, ServingRuntimeError | TimeoutError) else logger.exception
             log("on-demand load of %s failed (%d in a row; next try in %g s): %s", model, count, backoff, message)
-            self._report_failure(model, message, backoff)
+            self._report_failure(model, message, backoff, getattr(exc, "seconds", None))
             return
         self.failures.pop(model, None)
         logger.info("loaded %s on demand in %.3f s (footprint %s)", model, loaded.seconds, loaded.footprint)
 
-    def _report_failure(self, model: str, message: str, retry_after: float) -> None:
+    def _report_failure(self, model: str, message: str, retry_after: float, seconds: float | None = None) -> None:
         try:
-            self.gateway.report_residency(model, failure=(message, retry_after))
+            self.gateway.report_residency(model, failure=(message, retry_after), load_seconds=seconds)
         except ServingRuntimeError as exc:
             logger.error("could not report the failed load of %s: %s", model, exc.message)
         except Exception:  # noqa: BLE001 - the loading thread goes on; held requests time out
@@ -323,7 +323,7 @@ class OnDemandLoader(FootprintAccounts):
             except ServingRuntimeError:
                 pass
             raise ServingRuntimeError(f"Triton could not load {model}: {exc.message}", retryable=exc.retryable,
-                                      timed_out=exc.timed_out) from exc
+                                      timed_out=exc.timed_out, seconds=time.monotonic() - started) from exc
         finally:
             ended = self.memory_changed_at = time.monotonic()
         seconds = ended - started

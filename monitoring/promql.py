@@ -423,7 +423,8 @@ def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
     gateways' own series (``modelyard_residency.lua``): ``requests`` by ``outcome`` (hit, cold, and the 503
     reasons), the ``cold_p50`` and ``cold_p99`` of the waits (seconds, ``histogram_quantile`` of
     ``modelyard_cold_start_seconds``; NaN without a cold start), the ``load_p50`` and ``load_p99`` of the host
-    agent's loads (seconds Triton took, ``modelyard_model_load_seconds``; NaN without a load) and ``evictions`` by
+    agent's loads that succeeded (seconds Triton took, ``modelyard_model_load_seconds{outcome="loaded"}``; NaN
+    without one) and ``evictions`` by
     ``reason``. Each counter's rise as ``_increase`` takes it, so the first cold starts after a model is registered
     count."""
     w, matchers = _window(window), _matchers(selector)
@@ -431,8 +432,8 @@ def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
         "requests": _increase(ON_DEMAND_REQUESTS, matchers, w, by="host, model, outcome"),
         "evictions": _increase(EVICTIONS, matchers, w, by="host, model, reason"),
     }
-    for kind, family in (("cold", COLD_STARTS), ("load", LOADS)):
-        buckets = _increase(family + "_bucket", matchers, w, by="host, model, le")
+    for kind, family, only in (("cold", COLD_STARTS, ()), ("load", LOADS, ('outcome="loaded"',))):
+        buckets = _increase(family + "_bucket", _matchers(selector, *only), w, by="host, model, le")
         for q in (50, 99):
             out[f"{kind}_p{q}"] = f"histogram_quantile({q / 100}, {buckets})"
     return out

@@ -95,7 +95,8 @@ class ResidencyControl:
         host's ``budget`` (``{"budget_bytes", "resident_bytes", "devices", "problem"}``, exposed as gauges, the
         bytes held per device as ``modelyard_device_resident_bytes``); ``abandoned``: the loader
         will not load it, since no request waits for it any more (its want ends, so a later request wants it anew);
-        ``load_seconds``: how long the load that made it resident took in Triton (``modelyard_model_load_seconds``).
+        ``load_seconds``: how long the load took in Triton, the one that made it resident or, with ``failure``, the one
+        that failed (``modelyard_model_load_seconds``, ``outcome`` "loaded" or "failed").
 
         Raises:
             ServingRuntimeError: the gateway refused or did not answer.
