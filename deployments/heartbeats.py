@@ -76,6 +76,12 @@ def budget_problem(host: ServingHost) -> str:
     return _problem(_budget(_residency(host)))
 
 
+def budget_bytes(host: ServingHost) -> int | None:
+    """The on-demand memory budget, bytes per device, that ``host``'s agent last reported (None: none reported)."""
+    size = _budget(_residency(host)).get("budget_bytes")
+    return int(size) if isinstance(size, int | float) and not isinstance(size, bool) else None
+
+
 def residency_report(host: ServingHost, visible) -> dict:
     """Models on demand on ``host`` as its last heartbeat reported them (``gateway.residency``).
 

@@ -9,10 +9,8 @@ answer. ``plan`` is a pure function so that planning a whole fleet costs no I/O 
 import logging
 from dataclasses import dataclass
 
-from deployments.choices import Residency
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.profiles import card_gpu_bytes
-from deployments.targets import build_agent_payload
 from modelyard.errors import InvalidInput, ServiceUnavailable
 from monitoring.readings import host_memory
 from registry.models import ModelVersion
@@ -67,16 +65,6 @@ def measured_footprint(version: ModelVersion) -> int | None:
         if isinstance(gpu, int | float) and gpu > 0:
             return int(gpu)
     return card_gpu_bytes(version)
-
-
-def deploy_payload(target: DeploymentTarget, *, download_url: str) -> dict:
-    """``targets.build_agent_payload`` of ``target``, with ``footprint_bytes`` for an on-demand deployment: the
-    version's measured GPU footprint (``measured_footprint``), so the host's on-demand budget counts it before
-    its first load there (None: the agent's loader measures it then)."""
-    payload = build_agent_payload(target, download_url=download_url)
-    if target.deployment.residency == Residency.ON_DEMAND:
-        payload["footprint_bytes"] = measured_footprint(target.deployment.version)
-    return payload
 
 
 def free_gpu_memory(hosts: list[ServingHost]) -> dict[str, int | None]:

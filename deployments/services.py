@@ -13,6 +13,7 @@ from audit.choices import AuditAction
 from audit.services import acting_user, record_audit_event
 from deployments.choices import RUNTIME_FORMATS, CanaryState, FailurePolicy, Residency, RolloutTrigger, TargetState
 from deployments.enqueue import Job, job
+from deployments.footprints import check_budgets
 from deployments.hosts import check_labels
 from deployments.models import Deployment, DeploymentTarget, ServingHost
 from deployments.placement import choose_hosts
@@ -266,7 +267,8 @@ def create_rollout(
     Raises:
         InvalidInput: no hosts, a batch size below 1, an unknown policy or residency, or bad overrides.
         Conflict: a host's runtime cannot serve the version's format, or the version is CORRUPT, or an
-            on-demand model goes to a host that cannot hold requests (``check_residency``).
+            on-demand model goes to a host that cannot hold requests (``check_residency``), or to a host whose
+            on-demand memory budget is smaller than the version's known footprint (``footprints.check_budgets``).
         ServiceUnavailable: the task queue does not answer (``modelyard.celery.require_broker``); nothing written.
     """
 
@@ -286,6 +288,8 @@ def create_rollout(
         raise InvalidInput(f"max_request_bytes must be a whole number of bytes from {MIN_REQUEST_BYTES} to "
                            f"{MAX_REQUEST_BYTES}, got {max_request_bytes!r}")
     cold_start_timeout = check_residency(residency, pinned, cold_start_timeout, hosts)
+    if residency == Residency.ON_DEMAND:
+        check_budgets(model_version, hosts)
     for host in hosts:
         if model_version.format not in RUNTIME_FORMATS.get(host.runtime, frozenset()):
             raise Conflict(

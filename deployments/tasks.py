@@ -22,9 +22,9 @@ from deployments import autoscale as autoscaling
 from deployments import reconcile as reconciling
 from deployments.choices import ACTIVE_TARGET_STATES, TERMINAL_TARGET_STATES, TargetState
 from deployments.enqueue import Job, send_to_host
+from deployments.footprints import deploy_payload
 from deployments.heartbeats import record_heartbeat
 from deployments.models import DeploymentTarget, ServingHost
-from deployments.placement import deploy_payload
 from deployments.targets import record_target_progress
 from modelyard.celery import DATABASE_ERRORS, broker
 from modelyard.errors import ServiceUnavailable

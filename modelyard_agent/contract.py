@@ -190,8 +190,9 @@ class DeployPayload(TypedDict):
     residency: NotRequired[str]
     pinned: NotRequired[bool]  # on demand: never evicted
     cold_start_timeout: NotRequired[float | None]  # seconds a request is held while the model loads; None: 30
-    # on demand: the version's GPU footprint (bytes) its last load or its performance card measured; None: the
-    # agent's loader measures it at its first load there
+    # on demand: the most bytes the version held on one device, as its performance card, a deployment's load or a
+    # host's on-demand load (``GatewayReport.footprints``) measured it; None: the agent's loader measures it at its
+    # first load there
     footprint_bytes: NotRequired[int | None]
 
 
@@ -242,6 +243,10 @@ class GatewayReport(TypedDict):
     capture: NotRequired[dict[str, dict]]
     # ``residency_control.ResidencyControl.residency()``: the models registered on demand and their state.
     residency: NotRequired[dict]
+    # What the on-demand loader measured, ``{"<model>/<versions>": {device: bytes}}`` (``footprints.footprint_key``:
+    # "iris/3", or "iris/2+3" for a canary's two versions loaded together); the control plane sends a version's
+    # figure with its next on-demand deployment (``footprint_bytes``) and refuses one larger than a host's budget.
+    footprints: NotRequired[dict[str, dict[str, int]]]
 
 
 class UnloadPayload(TypedDict):

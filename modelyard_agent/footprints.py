@@ -1,6 +1,6 @@
 """What an on-demand model's load adds to memory, as the loader (``modelyard_agent.residency``) measures it:
 readings around a load (Triton's memory gauges, the resident memory of Triton's processes), the rise between
-them per device, and ``<state dir>/footprints.json`` where the measured footprints are kept per model.
+them per device, and ``<state dir>/footprints.json`` where the measured footprints are kept per model version.
 
 A footprint is ``{device: bytes}``, and the budget applies to each device on its own:
 
@@ -16,6 +16,11 @@ A footprint is ``{device: bytes}``, and the budget applies to each device on its
 - A footprint a deployment declares (``footprint_bytes``, one figure) and one an agent kept before footprints were
   per device (a bare number in ``footprints.json``) name no device: they count against every device, which may
   evict more than needed but never lets one device pass the budget unseen.
+- A footprint is kept per model version: under ``<model>/<versions>`` (``footprint_key``: the versions the model's
+  registration says it loads, ``1+2`` for a canary's two), so a new version never counts with the footprint of the
+  one before it, and a rollback finds its version's measurement again. An entry an older agent kept
+  per model (``<model>`` alone, measured for a version not known) still counts, on every device (as one figure),
+  but the model is measured again at its next load, which replaces it.
 - A model not measured yet counts, on every device, as the most one known footprint holds on one device (with
   none known, the whole budget) until its load measures it; a load that added nothing the agent could see leaves
   the model counted so and the budget's report says "budget not enforceable as measured: ...".
@@ -38,7 +43,8 @@ from modelyard_agent.runtimes.triton import read_memory_in_use
 
 logger = logging.getLogger(__name__)
 
-# The footprints the loader measured, per model, in the agent's state directory: {model: {device: bytes}}.
+# The footprints the loader measured, per model version, in the agent's state directory:
+# {"<model>/<versions>": {device: bytes}} (``footprint_key``); an older agent's {model: {device: bytes} or bytes}.
 FOOTPRINTS_FILE = "footprints.json"
 # Triton's --metrics-interval-ms default: how often it refreshes its GPU and CPU memory gauges.
 DEFAULT_METRICS_INTERVAL_MS = 2000
@@ -92,22 +98,47 @@ def describe(sizes: dict[str, int]) -> str:
                      for device, size in sorted(sizes.items()))
 
 
-def keep_footprint(path: Path, model: str, footprint: Footprint) -> None:
-    """Keep ``model``'s measured ``footprint`` (``{device: bytes}``) in the footprints file ``path`` (made with its
-    directory when missing)."""
+def footprint_key(model: str, versions) -> str:
+    """Where ``footprints.json`` keeps the footprint of ``model`` loading ``versions`` (the version numbers its
+    registration names, any order): ``"<model>/<versions joined by +>"`` (``"iris/1+2"``), or ``"<model>/*"`` when
+    the registration names none (one an older agent wrote). A model name never holds "/" (it is a directory of
+    the model repository), so these keys never meet an older agent's per-model ones."""
+    numbers = sorted({int(v) for v in versions or ()})
+    return f"{model}/{'+'.join(map(str, numbers)) or '*'}"
+
+
+def keep_footprint(path: Path, key: str, footprint: Footprint) -> None:
+    """Keep the measured ``footprint`` (``{device: bytes}``) under ``key`` (``footprint_key``) in the footprints file
+    ``path`` (made with its directory when missing), dropping what an older agent kept for the model as a whole,
+    which this measurement replaces."""
     footprints = read_json_file(path)
-    footprints[model] = {device: int(size) for device, size in footprint.items()}
+    footprints.pop(key.split("/")[0], None)
+    footprints[key] = {device: int(size) for device, size in footprint.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(footprints, indent=1, sort_keys=True))
 
 
-def forget_footprint(state_dir: Path, model: str) -> None:
-    """Drop the footprint measured for ``model`` in ``<state_dir>/footprints.json``: a deployment changed what it
-    loads (another version, another config), so its next on-demand load measures it again."""
+def forget_footprint(state_dir: Path, model: str, versions=None) -> None:
+    """Drop what was measured of ``model`` loading ``versions`` (and the per-model entry an older agent kept) in
+    ``<state_dir>/footprints.json``: a deployment of those versions may load them with another config, so their
+    next on-demand load measures them again. ``versions`` None: every footprint of the model."""
     path = Path(state_dir) / FOOTPRINTS_FILE
     footprints = read_json_file(path)
-    if footprints.pop(model, None) is not None:
+    gone = {model} | ({footprint_key(model, versions)} if versions is not None
+                      else {key for key in footprints if key.startswith(f"{model}/")})
+    if gone & set(footprints):
+        for key in gone:
+            footprints.pop(key, None)
         atomic_write(path, json.dumps(footprints, indent=1, sort_keys=True))
+
+
+def version_footprints(state_dir: Path) -> dict[str, Footprint]:
+    """The footprints the loader measured here, ``{"<model>/<versions>": {device: bytes}}`` (``footprint_key``;
+    the per-model entries of an older agent left out, their version not being known), for the heartbeat: the
+    control plane sends a version's measured footprint with its next on-demand deployment to any host."""
+    measured = read_json_file(Path(state_dir) / FOOTPRINTS_FILE)
+    return {key: footprint for key, value in sorted(measured.items())
+            if "/" in key and not key.endswith("/*") and (footprint := as_footprint(value)) is not None}
 
 
 def triton_resident_bytes(inference_url: str) -> int | None:
@@ -139,15 +170,23 @@ class FootprintAccounts:
 
     def footprint(self, model: str) -> Footprint | None:
         """The footprint ``model`` counts with, ``{device: bytes}``: its deployment's measured footprint
-        (``footprint_bytes`` of its registration: one figure, counted on every device), else the one measured at
-        its first load here, else None (not measured yet)."""
+        (``footprint_bytes`` of its registration: one figure, counted on every device), else the one measured here
+        for the versions its registration names, else one an older agent kept for the model as a whole (counted on
+        every device: it may be of another version), else None (not measured yet)."""
         entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
-        return _declared_else_measured(entry, read_json_file(self.footprints_file).get(model))
+        return _declared_else_measured(model, entry, read_json_file(self.footprints_file))
+
+    def measured(self, model: str) -> bool:
+        """Whether ``model``'s footprint is known for what it loads now (declared by its deployment, or measured
+        here for its registered versions); False sends its next load to be measured (alone)."""
+        entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
+        return as_footprint(entry.get("footprint_bytes")) is not None or as_footprint(
+            read_json_file(self.footprints_file).get(footprint_key(model, entry.get("versions")))) is not None
 
     def _footprints(self) -> dict[str, Footprint | None]:
         """``footprint`` of every registered model, from one read of each file."""
         measured = read_json_file(self.footprints_file)
-        return {model: _declared_else_measured(entry, measured.get(model))
+        return {model: _declared_else_measured(model, entry, measured)
                 for model, entry in read_json_file(self.gateway.residency_file).get("models", {}).items()}
 
     def _largest_footprint(self) -> Footprint:
@@ -255,7 +294,10 @@ class FootprintAccounts:
         else:
             rise, why = memory_rise(before, after), f"the load of {model} added no memory the agent could see"
         if rise is not None:
-            keep_footprint(self.footprints_file, model, rise)
+            # Kept for the versions the registration names: the model's lock, held around the load, keeps a
+            # deployment from changing them meanwhile.
+            entry = read_json_file(self.gateway.residency_file).get("models", {}).get(model, {})
+            keep_footprint(self.footprints_file, footprint_key(model, entry.get("versions")), rise)
         elif self.budget is not None:
             self.problem = (f"budget not enforceable as measured: {why}, so it counts as "
                             f"{describe(self._assumed())} until a load measures it")
@@ -263,9 +305,16 @@ class FootprintAccounts:
         return rise
 
 
-def _declared_else_measured(registration: dict, measured) -> Footprint | None:
-    """A model's footprint, ``{device: bytes}``: what its registration declares (``footprint_bytes``, one figure
-    for every device), else what a load measured here (``as_footprint`` reads what an older agent kept too),
-    else None."""
+def _declared_else_measured(model: str, registration: dict, measured: dict) -> Footprint | None:
+    """``model``'s footprint, ``{device: bytes}``: what its registration declares (``footprint_bytes``, one figure
+    for every device), else what a load measured here for the versions it names (``measured``: the footprints
+    file), else what an older agent kept for the model as a whole, as one figure for every device (the most it
+    held on one device), else None."""
     declared = as_footprint(registration.get("footprint_bytes"))
-    return declared if declared is not None else as_footprint(measured)
+    if declared is not None:
+        return declared
+    own = as_footprint(measured.get(footprint_key(model, registration.get("versions"))))
+    if own is not None:
+        return own
+    older = as_footprint(measured.get(model))
+    return None if older is None else {ANY_DEVICE: peak(older)}

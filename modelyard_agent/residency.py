@@ -258,14 +258,14 @@ class OnDemandLoader(FootprintAccounts):
             message = load_failure_message(model, exc)
             log = logger.error if isinstance(exc, ServingRuntimeError | TimeoutError) else logger.exception
             log("on-demand load of %s failed (%d in a row; next try in %g s): %s", model, count, backoff, message)
-            self._report_failure(model, message, backoff)
+            self._report_failure(model, message, backoff, getattr(exc, "seconds", None))
             return
         self.failures.pop(model, None)
         logger.info("loaded %s on demand in %.3f s (footprint %s)", model, loaded.seconds, loaded.footprint)
 
-    def _report_failure(self, model: str, message: str, retry_after: float) -> None:
+    def _report_failure(self, model: str, message: str, retry_after: float, seconds: float | None = None) -> None:
         try:
-            self.gateway.report_residency(model, failure=(message, retry_after))
+            self.gateway.report_residency(model, failure=(message, retry_after), load_seconds=seconds)
         except ServingRuntimeError as exc:
             logger.error("could not report the failed load of %s: %s", model, exc.message)
         except Exception:  # noqa: BLE001 - the loading thread goes on; held requests time out
@@ -283,7 +283,7 @@ class OnDemandLoader(FootprintAccounts):
             ServingRuntimeError: the model is not registered on demand here, or Triton refused or failed the
                 load (its message; the failed entry is unloaded again), or Triton does not answer.
         """
-        with self._load_slot(alone=self.footprint(model) is None):  # what follows reads the host once it may load
+        with self._load_slot(alone=not self.measured(model)):  # what follows reads the host once it may load
             registered = self.gateway.residency()["models"]
             if model not in registered:
                 raise ServingRuntimeError(f"{model} is not registered on demand on this host", retryable=False)
@@ -312,7 +312,7 @@ class OnDemandLoader(FootprintAccounts):
         is not known yet: ``_settled_memory`` before and after, so its held requests are served while Triton's
         gauges catch up), with what is over the budget evicted after (a footprint measured larger than
         assumed)."""
-        measuring = self.footprint(model) is None
+        measuring = not self.measured(model)
         before = self._settled_memory() if measuring else None
         started = time.monotonic()
         try:
@@ -323,7 +323,7 @@ class OnDemandLoader(FootprintAccounts):
             except ServingRuntimeError:
                 pass
             raise ServingRuntimeError(f"Triton could not load {model}: {exc.message}", retryable=exc.retryable,
-                                      timed_out=exc.timed_out) from exc
+                                      timed_out=exc.timed_out, seconds=time.monotonic() - started) from exc
         finally:
             ended = self.memory_changed_at = time.monotonic()
         seconds = ended - started

@@ -414,6 +414,7 @@ def queue_ms_per_host_model(window: int) -> str:
 
 ON_DEMAND_REQUESTS = "modelyard_on_demand_requests_total"
 COLD_STARTS = "modelyard_cold_start_seconds"
+LOADS = "modelyard_model_load_seconds"
 EVICTIONS = "modelyard_evictions_total"
 
 
@@ -428,14 +429,18 @@ def on_demand(selector: dict[str, str], window: int) -> dict[str, str]:
     """The queries of the on-demand panel, per host and model over the last ``window`` seconds, from the
     gateways' own series (``modelyard_residency.lua``): ``requests`` by ``outcome`` (hit, cold, and the 503
     reasons), the ``cold_p50`` and ``cold_p99`` of the waits (seconds, ``histogram_quantile`` of
-    ``modelyard_cold_start_seconds``; NaN without a cold start) and ``evictions`` by ``reason``. Each counter's
-    rise as ``_increase`` takes it, so the first cold starts after a model is registered count."""
+    ``modelyard_cold_start_seconds``; NaN without a cold start), the ``load_p50`` and ``load_p99`` of the host
+    agent's loads that succeeded (seconds Triton took, ``modelyard_model_load_seconds{outcome="loaded"}``; NaN
+    without one) and ``evictions`` by
+    ``reason``. Each counter's rise as ``_increase`` takes it, so the first cold starts after a model is registered
+    count."""
     w, matchers = _window(window), _matchers(selector)
     out = {
         "requests": _increase(ON_DEMAND_REQUESTS, matchers, w, by="host, model, outcome"),
         "evictions": _increase(EVICTIONS, matchers, w, by="host, model, reason"),
     }
-    buckets = _increase(COLD_STARTS + "_bucket", matchers, w, by="host, model, le")
-    for name, q in (("cold_p50", 0.5), ("cold_p99", 0.99)):
-        out[name] = f"histogram_quantile({q}, {buckets})"
+    for kind, family, only in (("cold", COLD_STARTS, ()), ("load", LOADS, ('outcome="loaded"',))):
+        buckets = _increase(family + "_bucket", _matchers(selector, *only), w, by="host, model, le")
+        for q in (50, 99):
+            out[f"{kind}_p{q}"] = f"histogram_quantile({q / 100}, {buckets})"
     return out

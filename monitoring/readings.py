@@ -111,13 +111,14 @@ def queue_ms_per_host_model(
 def on_demand_measured(selector: dict, *, by: str, window_seconds: int,
                        client: PrometheusClient | None = None) -> dict[str, dict]:
     """What the gateways measured of the models on demand that ``selector`` names (``{"model": name}``, or
-    ``{"host": name}``) over the last ``window_seconds``, by the label ``by`` ("host" or "model"); four queries,
+    ``{"host": name}``) over the last ``window_seconds``, by the label ``by`` ("host" or "model"); six queries,
     whatever the number of hosts and models (``promql.on_demand``).
 
     Returns:
         ``{host or model: {"hits", "cold" (requests held for a load), "refused" ({reason: requests answered
         503}), "hit_rate" (0..1, None without requests), "cold_p50_ms", "cold_p99_ms" (None without a cold
-        start), "evictions" ({reason: count})}}``; one without on-demand series is left out.
+        start), "load_p50_ms", "load_p99_ms" (the agent's loads as long as Triton took them; None without a
+        load), "evictions" ({reason: count})}}``; one without on-demand series is left out.
 
     Raises:
         ServiceUnavailable: Prometheus unreachable, slow or refusing.
@@ -132,7 +133,8 @@ def on_demand_measured(selector: dict, *, by: str, window_seconds: int,
 
     def row(labels: dict) -> dict:
         return table.setdefault(labels.get(by, ""), {"hits": 0, "cold": 0, "refused": {}, "hit_rate": None,
-                                                     "cold_p50_ms": None, "cold_p99_ms": None, "evictions": {}})
+                                                     "cold_p50_ms": None, "cold_p99_ms": None, "load_p50_ms": None,
+                                                     "load_p99_ms": None, "evictions": {}})
 
     for sample in results["requests"]:
         entry, outcome = row(sample.labels), sample.labels.get("outcome", "")
@@ -144,8 +146,8 @@ def on_demand_measured(selector: dict, *, by: str, window_seconds: int,
     for sample in results["evictions"]:
         if round(sample.value):
             row(sample.labels)["evictions"][sample.labels.get("reason", "")] = round(sample.value)
-    for key in ("cold_p50", "cold_p99"):
-        for sample in results[key]:  # finite only: NaN without a cold start never reaches here
+    for key in ("cold_p50", "cold_p99", "load_p50", "load_p99"):
+        for sample in results[key]:  # finite only: NaN without a cold start (or a load) never reaches here
             row(sample.labels)[f"{key}_ms"] = sample.value * 1000
     for entry in table.values():
         asked = entry["hits"] + entry["cold"]

@@ -418,7 +418,7 @@ def version_gate_metrics(
 
 def on_demand_table(model_name: str, *, window_seconds: int, client: PrometheusClient | None = None) -> dict[str, dict]:
     """What each host's gateway measured of ``model_name`` on demand over the window, by host
-    (``readings.on_demand_measured``; four queries, whatever the number of hosts): a host without on-demand
+    (``readings.on_demand_measured``; six queries, whatever the number of hosts): a host without on-demand
     series is left out.
 
     Raises:

@@ -30,9 +30,10 @@ DEFAULT_COLD_START_TIMEOUT = 30.0
 LOCK_WAIT_SECONDS = 2.0
 
 
-def register_residency(gateway, payload: dict, *, resident: bool) -> str:
+def register_residency(gateway, payload: dict, *, resident: bool, versions: list[int]) -> str:
     """Register ``payload["model"]`` on demand at ``gateway`` (pinned, cold-start timeout and footprint from the
-    payload; state resident or cold), or, for a payload that is not on demand, make a model registered before
+    payload; state resident or cold; ``versions``: the version numbers its ``config.pbtxt`` now loads, which its
+    measured footprint is kept for), or, for a payload that is not on demand, make a model registered before
     always resident again. Returns the residency now: "on_demand" or "always".
 
     Raises:
@@ -46,9 +47,11 @@ def register_residency(gateway, payload: dict, *, resident: bool) -> str:
     gateway.register_on_demand(model, pinned=bool(payload.get("pinned")),
                                cold_start_timeout=float(payload.get("cold_start_timeout")
                                                         or DEFAULT_COLD_START_TIMEOUT),
-                               footprint_bytes=payload.get("footprint_bytes"), state=RESIDENT if resident else COLD)
-    # What the loader measured of the model was of what it loaded before this deployment.
-    forget_footprint(AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir, model)
+                               footprint_bytes=payload.get("footprint_bytes"), state=RESIDENT if resident else COLD,
+                               versions=versions)
+    # The same versions deployed again may load with another config: measured again at their next load.
+    forget_footprint(AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir, model,
+                     versions)
     return ON_DEMAND
 
 
@@ -101,7 +104,9 @@ def deploy_cold(gateway, payload: dict, *, route: dict | None, limit) -> dict | 
         else:
             held = gateway.set_route(model, stable=version)
         result["details"].update(route=held, request_limit={"bytes": limit.bytes, "basis": limit.basis},
-                                 residency=register_residency(gateway, payload, resident=False))
+                                 residency=register_residency(gateway, payload, resident=False,
+                                                              versions=[version] + ([stable] if stable is not None
+                                                                                    else [])))
     except ServingRuntimeError as exc:
         return {"state": "failed", "retryable": exc.retryable, "details": result["details"],
                 "error": f"the host's gateway: {exc.message}"}

@@ -19,6 +19,7 @@ from modelyard_agent.adapters.on_demand import (
 )
 from modelyard_agent.capture import enforce as enforce_capture
 from modelyard_agent.config import current as settings
+from modelyard_agent.footprints import version_footprints
 from modelyard_agent.formats.request_limits import RequestLimit, request_limit
 from modelyard_agent.formats.triton_config import ModelConfigError
 from modelyard_agent.profiling.triton import profile_triton_version, remove_stale_copies
@@ -191,7 +192,8 @@ class TritonHostAgent:
                 if not result["details"].get("kept_versions") and route is not None and not captured and not on_demand:
                     gateway.remove_route(model)
                 result["details"]["route"] = gateway.routes().get(model)
-                result["details"]["residency"] = register_residency(gateway, payload, resident=True)
+                result["details"]["residency"] = register_residency(
+                    gateway, payload, resident=True, versions=[*result["details"].get("kept_versions", []), version])
             except ServingRuntimeError as exc:
                 result["details"]["route_error"] = exc.message
         return result
@@ -273,6 +275,8 @@ class TritonHostAgent:
         if gateway_report is not None and gateway_report["live"]:
             try:
                 gateway_report["residency"] = gateway.residency()
+                gateway_report["footprints"] = version_footprints(
+                    AgentPaths(Path(settings().model_repository), settings().staging_dir).state_dir)
                 report["models"] += registered_not_resident(gateway_report["residency"]["models"],
                                                             gateway_report["routes"], report["models"])
             except ServingRuntimeError as exc:

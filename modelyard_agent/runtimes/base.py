@@ -22,13 +22,17 @@ class ServingRuntimeError(Exception):
         timed_out: True when the runtime was reached but did not answer within the
             call's timeout (a load still running on the server, say), as opposed to one
             that could not be reached at all.
+        seconds: how long the call that failed ran, when the caller timed it (a model load: the on-demand
+            loader reports a failed load's seconds too, ``modelyard_model_load_seconds{outcome="failed"}``);
+            None otherwise.
     """
 
-    def __init__(self, message: str, *, retryable: bool, timed_out: bool = False):
+    def __init__(self, message: str, *, retryable: bool, timed_out: bool = False, seconds: float | None = None):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
         self.timed_out = timed_out
+        self.seconds = seconds
 
     def __repr__(self) -> str:
         return f"ServingRuntimeError({self.message!r}, retryable={self.retryable})"

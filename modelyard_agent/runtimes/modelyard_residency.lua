@@ -83,8 +83,8 @@ local function count(model, outcome)
     dict:incr("r\t" .. model .. "\t" .. outcome, 1, 0)
 end
 
--- Count `seconds` in histogram `kind` ("c" cold-start waits, "l" loads): bucket "<kind>\t<model>\t<i>", sum
--- "<kind>s\t<model>".
+-- Count `seconds` in histogram `kind` ("c" cold-start waits, "l" loads, "x" failed loads): bucket
+-- "<kind>\t<model>\t<i>", sum "<kind>s\t<model>".
 local function observe(kind, model, seconds)
     local i = #M.BUCKETS + 1
     for j, bound in ipairs(M.BUCKETS) do
@@ -360,7 +360,8 @@ local function change(body)
 end
 
 -- PUT /residency/state {"model", "state", "reason"?, "failure"?: {message, retry_after}, "budget"?,
--- "abandoned"?}: the loader's report of one model (answered with that model alone). "resident", a failure or "abandoned" (no request waits for it
+-- "abandoned"?, "load_seconds"?}: the loader's report of one model, answered with that model alone (a load's
+-- seconds: loaded, or with a failure, failed). "resident", a failure or "abandoned" (no request waits for it
 -- any more, so it is not loaded) ends the want; "cold" with a reason counts an eviction.
 local function report(body)
     if type(body) ~= "table" or type(body.model) ~= "string" then
@@ -377,7 +378,7 @@ local function report(body)
         end
     end
     if type(body.load_seconds) == "number" and body.load_seconds >= 0 and M.settings(model) then
-        observe("l", model, body.load_seconds)
+        observe(type(body.failure) == "table" and "x" or "l", model, body.load_seconds)
     end
     if type(body.failure) == "table" then
         local retry_after = tonumber(body.failure.retry_after) or 1
@@ -547,7 +548,8 @@ function M.exposition()
     end
     local requests, evictions = {}, {}
     -- What observe() counted, per kind: buckets[model][i], sums[model] and the models, for histogram() below.
-    local histograms = { c = { buckets = {}, sums = {}, models = {} }, l = { buckets = {}, sums = {}, models = {} } }
+    local histograms = { c = { buckets = {}, sums = {}, models = {} }, l = { buckets = {}, sums = {}, models = {} },
+                         x = { buckets = {}, sums = {}, models = {} } }
     for _, key in ipairs(dict:get_keys(0)) do
         local kind, model, last = key:match("^(%a%a?)\t([^\t]*)\t?(.*)$")
         local value = kind and dict:get(key)
@@ -574,24 +576,29 @@ function M.exposition()
         .. " cold (held until loaded), or answered 503 (timeout, queue_full, load_failed, no_loader).", requests)
     family(out, "modelyard_evictions_total", "counter", "Models the host agent unloaded to make room, by reason.",
         evictions)
-    local function histogram(name, help, counted)
+    -- One family `name` from `parts`: {counted (a kind of `histograms`), labels after the model's}, in turn.
+    local function histogram(name, help, parts)
         out[#out + 1] = "# HELP " .. name .. " " .. help
         out[#out + 1] = "# TYPE " .. name .. " histogram"
-        for _, model in ipairs(counted.models) do
-            local cumulative, label = 0, label_value(model)
-            for i = 1, #M.BUCKETS + 1 do
-                cumulative = cumulative + ((counted.buckets[model] or {})[i] or 0)
-                local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
-                out[#out + 1] = string.format('%s_bucket{model="%s",le="%s"} %d', name, label, le, cumulative)
+        for _, part in ipairs(parts) do
+            local counted, extra = part[1], part[2]
+            for _, model in ipairs(counted.models) do
+                local cumulative, labels = 0, 'model="' .. label_value(model) .. '"' .. extra
+                for i = 1, #M.BUCKETS + 1 do
+                    cumulative = cumulative + ((counted.buckets[model] or {})[i] or 0)
+                    local le = i > #M.BUCKETS and "+Inf" or string.format("%.5g", M.BUCKETS[i])
+                    out[#out + 1] = string.format('%s_bucket{%s,le="%s"} %d', name, labels, le, cumulative)
+                end
+                out[#out + 1] = string.format('%s_sum{%s} %.9g', name, labels, counted.sums[model])
+                out[#out + 1] = string.format('%s_count{%s} %d', name, labels, cumulative)
             end
-            out[#out + 1] = string.format('%s_sum{model="%s"} %.9g', name, label, counted.sums[model])
-            out[#out + 1] = string.format('%s_count{model="%s"} %d', name, label, cumulative)
         end
     end
     histogram("modelyard_cold_start_seconds", "How long requests for a model that was not resident were held until"
-        .. " it was, in seconds.", histograms.c)
-    histogram("modelyard_model_load_seconds", "How long the host agent's on-demand loads took in Triton, in"
-        .. " seconds (the wait beyond it is modelyard_cold_start_seconds' share).", histograms.l)
+        .. " it was, in seconds.", { { histograms.c, "" } })
+    histogram("modelyard_model_load_seconds", "How long the host agent's on-demand loads took in Triton, in seconds,"
+        .. " by outcome: loaded, or failed (the wait beyond a load is modelyard_cold_start_seconds' share).",
+        { { histograms.l, ',outcome="loaded"' }, { histograms.x, ',outcome="failed"' } })
     return out
 end
 

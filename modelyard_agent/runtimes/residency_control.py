@@ -41,12 +41,14 @@ class ResidencyControl:
 
     def register_on_demand(self, model: str, *, pinned: bool = False, cold_start_timeout: float = 30.0,
                            max_held: int = 256, state: str | None = None,
-                           footprint_bytes: int | None = None) -> dict:
+                           footprint_bytes: int | None = None, versions: list[int] | None = None) -> dict:
         """Register ``model`` on demand (or change its settings): its requests are held while it is not
         resident, up to ``cold_start_timeout`` seconds and ``max_held`` requests at once; ``state`` sets its
         state too (None: leave it, a new model counts as cold). ``footprint_bytes`` is the model's measured memory
-        when its deployment knows it (the loader measures it otherwise). Kept in ``residency.json``. Only this
-        model goes to the gateway (``PATCH /residency``), whatever else is registered. Idempotent.
+        when its deployment knows it (the loader measures it otherwise); ``versions``, the version numbers its
+        ``config.pbtxt`` loads, are what the loader keeps a measured footprint under (``footprints.footprint_key``).
+        Kept in ``residency.json``. Only this model goes to the gateway (``PATCH /residency``), whatever else is
+        registered. Idempotent.
 
         Returns:
             ``residency()`` of this model alone: ``{"models": {model: {...}}, "budget": {...}}``.
@@ -60,7 +62,8 @@ class ResidencyControl:
         if state not in (None, RESIDENT, COLD, EVICTING):
             raise ValueError(f"state must be resident, cold or evicting; got {state!r}")
         entry = {"pinned": bool(pinned), "cold_start_timeout": float(cold_start_timeout), "max_held": int(max_held),
-                 **({"footprint_bytes": int(footprint_bytes)} if footprint_bytes is not None else {})}
+                 **({"footprint_bytes": int(footprint_bytes)} if footprint_bytes is not None else {}),
+                 **({"versions": sorted({int(v) for v in versions})} if versions else {})}
         return self._change_registrations(model, entry, state)
 
     def unregister_on_demand(self, model: str) -> dict:
@@ -112,7 +115,8 @@ class ResidencyControl:
         host's ``budget`` (``{"budget_bytes", "resident_bytes", "devices", "problem"}``, exposed as gauges, the
         bytes held per device as ``modelyard_device_resident_bytes``); ``abandoned``: the loader
         will not load it, since no request waits for it any more (its want ends, so a later request wants it anew);
-        ``load_seconds``: how long the load that made it resident took in Triton (``modelyard_model_load_seconds``).
+        ``load_seconds``: how long the load took in Triton, the one that made it resident or, with ``failure``, the one
+        that failed (``modelyard_model_load_seconds``, ``outcome`` "loaded" or "failed").
 
         Returns:
             ``residency()`` of this model alone (``{"models": {}, ...}`` for a model not registered).

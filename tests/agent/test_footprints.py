@@ -10,7 +10,15 @@ from types import SimpleNamespace
 import pytest
 
 from modelyard_agent.eviction import ANY_DEVICE, CPU_DEVICE, overdrawn
-from modelyard_agent.footprints import FootprintAccounts, as_footprint, memory_rise
+from modelyard_agent.footprints import (
+    FootprintAccounts,
+    as_footprint,
+    footprint_key,
+    forget_footprint,
+    keep_footprint,
+    memory_rise,
+    version_footprints,
+)
 from modelyard_agent.runtimes.triton import read_memory_in_use
 from tests.fixtures.expositions import EXPOSITIONS, GPU_A, GPU_B, triton_gpu_exposition
 
@@ -73,7 +81,7 @@ def test_the_reading_after_a_load_waits_until_tritons_metrics_interval_has_passe
     served.set_text(lambda: raised if time.monotonic() >= ended + 0.4 else base)
     assert accounts._measure("late", before) == {GPU_A: 2 * GB}
     assert time.monotonic() - ended >= 0.5
-    assert json.loads(accounts.footprints_file.read_text()) == {"late": {GPU_A: 2 * GB}}
+    assert json.loads(accounts.footprints_file.read_text()) == {"late/*": {GPU_A: 2 * GB}}
     assert accounts.footprint("late") == {GPU_A: 2 * GB}
 
 
@@ -105,8 +113,8 @@ def test_a_load_is_not_measured_from_triton_processes_alone_when_its_metrics_can
 def test_a_footprint_kept_as_one_figure_counts_on_every_device(tmp_path):
     # "old" was measured by an agent that kept one figure per model; "declared" comes with its deployment.
     accounts = Accounts(tmp_path, budget=8 * GB, registered=["old", "on_a", "cpu_model", "idle_b"],
-                        measured={"old": 5 * GB, "on_a": {GPU_A: 2 * GB}, "cpu_model": {CPU_DEVICE: 1 * GB},
-                                  "idle_b": {GPU_B: 4 * GB}})
+                        measured={"old": 5 * GB, "on_a/*": {GPU_A: 2 * GB}, "cpu_model/*": {CPU_DEVICE: 1 * GB},
+                                  "idle_b/*": {GPU_B: 4 * GB}})
     assert accounts.footprint("old") == {ANY_DEVICE: 5 * GB}
     assert as_footprint(None) is None and as_footprint({GPU_A: 0}) is None and as_footprint("junk") is None
     report = accounts._budget_report({"old", "on_a", "cpu_model"})
@@ -117,3 +125,40 @@ def test_a_footprint_kept_as_one_figure_counts_on_every_device(tmp_path):
     held = accounts._held({"old", "on_a", "cpu_model"}).values()
     assert overdrawn(held, {GPU_A: 2 * GB}, 8 * GB) == {GPU_A: 9 * GB}
     assert overdrawn(held, {GPU_B: 2 * GB}, 8 * GB) == {}
+
+
+def test_a_footprint_is_kept_per_version_and_a_new_version_is_measured_again(tmp_path):
+    accounts = Accounts(tmp_path, registered=["iris"])
+    registrations = accounts.gateway.residency_file
+
+    def register(versions):
+        registrations.write_text(json.dumps({"models": {"iris": {"versions": versions}}}))
+
+    register([1])
+    keep_footprint(accounts.footprints_file, footprint_key("iris", [1]), {CPU_DEVICE: 300 * MB})
+    assert accounts.footprint("iris") == {CPU_DEVICE: 300 * MB} and accounts.measured("iris")
+    # Version 2 replaces it: not measured (its load is measured, alone), and never counted as version 1's 300 MiB.
+    register([2])
+    assert accounts.footprint("iris") is None and not accounts.measured("iris")
+    # A canary keeps both loaded: what the two hold together is kept apart from either.
+    register([1, 2])
+    assert footprint_key("iris", [2, 1]) == "iris/1+2" and not accounts.measured("iris")
+    # Back to version 1 (a rollback): its measurement counts again.
+    register([1])
+    assert accounts.footprint("iris") == {CPU_DEVICE: 300 * MB}
+    assert version_footprints(tmp_path) == {"iris/1": {CPU_DEVICE: 300 * MB}}
+    # Deploying version 1 again (maybe with another config) forgets only its own figure.
+    keep_footprint(accounts.footprints_file, footprint_key("iris", [2]), {CPU_DEVICE: 400 * MB})
+    forget_footprint(tmp_path, "iris", [1])
+    assert version_footprints(tmp_path) == {"iris/2": {CPU_DEVICE: 400 * MB}}
+
+
+def test_a_footprint_an_older_agent_kept_per_model_counts_on_every_device_until_the_version_is_measured(tmp_path):
+    accounts = Accounts(tmp_path, budget=8 * GB, measured={"old": {GPU_A: 2 * GB, CPU_DEVICE: 1 * GB}})
+    accounts.gateway.residency_file.write_text(json.dumps({"models": {"old": {"versions": [3]}}}))
+    # Of a version not known: its most on one device, on every device, and the load of version 3 is measured.
+    assert accounts.footprint("old") == {ANY_DEVICE: 2 * GB} and not accounts.measured("old")
+    assert version_footprints(tmp_path) == {}  # no version to report it for
+    keep_footprint(accounts.footprints_file, footprint_key("old", [3]), {GPU_B: 1 * GB})
+    assert json.loads(accounts.footprints_file.read_text()) == {"old/3": {GPU_B: 1 * GB}}
+    assert accounts.footprint("old") == {GPU_B: 1 * GB} and accounts.measured("old")

@@ -65,8 +65,9 @@ def test_many_requests_for_a_cold_model_start_one_load_and_are_all_answered(host
     assert seen[("modelyard_on_demand_requests_total", (("model", "cold_a"), ("outcome", "hit")))] == 2
     assert seen[("modelyard_cold_start_seconds_count", (("model", "cold_a"),))] == 16
     # One load, in seconds as Triton took it; the held requests waited about that long each (and a little more).
-    assert seen[("modelyard_model_load_seconds_count", (("model", "cold_a"),))] == 1
-    load = seen[("modelyard_model_load_seconds_sum", (("model", "cold_a"),))]
+    loaded = (("model", "cold_a"), ("outcome", "loaded"))
+    assert seen[("modelyard_model_load_seconds_count", loaded)] == 1
+    load = seen[("modelyard_model_load_seconds_sum", loaded)]
     assert 0 < load < seen[("modelyard_cold_start_seconds_sum", (("model", "cold_a"),))] / 16 + 0.5
     assert seen[("modelyard_on_demand_models", (("state", "resident"),))] == 1
     # The footprint was measured at the first load, once it was reported resident (no GPU here: what Triton's
@@ -74,7 +75,8 @@ def test_many_requests_for_a_cold_model_start_one_load_and_are_all_answered(host
     wait_for(lambda: loader.footprint("cold_a") is not None, timeout=10, what="cold_a measured")
     measured = loader.footprint("cold_a")
     assert set(measured) == {"cpu"} and measured["cpu"] > 1 << 20, measured
-    assert json.loads((host.dir / "footprints.json").read_text()) == {"cold_a": measured}
+    # Kept for the versions it was registered with; registered with none named, under "*".
+    assert json.loads((host.dir / "footprints.json").read_text()) == {"cold_a/*": measured}
 
 
 def test_the_budget_evicts_the_least_asked_keeps_room_for_the_next_load_and_never_a_pinned_model(host):
@@ -138,6 +140,12 @@ def test_a_failed_load_answers_503_naming_the_error_and_backs_off(make_host, sta
     assert infer(host, "broken_a").status_code == 503
     assert loader.runtime.loads == {"broken_a": 2}
     assert host.residency()["models"]["broken_a"]["failure"]["retry_after"] == 2
+    # Each failed load counts in modelyard_model_load_seconds with outcome "failed", as long as Triton took.
+    seen = samples(host, "modelyard_model_load_seconds")
+    failed = (("model", "broken_a"), ("outcome", "failed"))
+    assert seen[("modelyard_model_load_seconds_count", failed)] == 2
+    assert 0 < seen[("modelyard_model_load_seconds_sum", failed)] < 60
+    assert not any(dict(labels).get("outcome") == "loaded" for _, labels in seen), seen
 
 
 def test_without_a_loader_held_requests_are_answered_at_once(host):

@@ -263,11 +263,13 @@ def test_a_deployment_makes_the_loader_measure_the_model_again(host, agent_setti
     config = agent_settings(model_repository=tmp_path / "repository", staging_dir=tmp_path / "state")
     footprints = Path(config.staging_dir) / "footprints.json"
     footprints.parent.mkdir(parents=True)
-    footprints.write_text(json.dumps({"redeployed": 5 * MB, "other": 7 * MB}))
-    # A new version (or config) of "redeployed" is deployed on demand: what its earlier load measured is stale.
+    footprints.write_text(json.dumps({"redeployed": 5 * MB, "redeployed/2": 6 * MB, "redeployed/3": 8 * MB,
+                                      "other/2": 7 * MB}))
+    # Version 2 of "redeployed" is deployed on demand again, maybe with another config: what its earlier load
+    # measured is stale, and so is what an older agent kept for the model as a whole; version 3's figure stays.
     register_residency(host, {"model": "redeployed", "residency": "on_demand", "footprint_bytes": None},
-                       resident=False)
-    assert json.loads(footprints.read_text()) == {"other": 7 * MB}
+                       resident=False, versions=[2])
+    assert json.loads(footprints.read_text()) == {"redeployed/3": 8 * MB, "other/2": 7 * MB}
     assert host.residency()["models"]["redeployed"]["state"] == "cold"
 
 

@@ -62,7 +62,7 @@ def test_a_load_is_measured_on_the_gpu_whose_gauge_rose_once_tritons_metrics_int
     assert loader.footprint("gpu_late") is None
     wait_for(lambda: loader.footprint("gpu_late") is not None, timeout=10, what="gpu_late measured")
     assert loader.footprint("gpu_late") == {GPU_B: 3 * GB}
-    assert json.loads((host.dir / "footprints.json").read_text()) == {"gpu_late": {GPU_B: 3 * GB}}
+    assert json.loads((host.dir / "footprints.json").read_text()) == {"gpu_late/*": {GPU_B: 3 * GB}}
     wait_for(lambda: host.residency()["budget"].get("devices") == {GPU_B: 3 * GB}, timeout=10,
              what="the budget's report with GPU B's bytes")
     assert host.residency()["budget"]["resident_bytes"] == 3 * GB
@@ -84,7 +84,7 @@ def test_a_model_whose_load_raised_no_gpu_is_measured_in_cpu_memory_on_a_gpu_hos
 def test_room_on_gpu_a_is_made_by_evicting_the_model_on_gpu_a_not_the_least_asked_one_on_gpu_b(host):
     # Measured earlier on this host: one model on each GPU, and a larger one on GPU A.
     footprints = {"dev_b": {GPU_B: 100 * MB}, "dev_a": {GPU_A: 100 * MB}, "dev_a_large": {GPU_A: 200 * MB}}
-    (host.dir / "footprints.json").write_text(json.dumps(footprints))
+    (host.dir / "footprints.json").write_text(json.dumps({f"{name}/*": f for name, f in footprints.items()}))
     for name in footprints:
         put_model(host.server, name)
         host.register_on_demand(name, cold_start_timeout=30)

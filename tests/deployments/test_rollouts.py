@@ -1,21 +1,27 @@
-"""Rollouts in batches: dispatch order, failure policies, pause/resume/cancel/rollback, alias following."""
+"""Rollouts in batches: dispatch order, failure policies, pause/resume/cancel/rollback, alias following; an
+on-demand version's known footprint in its payload, and its refusal where a host's budget is smaller."""
 
 import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from audit.choices import AuditAction
 from audit.models import AuditEvent
 from deployments import rollouts
 from deployments.choices import DeploymentStatus, TargetState
+from deployments.footprints import deploy_payload, reported_footprint
 from deployments.models import Deployment, DeploymentTarget, RolloutEvent, ServingHost
-from deployments.placement import deploy_payload
 from deployments.services import start_deployment
 from deployments.targets import build_agent_payload, record_target_progress
 from modelyard.errors import Conflict, InvalidInput
 from registry.aliases import set_alias
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
+from tests.factories import team_member
 
 pytestmark = pytest.mark.django_db
+
+MB = 1 << 20
 
 
 @pytest.fixture
@@ -310,3 +316,69 @@ def test_an_on_demand_payload_carries_the_versions_measured_footprint(model, hos
     assert deploy_payload(unmeasured.targets.get(), download_url="http://s3/x")["footprint_bytes"] is None
     # Always resident: the payload says nothing of it (the agent measures the load itself).
     assert "footprint_bytes" not in deploy_payload(earlier.targets.get(), download_url="http://s3/x")
+
+
+
+def gateway_block(*, footprints=None, budget=None) -> dict:
+    """A Triton host's heartbeat whose gateway reports ``footprints`` (``{"<model>/<versions>": {device: bytes}}``)
+    and an on-demand budget of ``budget`` bytes per device."""
+    residency = {"models": {}, **({"budget": {"budget_bytes": budget, "resident_bytes": 0, "devices": {},
+                                               "problem": None}} if budget is not None else {})}
+    return {"runtime_live": True, "gateway": {"live": True, "routes": {}, "residency": residency,
+                                              "footprints": footprints or {}}}
+
+
+def test_the_footprint_a_host_measured_for_a_version_travels_with_its_next_on_demand_deployment(model, hosts):
+    start_deployment(model_name="iris", version=2, host_names=["gpu-0"], residency="on_demand")
+    # gpu-0's loader loaded version 2 alone (700 MiB), and version 1 beside it as a canary (900 MiB for both).
+    ServingHost.objects.filter(name="gpu-0").update(heartbeat=gateway_block(footprints={
+        "iris/2": {"cpu": 700 * MB}, "iris/1+2": {"cpu": 900 * MB}, "other/2": {"cpu": 5000 * MB}}))
+    assert reported_footprint(model.versions.get(version=2)) == 700 * MB
+    on_demand = start_deployment(model_name="iris", version=2, host_names=["gpu-1"], residency="on_demand")
+    assert deploy_payload(on_demand.targets.get(), download_url="http://s3/x")["footprint_bytes"] == 700 * MB
+    # Version 1 was measured only beside version 2: nothing known of it alone, so its loader measures it.
+    first = start_deployment(model_name="iris", version=1, host_names=["gpu-1"], residency="on_demand")
+    assert deploy_payload(first.targets.get(), download_url="http://s3/x")["footprint_bytes"] is None
+    # A deployment's own load measured more GPU memory than the loader saw: the larger figure counts.
+    DeploymentTarget.objects.filter(deployment__version__version=2, host__name="gpu-0").update(
+        state="ready", details={"footprint_bytes": {"gpu": 800 * MB, "cpu": None}})
+    assert deploy_payload(on_demand.targets.get(), download_url="http://s3/x")["footprint_bytes"] == 800 * MB
+
+
+def budgets_and_measured(hosts) -> None:
+    """gpu-0 measured iris v2 at 700 MiB; gpu-1's on-demand budget is 512 MiB per device."""
+    start_deployment(model_name="iris", version=2, host_names=["gpu-0"], residency="on_demand")
+    ServingHost.objects.filter(name="gpu-0").update(heartbeat=gateway_block(footprints={"iris/2": {"cpu": 700 * MB}},
+                                                                          budget=2048 * MB),
+                                                    last_heartbeat_at=timezone.now())
+    ServingHost.objects.filter(name="gpu-1").update(heartbeat=gateway_block(budget=512 * MB),
+                                                    last_heartbeat_at=timezone.now())
+
+
+def test_the_api_refuses_an_on_demand_version_larger_than_a_hosts_budget_and_writes_nothing(api_client, model,
+                                                                                           hosts):
+    budgets_and_measured(hosts)
+    before = Deployment.objects.count()
+    answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 2, "hosts": ["gpu-0", "gpu-1"],
+                                                      "residency": "on_demand"}, format="json")
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["code"] == "conflict" and answer.json()["detail"] == (
+        f"iris v2 needs {700 * MB} bytes of memory on one device, more than the on-demand memory budget of "
+        f"'gpu-1' ({512 * MB} bytes per device): its loader could never load it. Raise the host's "
+        "--memory-budget-bytes, or deploy it there with residency always")
+    assert Deployment.objects.count() == before and not DeploymentTarget.objects.filter(host__name="gpu-1").exists()
+    # Where it fits, or kept resident (the budget holds on-demand models only), it deploys.
+    for body in ({"hosts": ["gpu-0"], "residency": "on_demand"}, {"hosts": ["gpu-1"]}):
+        answer = api_client.post("/api/v1/deployments/", {"model": "iris", "version": 2, **body}, format="json")
+        assert answer.status_code == 201, answer.content
+
+
+def test_the_rollout_form_says_an_on_demand_version_is_larger_than_a_hosts_budget(client, model, hosts):
+    budgets_and_measured(hosts)
+    client.force_login(team_member(get_user_model().objects.create_user(username="ml-engineer"), "maintainer"))
+    before = Deployment.objects.count()
+    refused = client.post("/deployments/new/iris/", {"version": "2", "hosts": ["gpu-1"], "batch_size": "1",
+                                                     "failure_policy": "pause", "residency": "on_demand"})
+    assert refused.status_code == 200
+    assert "more than the on-demand memory budget of &#x27;gpu-1&#x27;" in refused.content.decode()
+    assert Deployment.objects.count() == before

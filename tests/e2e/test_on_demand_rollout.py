@@ -7,9 +7,11 @@ import pytest
 import requests
 from django.test import override_settings
 
+from deployments.footprints import version_footprint
 from deployments.models import ServingHost
 from deployments.reconcile import reconcile_fleet
 from modelyard_agent.runtimes.triton import TritonRuntime
+from registry.models import ModelVersion
 from tests.deployments.test_gateway import BODY
 from tests.e2e.support import Heartbeats, deploy_iris, gateway_stack
 from tests.fixtures.services import wait_for
@@ -55,6 +57,15 @@ def test_an_on_demand_model_is_staged_loaded_at_its_first_request_and_left_regis
         wait_for(lambda: residency()["state"] == "resident", timeout=30, what="the API to show iris resident")
         assert residency()["pinned"] is False and residency()["failure"] is None
         assert ServingHost.objects.get(name=HOST).heartbeat["gateway"]["routes"]["iris"]["stable"] == 1
+        # The loader measured version 1's load; the heartbeat brings the figure to the control plane, which sends
+        # it with the version's next on-demand deployment to any host.
+        def footprints():
+            return ServingHost.objects.get(name=HOST).heartbeat["gateway"].get("footprints") or {}
+
+        wait_for(lambda: "iris/1" in footprints(), timeout=30, what="iris v1's footprint in a heartbeat")
+        measured = footprints()["iris/1"]
+        assert set(measured) == {"cpu"} and measured["cpu"] > 1 << 20, measured
+        assert version_footprint(ModelVersion.objects.get(model__name="iris", version=1)) == measured["cpu"]
 
         # A new version of the resident model rolls as any other: loaded beside, then the old one leaves.
         deploy(client, 2, residency="on_demand")

@@ -56,12 +56,15 @@ def test_the_panel_shows_state_hit_rate_cold_starts_and_evictions(on_demand_host
     measured = on_demand_table("panel_a", window_seconds=900)[HOST]
     assert (measured["hits"], measured["cold"], measured["hit_rate"]) == (3, 1, 0.75)
     assert 0 < measured["cold_p50_ms"] <= measured["cold_p99_ms"] and measured["evictions"] == {}
+    # Its one load, as long as Triton took (modelyard_model_load_seconds), within the wait it caused.
+    assert 0 < measured["load_p50_ms"] <= measured["load_p99_ms"] <= measured["cold_p99_ms"], measured
     assert on_demand_table("panel_b", window_seconds=900)[HOST]["evictions"] == {"budget": 1}
 
     client.force_login(user)
     page = client.get("/monitoring/models/panel_a/on-demand/?range=15m").content.decode()
     row = page.split(f'data-host="{HOST}"', 1)[1].split("</tr>", 1)[0]
     assert 'data-state="resident"' in page and "75.0" in row and '<td class="num cold-starts">1</td>' in row
+    assert f'<td class="num load-time">{measured["load_p50_ms"]:.0f} / {measured["load_p99_ms"]:.0f}</td>' in row, row
     evicted = client.get("/monitoring/models/panel_b/on-demand/?range=15m").content.decode()
     assert 'data-state="cold"' in evicted and '<td class="evictions">budget 1</td>' in evicted
     # A model no host holds on demand shows no panel.
