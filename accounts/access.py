@@ -24,6 +24,8 @@ action                    role                                            scope
                           ``write`` to change one)
 ``READ_CAPTURED``         owner (what replays show of captured requests:  read
                           the worst disagreements' answers)
+``MANAGE_INFERENCE_KEYS`` owner (create or revoke the team's inference    write
+                          keys; require one to call a model)
 ``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
                           of every team)
 ========================  ==============================================  ========
@@ -62,6 +64,7 @@ class Action(Enum):
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
     MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
     READ_CAPTURED = ("read_captured", Role.OWNER, Scope.READ)
+    MANAGE_INFERENCE_KEYS = ("manage_inference_keys", Role.OWNER, Scope.WRITE)
     ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
@@ -257,6 +260,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
         Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
         Action.READ_CAPTURED: "reading what replays show of captured requests",
+        Action.MANAGE_INFERENCE_KEYS: "managing inference keys",
         Action.MANAGE_CAPTURE: "changing request capture (captured requests hold users' data)",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",
