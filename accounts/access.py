@@ -6,29 +6,29 @@ team) narrowed by the token: its scopes (``accounts.choices.Scope``) and, when s
 
 What each action needs (role in the model's team, token scope):
 
-========================  ==============================================  ========
-action                    role                                            scope
-========================  ==============================================  ========
-``VIEW``                  viewer                                          read
-``CHANGE``                maintainer (register, edit, upload)             write
-``MOVE_ALIAS``            maintainer; owner for a production or protected write
-                          alias (which also needs a reason)
-``PROTECT_ALIAS``         owner (lock or unlock an alias)                 write
-``DELETE_VERSION``        owner, or the maintainer who registered it      write
-``DEPLOY``                maintainer; owner when any host is production   deploy
-``RUN_POLICY``            maintainer                                      write
-``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
-``MANAGE_CAPTURE``        owner (request capture settings: users' data)   write
-``CREATE_MODEL``          maintainer of the team it goes to               write
-``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
-                          ``write`` to change one)
-``READ_CAPTURED``         owner (what replays show of captured requests:  read
-                          the worst disagreements' answers)
-``MANAGE_INFERENCE_KEYS`` owner (create or revoke the team's inference    write
-                          keys; require one to call a model)
-``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
-                          of every team)
-========================  ==============================================  ========
+==========================  ==============================================  ========
+action                      role                                            scope
+==========================  ==============================================  ========
+``VIEW``                    viewer                                          read
+``CHANGE``                  maintainer (register, edit, upload)             write
+``MOVE_ALIAS``              maintainer; owner for a production or protected write
+                            alias (which also needs a reason)
+``PROTECT_ALIAS``           owner (lock or unlock an alias)                 write
+``DELETE_VERSION``          owner, or the maintainer who registered it      write
+``DEPLOY``                  maintainer; owner when any host is production   deploy
+``RUN_POLICY``              maintainer                                      write
+``MANAGE_POLICY``           owner (create, edit, pause, approve, reject)    write
+``MANAGE_CAPTURE``          owner (request capture settings: users' data)   write
+``CREATE_MODEL``            maintainer of the team it goes to               write
+``MANAGE_WEBHOOKS``         owner (a webhook of the team; the view asks     read
+                            ``write`` to change one)
+``READ_CAPTURED``           owner (what replays show of captured requests:  read
+                            the worst disagreements' answers)
+``MANAGE_INFERENCE_KEYS``   owner (create or revoke the team's inference    write
+                            keys; require one to call a model)
+``ADMIN``                   administrator (hosts, teams, users, webhooks    admin
+                            of every team)
+==========================  ==============================================  ========
 
 A model of a team the principal cannot see answers exactly like a model that does not exist
 (404 with the same message), so names do not leak across teams.

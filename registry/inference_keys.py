@@ -10,6 +10,7 @@ The gateway's check of a presented key is not wired yet; ``deployments.routes.wa
 is what a host's route push will send it.
 """
 
+import re
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -23,6 +24,9 @@ from registry.models import InferenceKey, RegisteredModel
 from registry.registered_models import get_model
 
 KEY_KIND = "myk"
+# What a key looks like (``accounts.tokens.new_plaintext``): a name holding one is refused, so that no key is
+# stored or audited as a label.
+KEY_RE = re.compile(r"myk_[a-z0-9]{8,16}_[A-Za-z0-9_-]{20,}")
 NAME_MAX_LENGTH = InferenceKey._meta.get_field("name").max_length
 
 
@@ -48,12 +52,15 @@ def create_inference_key(*, name: str, models: list[RegisteredModel], expires_at
         ``(InferenceKey, plaintext)``; show the plaintext once: only its SHA-256 digest is stored.
 
     Raises:
-        InvalidInput: bad name or expiry, no model, or models of several teams (HTTP 400).
+        InvalidInput: bad name (empty, too long, or holding a key) or expiry, no model, or models of several
+            teams (HTTP 400).
         Conflict: no unused prefix could be drawn (HTTP 409; try again).
     """
     name = (name or "").strip()
     if not name or len(name) > NAME_MAX_LENGTH:
         raise InvalidInput(f"an inference key needs a name of 1 to {NAME_MAX_LENGTH} characters")
+    if KEY_RE.search(name):
+        raise InvalidInput("an inference key's name must not hold a key: name what calls with it")
     models = list({model.pk: model for model in models}.values())
     if not models:
         raise InvalidInput("name at least one model the key opens")

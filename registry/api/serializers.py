@@ -8,8 +8,11 @@ from accounts.tokens import token_state
 from audit.models import AuditEvent
 from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
+from registry.inference_keys import KEY_RE
 from registry.inference_keys import NAME_MAX_LENGTH as INFERENCE_KEY_NAME_MAX_LENGTH
 from registry.models import Alias, EnsembleMember, InferenceKey, ModelCard, ModelVersion, RegisteredModel
+
+MODEL_NAME_MAX_LENGTH = RegisteredModel._meta.get_field("name").max_length
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -249,7 +252,14 @@ class InferenceKeyCreateSerializer(RefuseUnknownFields, serializers.Serializer):
     """Input of ``POST /api/v1/inference-keys/``: a key of the models' team."""
 
     name = serializers.CharField(max_length=INFERENCE_KEY_NAME_MAX_LENGTH)
-    models = serializers.ListField(child=serializers.CharField(max_length=200), min_length=1, max_length=1000,
+    models = serializers.ListField(child=serializers.CharField(max_length=MODEL_NAME_MAX_LENGTH), min_length=1,
+                                   max_length=1000,
                                    help_text="names of the models the key opens, all of one team")
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None,
                                            help_text="ISO 8601, in the future; null or left out: no expiry")
+
+    def validate_models(self, names: list[str]) -> list[str]:
+        # A key pasted for a model is refused here, before a "no model named ..." could repeat it.
+        if any(KEY_RE.search(name) for name in names):
+            raise serializers.ValidationError("that is an inference key, not a model name")
+        return names

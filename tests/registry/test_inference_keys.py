@@ -226,3 +226,39 @@ def test_a_hosts_route_push_carries_the_digests_of_usable_keys_of_models_that_re
     # A model that requires a key and has none usable is closed to all: an empty list, not absent.
     revoke_inference_key(both)
     assert wanted_inference_keys(host) == {"iris": [iris_only.digest], "wine": []}
+
+
+def test_an_error_answer_never_echoes_a_key_sent_to_it(api_client, user, caplog):
+    iris = model_named("iris")
+    _key, plaintext = create_inference_key(name="shop", models=[iris])
+    with caplog.at_level(logging.DEBUG):
+        answers = [
+            api_client.post("/api/v1/inference-keys/", {"name": "x", "models": ["iris"], "key": plaintext},
+                            format="json"),
+            api_client.post("/api/v1/inference-keys/", {"name": plaintext * 3, "models": ["iris"]}, format="json"),
+            api_client.post("/api/v1/inference-keys/", {"name": plaintext, "models": ["iris"]}, format="json"),
+            api_client.post("/api/v1/inference-keys/", {"name": f"for {plaintext}", "models": ["iris"]}, format="json"),
+            api_client.post("/api/v1/inference-keys/", {"name": "x", "models": [plaintext]}, format="json"),
+        ]
+    for answer in answers:
+        assert answer.status_code == 400, answer.content
+        assert answer.json()["code"]  # the error envelope
+        assert plaintext not in answer.content.decode()
+    assert plaintext not in caplog.text
+    assert InferenceKey.objects.count() == 1
+
+
+def test_the_key_list_costs_the_same_queries_for_one_key_or_many(api_client, user):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    iris, wine = model_named("iris"), model_named("wine")
+    create_inference_key(name="first", models=[iris])
+    api_client.get("/api/v1/inference-keys/")  # the token's last use written once
+    with CaptureQueriesContext(connection) as one:
+        assert len(api_client.get("/api/v1/inference-keys/").json()["results"]) == 1
+    for n in range(5):
+        create_inference_key(name=f"k{n}", models=[iris, wine])
+    with CaptureQueriesContext(connection) as many:
+        assert len(api_client.get("/api/v1/inference-keys/").json()["results"]) == 6
+    assert len(many) == len(one) == 3  # the token, the page of keys with their team and creator, their models
