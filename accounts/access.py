@@ -6,27 +6,29 @@ team) narrowed by the token: its scopes (``accounts.choices.Scope``) and, when s
 
 What each action needs (role in the model's team, token scope):
 
-========================  ==============================================  ========
-action                    role                                            scope
-========================  ==============================================  ========
-``VIEW``                  viewer                                          read
-``CHANGE``                maintainer (register, edit, upload)             write
-``MOVE_ALIAS``            maintainer; owner for a production or protected write
-                          alias (which also needs a reason)
-``PROTECT_ALIAS``         owner (lock or unlock an alias)                 write
-``DELETE_VERSION``        owner, or the maintainer who registered it      write
-``DEPLOY``                maintainer; owner when any host is production   deploy
-``RUN_POLICY``            maintainer                                      write
-``MANAGE_POLICY``         owner (create, edit, pause, approve, reject)    write
-``MANAGE_CAPTURE``        owner (request capture settings: users' data)   write
-``CREATE_MODEL``          maintainer of the team it goes to               write
-``MANAGE_WEBHOOKS``       owner (a webhook of the team; the view asks     read
-                          ``write`` to change one)
-``READ_CAPTURED``         owner (what replays show of captured requests:  read
-                          the worst disagreements' answers)
-``ADMIN``                 administrator (hosts, teams, users, webhooks    admin
-                          of every team)
-========================  ==============================================  ========
+==========================  ==============================================  ========
+action                      role                                            scope
+==========================  ==============================================  ========
+``VIEW``                    viewer                                          read
+``CHANGE``                  maintainer (register, edit, upload)             write
+``MOVE_ALIAS``              maintainer; owner for a production or protected write
+                            alias (which also needs a reason)
+``PROTECT_ALIAS``           owner (lock or unlock an alias)                 write
+``DELETE_VERSION``          owner, or the maintainer who registered it      write
+``DEPLOY``                  maintainer; owner when any host is production   deploy
+``RUN_POLICY``              maintainer                                      write
+``MANAGE_POLICY``           owner (create, edit, pause, approve, reject)    write
+``MANAGE_CAPTURE``          owner (request capture settings: users' data)   write
+``CREATE_MODEL``            maintainer of the team it goes to               write
+``MANAGE_WEBHOOKS``         owner (a webhook of the team; the view asks     read
+                            ``write`` to change one)
+``READ_CAPTURED``           owner (what replays show of captured requests:  read
+                            the worst disagreements' answers)
+``MANAGE_INFERENCE_KEYS``   owner (create or revoke the team's inference    write
+                            keys; require one to call a model)
+``ADMIN``                   administrator (hosts, teams, users, webhooks    admin
+                            of every team)
+==========================  ==============================================  ========
 
 A model of a team the principal cannot see answers exactly like a model that does not exist
 (404 with the same message), so names do not leak across teams.
@@ -62,6 +64,7 @@ class Action(Enum):
     CREATE_MODEL = ("create_model", Role.MAINTAINER, Scope.WRITE)
     MANAGE_WEBHOOKS = ("manage_webhooks", Role.OWNER, Scope.READ)
     READ_CAPTURED = ("read_captured", Role.OWNER, Scope.READ)
+    MANAGE_INFERENCE_KEYS = ("manage_inference_keys", Role.OWNER, Scope.WRITE)
     ADMIN = ("admin", None, Scope.ADMIN)
 
     @property
@@ -257,6 +260,7 @@ def check(principal: Principal, action: Action, *, model=None, team=None, alias:
         Action.PROTECT_ALIAS: f"locking or unlocking the alias '{alias}'",
         Action.MANAGE_WEBHOOKS: "managing the team's webhooks",
         Action.READ_CAPTURED: "reading what replays show of captured requests",
+        Action.MANAGE_INFERENCE_KEYS: "managing inference keys",
         Action.MANAGE_CAPTURE: "changing request capture (captured requests hold users' data)",
         Action.DEPLOY: "deploying to production hosts" if needed == Role.OWNER else "deploying",
         Action.DELETE_VERSION: "deleting a version someone else registered",

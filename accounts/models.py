@@ -40,18 +40,42 @@ class Membership(models.Model):
         return f"{self.user} is {self.role} of {self.team}"
 
 
-class ApiTokenQuerySet(models.QuerySet):
-    """Queries of API tokens."""
+class RevocableQuerySet(models.QuerySet):
+    """Queries of secrets that expire and can be revoked (``expires_at``, ``revoked_at``): API tokens and
+    ``registry.models.InferenceKey``."""
 
-    def usable(self) -> "ApiTokenQuerySet":
-        """Tokens neither revoked nor expired now."""
+    def usable(self) -> "RevocableQuerySet":
+        """Rows neither revoked nor expired now."""
         now = timezone.now()
         return self.filter(revoked_at__isnull=True).filter(
             models.Q(expires_at__isnull=True) | models.Q(expires_at__gt=now)
         )
 
 
-class ApiToken(models.Model):
+class HashedSecret(models.Model):
+    """The columns a secret shown once and stored only as a digest has (``accounts.tokens``): API tokens and
+    ``registry.models.InferenceKey``. ``prefix`` (the secret's first characters, not secret) names the row;
+    ``digest`` is the hex SHA-256 of the whole secret; ``expires_at``/``revoked_at`` end its use."""
+
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, unique=True)
+    digest = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RevocableQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class ApiToken(HashedSecret):
     """An API token: only a SHA-256 digest of its secret is stored, the secret is shown once.
 
     ``prefix`` (the token's first characters, not secret) finds the row; ``digest`` is the hex
@@ -61,25 +85,10 @@ class ApiToken(models.Model):
     """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, unique=True)
-    digest = models.CharField(max_length=64)
     scopes = models.JSONField(default=list)
     # PROTECT: deleting a team must not silently delete (or, with SET_NULL, widen) its tokens;
     # accounts.services.delete_team refuses while usable ones remain.
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.PROTECT, related_name="api_tokens")
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ApiTokenQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
 
     def allows(self, scope: str) -> bool:
         """True when the token carries ``scope``; every scope includes ``read``."""

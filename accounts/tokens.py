@@ -48,13 +48,24 @@ class TokenRejected(DomainError):
 
 
 def token_digest(plaintext: str) -> str:
-    """Hex SHA-256 (FIPS 180-4) of the whole token's UTF-8 bytes: 64 lower-case characters."""
+    """Hex SHA-256 (FIPS 180-4) of the whole token's (or inference key's) UTF-8 bytes: 64 lower-case characters."""
     return hashlib.sha256(plaintext.encode()).hexdigest()
 
 
-def _new_plaintext() -> tuple[str, str]:
+def new_plaintext(kind: str = TOKEN_PREFIX) -> tuple[str, str]:
+    """A new random secret ``<kind>_<prefix>_<secret>`` and its prefix, as API tokens (and inference keys,
+    ``registry.inference_keys``) are made.
+
+    Args:
+        kind: what the secret is, its first characters (``my`` for API tokens).
+
+    Returns:
+        ``(prefix, plaintext)``: ``prefix`` 12 lower-case hex characters (48 random bits, not secret) to
+        find the row, ``plaintext`` the whole secret (256 random bits after the prefix); store only
+        :func:`token_digest` of it.
+    """
     prefix = secrets.token_hex(PREFIX_HEX_CHARS // 2)
-    return prefix, f"{TOKEN_PREFIX}_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
+    return prefix, f"{kind}_{prefix}_{secrets.token_urlsafe(SECRET_BYTES)}"
 
 
 def clean_scopes(scopes) -> list[str]:
@@ -170,7 +181,7 @@ def issue_token(*, user, name: str, scopes, team: Team | None = None, expires_at
     name, scopes, expires_at = _check_grant(user=user, name=name, scopes=scopes, team=team,
                                             expires_at=expires_at, via=via)
     for _attempt in range(5):  # a prefix collision (48 bits) is rare; draw again
-        prefix, plaintext = _new_plaintext()
+        prefix, plaintext = new_plaintext()
         try:
             with transaction.atomic():
                 token = ApiToken.objects.create(user=user, name=name, prefix=prefix, digest=token_digest(plaintext),

@@ -32,6 +32,8 @@ class AuditAction(models.TextChoices):
     REPLAY_CANCELLED = "replay.cancelled", "Replay of captured requests cancelled"
     TOKEN_CREATED = "token.created", "API token created"
     TOKEN_REVOKED = "token.revoked", "API token revoked"
+    INFERENCE_KEY_CREATED = "inference_key.created", "Inference key created"
+    INFERENCE_KEY_REVOKED = "inference_key.revoked", "Inference key revoked"
     TEAM_CREATED = "team.created", "Team created"
     TEAM_DELETED = "team.deleted", "Team deleted"
     MEMBERSHIP_SET = "membership.set", "Team role given"

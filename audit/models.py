@@ -36,7 +36,8 @@ class AuditEvent(models.Model):
 
     # The fields of ``data`` that name the object as users know it, per object type (first one found).
     LABEL_FIELDS = {"version": ("version",), "alias": ("alias",), "host": ("name", "host"), "team": ("team",),
-                    "model": ("name",), "token": ("name",), "upload": ("filename",), "webhook": ("url",)}
+                    "model": ("name",), "token": ("name",), "inference_key": ("name",), "upload": ("filename",),
+                    "webhook": ("url",)}
     # Object types whose id is the name users know (the rollout page's number, the bucket's name).
     NAMED_BY_ID = frozenset({"deployment", "bucket"})
 

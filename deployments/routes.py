@@ -6,8 +6,11 @@ The canaries (``deployments.canaries``) and request capture (``deployments.captu
 routes; this module is what they share, so neither imports the other.
 """
 
+from django.db.models import F
+
 from deployments.models import DeploymentTarget, ServingHost
 from modelyard_agent.contract import CAPTURE_PROTOCOL, Runtime
+from registry.models import InferenceKey, RegisteredModel
 
 SETTINGS = ("fraction", "max_bytes", "retention_seconds")
 
@@ -66,3 +69,33 @@ def reported_route(target: DeploymentTarget) -> dict:
     """The route the gateway of ``target``'s host last reported for its model (``{}`` when none)."""
     routes = ((target.host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
     return routes.get(target.runtime_name) or {}
+
+
+def wanted_inference_keys(host: ServingHost) -> dict[str, list[str]]:
+    """The inference keys ``host``'s gateway should accept, per model, for its route push.
+
+    Args:
+        host: the serving host; the models are those that have a deployment target on it and require an
+            inference key (``RegisteredModel.inference_key_required``).
+
+    Returns:
+        ``{model name: [digest, ...]}``: each digest the hex SHA-256 (64 lower-case characters) of a key of
+        the model's team scoped to the model, neither revoked nor expired now, sorted. A model that requires
+        a key and has no usable one maps to ``[]`` (no key opens it); a model that requires none is absent.
+        Two queries, whatever the number of models and keys. Reads only; no errors of its own.
+    """
+    names = (RegisteredModel.objects.filter(
+        inference_key_required=True,
+        pk__in=DeploymentTarget.objects.filter(host=host).values("deployment__model"),
+    ).values_list("name", flat=True))
+    wanted: dict[str, list[str]] = {name: [] for name in names}
+    if not wanted:
+        return wanted
+    # One filter() for both conditions on the key's models, so they hold for the same model (one join):
+    # a key opens a model only while the model is its team's (a model moved to another team leaves it).
+    rows = (InferenceKey.objects.usable()
+            .filter(scoped_models__name__in=list(wanted), scoped_models__team=F("team"))
+            .values_list("scoped_models__name", "digest"))
+    for name, digest in rows:
+        wanted[name].append(digest)
+    return {name: sorted(digests) for name, digests in wanted.items()}

@@ -26,6 +26,7 @@ from monitoring.api.views import ModelCompareView, ModelMetricSeriesView, ModelM
 from monitoring.exporter import metrics_view
 from promotions.api.views import PromotionEvaluationViewSet, PromotionPolicyViewSet, WebhookViewSet
 from registry import views as registry_views
+from registry.api.inference_keys import InferenceKeyViewSet
 from registry.api.uploads import UploadCompleteView, UploadDetailView, UploadPartUrlsView, UploadStartView
 from registry.api.views import (
     AliasDetailView,
@@ -49,6 +50,7 @@ router.register("webhooks", WebhookViewSet, basename="webhook")
 router.register("teams", TeamViewSet, basename="team")
 router.register("profiles", ProfileViewSet, basename="profile")
 router.register("replays", ReplayViewSet, basename="replay")
+router.register("inference-keys", InferenceKeyViewSet, basename="inference-key")
 
 version_list = ModelVersionViewSet.as_view({"get": "list", "post": "create"})
 version_detail = ModelVersionViewSet.as_view({"get": "retrieve", "delete": "destroy"})

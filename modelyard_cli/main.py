@@ -22,13 +22,15 @@ Examples::
     modelyard promote run 7 --wait     # exit 1 unless the policy promoted
     modelyard replay start iris 4 --against production --max-requests 500 --argmax probabilities --wait
     modelyard replay show 12           # agreement, differences, latency of both versions
+    modelyard key create checkout --model iris --expires-in 90d   # the key is printed this once
+    modelyard key list --model iris ; modelyard key revoke 5
 """
 
 import argparse
 import os
 import sys
 
-from modelyard_cli import capture, deployments, profiles, promotions, registry, replays
+from modelyard_cli import capture, deployments, keys, profiles, promotions, registry, replays
 from modelyard_cli.client import Client, CLIError
 
 
@@ -48,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     deployments.add_canary_parser(sub)
     replays.add_replay_parser(sub)
     capture.add_capture_parser(sub)
+    keys.add_key_parser(sub)
     return parser
 
 

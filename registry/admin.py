@@ -7,7 +7,7 @@ from audit.models import AuditEvent
 from modelyard.errors import InvalidInput
 from modelyard.forms import FullLengthModelForm
 from modelyard_agent.formats.names import InvalidName, validate_name
-from registry.models import ModelVersion, RegisteredModel
+from registry.models import InferenceKey, ModelVersion, RegisteredModel
 from registry.registered_models import validate_tags
 
 
@@ -81,3 +81,19 @@ class AuditEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+@admin.register(InferenceKey)
+class InferenceKeyAdmin(admin.ModelAdmin):
+    """Inference keys are listed here, read only: the key is never stored, and its digest is not shown either
+    (revoke a key on its model's page or through the API, so the revocation is audited)."""
+
+    list_display = ["name", "prefix", "team", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    list_filter = ["team"]
+    search_fields = ["name", "prefix", "team__name"]
+    exclude = ["digest"]
+    readonly_fields = ["team", "name", "prefix", "scoped_models", "created_by", "created_at", "expires_at",
+                       "revoked_at", "last_used_at"]
+
+    def has_add_permission(self, request) -> bool:
+        return False  # a key made here would never show its secret to anyone

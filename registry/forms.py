@@ -89,3 +89,18 @@ class ModelCardForm(KeepEveryCharacter, forms.Form):
             "evaluation_results": "\n".join(f"{r['task']} | {r['dataset']} | {r['metric']} | {r['value']}"
                                              for r in card.evaluation_results),
         }
+
+
+class InferenceKeyForm(KeepEveryCharacter, forms.Form):
+    """Make an inference key on a model's keys page: its name, the team's models it opens (the page's model
+    checked) and how many days it lives (empty: no expiry); ``registry.inference_keys`` checks the rest."""
+
+    name = forms.CharField(max_length=100, help_text='what calls with it, e.g. "checkout-service"')
+    models = forms.MultipleChoiceField(choices=(), widget=forms.CheckboxSelectMultiple,
+                                       help_text="the team's models the key opens")
+    expires_in_days = forms.IntegerField(required=False, min_value=1, max_value=3650, label="Expires in (days)",
+                                         help_text="empty: the key does not expire")
+
+    def __init__(self, *args, model_names=(), **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["models"].choices = [(name, name) for name in model_names]

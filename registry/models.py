@@ -6,6 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models.functions import Coalesce
 
+from accounts.models import HashedSecret
 from accounts.services import default_team_id
 from registry.choices import ArtifactFormat, UploadStatus, UploadVerification, VersionStatus
 
@@ -47,6 +48,9 @@ class RegisteredModel(models.Model):
     capture_fraction = models.FloatField(default=0.0)
     capture_max_bytes = models.PositiveBigIntegerField(default=256 * 1024**2, help_text="bytes per host")
     capture_retention_seconds = models.PositiveIntegerField(default=7 * 86_400, help_text="seconds")
+    # Whether a client must present one of the team's inference keys scoped to this model
+    # (``registry.inference_keys``); off by default so existing clients keep working.
+    inference_key_required = models.BooleanField(default=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -244,3 +248,19 @@ class ModelCard(models.Model):
 
     def __str__(self) -> str:
         return f"card of {self.version}"
+
+
+class InferenceKey(HashedSecret):
+    """A key a client presents to call a team's models that require one; only a SHA-256 digest is stored.
+
+    Made like an API token (``accounts.tokens``): the key reads ``myk_<prefix>_<secret>``, ``prefix``
+    (not secret) names the row to people, ``digest`` is the hex SHA-256 of the whole key. ``scoped_models``
+    are the team's models it opens (one or more). ``expires_at``/``revoked_at`` end its use;
+    ``last_used_at`` is what the gateway last reported.
+    """
+
+    team = models.ForeignKey("accounts.Team", on_delete=models.PROTECT, related_name="inference_keys")
+    scoped_models = models.ManyToManyField(RegisteredModel, related_name="inference_keys")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )

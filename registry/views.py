@@ -1,5 +1,6 @@
 """Registry pages: the models list, a model's page and the audit log."""
 
+from datetime import timedelta
 from urllib.parse import urlencode, urlsplit
 
 from django.conf import settings
@@ -9,8 +10,11 @@ from django.core.paginator import Paginator
 from django.db.models import Prefetch
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
 
-from accounts.access import Action, Principal, scope_team_filter
+from accounts.access import Action, Principal, check, scope_team_filter
+from accounts.tokens import token_state
 from audit.choices import AuditAction
 from audit.models import AuditEvent
 from modelyard.errors import DomainError
@@ -23,8 +27,9 @@ from registry.compare import compare_versions
 from registry.deletion import delete_version, may_delete_version
 from registry.filters import RegisteredModelFilter
 from registry.formats import ACCEPTED_KINDS, ACCEPTED_SUFFIXES
-from registry.forms import AliasForm, ModelCardForm, VersionUploadForm
-from registry.models import Alias, ModelVersion, RegisteredModel
+from registry.forms import AliasForm, InferenceKeyForm, ModelCardForm, VersionUploadForm
+from registry.inference_keys import create_inference_key, require_inference_key, revoke_inference_key
+from registry.models import Alias, InferenceKey, ModelVersion, RegisteredModel
 from registry.pages import forbidden_unless, model_or_404, version_or_404
 from registry.registered_models import update_model
 from registry.signals import comparison_panels, serving_lookup
@@ -305,8 +310,16 @@ def alias_protect(request, name: str, alias: str):
 
 @login_required
 def model_edit(request, name: str):
-    """Edit a model's description from its page (POST)."""
+    """Edit a model's description from its page, or whether calling it needs an inference key
+    (``inference_key_required`` = ``1`` or ``0``, the team's owners) from its inference keys page (POST)."""
     model = model_or_404(request, name, Action.CHANGE)
+    if request.method == "POST" and "inference_key_required" in request.POST:
+        forbidden_unless(request, Action.MANAGE_INFERENCE_KEYS, model=model)
+        required = request.POST["inference_key_required"] == "1"
+        require_inference_key(name=model.name, required=required, actor=request.user)
+        messages.success(request, "Calls to this model now need an inference key." if required else
+                         "Calls to this model no longer need an inference key.")
+        return redirect("registry:inference-keys", name=model.name)
     if request.method == "POST":
         description = request.POST.get("description", "")
         if len(description) > DESCRIPTION_MAX_LENGTH:
@@ -317,6 +330,58 @@ def model_edit(request, name: str):
             messages.success(request, "Description saved.")
     return redirect("registry:model-detail", name=model.name)
 
+
+KEY_PAGE_SIZE = 50
+
+
+@login_required
+@never_cache
+def inference_keys(request, name: str):
+    """The inference keys of the model's team that open the model, newest first (50 a page), whether calling the
+    model needs one, and (for the team's owners) a form that makes a key: a valid POST shows its secret this once."""
+    model = model_or_404(request, name)
+    can_manage = check(Principal.of(request), Action.MANAGE_INFERENCE_KEYS, model=model) is None
+    team_models = list(RegisteredModel.objects.filter(team_id=model.team_id).order_by("name")
+                       .values_list("name", flat=True))
+    form = InferenceKeyForm(request.POST or None, model_names=team_models, initial={"models": [model.name]})
+    if request.method == "POST":
+        forbidden_unless(request, Action.MANAGE_INFERENCE_KEYS, model=model)
+        if form.is_valid():
+            days = form.cleaned_data["expires_in_days"]
+            try:
+                key, plaintext = create_inference_key(
+                    name=form.cleaned_data["name"],
+                    models=list(RegisteredModel.objects.filter(team_id=model.team_id,
+                                                               name__in=form.cleaned_data["models"])),
+                    expires_at=timezone.now() + timedelta(days=days) if days else None, actor=request.user)
+            except DomainError as exc:
+                form.add_error(None, exc.message)
+            else:
+                return render(request, "registry/inference_key_created.html",
+                              {"model": model, "key": key, "plaintext": plaintext})
+    keys = (InferenceKey.objects.filter(team_id=model.team_id, scoped_models=model)
+            .prefetch_related("scoped_models").order_by("-id"))
+    page = Paginator(keys, KEY_PAGE_SIZE).get_page(request.GET.get("page"))
+    now = timezone.now()
+    for key in page.object_list:
+        key.state = token_state(key, now)  # active, expired or revoked, as for an API token
+    return render(request, "registry/inference_keys.html", {
+        "model": model, "keys": page.object_list, "page": page, "form": form, "can_manage": can_manage})
+
+
+@login_required
+def inference_key_revoke(request, name: str, key_id: int):
+    """Revoke one of the model's inference keys: GET asks for confirmation, POST revokes (the row stays for
+    the audit trail); the team's owners only."""
+    model = model_or_404(request, name, Action.MANAGE_INFERENCE_KEYS)
+    key = InferenceKey.objects.filter(pk=key_id, team_id=model.team_id, scoped_models=model).first()
+    if key is None:
+        raise Http404(f"model {name!r} has no inference key {key_id}")
+    if request.method == "POST":
+        revoke_inference_key(key, request.user)
+        messages.success(request, f"Inference key {key.name} (myk_{key.prefix}…) revoked.")
+        return redirect("registry:inference-keys", name=model.name)
+    return render(request, "registry/inference_key_confirm_revoke.html", {"model": model, "key": key})
 
 
 @login_required

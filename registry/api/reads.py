@@ -156,7 +156,8 @@ def _version_row(row: tuple) -> tuple[RegisteredModel, str | None, dict]:
 
 
 # RegisteredModelSerializer's fields, in its order.
-MODEL_FIELDS = ("name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at")
+MODEL_FIELDS = ("name", "team", "description", "tags", "inference_key_required", "latest_version", "created_by",
+                "created_at", "updated_at")
 
 
 def _utc_text_sql(column: str) -> str:
@@ -197,6 +198,7 @@ def model_rows(queryset):
     elsewhere the columns ``model_json`` reads."""
     if _builds_json_in_sql(queryset):
         fields = {"name": F("name"), "team": F("team__name"), "description": F("description"), "tags": F("tags"),
+                  "inference_key_required": F("inference_key_required"),
                   "latest_version": F("latest_version"), "created_by": F("created_by__username"),
                   "created_at": _DrfUtcText("created_at"), "updated_at": _DrfUtcText("updated_at")}
         assert tuple(fields) == MODEL_FIELDS
@@ -204,7 +206,8 @@ def model_rows(queryset):
         # PostgreSQL could infer (json_build_object takes "any"), and the statement's text stays the same.
         pairs = [part for key, value in fields.items() for part in (RawSQL(f"'{key}'", ()), value)]
         return queryset.values("name", _json=_JsonText(*pairs))
-    return queryset.values("name", "description", "tags", "latest_version", "created_at", "updated_at",
+    return queryset.values("name", "description", "tags", "inference_key_required", "latest_version", "created_at",
+                           "updated_at",
                            _team=F("team__name"), _creator=F("created_by__username"))
 
 
@@ -213,6 +216,7 @@ def model_json(row: dict) -> dict:
     if "_json" in row:
         return json.loads(row["_json"])
     return {"name": row["name"], "team": row["_team"], "description": row["description"], "tags": row["tags"],
+            "inference_key_required": row["inference_key_required"],
             "latest_version": row["latest_version"], "created_by": row["_creator"],
             "created_at": _iso(row["created_at"]),
             "updated_at": _iso(row["updated_at"])}

@@ -1,11 +1,18 @@
 """Serializers of the registry API."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from accounts.api.serializers import TOKEN_STATES
+from accounts.tokens import token_state
 from audit.models import AuditEvent
 from modelyard.api import RefuseUnknownFields
 from modelyard.jsonobject import parse_json_object
-from registry.models import Alias, EnsembleMember, ModelCard, ModelVersion, RegisteredModel
+from registry.inference_keys import KEY_RE
+from registry.inference_keys import NAME_MAX_LENGTH as INFERENCE_KEY_NAME_MAX_LENGTH
+from registry.models import Alias, EnsembleMember, InferenceKey, ModelCard, ModelVersion, RegisteredModel
+
+MODEL_NAME_MAX_LENGTH = RegisteredModel._meta.get_field("name").max_length
 
 
 class RegisteredModelSerializer(serializers.ModelSerializer):
@@ -17,7 +24,8 @@ class RegisteredModelSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = RegisteredModel
-        fields = ["name", "team", "description", "tags", "latest_version", "created_by", "created_at", "updated_at"]
+        fields = ["name", "team", "description", "tags", "inference_key_required", "latest_version", "created_by",
+                  "created_at", "updated_at"]
         read_only_fields = fields
 
 
@@ -34,10 +42,13 @@ class RegisteredModelCreateSerializer(RefuseUnknownFields, serializers.Serialize
 
 
 class RegisteredModelUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
-    """Input of ``PATCH /api/v1/models/<name>/``: either field may be left out."""
+    """Input of ``PATCH /api/v1/models/<name>/``: any field may be left out."""
 
     description = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
     tags = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+    inference_key_required = serializers.BooleanField(
+        required=False, help_text="clients must present an inference key of the team scoped to the model "
+                                  "(changing it needs the team's owner role)")
 
 
 class EnsembleMemberSerializer(serializers.ModelSerializer):
@@ -204,3 +215,51 @@ class ModelCardUpdateSerializer(RefuseUnknownFields, serializers.Serializer):
     limitations = serializers.CharField(max_length=10_000, required=False, allow_blank=True)
     evaluation_results = serializers.ListField(child=serializers.DictField(), required=False, max_length=100,
                                                help_text='[{"task", "dataset", "metric", "value"}], value a number')
+
+
+class InferenceKeySerializer(serializers.ModelSerializer):
+    """An inference key as the API shows it: never its secret, which is not stored, nor its digest."""
+
+    team = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    models = serializers.SlugRelatedField(source="scoped_models", slug_field="name", many=True, read_only=True,
+                                          help_text="the models the key opens")
+    created_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    state = serializers.SerializerMethodField(help_text="active, expired or revoked")
+
+    class Meta:
+        model = InferenceKey
+        fields = ["id", "name", "prefix", "team", "models", "state", "created_by", "created_at", "expires_at",
+                  "revoked_at", "last_used_at"]
+        read_only_fields = fields
+
+    @extend_schema_field(serializers.ChoiceField(choices=TOKEN_STATES))
+    def get_state(self, key: InferenceKey) -> str:
+        return token_state(key)
+
+
+class InferenceKeyCreatedSerializer(InferenceKeySerializer):
+    """The answer to creating an inference key: the key with its plaintext, shown this once."""
+
+    key = serializers.CharField(read_only=True, help_text="what clients send to call the models; shown only in "
+                                                          "this answer")
+
+    class Meta(InferenceKeySerializer.Meta):
+        fields = [*InferenceKeySerializer.Meta.fields, "key"]
+        read_only_fields = fields
+
+
+class InferenceKeyCreateSerializer(RefuseUnknownFields, serializers.Serializer):
+    """Input of ``POST /api/v1/inference-keys/``: a key of the models' team."""
+
+    name = serializers.CharField(max_length=INFERENCE_KEY_NAME_MAX_LENGTH)
+    models = serializers.ListField(child=serializers.CharField(max_length=MODEL_NAME_MAX_LENGTH), min_length=1,
+                                   max_length=1000,
+                                   help_text="names of the models the key opens, all of one team")
+    expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None,
+                                           help_text="ISO 8601, in the future; null or left out: no expiry")
+
+    def validate_models(self, names: list[str]) -> list[str]:
+        # A key pasted for a model is refused here, before a "no model named ..." could repeat it.
+        if any(KEY_RE.search(name) for name in names):
+            raise serializers.ValidationError("that is an inference key, not a model name")
+        return names

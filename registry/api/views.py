@@ -3,6 +3,7 @@
 from functools import cache
 
 import django_filters
+from django.db import transaction
 from django.http import HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -45,6 +46,7 @@ from registry.api.serializers import (
 from registry.choices import VersionStatus
 from registry.deletion import delete_version
 from registry.filters import ModelVersionFilter, RegisteredModelFilter, UtcIsoDateTimeFilter
+from registry.inference_keys import require_inference_key
 from registry.models import Alias, ModelVersion, RegisteredModel
 from registry.registered_models import create_model, update_model
 from registry.versions import get_version, register_version
@@ -109,8 +111,16 @@ class RegisteredModelViewSet(
     def partial_update(self, request, *args, **kwargs):
         data = RegisteredModelUpdateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        model_for(Principal.of(request), self.kwargs["name"], Action.CHANGE)
-        model = update_model(name=self.kwargs["name"], actor=request.user, **data.validated_data)
+        fields = dict(data.validated_data)
+        required = fields.pop("inference_key_required", None)
+        principal = Principal.of(request)
+        model_for(principal, self.kwargs["name"], Action.CHANGE)
+        if required is not None:
+            model_for(principal, self.kwargs["name"], Action.MANAGE_INFERENCE_KEYS)
+        with transaction.atomic():
+            model = update_model(name=self.kwargs["name"], actor=request.user, **fields)
+            if required is not None:
+                model = require_inference_key(name=model.name, required=required, actor=request.user)
         return Response(RegisteredModelSerializer(self.get_queryset().get(pk=model.pk)).data)
 
     @extend_schema(request=RegisteredModelCreateSerializer,

@@ -32,6 +32,7 @@ from promotions.choices import Decision
 from promotions.models import PromotionEvaluation, Webhook
 from promotions.policies import create_policy
 from registry.choices import ArtifactFormat
+from registry.inference_keys import create_inference_key
 from registry.models import Alias, ModelVersion, RegisteredModel, Upload
 
 pytestmark = pytest.mark.django_db
@@ -62,6 +63,7 @@ API = [
     ("POST", "/api/v1/models/", {}, {"name": "efficientnet", "team": "vision"}, needs("maintainer", scoped=False)),
     ("GET", "/api/v1/models/{name}/", {}, None, needs("viewer")),
     ("PATCH", "/api/v1/models/{name}/", {}, {"description": "better"}, needs("maintainer")),
+    ("PATCH", "/api/v1/models/{name}/", {}, {"inference_key_required": True}, needs("owner")),
     ("GET", "/api/v1/models/{model_name}/versions/", {}, None, needs("viewer")),
     ("POST", "/api/v1/models/{model_name}/versions/", {}, {}, needs("maintainer")),
     ("GET", "/api/v1/models/{model_name}/versions/{version}/", {"version": 2}, None, needs("viewer")),
@@ -161,6 +163,11 @@ API = [
     ("DELETE", "/api/v1/webhooks/{id}/", {"id": "team_webhook"}, None, needs("owner")),
     ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "webhook"}, None, ADMINS_ONLY_SEE),
     ("GET", "/api/v1/webhooks/{id}/deliveries/", {"id": "team_webhook"}, None, needs("owner")),
+    # Inference keys are the team's: its members read them, its owners make and revoke them.
+    ("GET", "/api/v1/inference-keys/", {}, None, EVERYONE),
+    ("POST", "/api/v1/inference-keys/", {}, {"name": "shop", "models": ["resnet"]}, needs("owner")),
+    ("GET", "/api/v1/inference-keys/{id}/", {"id": "inference_key"}, None, needs("viewer")),
+    ("POST", "/api/v1/inference-keys/{id}/revoke/", {"id": "inference_key"}, None, needs("owner")),
     ("GET", "/api/v1/teams/", {}, None, EVERYONE),
     ("POST", "/api/v1/teams/", {}, {"name": "audio"}, ADMINS),
     ("GET", "/api/v1/teams/{name}/", {"name": "vision"}, None, needs("viewer")),
@@ -226,6 +233,7 @@ def world(db) -> dict:
     for key, host in (("replay_dev", "gpu-dev"), ("replay_prod", "gpu-prod")):
         ids[key] = Replay.objects.create(version=versions[1], against=versions[0], host=ServingHost.objects.get(
             name=host), tolerances={}, max_requests=10, pace=20, time_budget_s=600).pk
+    ids["inference_key"] = create_inference_key(name="shop", models=[model])[0].pk
     ids["token"] = issue_token(user=people["maintainer"], name="ci", scopes=["read", "write"])[0].pk
     return {"users": people, "ids": ids}
 
@@ -304,6 +312,12 @@ PAGES = [
     ("GET", "registry:model-list", {}, None, EVERYONE),
     ("GET", "registry:model-detail", {"name": "resnet"}, None, needs("viewer")),
     ("POST", "registry:model-edit", {"name": "resnet"}, {"description": "x"}, needs("maintainer")),
+    ("POST", "registry:model-edit", {"name": "resnet"}, {"inference_key_required": "1"}, needs("owner")),
+    ("GET", "registry:inference-keys", {"name": "resnet"}, None, needs("viewer")),
+    ("POST", "registry:inference-keys", {"name": "resnet"}, {"name": "shop", "models": "resnet"}, needs("owner")),
+    ("GET", "registry:inference-key-revoke", {"name": "resnet", "key_id": "inference_key"}, None, needs("owner")),
+    ("POST", "registry:inference-key-revoke", {"name": "resnet", "key_id": "inference_key"}, None,
+     needs("owner")),
     ("GET", "registry:version-upload", {"name": "resnet"}, None, needs("maintainer")),
     # refusals of the alias form come back to the model page as a message (see the test below)
     ("POST", "registry:alias-set", {"name": "resnet"}, {"alias": "staging", "version": 2}, needs("viewer")),
@@ -368,7 +382,7 @@ PAGES = [
     # the page is for your own tokens only (administrators revoke others' through the API or the admin)
     ("GET", "accounts:token-revoke", {"token_id": "token"}, None, {**UPLOADER, "admin": 404}),
 ]
-PAGE_IDS = {"pk", "policy_id", "evaluation_id", "token_id"}
+PAGE_IDS = {"pk", "policy_id", "evaluation_id", "token_id", "key_id"}
 
 
 @pytest.mark.parametrize("who", USERS)
