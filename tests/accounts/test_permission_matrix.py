@@ -371,6 +371,7 @@ PAGES = [
     ("POST", "promotions:evaluation-reject", {"evaluation_id": "evaluation"}, None, needs("owner")),
     ("GET", "monitoring:overview", {}, None, EVERYONE),
     ("GET", "monitoring:overview-table", {}, None, EVERYONE),
+    ("GET", "monitoring:overview-by-host", {}, None, EVERYONE),
     ("GET", "monitoring:model-metrics-panel", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "monitoring:model-traffic", {"name": "resnet"}, None, needs("viewer")),
     ("GET", "monitoring:model-on-demand", {"name": "resnet"}, None, needs("viewer")),
