@@ -203,5 +203,5 @@ def test_the_heartbeat_reports_the_gateway_and_its_routes_and_reads_triton_direc
     report = host.agent.heartbeat({"host": "local", "inference_url": host.url, "metrics_url": "", "runtime": "triton"})
     assert report["runtime_live"] is True and report["errors"] == []
     assert report["gateway"] == {"live": True, "routes": {"iris": route(1, 2, 5)}, "capture": {},
-                                 "residency": {"models": {}, "budget": {}}}
+                                 "residency": {"models": {}, "budget": {}}, "footprints": {}}
     assert {(m["name"], m["version"]) for m in report["models"]} >= {("iris", 1), ("iris", 2)}
