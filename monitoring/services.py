@@ -285,9 +285,9 @@ def deployed_versions() -> list[dict]:
     # hosts and versions cost more than Prometheus's answers (bench/overview.py).
     targets = serving_now(only=("deployment__version__version", "deployment__residency",
                                 "deployment__canary_state", "previous_version", "served_name"))
-    stable_ids = {t.previous_version_id for t in targets if t.deployment.canary_state == CanaryState.ACTIVE}
-    stable = dict(ModelVersion.objects.filter(pk__in=stable_ids).values_list("pk", "version")) if any(
-        stable_ids) else {}
+    stable_ids = {t.previous_version_id for t in targets
+                  if t.deployment.canary_state == CanaryState.ACTIVE and t.previous_version_id}
+    stable = dict(ModelVersion.objects.filter(pk__in=stable_ids).values_list("pk", "version")) if stable_ids else {}
     on_demand = [t for t in targets if t.deployment.residency == Residency.ON_DEMAND]
     states = residency_states({t.host.name for t in on_demand}) if on_demand else {}
     held: dict[tuple[str, str], list] = {}
@@ -348,9 +348,8 @@ def fleet_overview(
         for s in results["sparkline"]:
             sparklines[(s.labels.get("model", ""), s.labels.get("version", ""))] = [[t, v] for t, v in s.points]
         for sample in results.get("refused", []):
-            if round(sample.value):
-                refused.setdefault(sample.labels.get("model", ""), {})[sample.labels.get("outcome", "")] = round(
-                    sample.value)
+            if count := round(sample.value):
+                refused.setdefault(sample.labels.get("model", ""), {})[sample.labels.get("outcome", "")] = count
     except PrometheusUnavailable as exc:
         error = str(exc)
     extra = [key for key in metrics if key not in rows]

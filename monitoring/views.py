@@ -94,9 +94,26 @@ def _traffic_page(request, group: str, read, shape) -> HttpResponse:
     except ServiceUnavailable as exc:
         context["prometheus_error"] = exc.message
     else:
-        context["rows"] = [shaped for row in rows if (shaped := shape({**row, "group": row[group]})) is not None
-                           and carries_something(shaped)]
+        context["rows"] = _shaped(rows, group, shape)
     return render(request, "monitoring/partials/model_traffic.html", context)
+
+
+def _shaped(rows: list[dict], group: str, shape) -> list[dict]:
+    """``rows``, each with its ``group`` label's value under "group", passed through ``shape(row)`` (None drops
+    it), less those that carry nothing (``carries_something``)."""
+    return [shaped for row in rows if (shaped := shape({**row, "group": row[group]})) is not None
+            and carries_something(shaped)]
+
+
+def _model_rows(visible: set[str] | None, routes: dict):
+    """The ``shape`` of a host's model rows: only the models the user may see (``visible``; None: all), each with
+    the share the host's ``routes`` (as its heartbeat reports them) set (``configured``)."""
+    def shape(row: dict) -> dict | None:
+        if visible is not None and row["model"] not in visible:
+            return None
+        return {**row, "configured": route_share(routes.get(row["model"]), row["version"], row["role"])}
+
+    return shape
 
 
 @login_required
@@ -125,14 +142,8 @@ def host_traffic(request, name: str):
     host = found_or_404(get_host, name)
     visible = visible_model_names(Principal.of(request))
     routes = ((host.heartbeat or {}).get("gateway") or {}).get("routes") or {}
-
-    def shape(row: dict) -> dict | None:
-        if visible is not None and row["model"] not in visible:
-            return None
-        return {**row, "configured": route_share(routes.get(row["model"]), row["version"], row["role"])}
-
     return _traffic_page(request, "model", lambda window: traffic.host_traffic_table(host.name, window_seconds=window),
-                         shape)
+                         _model_rows(visible, routes))
 
 
 @login_required
@@ -152,10 +163,7 @@ def overview_by_host(request):
         context["prometheus_error"] = exc.message
         grouped = {}
     for host, rows in grouped.items():
-        shown = [{**row, "group": row["model"],
-                  "configured": route_share(routes.get(host, {}).get(row["model"]), row["version"], row["role"])}
-                 for row in rows if visible is None or row["model"] in visible]
-        shown = [row for row in shown if carries_something(row)]
+        shown = _shaped(rows, "model", _model_rows(visible, routes.get(host, {})))
         if shown and (not only or host == only):
             context["groups"].append({"host": host, "rows": shown, "known": host in routes})
     return render(request, "monitoring/overview_by_host.html", context)

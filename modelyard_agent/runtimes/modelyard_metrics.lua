@@ -91,6 +91,7 @@ function M.classify()
     for _, pattern in ipairs(MALFORMED) do
         if chunk:find(pattern) then
             ctx.modelyard_malformed = true
+            return
         end
     end
 end
