@@ -107,9 +107,7 @@ def deploy_bentoml_version(
     green = serve.plan_instance(root, BentoStore(root).home, model=model, version=version, tag=tag)
     state.update(model, starting=green)  # before the start: a crash right after still finds its home
     try:
-        green = serve.start_instance(green)
-        state.update(model, starting=green)
-        serve.wait_ready(green, timeout=load_timeout)
+        green = serve.start_ready(green, load_timeout, lambda started: state.update(model, starting=started))
         steps.done("load_seconds")
         if payload.get("sample_input"):
             steps.begin(TargetState.VERIFYING)
@@ -118,6 +116,7 @@ def deploy_bentoml_version(
         steps.begin(TargetState.CUTTING_OVER)
         old_workers = front.switch(model, green.port, version)
     except ServingRuntimeError as exc:
+        green = exc.instance if isinstance(exc, serve.StartFailed) else green
         if blue is not None and front.upstream_port(model) == green.port:
             try:  # the switch went half way (e.g. the reload was slow): route back before green stops
                 back_to = front.split(model) if was_split else front.switch(model, blue.port, blue.version)
@@ -188,9 +187,7 @@ def _deploy_canary(payload: dict, root: Path, front: NginxFront, steps: DeploySt
     state.update(model, starting=green)
     before = front.routes().get(model) if front.is_split(model) else None
     try:
-        green = serve.start_instance(green)
-        state.update(model, starting=green)
-        serve.wait_ready(green, timeout=load_timeout)
+        green = serve.start_ready(green, load_timeout, lambda started: state.update(model, starting=started))
         steps.done("load_seconds")
         if payload.get("sample_input"):
             steps.begin(TargetState.VERIFYING)
@@ -201,6 +198,7 @@ def _deploy_canary(payload: dict, root: Path, front: NginxFront, steps: DeploySt
         if before is None:
             front.split(model)  # the old workers keep sending every request to blue until they exit
     except ServingRuntimeError as exc:
+        green = exc.instance if isinstance(exc, serve.StartFailed) else green
         try:
             if before is not None:
                 front.set_route(model, **{k: v for k, v in before.items() if k != "ports"},

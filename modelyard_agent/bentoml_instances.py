@@ -182,11 +182,11 @@ def _replace_orphan(root: Path, front: NginxFront, model: str, orphan: serve.Ins
     logger.warning("the bentoml serve arbiter of %s v%s died; starting a replacement beside its orphaned worker",
                    model, orphan.version)
     try:
-        green = serve.start_instance(green)
-        state.update(model, starting=green)
-        serve.wait_ready(green, timeout=front.shutdown_timeout)
+        green = serve.start_ready(green, front.shutdown_timeout,
+                                  lambda started: state.update(model, starting=started))
         front.wait_drained(front.switch(model, green.port, green.version), timeout=front.shutdown_timeout)
     except ServingRuntimeError as exc:
+        green = exc.instance if isinstance(exc, serve.StartFailed) else green
         logger.error("could not replace the orphaned %s v%s: %s", model, orphan.version, exc.message)
         discard_instance(state, model, green)
         return None

@@ -88,8 +88,7 @@ def profile_bentoml_version(
     workdir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=instance.home))
     config = sweep.configs[0]
     try:
-        instance = serve.start_instance(instance)
-        serve.wait_ready(instance, timeout=load_timeout)
+        instance = serve.start_ready(instance, load_timeout, lambda started: None)
         # One request before the levels: a service's first answer pays for its lazy start (model
         # load, first batch), which would otherwise fill a short level and measure nothing.
         serve.smoke_request(instance, payload["sample_input"], signature, timeout=load_timeout)
@@ -114,6 +113,7 @@ def profile_bentoml_version(
             progress(rows, f"concurrency {concurrency}")
         return result("succeeded")
     except ServingRuntimeError as exc:
+        instance = exc.instance if isinstance(exc, serve.StartFailed) else instance
         return result("failed", f"the profiling instance did not start: {exc.message}")
     except Stopped as exc:
         cancelled = "time budget" not in exc.reason

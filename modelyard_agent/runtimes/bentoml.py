@@ -3,7 +3,8 @@
 Two ``serve`` processes sharing one BENTOML_HOME wipe each other's metrics directory, so each
 instance gets a home of its own under ``<root>/instances/`` with ``bentos`` and ``models`` linked to
 the host's store. It is started with an exact tag (``:latest`` can serve two versions at once after
-a worker restart), on a free loopback port, in a new session: killing BentoML's arbiter alone
+a worker restart), on a free loopback port below the kernel's ephemeral range (started again on
+another one when a process took it before ``serve`` bound it), in a new session: killing BentoML's arbiter alone
 leaves its workers serving, so a stop signals the whole process group, and every process whose
 environment names the instance's home, then checks the port is free. ``BENTOML_CONTAINERIZED``
 makes a service whose initialisation fails exit instead of restarting it forever.
@@ -12,6 +13,7 @@ makes a service whose initialisation fails exit instead of restarting it forever
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -19,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -28,6 +31,9 @@ from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.bento_store import bentoml_env
 
 LOG_TAIL_BYTES = 16000
+PORT_FLOOR = 20_000  # the lowest port an instance is given: below it sit the well-known and registered services
+START_TRIES = 3  # starts of one instance when its port was taken before ``serve`` bound it
+PORT_TAKEN = "Address already in use"  # errno 98's text in serve.log
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,29 @@ class Instance:
         return f"http://127.0.0.1:{self.port}"
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel gives outgoing connections and ``bind(port 0)`` (``net.ipv4.ip_local_port_range``;
+    Linux's default 32768-60999 where it cannot be read)."""
+    try:
+        low, high = (int(part) for part in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return range(low, high + 1)
+
+
 def free_port() -> int:
-    """A loopback TCP port nothing listens on now."""
+    """A loopback TCP port nothing listens on now, outside the kernel's ephemeral range.
+
+    ``serve`` binds its port seconds after it is chosen (once BentoML is imported); a port of the
+    ephemeral range can be given in those seconds to any outgoing connection of the host, one outside
+    it only to a process that asks for that port by number. A port of the ephemeral range is the
+    fallback when 256 random ports outside it are all taken.
+    """
+    ephemeral = ephemeral_ports()
+    outside = [port for port in range(PORT_FLOOR, 65536) if port not in ephemeral]
+    for port in random.sample(outside, min(256, len(outside))):
+        if port_is_free(port):
+            return port
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -209,6 +236,46 @@ def wait_ready(instance: Instance, timeout: float, poll: float = 0.1) -> None:
             raise ServingRuntimeError(f"bentoml serve {instance.tag} was not ready within {timeout:g} s",
                                       retryable=True)
         time.sleep(poll)
+
+
+class StartFailed(ServingRuntimeError):
+    """``start_ready`` failed; ``instance`` is the last one it started (for the caller to stop and discard)."""
+
+    def __init__(self, error: ServingRuntimeError, instance: Instance):
+        super().__init__(error.message, retryable=error.retryable, timed_out=error.timed_out)
+        self.instance = instance
+
+
+def start_ready(planned: Instance, timeout: float, started: Callable[[Instance], None]) -> Instance:
+    """Start a planned instance and wait until it answers /readyz; returns it, with its pid.
+
+    An instance that exits because its port was taken (another process bound it between the choice
+    and ``serve``'s own bind) is started again on another port, ``START_TRIES`` starts in all, within
+    the one ``timeout`` (seconds); its log so far is kept as ``serve-<port>.log``.
+
+    Args:
+        planned: from ``plan_instance``.
+        timeout: seconds from the first start until the instance must be ready.
+        started: called with each instance once started and before the wait (to record its pid).
+
+    Raises:
+        StartFailed: the instance exited or was not ready in time (``wait_ready``'s errors), with the
+            last instance started.
+    """
+    deadline, starts = time.monotonic() + timeout, 0
+    while True:
+        instance = start_instance(planned)
+        started(instance)
+        starts += 1
+        try:
+            wait_ready(instance, timeout=max(0.0, deadline - time.monotonic()))
+            return instance
+        except ServingRuntimeError as exc:
+            if starts == START_TRIES or PORT_TAKEN not in exc.message:
+                raise StartFailed(exc, instance) from exc
+        log = Path(instance.home) / "serve.log"
+        log.rename(log.with_name(f"serve-{instance.port}.log"))
+        planned = Instance(**{**planned.as_dict(), "port": free_port()})
 
 
 def smoke_request(instance: Instance, sample_input: dict, signature: dict, timeout: float = 30.0) -> None:

@@ -14,8 +14,11 @@ The completeness tests fail when an operation of the API schema or a page URL ha
 endpoint added later cannot skip its permission check unnoticed.
 """
 
+import copy
+
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -184,8 +187,25 @@ API = [
 ]
 
 
+@pytest.fixture(scope="module")
+def built_world(django_db_setup, django_db_blocker) -> dict:
+    """The world, built once for the module in a transaction that is rolled back at the module's end.
+
+    Each test's ``db`` opens its own transaction inside this one (a savepoint, rolled back after the
+    test), so no test sees another's writes; built per test, it cost 0.1 s of each of the 904 tests.
+    """
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield _build_world()
+        transaction.set_rollback(True)
+
+
 @pytest.fixture
-def world(db) -> dict:
+def world(built_world, db) -> dict:
+    """The module's world, a copy of its Python objects per test (as ``TestCase.setUpTestData`` gives)."""
+    return copy.deepcopy(built_world)
+
+
+def _build_world() -> dict:
     """The team, its members, the outsider, the model, hosts, rollouts, policy, evaluation, webhook and upload."""
     users = get_user_model().objects
     vision, nlp = Team.objects.create(name="vision"), Team.objects.create(name="nlp")

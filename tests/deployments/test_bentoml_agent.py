@@ -5,6 +5,7 @@ a version that cannot start, a killed agent and broken archives leave exactly on
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -119,6 +120,35 @@ def test_a_version_whose_service_cannot_start_leaves_the_old_one_serving(bentos,
     state = ServeState(root).read()[MODEL]
     assert set(state) == {"serving"} and state["serving"].version == 1
     assert serving_homes(root) == [state["serving"].home]
+
+
+def test_a_version_whose_port_another_process_took_before_serve_bound_it_starts_on_another_port(
+        bentos, artifact_server, agent_root, monkeypatch):
+    # The fault: a process binds the chosen port in the seconds before ``serve`` does (stop 52's CI
+    # run lost a deployment to errno 98 this way). Choosing a taken port is the only way to have it on cue.
+    root, url = agent_root
+    thief = socket.create_server(("127.0.0.1", 0))
+    taken, chosen, real = thief.getsockname()[1], [], serve.free_port
+
+    def free_port() -> int:  # the taken port first, then the real choice
+        chosen.append(real() if chosen else taken)
+        return chosen[-1]
+
+    monkeypatch.setattr(serve, "free_port", free_port)
+    with thief:
+        result = deploy(bentos, artifact_server, agent_root, "v1", 1)
+        assert result["state"] == "ready", result
+    assert chosen[0] == taken and result["details"]["port"] == chosen[1] != taken
+    assert classify(url).headers["X-Modelyard-Version"] == "1"
+    home = Path(ServeState(root).read()[MODEL]["serving"].home)
+    assert "Address already in use" in (home / f"serve-{taken}.log").read_text()  # the first start's log, kept
+    assert serving_homes(root) == [str(home)]
+
+
+def test_an_instance_port_is_outside_the_ports_the_kernel_gives_outgoing_connections():
+    ephemeral = serve.ephemeral_ports()
+    ports = {serve.free_port() for _ in range(50)}
+    assert not ports & set(ephemeral) and min(ports) >= serve.PORT_FLOOR
 
 
 _AGENT_SCRIPT = """

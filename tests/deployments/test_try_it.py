@@ -5,6 +5,7 @@ broker, as in the production topology (docker-compose), and straight to the host
 """
 
 import json
+import re
 import shutil
 
 import pytest
@@ -85,8 +86,9 @@ def test_a_host_whose_agent_does_not_answer_is_a_503_naming_it(api_client, trans
 
 
 @pytest.mark.parametrize(("reported_s_ago", "message"), [
-    (None, "gone: its agent has never reported (is it running?)"),
-    (600, "gone: its agent last reported 600 s ago, more than 90 s (is it running?)"),
+    (None, r"gone: its agent has never reported \(is it running\?\)"),
+    # the age is read when the request comes, a second or more after the host was made on a busy machine
+    (600, r"gone: its agent last reported 60\d s ago, more than 90 s \(is it running\?\)"),
 ])
 def test_a_host_whose_agent_stopped_reporting_is_a_503_at_once_without_sending_it_a_task(
         api_client, db, settings, reported_s_ago, message):
@@ -105,7 +107,7 @@ def test_a_host_whose_agent_stopped_reporting_is_a_503_at_once_without_sending_i
     answer = api_client.post("/api/v1/models/iris/infer/", {"host": "gone", "inputs": {"input": SAMPLE_INPUT}},
                              format="json")
     assert answer.status_code == 503, answer.content
-    assert message in answer.json()["detail"]  # refused, not timed out after 15 s
+    assert re.search(message, answer.json()["detail"]), answer.json()  # refused, not timed out after 15 s
     assert broker().llen(host_queue("gone")) == queued  # no task left for an agent that is not there
 
 
