@@ -15,7 +15,7 @@ from modelyard_agent.adapters.triton import drain_routed
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import ROUTING_KEY_HEADER, VERSION_HEADER, TritonGateway
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
+from tests.deployments.test_triton_runtime import MODEL, load_iris
 from tests.fixtures.clients import HeldRequest, KeptAliveLoad
 from tests.fixtures.services import free_port, traversable, wait_for
 
@@ -33,11 +33,10 @@ def route(stable: int, canary: int | None, percent: float, shadow: int | None = 
 
 
 @pytest.fixture
-def gateway(triton_server, tmp_path):
+def gateway(module_triton, tmp_path):
     """iris versions 1 and 2 loaded on a real Triton, and a running gateway in front of it."""
-    put_iris(triton_server.model_repository, tmp_path, versions=[1, 2])
-    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1, 2]))
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+    load_iris(module_triton, tmp_path, versions=[1, 2])
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=module_triton.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1")
     front.ensure_running()
     front.url = f"http://127.0.0.1:{front.listen_port}"
@@ -244,13 +243,12 @@ def test_what_a_worker_that_died_counted_in_flight_no_longer_holds_a_version(gat
 
 
 @pytest.fixture
-def grpc_gateway(triton_server, tmp_path):
+def grpc_gateway(module_triton, tmp_path):
     """iris versions 1 and 2 on a real Triton, and a gateway taking HTTP and gRPC in front of it."""
-    put_iris(triton_server.model_repository, tmp_path, versions=[1, 2])
-    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1, 2]))
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
+    load_iris(module_triton, tmp_path, versions=[1, 2])
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=module_triton.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1", grpc_listen=f"127.0.0.1:{free_port()}",
-                          triton_grpc=triton_server.grpc_url)
+                          triton_grpc=module_triton.grpc_url)
     front.ensure_running()
     yield front
     front.stop()

@@ -14,9 +14,8 @@ from modelyard_agent import capture
 from modelyard_agent.replay.captures import CapturedRequest, read_captured
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.gateway import TritonGateway
-from modelyard_agent.runtimes.triton import TritonRuntime
 from tests.deployments.test_gateway import BODY
-from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
+from tests.deployments.test_triton_runtime import MODEL, load_iris
 from tests.deployments.triton_host import artifacts, gateway_in_front
 from tests.fixtures.services import free_port, wait_for
 
@@ -27,11 +26,10 @@ WEEK = 7 * 86400
 
 
 @pytest.fixture
-def gateway(triton_server, tmp_path):
+def gateway(module_triton, tmp_path):
     """iris versions 1 and 2 on a real Triton and a running gateway in front of it."""
-    put_iris(triton_server.model_repository, tmp_path, versions=[1, 2])
-    TritonRuntime(triton_server.http_url, load_timeout=120).load(MODEL, load_config(triton_server, [1, 2]))
-    with gateway_in_front(triton_server) as front:
+    load_iris(module_triton, tmp_path, versions=[1, 2])
+    with gateway_in_front(module_triton) as front:
         yield front
 
 

@@ -41,6 +41,17 @@ def load_config(server, versions: list[int]) -> str:
     )
 
 
+def load_iris(server, tmp_path: Path, versions: list[int]) -> None:
+    """iris with ``versions`` ready on ``server`` (a ``module_triton``): written and loaded, unless the module's
+    test before left just those versions ready."""
+    runtime = TritonRuntime(server.http_url, load_timeout=120)
+    if runtime.ready_versions(MODEL) == sorted(versions):
+        return
+    shutil.rmtree(server.model_repository / MODEL, ignore_errors=True)
+    put_iris(server.model_repository, tmp_path, versions=versions)
+    runtime.load(MODEL, load_config(server, versions))
+
+
 def predicted_labels(runtime: TritonRuntime, version: int | None = None) -> list[int]:
     result = runtime.infer(MODEL, {"input": sample_input()}, ["label"], version=version)
     return [int(label) for label in result["label"].reshape(-1)]

@@ -24,27 +24,30 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
 @pytest.fixture(params=["agent", "direct"])
-def served(request, triton_server, tmp_path, settings) -> ServingHost:
-    """iris v1 loaded on a real Triton, and the registry rows that say it is deployed there; Try it
-    goes through the host's agent (one is started) or straight to Triton."""
+def served(request, module_triton, tmp_path, settings) -> ServingHost:
+    """iris v1 loaded on a real Triton (by the module's first test; the others find it loaded), and the
+    registry rows that say it is deployed there; Try it goes through the host's agent (one is started) or
+    straight to Triton."""
     settings.TRY_IT_ROUTE = request.param
     if request.param == "agent":
         request.getfixturevalue("start_celery_worker")("host.cpu-0")
     source = build_iris_model_dir(tmp_path / "iris", name="iris")
-    target_dir = triton_server.model_repository / "iris"
-    target_dir.mkdir()
-    shutil.copytree(source / "1", target_dir / "1")
     config_text = (source / "config.pbtxt").read_text()
-    TritonRuntime(triton_server.http_url, load_timeout=120).load("iris", render_load_config(
-        config_text, model_name="iris", versions=[1],
-        parameters={"EXECUTION_ENV_PATH": str(triton_server.execution_env)}))
+    runtime = TritonRuntime(module_triton.http_url, load_timeout=120)
+    if runtime.ready_versions("iris") != [1]:
+        target_dir = module_triton.model_repository / "iris"
+        shutil.rmtree(target_dir, ignore_errors=True)
+        target_dir.mkdir()
+        shutil.copytree(source / "1", target_dir / "1")
+        runtime.load("iris", render_load_config(config_text, model_name="iris", versions=[1],
+                                                parameters={"EXECUTION_ENV_PATH": str(module_triton.execution_env)}))
     model = RegisteredModel.objects.create(name="iris", next_version=2)
     version = ModelVersion.objects.create(
         model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR, artifact_key="k", artifact_sha256="0" * 64,
         artifact_size=1, config_text=config_text, signature=describe_signature(parse_model_config(config_text)),
         metadata={"sample_input": {"input": SAMPLE_INPUT}},
     )
-    host = ServingHost.objects.create(name="cpu-0", inference_url=triton_server.http_url,
+    host = ServingHost.objects.create(name="cpu-0", inference_url=module_triton.http_url,
                                       last_heartbeat_at=timezone.now())  # its agent reports in
     deployment = Deployment.objects.create(model=model, version=version, status="succeeded")
     DeploymentTarget.objects.create(deployment=deployment, host=host, state="ready")
