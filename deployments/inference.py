@@ -31,7 +31,8 @@ from modelyard_agent.contract import AgentTask
 from modelyard_agent.inference import InferenceRefused, infer
 from registry.versions import get_version
 
-TRY_TIMEOUT_S = 10.0
+TRY_TIMEOUT_S = 10.0  # the host's own timeout for one Try it request, seconds
+BROKER_MARGIN_S = 5.0  # beyond it, for the broker both ways and the agent taking the task, seconds
 
 
 def try_inference(*, model_name: str, host_name: str, inputs: dict, version: int | None = None) -> dict:
@@ -96,7 +97,7 @@ def _through_agent(host: str, request: dict) -> dict:
     """Send the request to ``host``'s agent and wait for its reply on a list of the broker's."""
 
     reply_to = f"modelyard:try-it:{uuid.uuid4().hex}"
-    wait = TRY_TIMEOUT_S + 5  # the host's own timeout, and time for the broker both ways
+    wait = TRY_TIMEOUT_S + BROKER_MARGIN_S
     send_to_host(host, AgentTask.INFER, {**request, "host": host, "reply_to": reply_to}, expires=wait)
     client = broker(socket_timeout=wait + 5)
     try:

@@ -75,6 +75,7 @@ def test_a_host_whose_agent_does_not_answer_is_a_503_naming_it(api_client, trans
 
     settings.TRY_IT_ROUTE = "agent"
     monkeypatch.setattr(inference, "TRY_TIMEOUT_S", 0.5)  # no agent consumes host.silent's queue
+    monkeypatch.setattr(inference, "BROKER_MARGIN_S", 0.5)
     model = RegisteredModel.objects.create(name="iris", next_version=2)
     version = ModelVersion.objects.create(model=model, version=1, format=ArtifactFormat.TRITON_MODEL_DIR,
                                           artifact_key="k", artifact_sha256="0" * 64, artifact_size=1)
@@ -85,7 +86,7 @@ def test_a_host_whose_agent_does_not_answer_is_a_503_naming_it(api_client, trans
     answer = api_client.post("/api/v1/models/iris/infer/", {"host": "silent", "inputs": {"input": SAMPLE_INPUT}},
                              format="json")
     assert answer.status_code == 503, answer.content
-    assert "silent: its agent did not answer within 5.5 s" in answer.json()["detail"]
+    assert "silent: its agent did not answer within 1 s" in answer.json()["detail"]
 
 
 @pytest.mark.parametrize(("reported_s_ago", "message"), [
