@@ -1,6 +1,9 @@
 """Rollouts in batches: dispatch order, failure policies, pause/resume/cancel/rollback, alias following; an
 on-demand version's known footprint in its payload, and its refusal where a host's budget is smaller."""
 
+import base64
+import json
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -382,3 +385,53 @@ def test_the_rollout_form_says_an_on_demand_version_is_larger_than_a_hosts_budge
     assert refused.status_code == 200
     assert "more than the on-demand memory budget of &#x27;gpu-1&#x27;" in refused.content.decode()
     assert Deployment.objects.count() == before
+
+
+def queued_dispatches(broker) -> list[int]:
+    """The target ids of the ``dispatch_target`` tasks waiting on the real broker's ``default`` queue."""
+    messages = [json.loads(raw) for raw in broker.lrange("default", 0, -1)]
+    return sorted(json.loads(base64.b64decode(m["body"]))[0][0] for m in messages
+                  if m["headers"]["task"] == "deployments.dispatch_target")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_advancing_a_six_host_rollout_at_every_step_dispatch_each_target_once(model, broker):
+    # Two orchestrator workers at each step (the report of the batch's last host, and a reconciler pass): the
+    # deployment's row lock lets one of them dispatch the next batch, and the other finds it in flight.
+    from tests.fixtures.concurrency import at_once
+
+    names = [f"six-{i}" for i in range(6)]
+    for name in names:
+        ServingHost.objects.create(name=name, inference_url=f"http://{name}:8000")
+    deployment = start_deployment(model_name="iris", version=2, host_names=names, batch_size=2)
+    for batch in range(3):
+        _, errors = at_once(lambda: rollouts.advance_rollout(deployment.pk), 2, timeout=30)
+        assert errors == []
+        in_batch = sorted(deployment.targets.filter(batch=batch).values_list("pk", flat=True))
+        assert queued_dispatches(broker) == sorted(deployment.targets.filter(batch__lte=batch).values_list(
+            "pk", flat=True)), f"batch {batch}"
+        for target in in_batch:
+            record_target_progress(target, TargetState.READY)
+    _, errors = at_once(lambda: rollouts.advance_rollout(deployment.pk), 2, timeout=30)
+    deployment.refresh_from_db()
+    assert errors == [] and deployment.status == DeploymentStatus.SUCCEEDED
+    assert queued_dispatches(broker) == sorted(deployment.targets.values_list("pk", flat=True))  # each once
+    assert deployment.events.filter(to_status=DeploymentStatus.SUCCEEDED).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("act", "then"), [
+    (rollouts.pause_rollout, DeploymentStatus.PAUSED), (rollouts.cancel_rollout, DeploymentStatus.CANCELLED)])
+def test_a_pause_or_cancel_sent_twice_at_the_same_moment_acts_once(model, hosts, broker, act, then):
+    from tests.fixtures.concurrency import at_once
+
+    deployment = start_deployment(model_name="iris", version=2, host_names=["gpu-0", "gpu-1"], batch_size=1)
+    rollouts.advance_rollout(deployment.pk)
+    done, errors = at_once(lambda: act(deployment.pk), 2, timeout=30)
+    deployment.refresh_from_db()
+    assert len(done) == 1 and len(errors) == 1 and "Conflict" in errors[0], errors
+    assert deployment.status == then and deployment.events.filter(to_status=then).count() == 1
+    if then == DeploymentStatus.PAUSED:
+        resumed, errors = at_once(lambda: rollouts.resume_rollout(deployment.pk), 2, timeout=30)
+        assert len(resumed) == 1 and len(errors) == 1 and "Conflict" in errors[0], errors
+        assert deployment.events.filter(to_status=DeploymentStatus.RUNNING).count() == 1
