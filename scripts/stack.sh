@@ -29,6 +29,10 @@
 #   CELERY_BROKER_URL [redis://127.0.0.1:6379/0]
 #   DATABASE_URL [unset: SQLite at var/modelyard.sqlite3]
 #   MODELYARD_SEED [1]                   0 skips `python -m demo.seed`
+#   MODELYARD_WEB_REPLICAS [1]           web processes (gunicorn masters): web on MODELYARD_WEB_PORT, web-2 on
+#                                        the port after it, and so on; more than one needs PostgreSQL
+#   MODELYARD_WORKERS [1]                orchestrator workers (orchestrator, orchestrator-2, ...), each its own
+#                                        Celery worker process; more than one needs PostgreSQL
 #   MODELYARD_STACK_DIR [.stack]         where scripts/install_triton.sh installed Triton
 set -euo pipefail
 
@@ -48,7 +52,8 @@ export PATH="$VENV_BIN:$PATH"
 # `make stop` and `make status` from another shell reach that stack; the environment still wins.
 PORTS_FILE="$VAR_DIR/stack.ports"
 PORT_VARIABLES=(MODELYARD_WEB_PORT MODELYARD_S3_PORT MODELYARD_GATEWAY_PORT MODELYARD_GATEWAY_GRPC_PORT MODELYARD_TRITON_HTTP_PORT MODELYARD_TRITON_GRPC_PORT
-    MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL DATABASE_URL)
+    MODELYARD_TRITON_METRICS_PORT MODELYARD_PROMETHEUS_PORT MODELYARD_BENTOML_PORT CELERY_BROKER_URL DATABASE_URL
+    MODELYARD_WEB_REPLICAS MODELYARD_WORKERS)
 if [[ "${1:-}" != start && -f "$PORTS_FILE" ]]; then
     while IFS='=' read -r key value; do
         [[ " ${PORT_VARIABLES[*]} " == *" $key "* && -z "${!key:-}" ]] && export "$key=$value"
@@ -74,8 +79,33 @@ LOGIN_FILE="$VAR_DIR/local-login.txt"
 TOKEN_FILE="$VAR_DIR/admin.token"
 STACK_ENV_FILE="$VAR_DIR/stack.env"
 
+WEB_REPLICAS="${MODELYARD_WEB_REPLICAS:-1}"
+WORKERS="${MODELYARD_WORKERS:-1}"
+for count in WEB_REPLICAS WORKERS; do
+    [[ "${!count}" =~ ^[1-8]$ ]] || {
+        printf '[stack] error: MODELYARD_%s must be a number from 1 to 8, not %q\n' "$count" "${!count}" >&2
+        exit 2
+    }
+done
+
+# replicas NAME COUNT: NAME, NAME-2, ... NAME-COUNT (the first keeps the plain name).
+replicas() {
+    local i
+    printf '%s\n' "$1"
+    for ((i = 2; i <= $2; i++)); do printf '%s-%d\n' "$1" "$i"; done
+}
+
 # Services this script may start, in start order (stop runs the reverse).
-SERVICES=(redis s3 web triton agent bento-agent orchestrator beat prometheus)
+mapfile -t WEB_SERVICES < <(replicas web "$WEB_REPLICAS")
+mapfile -t ORCHESTRATOR_SERVICES < <(replicas orchestrator "$WORKERS")
+SERVICES=(redis s3 "${WEB_SERVICES[@]}" triton agent bento-agent "${ORCHESTRATOR_SERVICES[@]}" beat prometheus)
+
+# web_port NAME: the port of web replica NAME (web, web-2, ...).
+web_port() {
+    local index=1
+    [[ "$1" == web-* ]] && index="${1#web-}"
+    printf '%d' $((WEB_PORT + index - 1))
+}
 
 log() { printf '[stack] %s\n' "$*"; }
 warn() { printf '[stack] warning: %s\n' "$*" >&2; }
@@ -353,19 +383,28 @@ prepare_django() {
 }
 
 start_web() {
-    clear_stale web
-    local url="http://127.0.0.1:$WEB_PORT/healthz"
-    if service_pid web >/dev/null; then
-        wait_until web 60 "GET /healthz = 200" http_ok "$url"
-        log "web: already running (pid $(service_pid web)) at http://127.0.0.1:$WEB_PORT/"
+    local name
+    for name in "${WEB_SERVICES[@]}"; do
+        start_web_replica "$name" "$(web_port "$name")"
+    done
+}
+
+# start_web_replica NAME PORT: one gunicorn master (two workers) on 127.0.0.1:PORT.
+start_web_replica() {
+    local name="$1" port="$2"
+    clear_stale "$name"
+    local url="http://127.0.0.1:$port/healthz"
+    if service_pid "$name" >/dev/null; then
+        wait_until "$name" 60 "GET /healthz = 200" http_ok "$url"
+        log "$name: already running (pid $(service_pid "$name")) at http://127.0.0.1:$port/"
         return 0
     fi
-    require_port "$WEB_PORT" MODELYARD_WEB_PORT "the web app (gunicorn)"
-    start_bg web gunicorn -c python:modelyard.gunicorn_config modelyard.wsgi -b "127.0.0.1:$WEB_PORT" \
+    require_port "$port" MODELYARD_WEB_PORT "the web app (gunicorn)"
+    start_bg "$name" gunicorn -c python:modelyard.gunicorn_config modelyard.wsgi -b "127.0.0.1:$port" \
         --workers 2 --timeout 300 \
         --access-logfile - --error-logfile -
-    wait_until web 90 "GET /healthz = 200" http_ok "$url"
-    log "web: ready at http://127.0.0.1:$WEB_PORT/"
+    wait_until "$name" 90 "GET /healthz = 200" http_ok "$url"
+    log "$name: ready at http://127.0.0.1:$port/"
 }
 
 start_triton() {
@@ -509,7 +548,10 @@ stop_bento_host() {
 }
 
 start_orchestrator() {
-    start_celery orchestrator worker -Q default -n "orchestrator@%h" --concurrency 2 --loglevel INFO
+    local name
+    for name in "${ORCHESTRATOR_SERVICES[@]}"; do
+        start_celery "$name" worker -Q default -n "$name@%h" --concurrency 2 --loglevel INFO
+    done
 }
 
 start_beat() {
@@ -566,6 +608,8 @@ write_stack_env() {
         echo "MODELYARD_BENTOML_PORT=$BENTO_PORT"
         echo "CELERY_BROKER_URL=$CELERY_BROKER_URL"
         [[ -z "${DATABASE_URL:-}" ]] || echo "DATABASE_URL=$DATABASE_URL"
+        echo "MODELYARD_WEB_REPLICAS=$WEB_REPLICAS"
+        echo "MODELYARD_WORKERS=$WORKERS"
     } >"$PORTS_FILE"
     {
         echo "# Written by scripts/stack.sh start: \`source var/stack.env\` to reach this stack from a shell."
@@ -600,10 +644,13 @@ print_summary() {
     local password="(see var/local-login.txt)" token="(see var/admin.token)"
     [[ -s "$LOGIN_FILE" ]] && password="$(head -n 1 "$LOGIN_FILE")"
     [[ -s "$TOKEN_FILE" ]] && token="$(head -n 1 "$TOKEN_FILE")"
+    local replicas=""
+    ((WEB_REPLICAS > 1)) && replicas="  (and $((WEB_REPLICAS - 1)) more web replica(s) on the ports after it)"
     cat <<EOF
 
 Modelyard is running.
-  Web          http://127.0.0.1:$WEB_PORT/
+  Web          http://127.0.0.1:$WEB_PORT/$replicas
+  Workers      $WORKERS orchestrator worker(s), one beat
   API schema   http://127.0.0.1:$WEB_PORT/api/schema/
   Prometheus   http://127.0.0.1:$PROMETHEUS_PORT/
   Inference    http://127.0.0.1:$GATEWAY_PORT/v2  (host local: its agent's gateway, canaries; Triton itself at http://127.0.0.1:$TRITON_HTTP_PORT, gRPC 127.0.0.1:$TRITON_GRPC_PORT, metrics http://127.0.0.1:$TRITON_METRICS_PORT/metrics)
@@ -628,6 +675,9 @@ acquire_lock() {
 
 cmd_start() {
     acquire_lock
+    if ((WEB_REPLICAS > 1 || WORKERS > 1)) && [[ "${DATABASE_URL:-}" != postgres* ]]; then
+        die "MODELYARD_WEB_REPLICAS=$WEB_REPLICAS and MODELYARD_WORKERS=$WORKERS need PostgreSQL (DATABASE_URL=postgres://...): SQLite takes one writer at a time and has no row locks"
+    fi
     [[ -x "$PY" ]] || die ".venv is missing; run \`make install\` first"
     report_database
     start_redis
@@ -671,7 +721,7 @@ cmd_stop() {
 }
 
 status_line() {
-    printf '  %-13s %-5s %s\n' "$1" "$2" "$3"
+    printf '  %-15s %-5s %s\n' "$1" "$2" "$3"
 }
 
 cmd_status() {
@@ -700,10 +750,10 @@ cmd_status() {
                 http_answers "$s3_url/" && up=1
                 detail="$s3_url${pid:+ pid $pid}"
                 ;;
-            web)
+            web | web-*)
                 up=0
-                http_ok "http://127.0.0.1:$WEB_PORT/healthz" && up=1
-                detail="http://127.0.0.1:$WEB_PORT/${pid:+ pid $pid}"
+                http_ok "http://127.0.0.1:$(web_port "$name")/healthz" && up=1
+                detail="http://127.0.0.1:$(web_port "$name")/${pid:+ pid $pid}"
                 ;;
             triton)
                 up=0

@@ -537,3 +537,10 @@ def test_try_it_goes_through_the_agent_because_the_web_tier_cannot_reach_the_ser
     assert environment(services["web"])["MODELYARD_TRY_IT_ROUTE"] == "agent"
     assert "serving" not in services["web"]["networks"] and "serving" in services["triton"]["networks"]
     assert "control" in services["agent"]["networks"] and "serving" in services["agent"]["networks"]
+
+
+def test_the_orchestrator_runs_two_replicas_and_beat_and_the_agent_one(services):
+    assert services["orchestrator"]["deploy"]["replicas"] == 2
+    assert "%h" in " ".join(services["orchestrator"]["command"])  # each replica its own Celery node name
+    for single in ("beat", "agent", "web"):  # one beat; one agent per host; web publishes one host port
+        assert services[single].get("deploy", {}).get("replicas", 1) == 1, single
