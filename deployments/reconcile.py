@@ -28,6 +28,8 @@ from django.utils.dateparse import parse_datetime
 from deployments.canaries import resend_routes
 from deployments.capture import resend_capture
 from deployments.choices import ACTIVE_TARGET_STATES, CanaryState, Residency, RolloutTrigger, TargetState
+from deployments.delivery import unsent_targets
+from deployments.enqueue import Job, job
 from deployments.lifecycle import request_unload
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.profiles import fail_stalled_profiles
@@ -289,7 +291,8 @@ def _claimed_for_failing(target: DeploymentTarget) -> bool:
 
 
 def reconcile_fleet() -> list[Repair]:
-    """Fail stalled targets, profiles and replays, advance running rollouts, send again canary routes a gateway does
+    """Fail stalled targets, profiles and replays, send again the targets whose send was lost
+    (``delivery.unsent_targets``), advance running rollouts, send again canary routes a gateway does
     not hold (``canaries.resend_routes``) and capture settings it does not hold (``capture.resend_capture``),
     then reconcile every host. Returns the repairs (profiles failed
     and routes sent are logged, not counted)."""
@@ -299,6 +302,10 @@ def reconcile_fleet() -> list[Repair]:
     for replay_id in fail_stalled_replays():
         logger.warning("replay %s failed: its host's agent stopped reporting", replay_id)
     repairs = fail_stalled_targets()
+    for target_id, dispatched_at in unsent_targets():
+        logger.warning("reconcile: target %s was dispatched at %s and never reached its agent; sending it again",
+                       target_id, dispatched_at.isoformat())
+        job(Job.RESEND_TARGET, target_id, dispatched_at.isoformat())
     advance_running_rollouts()
     for host, model in resend_routes():
         logger.warning("reconcile: %s's gateway reported another route for %s than its canary's; sent it again",

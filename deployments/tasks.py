@@ -17,7 +17,7 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from deployments import agent_jobs, lifecycle, profiles, replays, rollouts
+from deployments import agent_jobs, delivery, lifecycle, profiles, replays, rollouts
 from deployments import autoscale as autoscaling
 from deployments import reconcile as reconciling
 from deployments.choices import ACTIVE_TARGET_STATES, TERMINAL_TARGET_STATES, TargetState
@@ -48,6 +48,9 @@ def dispatch_target(target_id: int) -> None:
     if target.state != TargetState.PENDING:
         logger.info("target %s is %s; not dispatching again", target_id, target.state)
         return
+    if target.dispatched_at is not None and delivery.reached_agent(target):  # this task handed out twice
+        logger.info("target %s reached %s's agent already; not sending it again", target_id, target.host.name)
+        return
     store = ArtifactStore()
     key = target.deployment.version.artifact_key
     if store.head(key) is None:
@@ -66,7 +69,8 @@ def dispatch_target(target_id: int) -> None:
     retry_backoff=True, retry_backoff_max=60, max_retries=5,
 )
 def resend_target(target_id: int, dispatched_at: str) -> bool:
-    """Send a target again that its host's agent dropped (it was restarted and does not work on it).
+    """Send a target again that never reached its host's agent (the orchestrator worker that was to send it died
+    first: ``delivery.unsent_targets``) or that its agent dropped (it was restarted and does not work on it).
 
     The earlier dispatch's claim is superseded first (``modelyard_agent.claims.supersede``), so its
     message, should the broker hand it out again, is never acted on; the new dispatch gets a claim
@@ -91,7 +95,7 @@ def resend_target(target_id: int, dispatched_at: str) -> bool:
     target.dispatched_at = now
     url = ArtifactStore().presigned_host_download_url(target.deployment.version.artifact_key)
     send_to_host(target.host.name, AgentTask.DEPLOY, deploy_payload(target, download_url=url))
-    logger.warning("target %s (%s on %s, %s) was dropped by a restarted agent; sent again", target.pk,
+    logger.warning("target %s (%s on %s, %s) had not reached its agent or was dropped by it; sent again", target.pk,
                    target.deployment.version, target.host.name, target.state)
     return True
 

@@ -249,6 +249,9 @@ AUTOSCALE_WINDOW = env_float("MODELYARD_AUTOSCALE_WINDOW", 120.0)
 RECONCILE_INTERVAL = env_float("MODELYARD_RECONCILE_INTERVAL", 60.0)
 RECONCILE_BACKOFF = env_float("MODELYARD_RECONCILE_BACKOFF", 300.0)
 DISPATCH_TIMEOUT = env_float("MODELYARD_DISPATCH_TIMEOUT", 600.0)
+# A target dispatched this many seconds ago to an online host whose agent has not got it is sent again under a new
+# claim by the reconciler: the orchestrator worker that was to send it died first (deployments.delivery).
+DISPATCH_RESEND_AFTER = env_float("MODELYARD_DISPATCH_RESEND_AFTER", 60.0)
 # A target on a host whose agent has never reported is failed after this many seconds: a few
 # heartbeat intervals for an agent just started, and not the whole dispatch timeout for one that
 # was never set up.
