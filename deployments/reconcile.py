@@ -39,10 +39,15 @@ from deployments.served import serving_now
 from deployments.services import create_rollout
 from deployments.targets import record_target_progress
 from modelyard.celery import broker
-from modelyard_agent.claims import CANCELLED, claim_key, claim_target
+from modelyard_agent.claims import CANCELLED, STARTED, claim_key, claim_target, target_claim
 from modelyard_agent.contract import REGISTERED
 
 logger = logging.getLogger(__name__)
+
+# Seconds without a report after which a target whose version the host's heartbeat shows serving, and whose
+# agent works on it no more, counts as finished (``finished_unreported``): well past an agent's report in
+# flight through the queue.
+REPORT_GRACE = 60.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +113,39 @@ def dropped_targets(host_name: str) -> list[tuple[int, datetime]]:
             .exclude(pk__in=[pk for pk in working if isinstance(pk, int)])
             .order_by("dispatched_at").values_list("pk", "dispatched_at"))
     return list(rows)
+
+
+def finished_unreported(host_name: str, *, now=None) -> list[tuple[int, int]]:
+    """The targets of ``host_name`` that its agent finished with the version serving, but whose last report
+    never reached the orchestrator: the worker holding it died, and the broker hands a message out again only
+    after its visibility timeout (40 minutes by default), so the rollout would wait that long.
+
+    A target counts when the host's last heartbeat shows its version READY under the name it serves, the agent
+    that sent it took the target (claimed it started, and was started before the dispatch) and works on it no
+    more, and no report of it came for ``REPORT_GRACE`` seconds. A target that failed or was refused leaves no
+    such trace; the stall timeouts of ``fail_stalled_targets`` still end it.
+
+    Returns:
+        ``[(target id, deployment id)]``; empty for a report without the agent's start time.
+    """
+    now = now or timezone.now()
+    host = ServingHost.objects.filter(name=host_name).only("heartbeat").first()
+    heartbeat = host.heartbeat if host is not None and isinstance(host.heartbeat, dict) else {}
+    agent = heartbeat.get("agent") or {}
+    started = agent.get("started_at")
+    if not isinstance(started, int | float):
+        return []
+    working = {row.get("target_id") for row in agent.get("working_on") or [] if isinstance(row, dict)}
+    ready = {(row.get("name"), row.get("version")) for row in heartbeat.get("models") or []
+             if isinstance(row, dict) and row.get("state") == "READY"}
+    quiet = (DeploymentTarget.objects.filter(host=host, state__in=ACTIVE_TARGET_STATES - {TargetState.PENDING},
+                                             dispatched_at__gte=datetime.fromtimestamp(started, tz=UTC),
+                                             updated_at__lt=now - timedelta(seconds=REPORT_GRACE))
+             .exclude(pk__in=[pk for pk in working if isinstance(pk, int)])
+             .select_related("deployment__model", "deployment__version"))
+    return [(target.pk, target.deployment_id) for target in quiet
+            if (target.runtime_name, target.deployment.version.version) in ready
+            and target_claim(broker(), claim_key(target.pk, target.dispatched_at)) == STARTED]
 
 
 def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:

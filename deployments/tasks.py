@@ -160,7 +160,8 @@ def _ask_to_report(hosts, *, expires: float) -> int:
 @shared_task(name=OrchestratorTask.HOST_HEARTBEAT.value, acks_late=True, **RETRY_ON_DATABASE_ERRORS)
 def record_host_heartbeat(host_name: str, report: dict) -> None:
     """Orchestrator: store a host agent's report, send again what a restarted agent dropped
-    (``reconcile.dropped_targets``), then reconcile that host at once (``reconcile.reconcile_host``).
+    (``reconcile.dropped_targets``), record ready what the agent finished and whose report was lost
+    (``reconcile.finished_unreported``), then reconcile that host at once (``reconcile.reconcile_host``).
 
     Reconciling here rather than only on the fleet-wide schedule is what brings back a restarted
     runtime's models within one heartbeat interval plus their load time: a Triton that crashed
@@ -169,6 +170,12 @@ def record_host_heartbeat(host_name: str, report: dict) -> None:
     if record_heartbeat(host_name, report):
         for target_id, dispatched_at in reconciling.dropped_targets(host_name):
             resend_target.delay(target_id, dispatched_at.isoformat())
+        for target_id, deployment_id in reconciling.finished_unreported(host_name):
+            logger.warning("target %s on %s: its agent finished it and %s's heartbeat shows its version serving, but "
+                           "no report of it came; recorded ready", target_id, host_name, host_name)
+            record_target_progress(target_id, TargetState.READY,
+                                   message="recorded from the host's heartbeat: the agent's own report was lost")
+            rollouts.advance_rollout(deployment_id)
         host = ServingHost.objects.filter(name=host_name).only("pk").first()  # reconcile_host reads it locked
         if host is not None:
             reconciling.reconcile_host(host)  # each repair is logged there

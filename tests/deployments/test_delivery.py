@@ -1,7 +1,9 @@
 """A dispatched target reaches its host's agent once: a dispatch handed out twice (its orchestrator worker died
 after the send, before the acknowledgement) sends it once, and one whose send was lost with its worker is sent
 again by the reconciler under a new claim, instead of waiting out the broker's visibility timeout. Real S3,
-Redis (the test broker) and PostgreSQL; the worker's death is the send the on-commit hook never made."""
+Redis (the test broker) and PostgreSQL; the worker's death is the send the on-commit hook never made. A target
+its agent finished, whose last report died with the worker holding it, is recorded ready from the host's
+heartbeat."""
 
 import base64
 import json
@@ -11,11 +13,13 @@ import pytest
 from django.utils import timezone
 
 from deployments import rollouts
+from deployments.choices import DeploymentStatus, TargetState
 from deployments.delivery import unsent_targets
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.reconcile import reconcile_fleet
 from deployments.services import start_deployment
-from deployments.tasks import dispatch_target, resend_target
+from deployments.targets import record_target_progress
+from deployments.tasks import dispatch_target, record_host_heartbeat, resend_target
 from modelyard.celery import app
 from modelyard_agent.claims import STARTED, SUPERSEDED, claim_key, claim_target, target_claim
 from modelyard_agent.contract import AgentTask, host_queue
@@ -101,3 +105,46 @@ def test_a_lost_send_to_a_host_that_is_not_online_is_left_to_the_dispatch_timeou
     settings.DISPATCH_RESEND_AFTER = 600.0
     ServingHost.objects.filter(pk=target.host_id).update(last_heartbeat_at=timezone.now())
     assert unsent_targets() == []  # dispatched 5 minutes ago: not yet
+
+
+def agent_report(target: DeploymentTarget, *, models: list[dict], working_on: list[dict] = ()) -> dict:
+    """A heartbeat of the agent that took ``target`` (started an hour before its dispatch)."""
+    started = (target.dispatched_at - timedelta(hours=1)).timestamp()
+    return {"runtime_live": True, "models": models,
+            "agent": {"version": "test", "protocol": 6, "started_at": started, "working_on": list(working_on)}}
+
+
+@pytest.fixture
+def taken(target, broker) -> DeploymentTarget:
+    """``target`` sent, claimed by its agent, which reported it cutting over two minutes ago and then finished
+    it; the worker that held the agent's last report died with it."""
+    dispatch_target(target.pk)
+    claim_target(broker, claim_key(target.pk, target.dispatched_at), STARTED)
+    for state in (TargetState.STAGING, TargetState.LOADING, TargetState.CUTTING_OVER):
+        record_target_progress(target.pk, state)
+    DeploymentTarget.objects.filter(pk=target.pk).update(updated_at=timezone.now() - timedelta(minutes=2))
+    return target
+
+
+def test_a_finished_target_whose_report_was_lost_is_recorded_ready_from_the_hosts_heartbeat(taken):
+    record_host_heartbeat("gpu-0", agent_report(taken, models=[{"name": "iris", "version": 1, "state": "READY"}]))
+    taken.refresh_from_db()
+    assert taken.state == TargetState.READY
+    assert "the agent's own report was lost" in taken.events.order_by("-id").first().message
+    taken.deployment.refresh_from_db()
+    assert taken.deployment.status == DeploymentStatus.SUCCEEDED  # the rollout went on at once
+
+
+@pytest.mark.parametrize("unlike", ["still working", "reported lately", "not serving", "not claimed"])
+def test_a_target_the_heartbeat_does_not_show_finished_is_left_to_its_report(taken, broker, unlike):
+    models = [{"name": "iris", "version": 1, "state": "LOADING" if unlike == "not serving" else "READY"}]
+    working = [{"task": "deploy", "model": "iris", "target_id": taken.pk, "since": 0}]
+    if unlike != "still working":
+        working = []
+    if unlike == "reported lately":
+        DeploymentTarget.objects.filter(pk=taken.pk).update(updated_at=timezone.now())
+    if unlike == "not claimed":
+        broker.delete(f"modelyard:target-claim:{claim_key(taken.pk, taken.dispatched_at)}")
+    record_host_heartbeat("gpu-0", agent_report(taken, models=models, working_on=working))
+    taken.refresh_from_db()
+    assert taken.state == TargetState.CUTTING_OVER
