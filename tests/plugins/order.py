@@ -14,29 +14,31 @@ every worker (pytest-xdist refuses workers whose collections differ). When rando
 
 import pytest
 
-#: Module paths from the repository root, longest first (seconds summed over a 2-worker run, 2026-12-06, before
-#: that day's cuts: the drain that ends once no client is connected, the test Bento loading its model once).
+#: Module paths from the repository root, longest first (seconds summed over a 2-worker run: CI of 38e224d on
+#: 2026-12-07, less the cuts since: the permission matrix's world built once per module, Try it and the gateway
+#: modules loading iris once; test_scaled_out measured alone beside other work).
 #: Browser modules are left out: they share one package fixture (a Prometheus backfill and a Chromium) that
 #: each worker running one of them starts, so they stay together at their collected place.
 LONGEST = (
-    "tests/deployments/test_bentoml_agent.py",   # 285 s
-    "tests/deployments/test_bentoml_canary.py",  # 266 s
+    "tests/deployments/test_bentoml_agent.py",   # 203 s
+    "tests/deployments/test_bentoml_canary.py",  # 175 s
     "tests/e2e/test_profiles.py",                # 115 s
-    "tests/test_api_fuzzing.py",                 # 113 s
-    "tests/accounts/test_permission_matrix.py",  # 88 s
-    "tests/deployments/test_on_demand_faults.py",  # 86 s
-    "tests/deployments/test_try_it.py",          # 71 s
-    "tests/e2e/test_fleet_namespaces.py",        # 71 s
+    "tests/test_api_fuzzing.py",                 # 93 s
+    "tests/e2e/test_scaled_out.py",              # 84 s
+    "tests/deployments/test_on_demand_faults.py",  # 81 s
     "tests/monitoring/test_latency_on_triton.py",  # 68 s
-    "tests/e2e/test_bentoml_rollout.py",         # 68 s
-    "tests/deployments/test_stuck_loads.py",     # 62 s
-    "tests/deployments/test_on_demand.py",       # 59 s
-    "tests/deployments/test_replay_agent.py",    # 58 s
-    "tests/e2e/test_fleet_rollout.py",           # 58 s
-    "tests/deployments/test_gateway_canary.py",  # 55 s
-    "tests/deployments/test_gateway.py",         # 55 s
+    "tests/e2e/test_fleet_namespaces.py",        # 63 s
+    "tests/deployments/test_stuck_loads.py",     # 61 s
+    "tests/deployments/test_replay_agent.py",    # 60 s
+    "tests/monitoring/test_gateway_latency.py",  # 58 s
+    "tests/e2e/test_bentoml_rollout.py",         # 55 s
+    "tests/deployments/test_on_demand.py",       # 54 s
+    "tests/deployments/test_gateway_canary.py",  # 54 s
+    "tests/e2e/test_fleet_rollout.py",           # 46 s
     "tests/e2e/test_stuck_load_rollout.py",      # 45 s
-    "tests/cli/test_cli_multipart.py",           # 42 s
+    "tests/deployments/test_try_it.py",          # 40 s
+    "tests/cli/test_cli_multipart.py",           # 37 s
+    "tests/deployments/test_gateway.py",         # 35 s
 )
 
 #: Modules handed out after every other: ``tests/test_install.py`` installs ``requirements.txt`` into a new
