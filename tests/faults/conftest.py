@@ -112,14 +112,20 @@ class OneHostFleet:
 
 
 @pytest.fixture
-def one_host_fleet(fleet_broker, s3_endpoint, start_triton, start_celery_worker, tmp_path,
+def fleet_orchestrators() -> int:
+    """How many orchestrator workers ``one_host_fleet`` starts; a module overrides it for more."""
+    return 1
+
+
+@pytest.fixture
+def one_host_fleet(fleet_broker, fleet_orchestrators, s3_endpoint, start_triton, start_celery_worker, tmp_path,
                    settings) -> Iterator[OneHostFleet]:
     settings.CELERY_BROKER_URL = fleet_broker
     point_celery_at(fleet_broker)
     triton = start_triton()
     env = {"MODELYARD_S3_ENDPOINT_URL": s3_endpoint, "CELERY_BROKER_URL": fleet_broker,
            "MODELYARD_BROKER_VISIBILITY_TIMEOUT": "20"}
-    workers = [start_celery_worker("default", env=env),
+    workers = [*(start_celery_worker("default", env=env) for _ in range(fleet_orchestrators)),
                start_celery_worker("host.gpu-1", env={
                    **env, "MODELYARD_AGENT_MODEL_REPOSITORY": str(triton.model_repository)})]
     staff = get_user_model().objects.create_user(username="ci", is_staff=True)

@@ -2,7 +2,8 @@
 
 The broker here is a redis-server of this test's own on a free port (the machine's shared Redis is
 left alone), with append-only persistence as docker-compose runs it, so queued messages survive the
-restart. It is restarted while the host agent loads the new version.
+restart. It is restarted while the host agent loads the new version, with two orchestrator workers taking the rollout's
+steps (the control plane scaled out: docs/architecture.md, "Replicas").
 """
 
 import time
@@ -19,6 +20,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 @pytest.fixture
 def fleet_broker(restartable_redis) -> str:
     return restartable_redis.url
+
+
+@pytest.fixture
+def fleet_orchestrators() -> int:
+    return 2
 
 
 @pytest.mark.parametrize("down_seconds", [0, 5])
