@@ -1,16 +1,15 @@
 """Inference keys at the BentoML host's nginx front (real nginx with its Lua module), in front of two plain HTTP
-servers standing in for two versions' ``bentoml serve`` processes, which answer with the headers they got."""
+servers standing in for two versions' ``bentoml serve`` processes (``test_nginx_front.version_server``), which
+answer with the headers they got."""
 
 import hashlib
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
 from modelyard_agent.runtimes.nginx import NginxFront
 from modelyard_agent.runtimes.routes import lua_available
+from tests.deployments.test_nginx_front import version_server
 from tests.fixtures.services import free_port
 
 pytestmark = [pytest.mark.integration,
@@ -20,34 +19,10 @@ MODEL = "iris-bento"
 KEY = "myk_abcdefgh_" + "s3cret-" * 5
 
 
-def echo_server(version: int) -> ThreadingHTTPServer:
-    """An HTTP/1.1 server answering ``POST`` with ``{"version": version, "headers": [the header names it got]}``."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self):
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = json.dumps({"version": version, "headers": [name.lower() for name in self.headers]}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
 @pytest.fixture
 def front(tmp_path):
     """A running front serving MODEL v1 from a plain location; MODEL requires KEY."""
-    servers = {version: echo_server(version) for version in (1, 2)}
+    servers = {version: version_server(version, echo_headers=True) for version in (1, 2)}
     nginx = NginxFront(tmp_path / "bentoml", free_port(), listen_host="127.0.0.1")
     nginx.ensure_running()
     nginx.switch(MODEL, servers[1].server_address[1], 1)
