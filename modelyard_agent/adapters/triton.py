@@ -239,6 +239,20 @@ class TritonHostAgent:
                                 retention_seconds=int(capture["retention_seconds"]))
         return route
 
+    def set_inference_keys(self, payload: dict) -> dict:
+        """As ``HostAgent.set_inference_keys``, on the host's gateway (started unless it runs).
+
+        Raises:
+            ServingRuntimeError: no gateway (not retryable), or the gateway refused the keys or did not answer.
+        """
+
+        gateway = triton_gateway(payload["inference_url"])
+        if gateway is None:
+            raise ServingRuntimeError("this host runs no gateway (start its agent with --triton-url): it cannot "
+                                      "check inference keys", retryable=False)
+        gateway.ensure_running()
+        return gateway.set_inference_keys(payload["keys"])
+
     def heartbeat(self, request: dict) -> dict:
         """Start the gateway unless it runs, remove profile and replay copies no running profile or replay owns
         (``modelyard_agent.copies``), apply each captured model's retention and scope (``capture.enforce``),
