@@ -200,6 +200,9 @@ class DeployPayload(TypedDict):
     # host's on-demand load (``GatewayReport.footprints``) measured it; None: the agent's loader measures it at its
     # first load there
     footprint_bytes: NotRequired[int | None]
+    # Protocol 6: the model requires an inference key: the digests of the keys its front accepts ([]: none), set
+    # before the version serves (an older agent ignores it and serves the model without a check).
+    inference_keys: NotRequired[list[str]]
 
 
 # The heartbeat state of a version of an on-demand model that Triton does not hold now (Triton's own states are

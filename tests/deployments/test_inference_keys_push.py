@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from accounts.services import default_team
-from deployments.models import ServingHost
+from deployments.footprints import deploy_payload
+from deployments.models import DeploymentTarget, ServingHost
 from deployments.services import start_deployment
 from modelyard_agent.contract import AgentTask, host_queue
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -78,6 +79,9 @@ def test_requiring_a_key_creating_and_revoking_one_reach_the_gateway_in_one_push
                                 format="json").status_code == 200
     [payload] = queued_keys(broker, "gpu-0")
     assert payload["keys"] == {MODEL: []} and payload["protocol"] >= 6
+    # A deployment of the model carries its keys, so a host it reaches later checks them before it serves.
+    target = DeploymentTarget.objects.get()
+    assert deploy_payload(target, download_url="http://s3/iris")["inference_keys"] == []
     from modelyard_agent.worker import set_inference_keys_on_host
 
     set_inference_keys_on_host.run(payload)
