@@ -99,16 +99,32 @@ local function store(table, removable, before)
         end)
 end
 
+-- Whether any model here requires a key ("\0any", kept after each change): the gRPC check reads nothing else
+-- on a host without keyed models.
+local ANY = "\0any"
+
+local function mark_any(count, err)
+    local any = false
+    for _, key in ipairs(keys:get_keys(0)) do
+        if keys:get(key) == REQUIRED then
+            any = true
+            break
+        end
+    end
+    keys:set(ANY, any)
+    return count, err
+end
+
 -- Replace every model's keys with those of `table`.
 function M.apply(table)
-    return store(table, false, function()
+    return mark_any(store(table, false, function()
         keys:flush_all()
-    end)
+    end))
 end
 
 -- Change the keys of the models `table` names, leaving the others.
 function M.patch(table)
-    return store(table, true, function() end)
+    return mark_any(store(table, true, function() end))
 end
 
 -- init_by_lua: the keys the agent last wrote.
@@ -126,6 +142,20 @@ local function refuse(status, code, message)
     return ngx.exit(ngx.HTTP_OK)
 end
 
+-- Whether the Authorization header `header` carries a key that opens `model`: "missing" (no bearer key), "wrong"
+-- (one whose digest is not the model's), or nil when it opens it; counted by reason.
+local function refusal(model, header)
+    local presented = header and header:match("^%s*[Bb][Ee][Aa][Rr][Ee][Rr]%s+(%S+)%s*$")
+    if not presented then
+        keys:incr("\0refused missing", 1, 0)
+        return "missing"
+    end
+    if not keys:get(entry(model, sha256(presented))) then
+        keys:incr("\0refused wrong", 1, 0)
+        return "wrong"
+    end
+end
+
 -- rewrite_by_lua of every client request to `model`: nothing for a model that requires no key; else 401 without
 -- a bearer key, 403 (through @modelyard_bad_key, 429 past its rate) with one that does not open the model.
 -- A request that passes goes on without its Authorization header.
@@ -133,17 +163,127 @@ function M.check(model)
     if not keys:get(model) then
         return
     end
-    local header = ngx.var.http_authorization
-    local presented = header and header:match("^%s*[Bb][Ee][Aa][Rr][Ee][Rr]%s+(%S+)%s*$")
-    if not presented then
-        keys:incr("\0refused missing", 1, 0)
+    local refused = refusal(model, ngx.var.http_authorization)
+    if refused == "missing" then
         return refuse(401, "inference_key_missing",
             "this model requires an inference key: send Authorization: Bearer <key>")
     end
-    if not keys:get(entry(model, sha256(presented))) then
-        keys:incr("\0refused wrong", 1, 0)
+    if refused then
         ngx.req.clear_header("Authorization")
         return ngx.exec("@modelyard_bad_key")
+    end
+    ngx.req.clear_header("Authorization")
+end
+
+-- The varint at `pos` of `data` and the position after it, or nil past the end.
+local function varint(data, pos)
+    local value, scale = 0, 1
+    while pos <= #data do
+        local byte = data:byte(pos)
+        value = value + (byte % 128) * scale
+        pos = pos + 1
+        if byte < 128 then
+            return value, pos
+        end
+        scale = scale * 128
+    end
+end
+
+-- The string field 1 (the model's name in ModelInferRequest, ModelMetadataRequest, ModelReadyRequest,
+-- ModelConfigRequest and ModelStatisticsRequest) of the first gRPC message in `data`: "" when the message has none
+-- (proto3's default), nil when it cannot be read (compressed, cut short, malformed).
+function M.grpc_model_name(data)
+    if #data < 5 or data:byte(1) ~= 0 then
+        return nil
+    end
+    local size = ((data:byte(2) * 256 + data:byte(3)) * 256 + data:byte(4)) * 256 + data:byte(5)
+    local pos, stop = 6, math.min(#data, 5 + size)
+    while pos <= stop do
+        local tag
+        tag, pos = varint(data, pos)
+        if not tag then
+            return nil
+        end
+        local field, wire = math.floor(tag / 8), tag % 8
+        if wire == 2 then
+            local length
+            length, pos = varint(data, pos)
+            if not length or pos + length - 1 > stop then
+                return nil
+            end
+            if field == 1 then
+                return data:sub(pos, pos + length - 1)
+            end
+            pos = pos + length
+        elseif wire == 0 then
+            local _
+            _, pos = varint(data, pos)
+            if not pos then
+                return nil
+            end
+        elseif wire == 1 or wire == 5 then
+            pos = pos + (wire == 1 and 8 or 4)
+        else
+            return nil
+        end
+    end
+    return pos == stop + 1 and "" or nil
+end
+
+local function grpc_refuse(status, message)
+    ngx.status = 204  -- a trailers-only gRPC answer, as the gateway's refusal of other methods (gateway_grpc.py)
+    ngx.header["Content-Type"] = "application/grpc"
+    ngx.header["grpc-status"] = status
+    ngx.header["grpc-message"] = message
+    ngx.send_headers()
+    return ngx.exit(ngx.HTTP_OK)
+end
+
+-- The first bytes of the request body (read whole by nginx, in memory or in its temporary file), or nil.
+local function body_start()
+    ngx.req.read_body()
+    local data = ngx.req.get_body_data()
+    if data then
+        return data
+    end
+    local path = ngx.req.get_body_file()
+    local file = path and io.open(path, "rb")
+    if file then
+        data = file:read(65536)
+        file:close()
+    end
+    return data
+end
+
+-- rewrite_by_lua of a gRPC call through the gateway, on a host where some model requires a key: a call that names
+-- a model (ModelInfer, ModelMetadata, ModelReady, ModelConfig, ModelStatistics) is checked against the model its
+-- message names, with the metadata "authorization: Bearer <key>": none answers UNAUTHENTICATED (16), a wrong key
+-- PERMISSION_DENIED (7). ModelStreamInfer is refused there (its messages come while it runs, after the check),
+-- and so is ModelStatistics without a name (every model's). Server-level calls pass. The metadata is removed
+-- before Triton.
+function M.check_grpc()
+    if not keys:get(ANY) then
+        return
+    end
+    local method = ngx.var.uri:match("^/inference%.GRPCInferenceService/(Model%a+)$")
+    if not method then
+        return
+    end
+    if method == "ModelStreamInfer" then
+        return grpc_refuse(7, "streaming inference cannot be checked for inference keys on this host: use ModelInfer")
+    end
+    local model = M.grpc_model_name(body_start() or "")
+    if model == nil or (model == "" and method == "ModelStatistics") then
+        return grpc_refuse(7, "name one model in the request (uncompressed): this host checks inference keys")
+    end
+    if not keys:get(model) then
+        return
+    end
+    local refused = refusal(model, ngx.var.http_authorization)
+    if refused == "missing" then
+        return grpc_refuse(16, "this model requires an inference key: send the metadata authorization: Bearer <key>")
+    elseif refused then
+        return grpc_refuse(7, "this inference key does not open this model (wrong, revoked or expired)")
     end
     ngx.req.clear_header("Authorization")
 end

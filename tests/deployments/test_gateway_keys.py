@@ -9,12 +9,13 @@ import requests
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.triton import TritonRuntime
-from tests.deployments.test_gateway import BODY
-from tests.deployments.test_gateway_capture import WEEK, captured, settle
+from tests.deployments.test_gateway import BODY, grpc_gateway
+from tests.deployments.test_gateway_capture import WEEK, captured, host, settle
 from tests.deployments.test_triton_runtime import MODEL, load_config, put_iris
-from tests.deployments.triton_host import gateway_in_front
+from tests.deployments.triton_host import artifacts, gateway_in_front
 
 pytestmark = pytest.mark.integration
+__all__ = ["artifacts", "grpc_gateway", "host"]  # fixtures
 
 KEY = "myk_abcdefgh_" + "s3cret-" * 5
 OTHER = "myk_zyxwvuts_" + "0ther-" * 5
@@ -123,3 +124,44 @@ def test_a_client_that_keeps_sending_wrong_keys_is_answered_429_with_retry_after
         # The client with the right key is still served.
         assert session.post(f"{gateway.url}/v2/models/{MODEL}/infer", json=BODY, timeout=30,
                             headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_a_deployment_of_a_keyed_model_sets_its_keys_before_the_version_serves(host):
+    payload = {**host.payload(1), "inference_keys": [digest(KEY)]}
+    assert host.agent.deploy(payload, report=lambda state: None)["state"] == "ready"
+    assert host.gateway.inference_keys() == {MODEL: [digest(KEY)]}
+    url = f"{host.url}/v2/models/{MODEL}/infer"
+    assert requests.post(url, json=BODY, timeout=30).status_code == 401
+    assert requests.post(url, json=BODY, timeout=30, headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+
+
+def test_grpc_calls_to_a_keyed_model_need_its_key_in_the_metadata(grpc_gateway):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from demo.iris import sample_input
+
+    grpc_gateway.set_inference_keys({MODEL: [digest(KEY)]})
+    client = grpcclient.InferenceServerClient(grpc_gateway.grpc_listen)
+    tensor = grpcclient.InferInput("input", [len(sample_input()), 4], "FP32")
+    tensor.set_data_from_numpy(np.asarray(sample_input(), dtype=np.float32))
+    try:
+        assert client.is_server_live()  # server-level calls name no model
+        with pytest.raises(InferenceServerException, match="requires an inference key") as missing:
+            client.infer(MODEL, [tensor], model_version="1")
+        assert "UNAUTHENTICATED" in str(missing.value.status())
+        with pytest.raises(InferenceServerException, match="does not open this model") as wrong:
+            client.infer(MODEL, [tensor], headers={"authorization": f"Bearer {OTHER}"})
+        assert "PERMISSION_DENIED" in str(wrong.value.status())
+        with pytest.raises(InferenceServerException, match="requires an inference key"):
+            client.get_model_metadata(MODEL)
+        with pytest.raises(InferenceServerException, match="name one model"):
+            client.get_inference_statistics("")
+        authorized = {"authorization": f"Bearer {KEY}"}
+        answer = client.infer(MODEL, [tensor], model_version="1", headers=authorized)
+        assert answer.as_numpy("label").shape[0] == len(sample_input())
+        assert client.get_model_metadata(MODEL, headers=authorized).name == MODEL
+    finally:
+        client.close()
+    assert grpc_gateway.key_refusals() == {"missing": 2, "wrong": 1}
