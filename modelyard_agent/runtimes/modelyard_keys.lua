@@ -302,6 +302,25 @@ function M.refusals()
     return counts
 end
 
+-- The /metrics lines of the refusals: modelyard_gateway_inference_key_refusals_total{reason} (missing, wrong),
+-- two series whatever the clients send.
+function M.exposition()
+    if not keys then
+        return {}
+    end
+    local counts = M.refusals()
+    local out = {
+        "# HELP modelyard_gateway_inference_key_refusals_total Requests to models that require an inference key"
+            .. " refused, by reason: missing (401) or wrong (403, or 429 past the rate of wrong keys).",
+        "# TYPE modelyard_gateway_inference_key_refusals_total counter",
+    }
+    for _, reason in ipairs(M.REASONS) do
+        out[#out + 1] = string.format('modelyard_gateway_inference_key_refusals_total{reason="%s"} %d', reason,
+            counts[reason])
+    end
+    return out
+end
+
 -- The keys held, {model: [digest, ...]} (only the models `named` names, when given).
 local function held(named)
     local models = {}

@@ -54,6 +54,10 @@ def test_a_keyed_model_answers_401_without_a_key_403_with_a_wrong_one_and_serves
     assert requests.get(f"{gateway.url}/v2/models/{MODEL}", headers={"Authorization": f"Bearer {KEY}"},
                         timeout=10).status_code == 200
     assert gateway.key_refusals() == {"missing": 3, "wrong": 1}
+    exposed = requests.get(f"{gateway.url}/metrics", timeout=10).text
+    assert 'modelyard_gateway_inference_key_refusals_total{reason="missing"} 3' in exposed
+    assert 'modelyard_gateway_inference_key_refusals_total{reason="wrong"} 1' in exposed
+    assert KEY not in exposed and OTHER not in exposed
 
 
 def test_a_model_without_a_key_requirement_is_served_as_before(gateway):
