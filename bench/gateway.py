@@ -6,7 +6,8 @@ versions 1 and 2 deployed by the host agent's own code (``TritonHostAgent.deploy
 gateway (``runtimes.gateway.TritonGateway``: Debian's nginx with its Lua module) in front of it.
 
 1. **Overhead.** Triton's own perf_analyzer, at the same concurrency, straight to Triton and through the
-   gateway (with no route: passed as sent; with a 50 % route: drawn and rewritten by the Lua module; and
+   gateway (with no route: passed as sent; with the model requiring an inference key, each request carrying
+   one, target ≤ 0.02 ms p50 beside no route; with a 50 % route: drawn and rewritten by the Lua module; and
    with the model's request capture on at 10 %, which keeps a route to the serving version), ``--rounds``
    alternated rounds each; each side is compared with straight to Triton in the same round, and the
    median of those differences is judged. The route and the capture name the version Triton serves a
@@ -42,6 +43,7 @@ Usage::
 
 import argparse
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -72,8 +74,11 @@ def iris_body() -> dict:
 DEVICE_MODEL = "iris_device"
 # The paths each overhead round measures, straight to Triton first (the baseline of the others); the bare nginx
 # side is a reference and not judged.
-SIDES = ("triton", "nginx_bare", "gateway_unmeasured", "gateway", "gateway_routed", "gateway_captured")
-JUDGED = ("gateway", "gateway_routed", "gateway_captured")
+SIDES = ("triton", "nginx_bare", "gateway_unmeasured", "gateway", "gateway_keyed", "gateway_routed",
+         "gateway_captured")
+JUDGED = ("gateway", "gateway_keyed", "gateway_routed", "gateway_captured")
+# The inference key the keyed side's clients send (the gateway holds its SHA-256 alone).
+BENCH_KEY = "myk_benchkey_" + "b" * 43
 SERVED = 2  # the version each side reaches: the newest, which Triton serves a request that names none
 
 # The reference proxy: Debian's nginx with the gateway's own client and proxy settings, and nothing between the
@@ -118,11 +123,11 @@ def bare_nginx(directory: Path, triton: str, workers: str):
 
 
 TARGETS = {"added_p50_ms": 0.2, "added_p99_ms": 1.0, "throughput_ratio": 0.9, "split_points": 2.0, "rate": 100,
-           "measurement_p50_ms": 0.02}
+           "measurement_p50_ms": 0.02, "key_check_p50_ms": 0.02}
 
 
 def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: str, input_file: Path,
-         model: str = "iris") -> dict:
+         model: str = "iris", headers: tuple[str, ...] = ()) -> dict:
     """One perf_analyzer level against ``address`` (host:port) for ``model``, naming no version; its CSV row.
 
     perf_analyzer's stability rule is ``--stability`` % over 3 windows, up to 20 windows; a level it cannot
@@ -135,7 +140,7 @@ def perf(binary: str, address: str, concurrency: int, args, workdir: Path, tag: 
         command = [binary, "-m", model, "-u", address, "-i", "http", "-b", "1",
                    "--concurrency-range", f"{concurrency}:{concurrency}", "--measurement-interval", str(window),
                    "--stability-percentage", str(args.stability), "--max-trials", "20", "-f", str(csv_path),
-                   "--input-data", str(input_file)]
+                   "--input-data", str(input_file), *(arg for header in headers for arg in ("-H", header))]
         try:
             run(command, deadline=time.monotonic() + 300, should_stop=lambda: None,
                 log_path=workdir / f"perf-{tag}-{attempt}.log")
@@ -284,13 +289,20 @@ def run(args: argparse.Namespace) -> dict:
                         address = addresses.get(side, gateway_url.removeprefix("http://"))
                         if side == "gateway_routed":
                             gateway.set_route(model, stable=SERVED, canary=SERVED, percent=50)
+                        elif side == "gateway_keyed":
+                            gateway.remove_route(model)
+                            gateway.set_inference_keys({model: [hashlib.sha256(BENCH_KEY.encode()).hexdigest()]})
                         elif side == "gateway_captured":
                             gateway.set_route(model, stable=SERVED)
                             gateway.set_capture(model, fraction=0.1, max_bytes=256 << 20, retention_seconds=3600)
                         else:
                             gateway.remove_route(model)
+                        headers = (f"Authorization:Bearer {BENCH_KEY}",) if side == "gateway_keyed" else ()
                         rounds[side].append(perf(binary, address, concurrency, args, workdir,
-                                                 f"{side}-{model}-{concurrency}-{round_number}", input_file, model))
+                                                 f"{side}-{model}-{concurrency}-{round_number}", input_file, model,
+                                                 headers))
+                        if side == "gateway_keyed":
+                            gateway.set_inference_keys({model: None})
                         if side == "gateway_captured":
                             gateway.set_capture(model, fraction=0, max_bytes=0, retention_seconds=3600)
                 gateway.remove_route(model)
@@ -309,6 +321,10 @@ def run(args: argparse.Namespace) -> dict:
                 # What measuring costs: the agent's gateway less the unmeasured one, both without a route.
                 row["measurement_p50_ms"] = round(statistics.median(
                     a["p50_ms"] - b["p50_ms"] for a, b in zip(rounds["gateway"], rounds["gateway_unmeasured"],
+                                                               strict=True)), 4)
+                # What the inference key check costs: the keyed side less the same gateway without keys.
+                row["key_check_p50_ms"] = round(statistics.median(
+                    a["p50_ms"] - b["p50_ms"] for a, b in zip(rounds["gateway_keyed"], rounds["gateway"],
                                                                strict=True)), 4)
                 overhead.append(row)
 
@@ -401,6 +417,9 @@ def run(args: argparse.Namespace) -> dict:
     measurement = max(row["measurement_p50_ms"] for row in overhead)
     checks.append((measurement <= TARGETS["measurement_p50_ms"], f"measuring every request adds at most "
                    f"{measurement:.3f} ms p50 to the gateway without it (target ≤ {TARGETS['measurement_p50_ms']} ms)"))
+    key_check = max(row["key_check_p50_ms"] for row in overhead)
+    checks.append((key_check <= TARGETS["key_check_p50_ms"], f"checking an inference key adds at most "
+                   f"{key_check:.3f} ms p50 to the gateway without keys (target ≤ {TARGETS['key_check_p50_ms']} ms)"))
     worst_split = max(abs(a["error_points"]) for a in accuracy)
     checks += [
         (worst_split <= TARGETS["split_points"], f"split within {worst_split:.2f} points "
@@ -435,13 +454,15 @@ def markdown(r: dict) -> str:
               "\"capture 10 %\" is the model's request capture on at fraction 0.1 (with the route to the serving "
               "version that capture keeps). \"bare nginx\" is the same nginx with only `proxy_pass` (no Lua): what "
               "one proxy hop costs on this machine. \"unmeasured\" is a second gateway with its traffic measurement "
-              "off (no clock, counters or histogram): the gateway's rows less it are what measuring costs.", "",
+              "off (no clock, counters or histogram): the gateway's rows less it are what measuring costs. \"inference "
+              "key\" is the model requiring a key, each request carrying one (hashed and looked up, the header "
+              "removed): its row less \"no route\" is what the check costs.", "",
               "| model | concurrency | path | infer/s | p50 ms | p99 ms | added p50 ms | added p99 ms "
               "| throughput ratio |",
               "|---|---|---|---|---|---|---|---|---|"]
     labels = {"triton": "straight to Triton", "nginx_bare": "bare nginx (reference)",
               "gateway_unmeasured": "gateway, no route, unmeasured (reference)", "gateway": "gateway, no route",
-              "gateway_routed": "gateway, 50 % route",
+              "gateway_keyed": "gateway, no route, inference key", "gateway_routed": "gateway, 50 % route",
               "gateway_captured": "gateway, capture 10 %"}
     for row in r["overhead"]:
         for side, label in labels.items():

@@ -13,6 +13,7 @@ from deployments.choices import Residency
 from deployments.heartbeats import budget_bytes
 from deployments.models import DeploymentTarget, ServingHost
 from deployments.placement import measured_footprint
+from deployments.routes import wanted_inference_keys
 from deployments.targets import build_agent_payload
 from modelyard.errors import Conflict
 from registry.models import ModelVersion
@@ -46,10 +47,14 @@ def version_footprint(version: ModelVersion) -> int | None:
 
 
 def deploy_payload(target: DeploymentTarget, *, download_url: str) -> dict:
-    """``targets.build_agent_payload`` of ``target``, with ``footprint_bytes`` for an on-demand deployment: the
-    version's known footprint (``version_footprint``), so the host's on-demand budget counts it before its first
-    load there (None: the agent's loader measures it then)."""
+    """``targets.build_agent_payload`` of ``target``, with ``inference_keys`` for a model that requires a key (the
+    digests its host's front accepts, ``routes.wanted_inference_keys``: two queries), and ``footprint_bytes`` for an
+    on-demand deployment: the version's known footprint (``version_footprint``), so the host's on-demand budget
+    counts it before its first load there (None: the agent's loader measures it then)."""
     payload = build_agent_payload(target, download_url=download_url)
+    if target.deployment.model.inference_key_required:
+        # The keys go with the version, so its host's front checks them before the version serves there.
+        payload["inference_keys"] = wanted_inference_keys(target.host).get(target.deployment.model.name, [])
     if target.deployment.residency == Residency.ON_DEMAND:
         payload["footprint_bytes"] = version_footprint(target.deployment.version)
     return payload

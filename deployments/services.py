@@ -21,7 +21,7 @@ from deployments.profiles import card_instance_bounds, recommended_overrides
 from deployments.served import host_served_name, serving_now
 from modelyard.celery import require_broker
 from modelyard.errors import Conflict, InvalidInput, NotFound
-from modelyard_agent.contract import CANARY_PROTOCOL, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
+from modelyard_agent.contract import CANARY_PROTOCOL, KEYS_PROTOCOL, MAX_REQUEST_BYTES, MIN_REQUEST_BYTES, Runtime
 from modelyard_agent.formats.triton_config import MAX_INSTANCE_COUNT, ModelConfigError, check_config_overrides
 from registry.aliases import resolve_alias
 from registry.choices import ArtifactFormat, VersionStatus
@@ -141,6 +141,22 @@ def check_residency(residency: str, pinned, cold_start_timeout, hosts: list[Serv
     return cold_start_timeout
 
 
+def check_key_hosts(model, hosts: list[ServingHost]) -> None:
+    """Refuse to deploy ``model``, which requires an inference key, to hosts whose agent reports a protocol older
+    than ``KEYS_PROTOCOL``: their front would serve it to any client. Hosts that never reported pass (their agent
+    sets the keys the deploy payload carries, or is refused by it).
+
+    Raises:
+        Conflict: naming each such host and what to do.
+    """
+    old = [f"{host.name} (protocol {protocol})" for host in hosts
+           if (protocol := int(((host.heartbeat or {}).get("agent") or {}).get("protocol") or KEYS_PROTOCOL))
+           < KEYS_PROTOCOL]
+    if old:
+        raise Conflict(f"{model.name} requires an inference key, which agents check from protocol {KEYS_PROTOCOL}: "
+                       f"{', '.join(old)} would serve it to any client (pip install -U ./modelyard_agent there)")
+
+
 def start_deployment(
     *, model_name: str, version: int | None = None, alias: str = "", host_names: list[str] | None = None,
     selector: dict | None = None, replicas: int | None = None, batch_size: int = 1,
@@ -189,8 +205,9 @@ def start_deployment(
         NotFound: the model, version or alias does not exist.
         InvalidInput: bad hosts/selector/overrides, or both or neither of version and alias.
         BreakingSignature: the version breaks the clients of a version it replaces, unconfirmed (a Conflict).
-        Conflict: the version's format cannot be served by a chosen host's runtime, or a canary's
-            host cannot split traffic (``check_canary_hosts``).
+        Conflict: the version's format cannot be served by a chosen host's runtime, a canary's host cannot
+            split traffic (``check_canary_hosts``), or a host's agent cannot check the inference keys the model
+            requires (``check_key_hosts``).
         ServiceUnavailable: the task queue does not answer; nothing was written.
     """
     if shadow_percent is not None:
@@ -229,6 +246,8 @@ def start_deployment(
         authorize(model_version, hosts)
     if canary_percent is not None:
         check_canary_hosts(model_version, hosts)
+    if model_version.model.inference_key_required:
+        check_key_hosts(model_version.model, hosts)
     breaks = [] if confirm_breaking else signature_breaks(model_version, hosts)
     if breaks:
         raise BreakingSignature(f"v{model_version.version} breaks the signature of the version it replaces: "

@@ -85,6 +85,11 @@ def deploy_bentoml_version(
     front = front_for(root, payload["inference_url"])
     try:
         front.ensure_running()
+        if payload.get("inference_keys") is not None and not front.splits:
+            return failed("the model requires an inference key, which nginx checks with its Lua module only: "
+                          "install Debian's libnginx-mod-http-lua and lua-cjson on this host", retryable=False)
+        if "inference_keys" in payload and front.splits:  # before the version serves: a keyed model is never open
+            front.set_inference_keys({model: payload["inference_keys"]})
         blue = recover_model(root, front, model)
     except ServingRuntimeError as exc:
         return failed(f"nginx: {exc.message}", retryable=exc.retryable)

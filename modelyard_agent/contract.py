@@ -33,6 +33,9 @@ Protocol history:
    that report protocol 5 or newer. Models on demand: ``residency``, ``pinned`` and ``cold_start_timeout`` on
    deploy payloads, ``residency`` in the ``gateway`` block, and heartbeat rows of state ``REGISTERED``
    (no new protocol number: an agent that ignores ``residency`` keeps the model loaded, as "always").
+6. the ``KEYS`` task (``KeysPayload``): the inference keys a host's front checks for its models that require
+   one. The orchestrator sends it to every host of a model whose keys or requirement changed; an older agent
+   has no such task and checks no key, so a keyed model's page names such hosts.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NotRequired, TypedDict
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 # The oldest agent protocol that runs ``AgentTask.PROFILE``.
 PROFILE_PROTOCOL = 3
 # The oldest agent protocol that keeps a canary beside the stable version and runs ``AgentTask.ROUTE``.
@@ -49,6 +52,8 @@ CANARY_PROTOCOL = 4
 REPLAY_PROTOCOL = 5
 # The oldest agent protocol whose gateway captures requests (``RoutePayload.capture``).
 CAPTURE_PROTOCOL = 5
+# The oldest agent protocol whose front checks inference keys (``AgentTask.KEYS``).
+KEYS_PROTOCOL = 6
 
 # The longest load or unload deadline a host may set, and an agent may default to, in seconds: one
 # day; a deadline longer than that is a host that is down, not a load that is slow.
@@ -92,6 +97,7 @@ class AgentTask(StrEnum):
     PROFILE = "deployments.profile_version_on_host"  # ProfilePayload: a performance card
     ROUTE = "deployments.route_model_on_host"  # RoutePayload: a canary's percent on the host's gateway
     REPLAY = "deployments.replay_version_on_host"  # ReplayPayload: captured requests against a candidate
+    KEYS = "deployments.set_inference_keys_on_host"  # KeysPayload: the keys the host's front accepts per model
 
 
 class OrchestratorTask(StrEnum):
@@ -194,6 +200,9 @@ class DeployPayload(TypedDict):
     # host's on-demand load (``GatewayReport.footprints``) measured it; None: the agent's loader measures it at its
     # first load there
     footprint_bytes: NotRequired[int | None]
+    # Protocol 6: the model requires an inference key: the digests of the keys its front accepts ([]: none), set
+    # before the version serves (an older agent ignores it and serves the model without a check).
+    inference_keys: NotRequired[list[str]]
 
 
 # The heartbeat state of a version of an on-demand model that Triton does not hold now (Triton's own states are
@@ -230,6 +239,19 @@ class RoutePayload(TypedDict):
     shadow: NotRequired[int | None]  # a version mirrored ``shadow_percent`` of the requests, answers discarded
     shadow_percent: NotRequired[float]
     capture: NotRequired[CaptureSettings]
+
+
+class KeysPayload(TypedDict):
+    """The inference keys ``host``'s front (the Triton gateway, or the BentoML host's nginx) accepts for the models
+    ``keys`` names, by their names on the host's runtime: each a list of hex SHA-256 digests of the keys that open
+    it (``[]``: none does), or None when the model requires no key. Models not named stay as they are."""
+
+    protocol: int
+    host: str
+    runtime: str
+    inference_url: str
+    metrics_url: str
+    keys: dict[str, list[str] | None]
 
 
 class GatewayReport(TypedDict):

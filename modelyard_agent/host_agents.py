@@ -40,6 +40,11 @@ class HostAgent(Protocol):
         Raises ServingRuntimeError where the runtime has no such split."""
         ...
 
+    def set_inference_keys(self, payload: dict) -> dict:
+        """Make the host's front accept the keys of ``contract.KeysPayload``; returns ``{model: [digest, ...]}`` as
+        it now holds the models named. Raises ServingRuntimeError where the front cannot check keys."""
+        ...
+
     def profile(self, payload: dict, *, progress: Callable[[list[dict], str], None],
                 should_stop: Callable[[], str | None]) -> dict:
         """Measure ``payload``'s version (``contract.ProfilePayload``) beside what the host serves; never

@@ -258,6 +258,28 @@ def route_model_on_host(self, payload: dict) -> None:
                     errors=errors)
 
 
+@app.task(name=AgentTask.KEYS.value, acks_late=True, bind=True, max_retries=None)
+def set_inference_keys_on_host(self, payload: dict) -> None:
+    """Set the inference keys the host's front accepts (``contract.KeysPayload``), then report the host in. A
+    refused payload is logged and shows in that heartbeat's errors; a front that does not answer is retried."""
+    if refusal := _refused(payload):
+        logger.error("inference keys refused: %s", refusal)
+        return
+    errors = []
+    try:
+        host_agent(payload.get("runtime")).set_inference_keys(payload)
+    except ServingRuntimeError as exc:
+        logger.error("inference keys on %s failed: %s", payload["host"], exc.message)
+        if exc.retryable and self.request.retries < 5:
+            raise self.retry(countdown=LOCK_RETRY_SECONDS) from exc
+        errors.append(f"inference keys: {exc.message}")
+    except ValueError as exc:  # a malformed payload: nothing to retry
+        logger.error("inference keys on %s refused: %s", payload["host"], exc)
+        errors.append(f"inference keys: {exc}")
+    _send_heartbeat({key: payload.get(key, "") for key in ("host", "inference_url", "metrics_url", "runtime")},
+                    errors=errors)
+
+
 @app.task(name=AgentTask.CHECK_ENSEMBLE.value, acks_late=True, bind=True, max_retries=None)
 def check_ensemble_on_host(self, payload: dict) -> bool:
     """Make sure an ensemble version is READY after one of its composing models changed.

@@ -6,8 +6,8 @@ plaintext is returned once by :func:`create_inference_key`. Who may do what: rea
 a role in the team (``Action.VIEW`` on its models), creating and revoking them and switching a model's
 requirement needs its owner (``Action.MANAGE_INFERENCE_KEYS``); callers check, these functions act.
 
-The gateway's check of a presented key is not wired yet; ``deployments.routes.wanted_inference_keys``
-is what a host's route push will send it.
+Every change sends ``registry.signals.inference_keys_changed``, on which the deployments app sends each host of
+the models concerned the keys its front checks (``deployments.inference_keys``).
 """
 
 import re
@@ -22,6 +22,7 @@ from audit.services import acting_user, record_audit_event
 from modelyard.errors import Conflict, InvalidInput
 from registry.models import InferenceKey, RegisteredModel
 from registry.registered_models import get_model
+from registry.signals import inference_keys_changed
 
 KEY_KIND = "myk"
 # What a key looks like (``accounts.tokens.new_plaintext``): a name holding one is refused, so that no key is
@@ -81,6 +82,7 @@ def create_inference_key(*, name: str, models: list[RegisteredModel], expires_at
                                                   created_by=acting_user(actor))
                 key.scoped_models.set(models)
                 _audit(AuditAction.INFERENCE_KEY_CREATED, key, names, actor)
+                inference_keys_changed.send(sender=InferenceKey, models=models, actor=actor)
         except IntegrityError:
             continue
         return key, plaintext
@@ -102,7 +104,9 @@ def revoke_inference_key(key: InferenceKey, actor=None) -> InferenceKey:
     with transaction.atomic():
         if InferenceKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=now):
             key.revoked_at = now
-            _audit(AuditAction.INFERENCE_KEY_REVOKED, key, sorted(m.name for m in key.scoped_models.all()), actor)
+            scoped = list(key.scoped_models.all())
+            _audit(AuditAction.INFERENCE_KEY_REVOKED, key, sorted(m.name for m in scoped), actor)
+            inference_keys_changed.send(sender=InferenceKey, models=scoped, actor=actor)
         else:
             key.refresh_from_db(fields=["revoked_at"])
     return key
@@ -132,4 +136,5 @@ def require_inference_key(*, name: str, required: bool, actor=None) -> Registere
             model.save(update_fields=["inference_key_required", "updated_at"])
             record_audit_event(action=AuditAction.MODEL_UPDATED, actor=actor, obj_type="model", obj_id=model.pk,
                                model=model, data={"inference_key_required": change})
+            inference_keys_changed.send(sender=RegisteredModel, models=[model], actor=actor)
     return model

@@ -46,3 +46,8 @@ comparison_panels = Signal()
 # (``{"fraction", "max_bytes", "retention_seconds"}``), ``actor``. Each receiver returns a list of warnings
 # (phrases naming a host the settings cannot reach now); receivers that send work do so on commit.
 capture_changed = Signal()
+
+# Sent inside the transaction that created or revoked an inference key, or switched a model's requirement of one,
+# after its audit event. Keyword arguments: ``models`` (the RegisteredModels whose accepted keys changed),
+# ``actor``. Receivers that send work should do so on commit.
+inference_keys_changed = Signal()

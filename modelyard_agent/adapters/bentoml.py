@@ -58,6 +58,20 @@ class BentoMLHostAgent:
 
         return route_bentoml_model(payload, root=Path(settings().bentoml_root))
 
+    def set_inference_keys(self, payload: dict) -> dict:
+        """As ``HostAgent.set_inference_keys``, on the host's nginx (started unless it runs).
+
+        Raises:
+            ServingRuntimeError: nginx has no Lua module (not retryable), or it refused the keys or did not answer.
+        """
+
+        front = front_for(Path(settings().bentoml_root), payload["inference_url"])
+        if not front.splits:
+            raise ServingRuntimeError("checking inference keys needs nginx's Lua module: install Debian's "
+                                      "libnginx-mod-http-lua and lua-cjson on this host", retryable=False)
+        front.ensure_running()
+        return front.set_inference_keys(payload["keys"])
+
     def replay(self, payload: dict, *, progress, should_stop) -> dict:
         """Replays run on Triton hosts only (BentoML hosts capture no requests yet)."""
         return {"status": "failed", "done": 0, "total": 0, "summary": {},

@@ -121,6 +121,10 @@ class TritonHostAgent:
         split = percent is not None or shadow_percent is not None
         on_demand = payload.get("residency") == ON_DEMAND
         gateway = triton_gateway(payload["inference_url"])
+        if gateway is None and payload.get("inference_keys") is not None:
+            return {"state": "failed", "retryable": False, "details": {}, "error": (
+                "the model requires an inference key, which only the host's gateway checks: run this host's agent "
+                "with --triton-url (MODELYARD_AGENT_TRITON_URL)")}
         if gateway is None and (split or on_demand):
             return {"state": "failed", "retryable": False, "details": {}, "error": (
                 f"{'residency on_demand' if on_demand else 'a canary or shadow'} needs the host's gateway: run this "
@@ -130,6 +134,8 @@ class TritonHostAgent:
         if gateway is not None:
             try:
                 gateway.ensure_running()
+                if "inference_keys" in payload:  # before the version serves: a keyed model is never open
+                    gateway.set_inference_keys({model: payload["inference_keys"]})
                 route = gateway.routes().get(model)
                 # A captured model keeps a route to the version that serves, so each captured request
                 # names the version that answered it.
@@ -238,6 +244,20 @@ class TritonHostAgent:
             gateway.set_capture(model, fraction=float(capture["fraction"]), max_bytes=int(capture["max_bytes"]),
                                 retention_seconds=int(capture["retention_seconds"]))
         return route
+
+    def set_inference_keys(self, payload: dict) -> dict:
+        """As ``HostAgent.set_inference_keys``, on the host's gateway (started unless it runs).
+
+        Raises:
+            ServingRuntimeError: no gateway (not retryable), or the gateway refused the keys or did not answer.
+        """
+
+        gateway = triton_gateway(payload["inference_url"])
+        if gateway is None:
+            raise ServingRuntimeError("this host runs no gateway (start its agent with --triton-url): it cannot "
+                                      "check inference keys", retryable=False)
+        gateway.ensure_running()
+        return gateway.set_inference_keys(payload["keys"])
 
     def heartbeat(self, request: dict) -> dict:
         """Start the gateway unless it runs, remove profile and replay copies no running profile or replay owns

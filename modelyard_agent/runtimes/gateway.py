@@ -47,6 +47,13 @@ after the answer went to the client and only when that answer was 2xx, to a per-
 Requests not drawn are passed exactly as before. Settings come from ``capture.json`` at start and
 through the control socket (``/capture``) afterwards.
 
+A model may require an **inference key** (``key_control``, ``modelyard_keys.lua``): its infer, metadata, ready,
+config and stats requests without ``Authorization: Bearer <key>`` are answered 401, with a key whose SHA-256 is
+not among the model's 403 (429 with ``Retry-After`` for an address that keeps guessing), before anything reads
+the body, holds or routes the request; the header is removed from the requests that pass, so Triton, shadow
+copies and captures never see it. Shadow copies are the gateway's own subrequests and are not checked again.
+Keys come from ``keys.json`` at start and through the control socket (``/keys``) afterwards.
+
 Models registered **on demand** (``residency_control``, ``modelyard_residency.lua``) need not be loaded in
 Triton: a request for one that is not resident is held until the agent's loader (``modelyard_agent.residency``)
 has loaded it, or answered 503 with ``Retry-After``.
@@ -55,6 +62,7 @@ Layout::
 
     <state dir>/gateway/nginx.conf  nginx.pid  error.log  tmp/  routes.json  control/sock
                         capture.json  capture/<model>/<YYYYmmddHH>-<worker pid>.ndjson  residency.json
+                        limits.json  keys.json
 """
 
 from __future__ import annotations
@@ -62,12 +70,18 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 from pathlib import Path
 
 from modelyard_agent.contract import DEFAULT_MAX_REQUEST_BYTES
-from modelyard_agent.runtimes.base import ServingRuntimeError, atomic_write
+from modelyard_agent.runtimes.base import atomic_write
+from modelyard_agent.runtimes.capture_control import (  # noqa: F401 (CAPTURE_SUFFIX: other modules import it from here)
+    CAPTURE_BODY_LIMIT,
+    CAPTURE_SUFFIX,
+    WORKER_USER,
+    CaptureControl,
+)
 from modelyard_agent.runtimes.gateway_grpc import grpc_server
+from modelyard_agent.runtimes.key_control import KEYS_CONTROL, KEYS_HTTP, KEYS_SERVER, KeyControl, check_keys
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.residency_control import ResidencyControl
 from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other modules import them from here)
@@ -82,12 +96,6 @@ from modelyard_agent.runtimes.routes import (  # noqa: F401 (the headers: other 
     read_json_file,
 )
 
-# Request bodies up to this many bytes are held in memory, so the log phase can capture them; a larger one
-# goes to a temporary file and, when drawn for capture, is counted as skipped.
-CAPTURE_BODY_LIMIT = 1 << 20
-# Without privileges nginx's workers run as the agent's user; an agent run as root has them run as this one.
-WORKER_USER = "nobody"
-CAPTURE_SUFFIX = ".ndjson"
 # The shared memory of the on-demand models' states and metrics (modelyard_residency.lua): about 1 KiB a model
 # before its cold starts fill its histogram, 3 KiB after: some 5,000 models.
 RESIDENCY_DICT_SIZE = "16m"
@@ -158,8 +166,10 @@ http {{
     lua_shared_dict modelyard_residency {residency_size};
     lua_shared_dict modelyard_wants 1m;
     lua_shared_dict modelyard_metrics {metrics_size};
+{keys_http}
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
+        require("modelyard_keys").load("{dir}/keys.json")
         require("modelyard_limits").load("{dir}/limits.json", {max_body})
         require("modelyard_capture").load("{dir}")
         require("modelyard_residency").load("{dir}/residency.json")
@@ -201,7 +211,8 @@ http {{
             set $modelyard_accept_encoding $http_accept_encoding;
             lua_check_client_abort on;
             rewrite_by_lua_block {{
-{start}                require("modelyard_limits").check(ngx.var.modelyard_model)
+{start}                {check_keys}
+                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
                 require("modelyard_gateway").route(ngx.var.modelyard_model)
             }}
@@ -239,7 +250,8 @@ http {{
             set $modelyard_counted "";
             lua_check_client_abort on;
             rewrite_by_lua_block {{
-{start}                require("modelyard_limits").check(ngx.var.modelyard_model)
+{start}                {check_keys}
+                require("modelyard_limits").check(ngx.var.modelyard_model)
                 require("modelyard_capture").draw(ngx.var.modelyard_model)
                 require("modelyard_gateway").named(ngx.var.modelyard_model, ngx.var.modelyard_named)
             }}
@@ -261,9 +273,11 @@ http {{
         }}
         # A model's metadata, config, readiness and statistics, of the model or one version; not its
         # trace or log settings.
-        location ~ ^/v2/models/[^/]+(/versions/[0-9]+)?(/(ready|config|stats))?$ {{
+        location ~ ^/v2/models/(?<modelyard_model>[^/]+)(/versions/[0-9]+)?(/(ready|config|stats))?$ {{
+            rewrite_by_lua_block {{ {check_keys} }}
             proxy_pass http://modelyard_triton;
         }}
+{keys_server}
         location = /v2/models/stats {{ proxy_pass http://modelyard_triton; }}
         location / {{ return 403 "not a client endpoint: the gateway passes /v2, /v2/health and /v2/models/...\\n"; }}
     }}
@@ -275,6 +289,7 @@ http {{
         location = /capture {{ content_by_lua_block {{ require("modelyard_capture").control() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
         location = /limits {{ content_by_lua_block {{ require("modelyard_limits").control() }} }}
+{keys_control}
         location = /series {{ content_by_lua_block {{ require("modelyard_metrics").control() }} }}
         location /residency {{ content_by_lua_block {{ require("modelyard_residency").control() }} }}
         location / {{ return 404; }}
@@ -283,7 +298,7 @@ http {{
 """
 
 
-class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
+class TritonGateway(KeyControl, CaptureControl, ResidencyControl, RouteControl, NginxProcess):
     """The gateway nginx of one Triton host.
 
     Args:
@@ -324,6 +339,7 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
         self.control_socket = self.dir / "control" / "sock"
         self.capture_file = self.dir / "capture.json"
         self.limits_file = self.dir / "limits.json"
+        self.keys_file = self.dir / "keys.json"
         self.max_request_bytes = int(max_request_bytes)
 
     def main_config(self) -> str:
@@ -337,7 +353,8 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
             user=f"user {WORKER_USER} {_group_of(WORKER_USER)};\n" if os.geteuid() == 0 else "",
             metrics_size=METRICS_DICT_SIZE, measure="" if self.measure else ", false",
             start='                require("modelyard_metrics").start()\n' if self.measure else "",
-            residency_size=RESIDENCY_DICT_SIZE, control_bodies=CONTROL_BODIES,
+            residency_size=RESIDENCY_DICT_SIZE, control_bodies=CONTROL_BODIES, keys_http=KEYS_HTTP,
+            keys_server=KEYS_SERVER, keys_control=KEYS_CONTROL, check_keys=check_keys("ngx.var.modelyard_model"),
             answered='            body_filter_by_lua_block { require("modelyard_gateway").answered() }\n'
             if self.measure else "",
             classify='            body_filter_by_lua_block { require("modelyard_metrics").classify() }\n'
@@ -400,97 +417,6 @@ class TritonGateway(ResidencyControl, RouteControl, NginxProcess):
                 held[model] = min(int(limit), self.max_request_bytes)
             atomic_write(self.limits_file, json.dumps(held, indent=1, sort_keys=True))
             return self._control("PATCH", {model: held.get(model)}, path="/limits")
-
-    # Request capture (the file format is the capture contract, docs/architecture.md).
-
-    def capture_directory(self, model: str) -> Path:
-        """Where the gateway writes ``model``'s captured requests: ``<gateway dir>/capture/<model>/``, files
-        ``<YYYYmmddHH>-<worker pid>.ndjson`` (UTC hour), one JSON object per line."""
-        return self.dir / "capture" / model
-
-    def capture(self) -> dict[str, dict]:
-        """The capture settings the running gateway holds, with its counters: ``{model: {"fraction" (0-1),
-        "max_bytes", "retention_seconds", "bytes" (what it counts on disk), "skipped" (requests drawn but
-        not captured since nginx started: a body over ``CAPTURE_BODY_LIMIT`` bytes, no known version, the
-        capture full)}}``.
-
-        Raises:
-            ServingRuntimeError: the control socket does not answer (retryable).
-        """
-        return self._control("GET", path="/capture")
-
-    def set_capture(self, model: str, *, fraction: float, max_bytes: int, retention_seconds: int) -> dict:
-        """Capture ``fraction`` (0-1) of ``model``'s client infer requests, up to ``max_bytes`` bytes of
-        capture files, kept ``retention_seconds``; fraction 0 turns it off and deletes what was captured.
-        Effective for the next request, with no reload. Idempotent.
-
-        Returns:
-            The model's settings and counters as the gateway now holds them (``{}`` when turned off).
-
-        Raises:
-            ValueError: a fraction outside 0-1, negative bytes or a retention below 1 s.
-            ServingRuntimeError: the gateway refused the settings or does not answer.
-        """
-        fraction = float(fraction)
-        if not 0 <= fraction <= 1:
-            raise ValueError(f"a capture fraction is from 0 to 1; got {fraction!r}")
-        if int(max_bytes) < 0 or int(retention_seconds) < 1:
-            raise ValueError("max_bytes must be 0 or more and retention_seconds 1 or more")
-        if "/" in model or model in (".", "..") or not model:
-            raise ValueError(f"{model!r} is not a model name")
-        with self._lock():
-            settings = read_json_file(self.capture_file)
-            if fraction > 0:
-                settings[model] = {"fraction": fraction, "max_bytes": int(max_bytes),
-                                   "retention_seconds": int(retention_seconds)}
-                self._prepare_capture_directory(model)
-            else:
-                settings.pop(model, None)
-            atomic_write(self.capture_file, json.dumps(settings, indent=1, sort_keys=True))
-            held = self._control("POST", settings, path="/capture")
-            if fraction == 0:
-                shutil.rmtree(self.capture_directory(model), ignore_errors=True)
-            return held.get(model, {})
-
-    def set_capture_usage(self, usage: dict[str, int]) -> dict[str, dict]:
-        """Tell the gateway how many bytes each model's capture directory holds now (``{model: bytes}``), so
-        its counter of the bound matches the disk after expired files were deleted; workers reopen their
-        files. Returns ``capture()``.
-
-        Raises:
-            ServingRuntimeError: as ``capture``.
-        """
-        return self._control("PUT", {model: int(size) for model, size in usage.items()}, path="/capture")
-
-    def _prepare_capture_directory(self, model: str) -> None:
-        """Make ``capture_directory(model)``, readable and writable by nginx's workers alone (mode 0700).
-
-        Under a root agent, ``capture/`` stays root's (mode 0711: the workers pass through it but cannot
-        replace what is in it) and only ``capture/<model>`` is handed to ``WORKER_USER``; a symlink in
-        either place is refused, never followed.
-
-        Raises:
-            ServingRuntimeError: the agent runs as root and a directory above the gateway's is closed to
-                ``WORKER_USER`` (no search permission for others), so the workers could write nothing and
-                every drawn request would be skipped; or a symlink stands where a directory belongs (not
-                retryable).
-        """
-        root = os.geteuid() == 0
-        self.refuse_closed_parents(f"request capture: nginx's workers ({WORKER_USER}) cannot reach {self.dir}")
-        for path, mode, owner in ((self.dir / "capture", 0o711 if root else 0o700, "root" if root else None),
-                                  (self.capture_directory(model), 0o700, WORKER_USER if root else None)):
-            if path.is_symlink():
-                raise ServingRuntimeError(f"request capture: {path} is a symlink, not a directory; remove it",
-                                          retryable=False)
-            path.mkdir(exist_ok=True)
-            descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(descriptor, mode)
-                if owner is not None:
-                    user = pwd.getpwnam(owner)
-                    os.fchown(descriptor, user.pw_uid, user.pw_gid)
-            finally:
-                os.close(descriptor)
 
 
 def _group_of(user: str) -> str:

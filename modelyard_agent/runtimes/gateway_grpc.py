@@ -1,6 +1,7 @@
 """The gRPC server of a Triton host's gateway (``runtimes.gateway``): Triton's client methods passed to its gRPC
 endpoint, the rest refused, and inference calls that name an on-demand model in ``x-modelyard-model`` held and
-counted (``modelyard_gateway.lua``'s ``grpc``)."""
+counted (``modelyard_gateway.lua``'s ``grpc``); on a host with a model that requires an inference key, calls naming
+a model are checked against its keys first (``modelyard_keys.lua``'s ``check_grpc``)."""
 
 # The client methods of Triton's gRPC service (grpc_service.proto of triton-inference-server/common); the
 # others (RepositoryIndex, RepositoryModelLoad/Unload, *SharedMemory*, TraceSetting, LogSettings) are the agent's.
@@ -23,7 +24,11 @@ _SERVER = """\
             lua_check_client_abort on;
             # An inference call that names its model in the metadata header x-modelyard-model is held while an
             # on-demand model is not resident, and counted in flight on it (modelyard_gateway.lua's grpc).
-            rewrite_by_lua_block {{ require("modelyard_gateway").grpc(ngx.var.http_x_modelyard_model) }}
+            # A call naming a model that requires an inference key is checked first (modelyard_keys.lua's check_grpc).
+            rewrite_by_lua_block {{
+                require("modelyard_keys").check_grpc()
+                require("modelyard_gateway").grpc(ngx.var.http_x_modelyard_model)
+            }}
             log_by_lua_block {{ require("modelyard_routes").release(ngx.var.modelyard_counted) }}
             grpc_pass grpc://modelyard_triton_grpc;
         }}

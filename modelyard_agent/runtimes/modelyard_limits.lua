@@ -25,28 +25,14 @@ end
 -- returns how many were set, or nil and a message when one is malformed (then nothing is set) or finds no room.
 -- `before` runs once the table is found well formed.
 local function store(table, removable, before)
-    if type(table) ~= "table" then
-        return nil, "limits must be a JSON object of model names"
-    end
-    for model, limit in pairs(table) do
-        if type(model) ~= "string" or not ((removable and limit == cjson.null) or bytes(limit)) then
-            return nil, "the limit of " .. tostring(model) .. " must be a whole number of bytes, 1 or more"
-        end
-    end
-    before()
-    local count = 0
-    for model, limit in pairs(table) do
-        if limit == cjson.null then
-            limits:delete(model)
-        else
-            local ok, err = limits:safe_set(model, limit)
-            if not ok then
-                return nil, "no room for the limit of " .. model .. ": " .. err
+    return routes.store_table(table, removable, bytes, { "limits", "the limit", "a whole number of bytes, 1 or more" },
+        before, function(model, limit)
+            if limit == cjson.null then
+                limits:delete(model)
+                return true
             end
-            count = count + 1
-        end
-    end
-    return count
+            return limits:safe_set(model, limit)
+        end)
 end
 
 -- Replace every model's limit with those of `table` ({model: bytes}); returns nil and a message when one is

@@ -268,6 +268,9 @@ function M.expose()
     for _, line in ipairs(require("modelyard_residency").exposition()) do
         out[#out + 1] = line
     end
+    for _, line in ipairs(require("modelyard_keys").exposition()) do
+        out[#out + 1] = line
+    end
     ngx.header["Content-Type"] = "text/plain; version=0.0.4; charset=utf-8"
     ngx.print(table.concat(out, "\n"), "\n")
 end

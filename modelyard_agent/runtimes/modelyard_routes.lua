@@ -71,17 +71,43 @@ local function valid(route)
         and (route.shadow_percent == nil or percent(route.shadow_percent)) and ports(route.ports)
 end
 
--- nil when `table` is {model: route} (`removable`: or null, a route to drop), else why not.
-local function invalid(table, removable)
+-- nil when `table` is {model: setting} whose every setting `valid` takes (`removable`: or null, one to drop), else
+-- why not: "<plural> must be a JSON object of model names" or "<singular> of <model> must be <shape>". The routes,
+-- the request limits and the inference keys check their control bodies with it.
+function M.invalid_table(table, removable, valid, plural, singular, shape)
     if type(table) ~= "table" then
-        return "routes must be a JSON object of model names"
+        return plural .. " must be a JSON object of model names"
     end
-    for model, route in pairs(table) do
-        if type(model) ~= "string" or not ((removable and route == cjson.null) or valid(route)) then
-            return "route of " .. tostring(model)
-                .. " must be {stable, canary, percent 0-100, shadow, shadow_percent 0-100, ports {version: port}}"
+    for model, setting in pairs(table) do
+        if type(model) ~= "string" or not ((removable and setting == cjson.null) or valid(setting, model)) then
+            return singular .. " of " .. tostring(model) .. " must be " .. shape
         end
     end
+end
+
+-- Check `table` as invalid_table does (`names`: {plural, singular, shape}), run `before`, then `put(model,
+-- setting)` each (cjson.null: drop the model's); `put` answers as a shared dict's safe_set. Returns how many settings
+-- (not null) were put, or nil and why.
+function M.store_table(table, removable, valid, names, before, put)
+    local err = M.invalid_table(table, removable, valid, names[1], names[2], names[3])
+    if err then
+        return nil, err
+    end
+    before()
+    local count = 0
+    for model, setting in pairs(table) do
+        local ok, failed = put(model, setting)
+        if not ok then
+            return nil, "no room for " .. names[2] .. " of " .. model .. ": " .. failed
+        end
+        count = count + (setting == cjson.null and 0 or 1)
+    end
+    return count
+end
+
+local function invalid(table, removable)
+    return M.invalid_table(table, removable, valid, "routes", "route",
+        "{stable, canary, percent 0-100, shadow, shadow_percent 0-100, ports {version: port}}")
 end
 
 -- Set the routes of `table` (null drops one); the traffic series of each routed version are created at 0

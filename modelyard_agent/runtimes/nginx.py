@@ -35,6 +35,7 @@ import re
 from pathlib import Path
 
 from modelyard_agent.runtimes.base import ServingRuntimeError
+from modelyard_agent.runtimes.key_control import KEYS_CONTROL, KEYS_HTTP, KEYS_SERVER, KeyControl
 from modelyard_agent.runtimes.nginx_process import DRAIN_SERVER, TEMP_PATHS, NginxProcess
 from modelyard_agent.runtimes.routes import (
     CONTROL_BODIES,
@@ -84,8 +85,10 @@ _SPLIT_HTTP = """\
     lua_shared_dict modelyard_inflight 1m;
     lua_shared_dict modelyard_drain 16k;
     lua_shared_dict modelyard_metrics {metrics_size};
+{keys_http}
     init_by_lua_block {{
         require("modelyard_routes").load("{dir}/routes.json")
+        require("modelyard_keys").load("{dir}/keys.json")
         -- Loaded here, so the workers run the modules of this config even when newer files are installed.
         require("modelyard_bento")
         require("modelyard_drain")
@@ -109,7 +112,8 @@ _SPLIT_SERVER = DRAIN_SERVER.replace("{", "{{").replace("}", "}}") + """\
             proxy_pass http://modelyard_split;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-        }}"""
+        }}
+""" + KEYS_SERVER.replace("{", "{{").replace("}", "}}")
 
 _CONTROL_SERVER = """\
     server {{
@@ -118,6 +122,7 @@ _CONTROL_SERVER = """\
         location = /routes {{ content_by_lua_block {{ require("modelyard_routes").control() }} }}
         location = /inflight {{ content_by_lua_block {{ require("modelyard_routes").counts() }} }}
         location = /drain {{ content_by_lua_block {{ require("modelyard_drain").control() }} }}
+""" + KEYS_CONTROL.replace("{", "{{").replace("}", "}}") + """
         location / {{ return 404; }}
     }}"""
 
@@ -149,7 +154,10 @@ location = {metrics_path} {{
 
 # With the Lua module, a plain location measures its requests too (modelyard_metrics.lua).
 _PLAIN_MEASURE = """\
-    rewrite_by_lua_block {{ require("modelyard_bento").plain_start() }}
+    rewrite_by_lua_block {{
+        require("modelyard_keys").check("{model}")
+        require("modelyard_bento").plain_start()
+    }}
     log_by_lua_block {{ require("modelyard_bento").plain_done("{model}", "{version}") }}
 """
 
@@ -163,7 +171,10 @@ location /{model}/ {{
     set $modelyard_version "";
     set $modelyard_path "";
     set $modelyard_shadow "";
-    rewrite_by_lua_block {{ require("modelyard_bento").route("{model}") }}
+    rewrite_by_lua_block {{
+        require("modelyard_keys").check("{model}")
+        require("modelyard_bento").route("{model}")
+    }}
     log_by_lua_block {{ require("modelyard_bento").done("{model}") }}
     add_header {version_header} $modelyard_version always;
     mirror /_modelyard_shadow/{model};
@@ -193,7 +204,7 @@ def metrics_path(model: str, version: int) -> str:
     return f"{METRICS_PREFIX}/{model}/{int(version)}"
 
 
-class NginxFront(RouteControl, NginxProcess):
+class NginxFront(KeyControl, RouteControl, NginxProcess):
     """The nginx master of one BentoML host agent.
 
     With Debian's nginx Lua module installed (``splits``), a model may also be **split**: its location
@@ -222,13 +233,15 @@ class NginxFront(RouteControl, NginxProcess):
         self.client_keepalive = client_keepalive
         self.splits = lua_available()
         self.routes_file = self.dir / "routes.json"
+        self.keys_file = self.dir / "keys.json"
         self.control_socket = self.dir / "control" / "sock"
 
     def main_config(self) -> str:
         split = {"load_modules": "", "split_http": "", "split_server": "", "control_server": ""}
         if self.splits:
             split = {"load_modules": _load_modules(),
-                     "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir, metrics_size=METRICS_DICT_SIZE),
+                     "split_http": _SPLIT_HTTP.format(lua_dir=LUA_DIR, dir=self.dir, metrics_size=METRICS_DICT_SIZE,
+                                                       keys_http=KEYS_HTTP),
                      "split_server": _SPLIT_SERVER.format(metrics_prefix=METRICS_PREFIX),
                      "control_server": _CONTROL_SERVER.format(dir=self.dir, control_bodies=CONTROL_BODIES)}
         return _MAIN_CONF.format(dir=self.dir, listen=self.listen, shutdown_timeout=int(self.shutdown_timeout),

@@ -21,15 +21,19 @@ pytestmark = [pytest.mark.integration,
 MODEL = "iris-bento"
 
 
-def version_server(version: int) -> ThreadingHTTPServer:
-    """An HTTP/1.1 server with keep-alive answering ``POST /classify`` with ``{"version": version}``."""
+def version_server(version: int, *, echo_headers: bool = False) -> ThreadingHTTPServer:
+    """An HTTP/1.1 server with keep-alive answering ``POST /classify`` with ``{"version": version}`` (and, with
+    ``echo_headers``, ``"headers"``: the lower-case names of the headers it got)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def do_POST(self):
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = json.dumps({"version": version}).encode()
+            answer = {"version": version}
+            if echo_headers:
+                answer["headers"] = [name.lower() for name in self.headers]
+            body = json.dumps(answer).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -14,6 +14,7 @@ from audit.models import AuditEvent
 from deployments.models import ServingHost
 from deployments.routes import wanted_inference_keys
 from deployments.services import start_deployment
+from modelyard.errors import Conflict
 from registry.choices import ArtifactFormat
 from registry.inference_keys import create_inference_key, revoke_inference_key
 from registry.models import InferenceKey, ModelVersion, RegisteredModel
@@ -262,3 +263,16 @@ def test_the_key_list_costs_the_same_queries_for_one_key_or_many(api_client, use
     with CaptureQueriesContext(connection) as many:
         assert len(api_client.get("/api/v1/inference-keys/").json()["results"]) == 6
     assert len(many) == len(one) == 3  # the token, the page of keys with their team and creator, their models
+
+
+def test_a_model_that_requires_a_key_is_not_deployed_to_an_agent_that_cannot_check_it(db):
+    owner = get_user_model().objects.create_user(username="o")
+    iris = model_named("iris")
+    ModelVersion.objects.create(model=iris, version=1, format=ArtifactFormat.ONNX, artifact_key="k/iris",
+                                artifact_sha256="0" * 64, artifact_size=1)
+    RegisteredModel.objects.filter(pk=iris.pk).update(inference_key_required=True)
+    ServingHost.objects.create(name="old", inference_url="http://127.0.0.1:1", heartbeat={"agent": {"protocol": 5}})
+    ServingHost.objects.create(name="new", inference_url="http://127.0.0.1:2", heartbeat={"agent": {"protocol": 6}})
+    with pytest.raises(Conflict, match=r"old \(protocol 5\) would serve it to any client"):
+        start_deployment(model_name="iris", version=1, host_names=["old", "new"], actor=owner)
+    assert start_deployment(model_name="iris", version=1, host_names=["new"], actor=owner).targets.count() == 1
