@@ -68,9 +68,10 @@ def _compact_json(request) -> bool:
 
 @cache
 def _model_rows():
-    """``model_rows`` of every registered model (``_models_with_summary``), built once per process: the page's
-    JSON expression took a tenth of a page of models to build and resolve; cloned, filtered and ordered per
-    request (filters and ordering apply to ``values()`` rows as to models)."""
+    """``model_rows`` of every registered model, built once per process (on PostgreSQL from the bare table: the
+    page's JSON names the team, the creator and the newest version itself; elsewhere from
+    ``_models_with_summary``); cloned, filtered and ordered per request (filters and ordering apply to ``values()``
+    rows as to models)."""
     return model_rows(_models_with_summary())
 
 
