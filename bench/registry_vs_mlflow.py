@@ -60,8 +60,9 @@ from overview import free_port, machine, stats_ms
 
 REPO = Path(__file__).resolve().parents[1]
 MLFLOW_VENV = REPO / "bench" / ".mlflow-venv"
-OUR_DATABASE = "bench_registry"
-MLFLOW_DATABASE = "bench_mlflow"
+# Named apart by MODELYARD_BENCH_DB_SUFFIX where two checkouts run it at once (each drops its databases first).
+OUR_DATABASE = "bench_registry" + os.environ.get("MODELYARD_BENCH_DB_SUFFIX", "")
+MLFLOW_DATABASE = "bench_mlflow" + os.environ.get("MODELYARD_BENCH_DB_SUFFIX", "")
 TEAMS = 10
 PAGE_SIZE = 50
 SERVED_MODELS = 100

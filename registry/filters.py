@@ -87,6 +87,15 @@ def filter_by_metric(queryset, value: str):
     return annotated.filter(**{f"_metric__{METRIC_LOOKUPS[match['op']]}": float(match["value"])})
 
 
+class _FormFields(dict):
+    """A static filter form class's fields, which ``BaseForm.__init__`` deep-copies for each form: here a shallow
+    copy of each field (its own object, sharing the class's widget, validators and error messages, which
+    validating a query string only reads): about 0.08 of the 0.28 ms a search by tag spent in its FilterSet."""
+
+    def __deepcopy__(self, memo):
+        return {name: copy.copy(field) for name, field in self.items()}
+
+
 class StaticFilterSet(django_filters.FilterSet):
     """A FilterSet for filters whose fields never change per request (none here takes a queryset or choices from
     the request), which pays once what django-filter pays on every request:
@@ -97,7 +106,10 @@ class StaticFilterSet(django_filters.FilterSet):
       method filter bound to its copy, instead of deep copies, which also copied every field, widget and list of
       choices (about half of a filtered page's FilterSet time: 0.15 of 0.32 ms for a search by tag).
 
-    The form's instance still copies its fields, so each request validates on its own.
+    - each request's form copies the form class's fields shallowly (``_FormFields``), not deeply with their
+      widgets, validators and error messages, which nothing changes per request.
+
+    The form's instance still has fields of its own, so each request validates on its own.
     """
 
     def __init__(self, data=None, queryset=None, *, request=None, prefix=None):
@@ -122,7 +134,9 @@ class StaticFilterSet(django_filters.FilterSet):
     def _form_class(cls):
         if "_static_form_class" not in cls.__dict__:
             fields = {name: copy.deepcopy(filter_).field for name, filter_ in cls.base_filters.items()}
-            cls._static_form_class = type(f"{cls.__name__}Form", (cls._meta.form,), fields)
+            form_class = type(f"{cls.__name__}Form", (cls._meta.form,), fields)
+            form_class.base_fields = _FormFields(form_class.base_fields)
+            cls._static_form_class = form_class
         return cls._static_form_class
 
     def get_form_class(self):

@@ -68,10 +68,20 @@ def _compact_json(request) -> bool:
 
 @cache
 def _model_rows():
-    """``model_rows`` of every registered model (``_models_with_summary``), built once per process: the page's
-    JSON expression took a tenth of a page of models to build and resolve; cloned, filtered and ordered per
-    request (filters and ordering apply to ``values()`` rows as to models)."""
+    """``model_rows`` of every registered model, built once per process (on PostgreSQL from the bare table: the
+    page's JSON names the team, the creator and the newest version itself; elsewhere from
+    ``_models_with_summary``); cloned, filtered and ordered per request (filters and ordering apply to ``values()``
+    rows as to models)."""
     return model_rows(_models_with_summary())
+
+
+@cache
+def _live_version_rows():
+    """``version_rows`` of every model's live versions, newest first, built once per process (the exclusion of
+    deleted versions and the page's JSON expression resolved once); cloned, filtered (the model, the caller's
+    teams, the query string's filters, which apply to ``values()`` rows as to versions) and paginated per
+    request. None where the database cannot write the page."""
+    return version_rows(ModelVersion.objects.exclude(status=VersionStatus.DELETED).order_by("-version"))
 
 
 class RegisteredModelViewSet(
@@ -159,12 +169,15 @@ class ModelVersionViewSet(
             .order_by("-version")
         )
 
-    def _readable_versions(self):
-        """The named model's live versions that the caller may read, newest first, in one query with the page: the
-        model's own lookup (``get_queryset``) is left for a page that comes back empty."""
-        versions = ModelVersion.objects.filter(model__name=self.kwargs["model_name"]).exclude(
-            status=VersionStatus.DELETED)
-        return scope_team_filter(Principal.of(self.request), versions, "model__team").order_by("-version")
+    def _readable_version_rows(self):
+        """``version_rows`` of the named model's live versions that the caller may read, newest first, in one query
+        with the page (the model's own lookup, ``get_queryset``, is left for a page that comes back empty); None
+        where the database cannot write the page."""
+        rows = _live_version_rows()
+        if rows is None:
+            return None
+        rows = rows.filter(model__name=self.kwargs["model_name"])
+        return scope_team_filter(Principal.of(self.request), rows, "model__team")
 
     def list(self, request, *args, **kwargs):
         """A page of the model's versions. As JSON on PostgreSQL, the body the page's query wrote
@@ -172,8 +185,8 @@ class ModelVersionViewSet(
         then its rows with their aliases and ensemble members in one query without the serializer
         (``registry.api.reads.versions_json``); elsewhere through the serializer."""
         try:
-            rows = version_rows(self.filter_queryset(self._readable_versions())) if _compact_json(request) else None
-            page = self.paginate_queryset(rows) if rows is not None else None
+            rows = self._readable_version_rows() if _compact_json(request) else None
+            page = self.paginate_queryset(self.filter_queryset(rows)) if rows is not None else None
         except (exceptions.NotFound, exceptions.ValidationError):  # an invalid cursor, filter or page size
             # An unknown or hidden model is named as such, whatever the query string: as it is on the path that
             # looks the model up first (another renderer, a database that does not write the page).
