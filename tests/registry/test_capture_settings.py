@@ -9,6 +9,7 @@ from audit.models import AuditEvent
 from deployments.capture import resend_capture
 from deployments.choices import TargetState
 from deployments.models import Deployment, DeploymentTarget, ServingHost
+from modelyard_agent.contract import PROTOCOL_VERSION
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.deployments.test_canaries import routes_sent
@@ -71,7 +72,7 @@ def test_an_owner_turns_capture_on_audited_and_sent_to_each_host_that_can_captur
         "to": {"fraction": 0.05, "max_bytes": 1024**2, "retention_seconds": 86400}}
     [route] = routes_sent(broker, "gpu-new")
     assert route["capture"] == {"fraction": 0.05, "max_bytes": 1024**2, "retention_seconds": 86400}
-    assert (route["model"], route["stable"], route["canary"], route["protocol"]) == ("iris", 1, None, 5)
+    assert (route["model"], route["stable"], route["canary"], route["protocol"]) == ("iris", 1, None, PROTOCOL_VERSION)
     assert routes_sent(broker, "gpu-old") == []
     assert api_client_for(people["owner"]).patch(URL, {"fraction": 0.05}, format="json").status_code == 200
     assert AuditEvent.objects.filter(action="model.capture_settings").count() == 1  # no change, no event
