@@ -50,6 +50,9 @@ FOOTPRINTS_FILE = "footprints.json"
 DEFAULT_METRICS_INTERVAL_MS = 2000
 # Beyond the interval, for Triton's own poll of the devices and the scrape's round trip.
 GAUGE_MARGIN_SECONDS = 0.1
+# How long a measurement waits for the requests held for the load to be answered: a model's first inferences take
+# memory of their own (the python backend's buffers and its shared-memory pages), which its footprint must count.
+SERVED_WAIT_SECONDS = 1.0
 
 # Memory a model holds, bytes per device: a GPU by Triton's gpu_uuid, "cpu", or ANY_DEVICE (not known: every one).
 Footprint = dict[str, int]
@@ -141,19 +144,39 @@ def version_footprints(state_dir: Path) -> dict[str, Footprint]:
             if "/" in key and not key.endswith("/*") and (footprint := as_footprint(value)) is not None}
 
 
+# The process found listening on a port, by port: looked up again only once it has ended (a scan of every
+# connection on the machine costs 50-100 ms on a busy host, and each measured load reads twice).
+_listeners: dict[int, psutil.Process] = {}
+
+
 def triton_resident_bytes(inference_url: str) -> int | None:
     """Bytes resident (RSS) in the process listening on ``inference_url``'s port on this machine and in its
     children (Triton and its python-backend stubs); None when no such process is visible from here (Triton
     on another machine or in a container of its own, or not allowed to look)."""
     port = urlsplit(inference_url if "://" in inference_url else f"http://{inference_url}").port
     try:
-        for connection in psutil.net_connections(kind="tcp"):
-            if connection.status == psutil.CONN_LISTEN and connection.pid and connection.laddr \
-                    and connection.laddr.port == port:
-                root = psutil.Process(connection.pid)
-                return sum(process.memory_info().rss for process in [root, *root.children(recursive=True)])
+        root = _listener(port)
+        if root is None:
+            return None
+        return sum(process.memory_info().rss for process in [root, *root.children(recursive=True)])
     except (psutil.Error, OSError):
+        _listeners.pop(port, None)
         return None
+
+
+def _listener(port: int | None) -> psutil.Process | None:
+    """The process listening on TCP ``port`` here: the one found before while it runs (``is_running`` also tells a
+    process that ended from a new one given its pid), else the one a scan of the machine's connections finds
+    (None: none visible)."""
+    known = _listeners.get(port)
+    if known is not None and known.is_running():
+        return known
+    _listeners.pop(port, None)
+    for connection in psutil.net_connections(kind="tcp"):
+        if connection.status == psutil.CONN_LISTEN and connection.pid and connection.laddr \
+                and connection.laddr.port == port:
+            _listeners[port] = psutil.Process(connection.pid)
+            return _listeners[port]
     return None
 
 
@@ -162,10 +185,11 @@ class FootprintAccounts:
     device, the bytes the resident ones hold on each device, the memory readings around a load and the budget's
     report. The budget applies to each device (each GPU, CPU memory) on its own (``eviction.overdrawn``).
 
-    Needs, on the instance: ``gateway`` (its ``residency_file``), ``runtime`` (its ``inference_url``), ``budget``
-    (bytes per device, or None), ``metrics_url`` (Triton's metrics, or empty), ``metrics_interval`` (seconds
-    between Triton's refreshes of its gauges), ``memory_changed_at`` (when a load or an eviction last ended,
-    monotonic seconds), ``footprints_file``, ``problem`` and ``_reserved`` (the loads under way's reservations).
+    Needs, on the instance: ``gateway`` (its ``residency_file``, ``residency()`` and ``inflight()``), ``runtime``
+    (its ``inference_url``), ``budget`` (bytes per device, or None), ``metrics_url`` (Triton's metrics, or empty),
+    ``metrics_interval`` (seconds between Triton's refreshes of its gauges), ``memory_changed_at`` (when a load or
+    an eviction last ended, monotonic seconds), ``footprints_file``, ``problem`` and ``_reserved`` (the loads under
+    way's reservations).
     """
 
     def footprint(self, model: str) -> Footprint | None:
@@ -282,12 +306,29 @@ class FootprintAccounts:
         time.sleep(left)
         return self._memory()
 
+    def _served(self, model: str, wait: float = SERVED_WAIT_SECONDS) -> None:
+        """Wait up to ``wait`` seconds until no request for ``model`` is held or in flight at the gateway: the
+        requests held for its load have been answered, so the reading after it counts what serving them took too
+        (about 4 MiB more than the load of a python-backend model with 32 MiB of weights, bench/results/on_demand.md;
+        measured at the load's end alone, the budget was passed by that much per model). Never raises."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                busy = self.gateway.residency()["models"].get(model, {}).get("held") or any(
+                    count > 0 for key, count in self.gateway.inflight().items() if key.split("/")[0] == model)
+            except ServingRuntimeError:
+                return
+            if not busy:
+                return
+            time.sleep(0.005)
+
     def _measure(self, model: str, before: tuple) -> Footprint | None:
         """The memory ``model``'s load added, ``{device: bytes}`` (``memory_rise`` between ``before`` and the
         ``_settled_memory`` after it), kept in ``footprints.json``. None when the readings are missing or did not
         rise, or when Triton's metrics (``metrics_url``) could not be read before or after it (the resident memory
         of Triton's processes alone would take a GPU model for a CPU one); with a budget, ``problem`` then says
         so, and the model counts as ``_assumed`` until a load measures it."""
+        self._served(model)
         after = self._settled_memory()
         if self.metrics_url and (before[0] is None or after[0] is None):
             rise, why = None, f"Triton's metrics ({self.metrics_url}) could not be read around the load of {model}"

@@ -48,6 +48,7 @@ from modelyard_agent.footprints import (
     FootprintAccounts,
     describe,
 )
+from modelyard_agent.loads import load_failure_message, recorded
 from modelyard_agent.runtimes.base import ServingRuntimeError
 from modelyard_agent.runtimes.residency_control import COLD, EVICTING, RESIDENT
 from modelyard_agent.runtimes.triton import TritonRuntime
@@ -316,7 +317,8 @@ class OnDemandLoader(FootprintAccounts):
         before = self._settled_memory() if measuring else None
         started = time.monotonic()
         try:
-            self.runtime.load(model, None)
+            with recorded("load", model):
+                self.runtime.load(model, None)
         except ServingRuntimeError as exc:
             try:
                 self.runtime.unload(model)  # no UNAVAILABLE entry left behind
@@ -399,8 +401,9 @@ class OnDemandLoader(FootprintAccounts):
             time.sleep(0.005)
         versions = self.runtime.ready_versions(model)
         try:
-            self.runtime.unload(model)
-            self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
+            with recorded("eviction", model):
+                self.runtime.unload(model)
+                self.runtime.wait_versions_gone(model, versions, timeout=self.unload_timeout)
         finally:
             self.memory_changed_at = time.monotonic()
         ready = self._ready()
@@ -488,12 +491,3 @@ class OnDemandLoader(FootprintAccounts):
         """The models with a request in flight now (the gateway's counters)."""
         return {key.split("/")[0] for key, count in self.gateway.inflight().items() if count > 0}
 
-
-def load_failure_message(model: str, exc: BaseException) -> str:
-    """What held requests for ``model`` are answered when its load failed with ``exc``: Triton's or the
-    gateway's own message, or the kind of error and its text (a lock whose Redis does not answer)."""
-    if isinstance(exc, ServingRuntimeError):
-        return exc.message
-    if isinstance(exc, TimeoutError):
-        return str(exc)
-    return f"the host agent could not load {model}: {type(exc).__name__}: {exc}"

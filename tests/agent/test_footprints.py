@@ -30,7 +30,9 @@ class Accounts(FootprintAccounts):
     ``metrics_url``, refreshed every ``interval`` seconds."""
 
     def __init__(self, directory, metrics_url="", *, budget=None, interval=2.0, registered=(), measured=None):
-        self.gateway = SimpleNamespace(residency_file=directory / "residency.json")
+        # No request held or in flight: a measurement reads at once.
+        self.gateway = SimpleNamespace(residency_file=directory / "residency.json",
+                                       residency=lambda: {"models": {}}, inflight=dict)
         self.gateway.residency_file.write_text(json.dumps({"models": {m: {} for m in registered}}))
         self.footprints_file = directory / "footprints.json"
         if measured is not None:
