@@ -33,10 +33,11 @@ def route(stable: int, canary: int | None, percent: float, shadow: int | None = 
 
 
 @pytest.fixture
-def gateway(module_triton, tmp_path):
-    """iris versions 1 and 2 loaded on a real Triton, and a running gateway in front of it."""
-    load_iris(module_triton, tmp_path, versions=[1, 2])
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=module_triton.http_url.removeprefix("http://"),
+def gateway(triton_server, tmp_path):
+    """iris versions 1 and 2 loaded on a real Triton (reset before each test: the modules that import this fixture
+    count Triton's own statistics), and a running gateway in front of it."""
+    load_iris(triton_server, tmp_path, versions=[1, 2])
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1")
     front.ensure_running()
     front.url = f"http://127.0.0.1:{front.listen_port}"
@@ -243,12 +244,12 @@ def test_what_a_worker_that_died_counted_in_flight_no_longer_holds_a_version(gat
 
 
 @pytest.fixture
-def grpc_gateway(module_triton, tmp_path):
+def grpc_gateway(triton_server, tmp_path):
     """iris versions 1 and 2 on a real Triton, and a gateway taking HTTP and gRPC in front of it."""
-    load_iris(module_triton, tmp_path, versions=[1, 2])
-    front = TritonGateway(tmp_path / "gateway", free_port(), triton=module_triton.http_url.removeprefix("http://"),
+    load_iris(triton_server, tmp_path, versions=[1, 2])
+    front = TritonGateway(tmp_path / "gateway", free_port(), triton=triton_server.http_url.removeprefix("http://"),
                           listen_host="127.0.0.1", grpc_listen=f"127.0.0.1:{free_port()}",
-                          triton_grpc=module_triton.grpc_url)
+                          triton_grpc=triton_server.grpc_url)
     front.ensure_running()
     yield front
     front.stop()

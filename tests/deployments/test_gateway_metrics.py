@@ -116,8 +116,11 @@ def test_shadow_copies_count_as_the_shadows_and_triton_saw_each_of_them(gateway)
             answer = infer(session, gateway)
             assert answer.status_code == 200 and answer.headers[VERSION_HEADER] == "1"
     # A copy is logged once Triton answered it, which may be after its client had the answer.
-    wait_for(lambda: value(scrape(gateway), REQUESTS, model=MODEL, version="2", role="shadow")
-             == triton_stats(gateway, 2)["count"], timeout=10, what="every shadow copy counted")
+    def counted() -> float:
+        return value(scrape(gateway), REQUESTS, model=MODEL, version="2", role="shadow")
+
+    wait_for(lambda: counted() == triton_stats(gateway, 2)["count"], timeout=30, what="every shadow copy counted",
+             describe=lambda: f"the gateway counted {counted()} shadow copies; Triton {triton_stats(gateway, 2)}")
     samples = scrape_logged(gateway, 500)
     shadows = value(samples, REQUESTS, model=MODEL, version="2", role="shadow", code="2xx")
     assert abs(shadows - 200) <= 4.5 * math.sqrt(500 * 0.4 * 0.6), shadows  # binomial(500, 0.4)

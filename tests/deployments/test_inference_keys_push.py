@@ -4,7 +4,10 @@ agent's task applies it to a real gateway in front of a real Triton."""
 
 import base64
 import json
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -37,10 +40,12 @@ def queued_keys(broker, host: str) -> list[dict]:
 def served(user, broker, triton_server, tmp_path, agent_settings, django_capture_on_commit_callbacks):
     """iris v1 deployed (a target) on host gpu-0, whose agent runs a real gateway before a real Triton."""
     from modelyard_agent.adapters.triton import triton_gateway
-    from tests.fixtures.services import free_port, traversable
+    from tests.fixtures.services import free_port
 
-    (tmp_path / "agent").mkdir()
-    home = traversable(tmp_path / "agent")
+    # A short home: the gateway's control socket path must stay under a Unix socket's 107 bytes, which this
+    # test's own tmp_path under scripts/test.sh's base passes.
+    home = Path(tempfile.mkdtemp(prefix="modelyard-keys-"))
+    home.chmod(0o711)
     agent_settings(model_repository=triton_server.model_repository, staging_dir=home / "staging",
                    triton_url=triton_server.http_url)
     put_iris(triton_server.model_repository, tmp_path, versions=[1])
@@ -57,6 +62,7 @@ def served(user, broker, triton_server, tmp_path, agent_settings, django_capture
     gateway.url = url
     yield gateway
     gateway.stop()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def deliver(broker) -> None:
