@@ -143,9 +143,10 @@ def finished_unreported(host_name: str, *, now=None) -> list[tuple[int, int]]:
                                              updated_at__lt=now - timedelta(seconds=REPORT_GRACE))
              .exclude(pk__in=[pk for pk in working if isinstance(pk, int)])
              .select_related("deployment__model", "deployment__version"))
+    client = broker()
     return [(target.pk, target.deployment_id) for target in quiet
             if (target.runtime_name, target.deployment.version.version) in ready
-            and target_claim(broker(), claim_key(target.pk, target.dispatched_at)) == STARTED]
+            and target_claim(client, claim_key(target.pk, target.dispatched_at)) == STARTED]
 
 
 def reconcile_host(host: ServingHost, *, now=None) -> list[Repair]:

@@ -26,6 +26,7 @@ from modelyard_agent.contract import AgentTask, host_queue
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from registry.storage import ArtifactStore
+from tests.registry.test_upload_digests import queued
 
 pytestmark = pytest.mark.django_db
 
@@ -58,9 +59,7 @@ def sent_claims(broker) -> list[str]:
 
 
 def queued_resends(broker) -> list[int]:
-    return [json.loads(base64.b64decode(message["body"]))[0][0]
-            for message in map(json.loads, broker.lrange("default", 0, -1))
-            if message["headers"]["task"] == "deployments.resend_target"]
+    return [args[0] for name, args in queued(broker) if name == "deployments.resend_target"]
 
 
 def test_a_dispatch_handed_out_twice_sends_its_target_once(target, broker):

@@ -1,9 +1,6 @@
 """Rollouts in batches: dispatch order, failure policies, pause/resume/cancel/rollback, alias following; an
 on-demand version's known footprint in its payload, and its refusal where a host's budget is smaller."""
 
-import base64
-import json
-
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -21,6 +18,7 @@ from registry.aliases import set_alias
 from registry.choices import ArtifactFormat
 from registry.models import ModelVersion, RegisteredModel
 from tests.factories import team_member
+from tests.registry.test_upload_digests import queued
 
 pytestmark = pytest.mark.django_db
 
@@ -389,9 +387,7 @@ def test_the_rollout_form_says_an_on_demand_version_is_larger_than_a_hosts_budge
 
 def queued_dispatches(broker) -> list[int]:
     """The target ids of the ``dispatch_target`` tasks waiting on the real broker's ``default`` queue."""
-    messages = [json.loads(raw) for raw in broker.lrange("default", 0, -1)]
-    return sorted(json.loads(base64.b64decode(m["body"]))[0][0] for m in messages
-                  if m["headers"]["task"] == "deployments.dispatch_target")
+    return sorted(args[0] for name, args in queued(broker) if name == "deployments.dispatch_target")
 
 
 @pytest.mark.django_db(transaction=True)
